@@ -1,0 +1,33 @@
+# The two commands a new user runs:  make demo  (train the offline default)
+#                                    make test  (run the test suite)
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+MODEL_DIR ?= runs/quickstart
+
+.PHONY: demo test bench clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+# Stamp files: reinstall only when the package metadata changes.
+$(VENV)/.installed: $(VENV)/bin/python setup.cfg pyproject.toml
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/bin/python setup.cfg pyproject.toml
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $(VENV)/.installed $@
+
+demo: $(VENV)/.installed
+	$(PY) -m trainer.task --flagfile=configs/quickstart.cfg --model_dir=$(MODEL_DIR)
+
+test: $(VENV)/.installed-test
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.installed-test
+	$(PY) -m benchmarks.run_all --results_dir=bench_results
+
+clean:
+	rm -rf $(VENV) runs bench_results .pytest_cache

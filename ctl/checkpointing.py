@@ -1,0 +1,162 @@
+"""Checkpoints: what they hold, how they are saved, and which one is restored.
+
+A checkpoint holds everything that decides the next step: model, optimizer
+(including a loss-scale state), the global step, the data seed, and the
+state of every Keras `SeedGenerator` (Dropout and random layers keep it in a
+variable that `tf.train.Checkpoint(model=...)` does not save). The data
+position is not saved: it is derived from the global step (see ctl.input).
+
+Integrity: `tf.train.CheckpointManager` writes the data and index files first
+and its state file ("checkpoint") last, so the state file is the commit point.
+On start the newest checkpoint that actually reads back is restored; a
+truncated or unreadable one is reported and skipped. A checkpoint written by a
+different model is a user error, not something to skip past.
+"""
+
+import hashlib
+import shutil
+import tempfile
+
+from absl import logging
+import keras
+import tensorflow as tf
+
+from ctl.errors import UserError
+
+# Errors that mean "these files are damaged", as opposed to "wrong model".
+_DAMAGED = (tf.errors.DataLossError, tf.errors.NotFoundError,
+            tf.errors.OutOfRangeError, tf.errors.InvalidArgumentError)
+
+
+def seed_generator_states(model: keras.Model) -> list:
+  """The RNG state variables of the model's random layers, in a fixed order."""
+  return [v for v in model.variables if "seed_generator_state" in v.path]
+
+
+def weights_fingerprint(model: keras.Model,
+                        optimizer: keras.optimizers.Optimizer) -> str:
+  """SHA-256 over every model and optimizer variable value, in a fixed order.
+
+  Two runs that end with the same fingerprint ended bit-for-bit identical.
+  """
+  digest = hashlib.sha256()
+  for prefix, variables in (("model", model.variables),
+                            ("optimizer", optimizer.variables)):
+    for index, variable in enumerate(variables):
+      value = variable.numpy()
+      digest.update(f"{prefix}/{index}/{value.dtype}/{value.shape}".encode())
+      digest.update(value.tobytes())
+  return digest.hexdigest()
+
+
+class Checkpointer:
+  """Saves and restores one run's state through a CheckpointManager.
+
+  Every worker saves (a save may contain collective reads), but only the chief
+  saves into `directory`; the others save into a private temporary directory
+  that is removed on `close()`, so no `workertemp_*` is left in user outputs.
+  """
+
+  def __init__(self, *, checkpoint: tf.train.Checkpoint, directory: str,
+               is_chief: bool, keep: int, async_save: bool = False):
+    """Initializes the checkpointer.
+
+    Args:
+      checkpoint: the `tf.train.Checkpoint` of everything to save.
+      directory: the real checkpoint directory (read by every worker).
+      is_chief: whether this worker writes into `directory`.
+      keep: how many checkpoints the manager keeps.
+      async_save: write in the background; synced before the next save,
+        before a restore and on close.
+    """
+    self._checkpoint = checkpoint
+    self._directory = directory
+    self._is_chief = is_chief
+    self._async_save = async_save
+    self._reader = tf.train.CheckpointManager(checkpoint, directory,
+                                              max_to_keep=keep)
+    if is_chief:
+      self._scratch = None
+      self._writer = self._reader
+    else:
+      self._scratch = tempfile.mkdtemp(prefix="ctl_worker_checkpoint_")
+      self._writer = tf.train.CheckpointManager(checkpoint, self._scratch,
+                                                max_to_keep=1)
+    self._options = tf.train.CheckpointOptions(enable_async=async_save)
+
+  @property
+  def directory(self) -> str:
+    return self._directory
+
+  def restore_latest(self) -> str | None:
+    """Restores the newest readable checkpoint in the real directory.
+
+    Returns:
+      The path restored, or None when the directory holds no checkpoint.
+
+    Raises:
+      UserError: the checkpoint was written by a different model, or no
+        checkpoint in the directory can be read.
+    """
+    self.sync()
+    state = tf.train.get_checkpoint_state(self._directory)
+    candidates = list(state.all_model_checkpoint_paths) if state else []
+    if state and state.model_checkpoint_path not in candidates:
+      candidates.append(state.model_checkpoint_path)
+    for path in reversed(candidates):
+      if not _files_present(path):
+        logging.warning("Checkpoint %s is incomplete (files missing); "
+                        "trying the previous one.", path)
+        continue
+      try:
+        self._checkpoint.restore(path).assert_existing_objects_matched()
+      except _DAMAGED as e:
+        logging.warning("Checkpoint %s is unreadable (%s); trying the "
+                        "previous one.", path, type(e).__name__)
+        continue
+      except (AssertionError, ValueError) as e:
+        raise UserError(
+            f"The checkpoint {path} was written by a different model or "
+            f"configuration ({_first_line(e)}); use another --checkpoint_dir "
+            "or --model_dir.") from None
+      logging.info("Restored checkpoint %s.", path)
+      return path
+    if candidates:
+      raise UserError(f"No checkpoint in {self._directory} can be read; "
+                      "move the directory away to start over.")
+    return None
+
+  def save(self, step: int) -> str:
+    """Saves at `step` (all workers must call it at the same step)."""
+    self.sync()
+    path = self._writer.save(checkpoint_number=step, options=self._options)
+    logging.info("Saved checkpoint %s%s.", path,
+                 " (writing in the background)" if self._async_save else "")
+    return path
+
+  def sync(self) -> None:
+    """Waits until a background save has finished writing."""
+    if self._async_save:
+      self._checkpoint.sync()
+
+  def close(self) -> None:
+    """Finishes pending writes and removes a non-chief's scratch directory."""
+    self.sync()
+    if self._scratch:
+      shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def _files_present(prefix: str) -> bool:
+  """Whether the index and every data shard of a checkpoint exist."""
+  if not tf.io.gfile.exists(prefix + ".index"):
+    return False
+  shards = tf.io.gfile.glob(prefix + ".data-*")
+  if not shards:
+    return False
+  expected = int(shards[0].rsplit("-of-", 1)[1])
+  return len(shards) == expected
+
+
+def _first_line(error: Exception) -> str:
+  text = str(error).strip().splitlines()
+  return text[0][:200] if text else type(error).__name__

@@ -1,0 +1,406 @@
+"""The outer loop: bookkeeping between calls of the compiled train loop.
+
+`run` restores the newest readable checkpoint, then repeatedly runs up to
+`steps_per_loop` steps in one `tf.function` call and, at loop boundaries only,
+logs, writes summaries, evaluates, checkpoints, rolls back a non-finite loss,
+and stops when any worker was asked to (SIGTERM). At the end it evaluates,
+saves, exports a SavedModel and writes `train_summary.json`.
+
+Steps are targets: `train_steps=N` means "until the global step is N", so the
+same call after any interruption continues and ends at the same place.
+"""
+
+import dataclasses
+import json
+import os
+import time
+from typing import Callable, Sequence
+
+from absl import logging
+import keras
+import numpy as np
+import tensorflow as tf
+
+from ctl import checkpointing
+from ctl import export
+from ctl import loop as loop_lib
+from ctl import preemption
+from ctl import summaries
+from ctl.errors import UserError
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """What to train, as plain callables (ctl knows no model or dataset).
+
+  Attributes:
+    build_model: returns a Keras model mapping images to logits; called
+      under `strategy.scope()`.
+    build_optimizer: returns a Keras optimizer; called under the scope.
+    train_dataset_fn: `(input_context, start_step, seed) -> dataset` of
+      per-replica batches whose first batch belongs to `start_step`.
+    eval_dataset_fn: `(input_context) -> finite dataset`, or None.
+    global_batch_size: examples per step over all replicas.
+    image_shape: (height, width, channels) of one input image.
+    loss_fn: `(labels, logits) -> per-example loss`.
+  """
+  build_model: Callable[[], keras.Model]
+  build_optimizer: Callable[[], keras.optimizers.Optimizer]
+  train_dataset_fn: Callable[..., tf.data.Dataset]
+  eval_dataset_fn: Callable[..., tf.data.Dataset] | None
+  global_batch_size: int
+  image_shape: tuple[int, int, int]
+  loss_fn: Callable = loop_lib.sparse_softmax_cross_entropy
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+  """How to train. Intervals are in steps and must align with the loop.
+
+  Attributes:
+    model_dir: where `train_summary.json` goes.
+    checkpoint_dir: the CheckpointManager directory.
+    tensorboard_dir: where event files go.
+    export_dir: where the SavedModel goes.
+    train_steps: the global step to train to.
+    steps_per_loop: steps per `tf.function` call (host touched once each).
+    log_every_steps: log line and train summaries interval.
+    eval_every_steps: evaluation interval; 0 evaluates only at the end.
+    checkpoint_every_steps: checkpoint interval; 0 disables step-based saves.
+    checkpoint_every_secs: time-based checkpoints (chief's clock, agreed by
+      all workers); 0 disables them.
+    keep_checkpoints: how many checkpoints to keep.
+    async_checkpoint: write checkpoints in the background.
+    seed: seed of the data order (and of initialization, set by the caller).
+    xla: compile the forward and backward pass with XLA.
+    max_nan_recoveries: rollbacks allowed after a non-finite loss.
+    reshuffle_on_nan: use a new data order after a rollback.
+    inject_nan: test hook: "none", "always", or a global step at which the
+      loss is made NaN once.
+    is_chief: whether this worker owns the outputs.
+    restarts: how many times a supervisor restarted the job (reported).
+  """
+  model_dir: str
+  checkpoint_dir: str
+  tensorboard_dir: str
+  export_dir: str
+  train_steps: int
+  steps_per_loop: int = 100
+  log_every_steps: int = 100
+  eval_every_steps: int = 0
+  checkpoint_every_steps: int = 1000
+  checkpoint_every_secs: float = 1800.0
+  keep_checkpoints: int = 3
+  async_checkpoint: bool = False
+  seed: int = 0
+  xla: bool = False
+  max_nan_recoveries: int = 3
+  reshuffle_on_nan: bool = False
+  inject_nan: str = "none"
+  is_chief: bool = True
+  restarts: int = 0
+
+  def validate(self) -> None:
+    """Raises UserError with one sentence for the first bad option."""
+    if self.train_steps < 0:
+      raise UserError(f"train_steps must be >= 0, got {self.train_steps}.")
+    if self.steps_per_loop < 1:
+      raise UserError(
+          f"steps_per_loop must be >= 1, got {self.steps_per_loop}.")
+    for name in ("log_every_steps", "eval_every_steps",
+                 "checkpoint_every_steps"):
+      value = getattr(self, name)
+      if value < 0 or value % self.steps_per_loop:
+        raise UserError(
+            f"{name} must be a multiple of steps_per_loop "
+            f"({self.steps_per_loop}), got {value}.")
+    if self.log_every_steps == 0:
+      raise UserError("log_every_steps must be > 0.")
+    if self.keep_checkpoints < (2 if self.async_checkpoint else 1):
+      raise UserError(
+          "keep_checkpoints must be >= 2 with async_checkpoint (so a complete "
+          "checkpoint is never deleted before its successor is written), "
+          f"got {self.keep_checkpoints}." if self.async_checkpoint else
+          f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}.")
+    if self.checkpoint_every_secs < 0:
+      raise UserError("checkpoint_every_secs must be >= 0.")
+    if self.max_nan_recoveries < 0:
+      raise UserError("max_nan_recoveries must be >= 0.")
+    if self.inject_nan not in ("none", "always") and not (
+        self.inject_nan.isdigit()):
+      raise UserError("inject_nan must be none, always or a step number, "
+                      f"got {self.inject_nan!r}.")
+
+
+class TrainingDiverged(Exception):
+  """The loss stayed non-finite after every allowed rollback."""
+
+
+def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
+        eval_callbacks: Sequence[Callable[[int, dict], None]] = ()) -> dict:
+  """Trains to `options.train_steps`, resuming from the latest checkpoint.
+
+  Args:
+    task: what to train.
+    options: how to train.
+    strategy: the distribution strategy (one device, mirrored, multi-worker).
+    eval_callbacks: called as `fn(step, eval_metrics)` after each evaluation
+      (e.g. to report a hyperparameter-tuning metric).
+
+  Returns:
+    The summary also written to `<model_dir>/train_summary.json` (chief).
+
+  Raises:
+    UserError: bad options or an incompatible checkpoint.
+    preemption.Preempted: a stop was requested; the checkpoint at the agreed
+      step was written before raising.
+    TrainingDiverged: the loss stayed non-finite; nothing bad was saved.
+  """
+  options.validate()
+  return _Run(task, options, strategy, eval_callbacks).train()
+
+
+class _Run:
+  """The state of one `run` call; split out so each phase reads on its own."""
+
+  def __init__(self, task, options, strategy, eval_callbacks):
+    self._task = task
+    self._options = options
+    self._strategy = strategy
+    self._eval_callbacks = eval_callbacks
+    self._process_start = time.time()
+    with strategy.scope():
+      self._model = task.build_model()
+      self._optimizer = task.build_optimizer()
+      self._optimizer.build(self._model.trainable_variables)
+      counter = dict(trainable=False, dtype=tf.int64,
+                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+      self._global_step = tf.Variable(0, name="global_step", **counter)
+      self._data_seed = tf.Variable(options.seed, name="data_seed", **counter)
+      self._restores = tf.Variable(0, name="restores", **counter)
+    checkpoint = tf.train.Checkpoint(
+        model=self._model, optimizer=self._optimizer,
+        global_step=self._global_step, data_seed=self._data_seed,
+        restores=self._restores,
+        rng=checkpointing.seed_generator_states(self._model))
+    self._checkpointer = checkpointing.Checkpointer(
+        checkpoint=checkpoint, directory=options.checkpoint_dir,
+        is_chief=options.is_chief, keep=options.keep_checkpoints,
+        async_save=options.async_checkpoint)
+    self._loop = loop_lib.TrainLoop(
+        strategy=strategy, model=self._model, optimizer=self._optimizer,
+        global_step=self._global_step,
+        global_batch_size=task.global_batch_size, loss_fn=task.loss_fn,
+        jit_compile=options.xla)
+    self._writer = summaries.ScalarWriter(logdir=options.tensorboard_dir,
+                                          is_chief=options.is_chief)
+    self._eval_data = (
+        strategy.distribute_datasets_from_function(task.eval_dataset_fn)
+        if task.eval_dataset_fn else None)
+    self._nan_recoveries = 0
+    self._nan_step = (None if options.inject_nan in ("none", "always") else
+                      int(options.inject_nan))
+    self._last_save_step = None
+    self._last_save_time = time.time()
+    self._eval_metrics = {}
+    self._train_metrics = {}
+    self._window = _Window()
+    self._throughput = []
+
+  @property
+  def _step(self) -> int:
+    return int(self._global_step.numpy())
+
+  def _iterator(self):
+    step, seed = self._step, int(self._data_seed.numpy())
+    dataset = self._strategy.distribute_datasets_from_function(
+        lambda context: self._task.train_dataset_fn(context, step, seed))
+    return iter(dataset)
+
+  def _restore(self) -> None:
+    path = self._checkpointer.restore_latest()
+    if path is None:
+      logging.info("No checkpoint in %s; starting at step 0.",
+                   self._options.checkpoint_dir)
+      # A rollback target for the divergence guard, and a fixed start.
+      if self._options.max_nan_recoveries:
+        self._save()
+      return
+    self._restores.assign_add(1)
+    self._last_save_step = self._step
+    logging.info("Restored step %d from %s.", self._step, path)
+
+  def _save(self) -> None:
+    self._checkpointer.save(self._step)
+    self._last_save_step = self._step
+    self._last_save_time = time.time()
+
+  def train(self) -> dict:
+    options = self._options
+    self._restore()
+    start_step = self._step
+    if start_step >= options.train_steps:
+      logging.info("Step %d reaches --train_steps=%d: nothing to train.",
+                   start_step, options.train_steps)
+    iterator = self._iterator()
+    with preemption.StopRequest() as stop:
+      while self._step < options.train_steps:
+        num_steps = min(options.steps_per_loop,
+                        options.train_steps - self._step)
+        started = time.time()
+        output = self._loop.train(
+            iterator, num_steps, nan_step=self._nan_step_for_loop(),
+            stop_requested=stop.requested,
+            save_requested=self._save_due())
+        seconds = time.time() - started
+        if not np.all(np.isfinite(output.step_losses)):
+          self._roll_back(output.step_losses)
+          iterator = self._iterator()
+          continue
+        self._after_loop(output, num_steps, seconds)
+        if output.stop_requested:
+          self._save()
+          self._close()
+          raise preemption.Preempted(self._step)
+    return self._finish(trained=self._step > start_step)
+
+  def _nan_step_for_loop(self) -> int | None:
+    if self._options.inject_nan == "always":
+      return self._step
+    return self._nan_step
+
+  def _save_due(self) -> bool:
+    every = self._options.checkpoint_every_secs
+    return bool(self._options.is_chief and every and
+                time.time() - self._last_save_time >= every)
+
+  def _roll_back(self, losses: np.ndarray) -> None:
+    first_bad = self._step - len(losses) + int(np.argmin(np.isfinite(losses)))
+    self._nan_step = None  # The hook fires once; a real NaN would recur.
+    self._nan_recoveries += 1
+    if self._nan_recoveries > self._options.max_nan_recoveries:
+      self._close()
+      raise TrainingDiverged(
+          f"The loss was not finite at step {first_bad} after "
+          f"{self._options.max_nan_recoveries} rollbacks; stopping without "
+          "saving it. Lower the learning rate or check the data.")
+    logging.warning("Loss not finite at step %d; rolling back to the last "
+                    "checkpoint (recovery %d of %d).", first_bad,
+                    self._nan_recoveries, self._options.max_nan_recoveries)
+    self._checkpointer.restore_latest()
+    if self._options.reshuffle_on_nan:
+      self._data_seed.assign_add(1)
+
+  def _after_loop(self, output, num_steps: int, seconds: float) -> None:
+    options = self._options
+    step = self._step
+    self._window.add(output, num_steps, seconds)
+    if step % options.log_every_steps == 0 or step == options.train_steps:
+      self._log(step)
+    if (options.eval_every_steps and step % options.eval_every_steps == 0 and
+        step < options.train_steps):
+      self._evaluate(step)
+    if ((options.checkpoint_every_steps and
+         step % options.checkpoint_every_steps == 0) or
+        output.save_requested) and step < options.train_steps:
+      self._save()
+
+  def _log(self, step: int) -> None:
+    window = self._window
+    steps_per_second = window.steps / max(window.seconds, 1e-9)
+    examples_per_second = steps_per_second * self._task.global_batch_size
+    self._throughput.append(examples_per_second)
+    remaining = (self._options.train_steps - step) / max(steps_per_second,
+                                                         1e-9)
+    self._train_metrics = {"train/loss": window.mean_loss,
+                           "train/accuracy": window.accuracy}
+    logging.info(
+        "step %d/%d  loss %.4f  accuracy %.4f  %.1f examples/s  ETA %s",
+        step, self._options.train_steps, window.mean_loss, window.accuracy,
+        examples_per_second, time.strftime("%H:%M:%S", time.gmtime(remaining)))
+    self._writer.write(step, {
+        **self._train_metrics,
+        "learning_rate": float(self._optimizer.learning_rate),
+        "examples_per_second": examples_per_second,
+        "steps_per_second": steps_per_second,
+    })
+    self._window = _Window()
+
+  def _evaluate(self, step: int) -> None:
+    if self._eval_data is None:
+      return
+    metrics = self._loop.evaluate(self._eval_data)
+    self._eval_metrics = metrics
+    logging.info("eval at step %d: loss %.4f  accuracy %.4f  (%d examples)",
+                 step, metrics["loss"], metrics["accuracy"],
+                 metrics["examples"])
+    self._writer.write(step, {"eval/loss": metrics["loss"],
+                              "eval/accuracy": metrics["accuracy"]})
+    for callback in self._eval_callbacks:
+      callback(step, metrics)
+
+  def _finish(self, *, trained: bool) -> dict:
+    options = self._options
+    step = self._step
+    self._evaluate(step)
+    if self._last_save_step != step:
+      self._save()
+    if trained or not tf.io.gfile.exists(options.export_dir):
+      export.export_saved_model(model=self._model,
+                                export_dir=options.export_dir,
+                                is_chief=options.is_chief,
+                                image_shape=self._task.image_shape)
+    summary = {
+        "final_step": step,
+        "train_loss": self._train_metrics.get("train/loss"),
+        "train_accuracy": self._train_metrics.get("train/accuracy"),
+        "eval_loss": self._eval_metrics.get("loss"),
+        "eval_accuracy": self._eval_metrics.get("accuracy"),
+        "examples_per_second": (float(np.median(self._throughput[1:] or
+                                                self._throughput))
+                                if self._throughput else None),
+        "wall_seconds": round(time.time() - self._process_start, 3),
+        "restores": int(self._restores.numpy()),
+        "restarts": options.restarts,
+        "nan_recoveries": self._nan_recoveries,
+        "weights_fingerprint": checkpointing.weights_fingerprint(
+            self._model, self._optimizer),
+    }
+    self._close()
+    if options.is_chief:
+      tf.io.gfile.makedirs(options.model_dir)
+      with tf.io.gfile.GFile(
+          os.path.join(options.model_dir, "train_summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    logging.info("Done at step %d: eval accuracy %s, fingerprint %s.", step,
+                 summary["eval_accuracy"], summary["weights_fingerprint"][:16])
+    return summary
+
+  def _close(self) -> None:
+    self._checkpointer.close()
+    self._writer.close()
+
+
+class _Window:
+  """Running totals between two log lines."""
+
+  def __init__(self):
+    self.steps = 0
+    self.seconds = 0.0
+    self.loss_sum = 0.0
+    self.correct_fraction_sum = 0.0
+
+  def add(self, output: loop_lib.LoopOutput, num_steps: int,
+          seconds: float) -> None:
+    self.steps += num_steps
+    self.seconds += seconds
+    self.loss_sum += float(np.sum(output.step_losses))
+    self.correct_fraction_sum += output.accuracy * num_steps
+
+  @property
+  def mean_loss(self) -> float:
+    return self.loss_sum / max(self.steps, 1)
+
+  @property
+  def accuracy(self) -> float:
+    return self.correct_fraction_sum / max(self.steps, 1)

@@ -1,0 +1,187 @@
+"""The training step and the compiled loops that run it.
+
+This is the part a newcomer should find in under a minute: `_replica_step` is
+the per-replica GradientTape step, `_train_loop` runs `steps_per_loop` of them
+inside one `tf.function` (a `tf.range` loop, so the host is touched once per
+loop), and `_eval_loop` runs over a finite validation set.
+
+Loss contract (DESIGN.md): the per-example loss is averaged over the *global*
+batch with `tf.nn.compute_average_loss`, regularization losses are scaled by
+1/replicas, gradients are summed across replicas by the optimizer, and the
+reported loss is `strategy.reduce(SUM, ...)` of the per-replica averages.
+"""
+
+import dataclasses
+from typing import Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+# No global step reaches this; it means "inject a NaN at no step".
+_NO_STEP = np.iinfo(np.int64).max
+
+
+def sparse_softmax_cross_entropy(labels, logits):
+  """Per-example cross entropy from float32 logits (mixed precision safe)."""
+  return keras.losses.sparse_categorical_crossentropy(
+      labels, tf.cast(logits, tf.float32), from_logits=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopOutput:
+  """What one call of the train loop reports back to the host.
+
+  Attributes:
+    step_losses: the reduced (global-batch) loss of every step that ran.
+    accuracy: training accuracy over the examples of this call.
+    stop_requested: some worker asked to stop (preemption) at this step.
+    save_requested: the chief asked for a time-based checkpoint at this step.
+  """
+  step_losses: np.ndarray
+  accuracy: float
+  stop_requested: bool
+  save_requested: bool
+
+
+class TrainLoop:
+  """Compiled train and eval loops for one model under one strategy.
+
+  Everything stateful (model, optimizer, global step) must have been created
+  under `strategy.scope()`; the optimizer must be built (`optimizer.build`)
+  so that no variable is created inside a `tf.function`.
+  """
+
+  def __init__(self, *, strategy: tf.distribute.Strategy, model: keras.Model,
+               optimizer: keras.optimizers.Optimizer, global_step: tf.Variable,
+               global_batch_size: int,
+               loss_fn: Callable = sparse_softmax_cross_entropy,
+               jit_compile: bool = False):
+    """Initializes the loop.
+
+    Args:
+      strategy: the distribution strategy the variables belong to.
+      model: a Keras model mapping images to logits.
+      optimizer: a built Keras optimizer (a LossScaleOptimizer for fp16).
+      global_step: int64 variable incremented once per step.
+      global_batch_size: examples per step summed over all replicas.
+      loss_fn: `(labels, logits) -> per-example loss`.
+      jit_compile: compile the forward and backward pass with XLA. The
+        optimizer update (which holds the cross-replica all-reduce) stays
+        outside the XLA cluster, where collectives are always supported.
+    """
+    self._strategy = strategy
+    self._model = model
+    self._optimizer = optimizer
+    self._global_step = global_step
+    self._global_batch_size = global_batch_size
+    self._loss_fn = loss_fn
+    self._gradients = tf.function(self._loss_and_gradients,
+                                  jit_compile=True) if jit_compile else (
+                                      self._loss_and_gradients)
+    self._train = tf.function(self._train_loop)
+    self._eval = tf.function(self._eval_loop)
+
+  def _loss_and_gradients(self, images, labels, inject_nan):
+    with tf.GradientTape() as tape:
+      logits = self._model(images, training=True)
+      per_example = self._loss_fn(labels, logits)
+      loss = tf.nn.compute_average_loss(
+          per_example, global_batch_size=self._global_batch_size)
+      if self._model.losses:
+        loss += tf.nn.scale_regularization_loss(tf.add_n(self._model.losses))
+      loss = tf.where(inject_nan, tf.constant(np.nan, loss.dtype), loss)
+      scaled_loss = self._optimizer.scale_loss(loss)
+    variables = self._model.trainable_variables
+    gradients = tape.gradient(scaled_loss, variables)
+    correct = _count_correct(labels, logits)
+    return loss, correct, gradients
+
+  def _replica_step(self, batch, inject_nan):
+    images, labels = batch
+    loss, correct, gradients = self._gradients(images, labels, inject_nan)
+    self._optimizer.apply_gradients(
+        zip(gradients, self._model.trainable_variables))
+    return loss, correct
+
+  def _train_loop(self, iterator, num_steps, nan_step, control):
+    strategy = self._strategy
+    losses = tf.TensorArray(tf.float32, size=num_steps)
+    correct = tf.constant(0.0)
+    for i in tf.range(num_steps):
+      inject_nan = tf.equal(self._global_step, nan_step)
+      loss, step_correct = strategy.run(
+          self._replica_step, args=(next(iterator), inject_nan))
+      losses = losses.write(i, strategy.reduce("SUM", loss, axis=None))
+      correct += strategy.reduce("SUM", step_correct, axis=None)
+      self._global_step.assign_add(1)
+    # One small all-reduce per loop: every worker learns whether any worker
+    # was asked to stop, or the chief wants a time-based save, so all of
+    # them take the same decision at the same step.
+    agreed = strategy.reduce(
+        "SUM", strategy.run(tf.identity, args=(control,)), axis=None) > 0
+    return losses.stack(), correct, agreed
+
+  def train(self, iterator, num_steps: int, *, nan_step: int | None = None,
+            stop_requested: bool = False,
+            save_requested: bool = False) -> LoopOutput:
+    """Runs `num_steps` training steps in one `tf.function` call.
+
+    Args:
+      iterator: an iterator over a distributed dataset of (images, labels).
+      num_steps: how many steps to run; a tensor argument, so changing it
+        does not retrace.
+      nan_step: test hook: the global step whose loss is replaced by NaN.
+      stop_requested: this worker was asked to stop (e.g. SIGTERM).
+      save_requested: this worker wants a checkpoint now (chief's timer).
+
+    Returns:
+      A `LoopOutput` with the per-step losses and the agreed requests.
+    """
+    control = tf.constant([float(stop_requested), float(save_requested)])
+    losses, correct, agreed = self._train(
+        iterator, tf.constant(num_steps, tf.int32),
+        tf.constant(_NO_STEP if nan_step is None else nan_step, tf.int64),
+        control)
+    agreed = agreed.numpy()
+    return LoopOutput(
+        step_losses=losses.numpy(),
+        accuracy=float(correct) / (num_steps * self._global_batch_size),
+        stop_requested=bool(agreed[0]),
+        save_requested=bool(agreed[1]))
+
+  def _replica_eval(self, batch):
+    images, labels = batch
+    logits = self._model(images, training=False)
+    per_example = self._loss_fn(labels, logits)
+    return (tf.reduce_sum(per_example), _count_correct(labels, logits),
+            tf.cast(tf.shape(labels)[0], tf.float32))
+
+  def _eval_loop(self, dataset):
+    strategy = self._strategy
+    totals = tf.zeros([3])
+    for batch in dataset:
+      sums = strategy.run(self._replica_eval, args=(batch,))
+      totals += tf.stack([strategy.reduce("SUM", s, axis=None) for s in sums])
+    return totals
+
+  def evaluate(self, dataset) -> dict[str, float]:
+    """Evaluates on a finite distributed dataset.
+
+    Args:
+      dataset: a distributed dataset of (images, labels) batches; partial
+        and empty last batches are fine (sums, not means, are reduced).
+
+    Returns:
+      {"loss": mean per-example loss, "accuracy": ..., "examples": count}.
+    """
+    loss_sum, correct, count = self._eval(dataset).numpy()
+    count = max(count, 1.0)
+    return {"loss": float(loss_sum / count), "accuracy": float(correct / count),
+            "examples": int(count)}
+
+
+def _count_correct(labels, logits):
+  predictions = tf.argmax(logits, axis=-1, output_type=tf.int64)
+  return tf.reduce_sum(
+      tf.cast(tf.equal(predictions, tf.cast(labels, tf.int64)), tf.float32))

@@ -1,0 +1,211 @@
+"""Keeps a local staging directory and a remote directory in step.
+
+TensorFlow writes checkpoints and event files into a local directory; a
+`Mirror` copies them to a directory on an fsspec filesystem (gcsfs for gs://,
+the local filesystem for a Cloud Storage FUSE mount) and copies checkpoints
+back before a restore.
+
+Commit order: `tf.train.CheckpointManager` writes a checkpoint's data and index
+files first and its state file ("checkpoint") last. `publish` keeps that order
+remotely: new and changed files first, the state file after them, and only
+then the deletion of the files the manager swept. Whenever a publish stops, the
+remote state file names complete checkpoints only, and `fetch` copies exactly
+those.
+"""
+
+import fcntl
+import functools
+import os
+import posixpath
+import re
+import tempfile
+from typing import Callable
+
+import fsspec
+import tensorflow as tf
+
+from ctl import retry
+from ctl.errors import UserError
+
+STATE_FILE = "checkpoint"
+
+# A CheckpointManager checkpoint is PREFIX.index plus PREFIX.data-K-of-N.
+_CHECKPOINT_FILE = re.compile(r"(?P<prefix>.+)\.(index|data-\d+-of-\d+)")
+
+# What a file looked like when it was published: (size, mtime in ns).
+_Stamp = tuple[int, int]
+
+
+class Mirror:
+  """Copies a local directory to a remote one and checkpoints back.
+
+  A mirror owns its local directory: it holds an exclusive lock on it (a
+  `.lock` file beside it) until `close()`, so two processes never fetch into
+  or publish from the same staging directory.
+  """
+
+  def __init__(self, *, fs: fsspec.AbstractFileSystem, remote_dir: str,
+               local_dir: str, retry_policy: retry.RetryPolicy,
+               is_transient: Callable[[Exception], bool]):
+    """Initializes the mirror and locks `local_dir`, creating it if needed.
+
+    Args:
+      fs: The remote filesystem.
+      remote_dir: The remote directory, as a path of `fs`, without a trailing
+        slash.
+      local_dir: The local staging directory.
+      retry_policy: How to retry each remote call.
+      is_transient: Says which errors of `fs` are worth retrying.
+
+    Raises:
+      UserError: If another mirror holds `local_dir`.
+    """
+    self._fs = fs
+    self._remote_dir = remote_dir
+    self._local_dir = local_dir
+    self._retry_policy = retry_policy
+    self._is_transient = is_transient
+    self._published: dict[str, _Stamp] = {}
+    self._commit_file = None
+    os.makedirs(local_dir, exist_ok=True)
+    self._lock = _lock(local_dir)
+
+  def fetch(self) -> None:
+    """Makes the local directory hold the remote's committed checkpoints.
+
+    Copies the remote state file and every file of the checkpoints it lists,
+    and removes local checkpoint files (and a local state file) the remote
+    does not list, e.g. ones saved by a process that died before publishing
+    them. The state file is written last, so an interrupted fetch leaves no
+    local state file and the next fetch starts over.
+
+    Raises:
+      UserError: If the remote state file cannot be parsed.
+    """
+    state = self._remote_state()
+    local_state = os.path.join(self._local_dir, STATE_FILE)
+    if os.path.exists(local_state):
+      os.remove(local_state)
+    wanted = set()
+    if state is not None:
+      listed = _listed_checkpoints(state, where=self._remote(STATE_FILE))
+      remote_names = (posixpath.basename(path) for path in self._call(
+          "list " + self._remote_dir, self._fs.ls, self._remote_dir,
+          detail=False))
+      wanted = {name for name in remote_names
+                if _checkpoint_prefix(name) in listed}
+    for name in os.listdir(self._local_dir):
+      if _checkpoint_prefix(name) and name not in wanted:
+        os.remove(os.path.join(self._local_dir, name))
+    self._published = {}
+    for name in sorted(wanted):
+      self._call("download " + name, self._fs.get_file, self._remote(name),
+                 os.path.join(self._local_dir, name))
+      self._published[name] = _stamp(os.path.join(self._local_dir, name))
+    if state is not None:
+      with open(local_state, "wb") as f:
+        f.write(state)
+      self._published[STATE_FILE] = _stamp(local_state)
+
+  def publish(self, *, commit_file: str | None = None) -> None:
+    """Uploads new and changed local files, then deletes what went locally.
+
+    Args:
+      commit_file: A file (relative to the local directory) uploaded after
+        every other file and before any deletion, such as the checkpoint state
+        file. Once given, it stays the commit file for later calls.
+    """
+    if commit_file is not None:
+      self._commit_file = commit_file
+    local = self._local_stamps()
+    changed = sorted(name for name, stamp in local.items()
+                     if self._published.get(name) != stamp)
+    if self._commit_file in changed:
+      changed.remove(self._commit_file)
+      changed.append(self._commit_file)
+    for name in changed:
+      self._call("upload " + name, self._fs.put_file,
+                 os.path.join(self._local_dir, name), self._remote(name))
+      self._published[name] = local[name]
+    for name in sorted(self._published.keys() - local.keys()):
+      try:
+        self._call("delete " + name, self._fs.rm_file, self._remote(name))
+      except FileNotFoundError:
+        pass  # Someone else removed it already.
+      del self._published[name]
+
+  def close(self) -> None:
+    """Publishes a last time and releases the local directory."""
+    try:
+      self.publish()
+    finally:
+      self._lock.close()
+
+  def _remote(self, name: str) -> str:
+    return posixpath.join(self._remote_dir, name)
+
+  def _remote_state(self) -> bytes | None:
+    try:
+      return self._call("read " + STATE_FILE, self._fs.cat_file,
+                        self._remote(STATE_FILE))
+    except FileNotFoundError:
+      return None
+
+  def _local_stamps(self) -> dict[str, _Stamp]:
+    stamps = {}
+    for root, _, files in os.walk(self._local_dir):
+      for file in files:
+        path = os.path.join(root, file)
+        stamps[os.path.relpath(path, self._local_dir).replace(os.sep, "/")] = (
+            _stamp(path))
+    return stamps
+
+  def _call(self, what, method, *args, **kwargs):
+    """Calls `method` of the remote filesystem under the retry policy."""
+    timeout = self._retry_policy.attempt_timeout_s
+    if timeout and self._fs.async_impl:
+      # fsspec's blocking wrapper of an async filesystem cancels the whole
+      # call, gcsfs's own retries included, after `timeout` seconds.
+      kwargs["timeout"] = timeout
+    return retry.call(functools.partial(method, *args, **kwargs),
+                      policy=self._retry_policy,
+                      is_transient=self._is_transient, what=what)
+
+
+def _lock(directory: str):
+  """Holds an exclusive lock on `directory` until the returned file closes."""
+  handle = open(directory.rstrip("/") + ".lock", "w")
+  try:
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    handle.close()
+    raise UserError(
+        f"The staging directory {directory} is in use by another process; "
+        f"give each process its own staging_dir.") from None
+  return handle
+
+
+def _stamp(path: str) -> _Stamp:
+  stat = os.stat(path)
+  return stat.st_size, stat.st_mtime_ns
+
+
+def _checkpoint_prefix(name: str) -> str | None:
+  match = _CHECKPOINT_FILE.fullmatch(name)
+  return match and match.group("prefix")
+
+
+def _listed_checkpoints(state: bytes, *, where: str) -> set[str]:
+  """The checkpoint prefixes a CheckpointManager state file lists."""
+  with tempfile.TemporaryDirectory() as parse_dir:
+    with open(os.path.join(parse_dir, STATE_FILE), "wb") as f:
+      f.write(state)
+    try:
+      parsed = tf.train.get_checkpoint_state(parse_dir)
+    except ValueError:  # It parsed, but names no latest checkpoint.
+      parsed = None
+  if parsed is None:
+    raise UserError(f"The checkpoint state file {where} cannot be parsed; "
+                    f"restore it from a backup or remove it to start over.")
+  paths = [parsed.model_checkpoint_path, *parsed.all_model_checkpoint_paths]
+  return {os.path.basename(path) for path in paths}

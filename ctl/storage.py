@@ -1,0 +1,212 @@
+"""Where a job's files live: a local directory, a FUSE mount, or gs://.
+
+`open_location(url)` returns a `Location`: a directory TensorFlow reads and
+writes (`local_path`) and, when the url is on Cloud Storage, `fetch()` and
+`publish()` to copy files between that directory and the bucket.
+
+Routes for gs://BUCKET/PATH, and for FUSE_ROOT/BUCKET/PATH (e.g. /gcs/B/P,
+which is the same object path):
+
+  fuse:  Vertex AI mounts buckets at /gcs/BUCKET with Cloud Storage FUSE. FUSE
+         is not POSIX (no atomic rename; every write rewrites the object), so
+         TensorFlow writes to a local staging directory and files are copied
+         to the mount, the checkpoint state file last (see ctl.mirror).
+  gcsfs: The same staging, uploaded with gcsfs over the JSON API. The project
+         is CLOUD_ML_PROJECT_ID when set; STORAGE_EMULATOR_HOST points it at
+         an emulator (anonymously).
+  tf:    TensorFlow's own gs:// filesystem reads and writes the bucket
+         directly; `fetch` and `publish` do nothing.
+  auto:  fuse when FUSE_ROOT/BUCKET is a directory, else gcsfs.
+
+Any other url (a local path, or a scheme TensorFlow knows) is used as is.
+
+The fuse and gcsfs routes check that the bucket is writable before they
+return, so a missing bucket or a missing permission stops the job before it
+trains. Transient errors are retried under a `retry.RetryPolicy`.
+"""
+
+import errno
+import hashlib
+import os
+import posixpath
+import tempfile
+import uuid
+
+from fsspec.implementations import local as fsspec_local
+
+from ctl import mirror as mirror_lib
+from ctl import retry
+from ctl.errors import UserError
+
+ROUTES = ("auto", "fuse", "gcsfs", "tf")
+
+# OSError numbers that a FUSE mount reports for a backend hiccup.
+_TRANSIENT_ERRNOS = frozenset({errno.EIO, errno.EAGAIN, errno.ETIMEDOUT})
+
+
+class Location:
+  """A directory for TensorFlow, mirrored to Cloud Storage when it lives there.
+
+  Attributes:
+    url: The location as the user gave it.
+    local_path: The directory TensorFlow reads and writes: the url itself, or
+      a local staging directory that `fetch` and `publish` keep in step with
+      the bucket.
+  """
+
+  def __init__(self, *, url: str, local_path: str,
+               mirror: mirror_lib.Mirror | None = None):
+    self.url = url
+    self.local_path = local_path
+    self._mirror = mirror
+
+  def fetch(self) -> None:
+    """Copies the committed checkpoints from the bucket before a restore.
+
+    Afterwards `tf.train.CheckpointManager(local_path)` sees the remote state
+    file and the checkpoints it lists, and no stale local ones.
+    """
+    if self._mirror:
+      self._mirror.fetch()
+
+  def publish(self, *, commit_file: str | None = None) -> None:
+    """Uploads new and changed files; blocks until they are in the bucket.
+
+    Args:
+      commit_file: A file (relative to `local_path`) uploaded after all others
+        and before remote copies of locally deleted files are removed: pass
+        "checkpoint", the CheckpointManager state file, so that the bucket
+        never names a half-uploaded checkpoint as the latest.
+    """
+    if self._mirror:
+      self._mirror.publish(commit_file=commit_file)
+
+  def close(self) -> None:
+    """Publishes a last time and releases the staging directory."""
+    if self._mirror:
+      self._mirror.close()
+
+
+def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
+                  staging_dir: str | None = None,
+                  retry_policy: retry.RetryPolicy | None = None) -> Location:
+  """Opens a local or Cloud Storage directory for TensorFlow to use.
+
+  Args:
+    url: A local path, gs://BUCKET/PATH, or FUSE_ROOT/BUCKET/PATH.
+    storage: The route for Cloud Storage urls, one of `ROUTES`.
+    fuse_root: Where buckets are mounted with Cloud Storage FUSE.
+    staging_dir: The local directory for the fuse and gcsfs routes. The default
+      depends only on the url, so a restarted process finds it again.
+      Processes on one machine that open the same url need distinct ones.
+    retry_policy: How to retry transient Cloud Storage errors; the default
+      retries for up to 10 minutes.
+
+  Returns:
+    The opened location.
+
+  Raises:
+    UserError: If `storage` is unknown, the bucket is not mounted on the fuse
+      route, the bucket cannot be written, or the staging directory is in use.
+  """
+  if storage not in ROUTES:
+    raise UserError(f"storage must be one of {', '.join(ROUTES)}, not "
+                    f"{storage!r}.")
+  parsed = _parse_cloud_url(url, fuse_root=fuse_root)
+  if parsed is None:
+    return Location(url=url, local_path=url)
+  bucket, path = parsed
+  gs_url = posixpath.join(f"gs://{bucket}", path).rstrip("/")
+  if storage == "tf":
+    return Location(url=url, local_path=gs_url)
+  mount = os.path.join(fuse_root, bucket)
+  if storage == "auto":
+    storage = "fuse" if os.path.isdir(mount) else "gcsfs"
+  if storage == "fuse":
+    if not os.path.isdir(mount):
+      raise UserError(f"{url} is to be written through Cloud Storage FUSE, but "
+                      f"{mount} is not a directory; mount the bucket there or "
+                      f"use storage='gcsfs'.")
+    fs = fsspec_local.LocalFileSystem(auto_mkdir=True)
+    remote_dir = posixpath.join(mount, path).rstrip("/")
+    is_transient = _is_transient_fuse_error
+  else:
+    fs = _gcs_filesystem()
+    remote_dir = posixpath.join(bucket, path).rstrip("/")
+    is_transient = _is_transient_gcs_error
+  retry_policy = retry_policy or retry.RetryPolicy()
+  _check_writable(fs, remote_dir, url=url, retry_policy=retry_policy,
+                  is_transient=is_transient)
+  local_dir = staging_dir or _default_staging_dir(gs_url)
+  return Location(
+      url=url, local_path=local_dir,
+      mirror=mirror_lib.Mirror(fs=fs, remote_dir=remote_dir,
+                               local_dir=local_dir, retry_policy=retry_policy,
+                               is_transient=is_transient))
+
+
+def _parse_cloud_url(url: str, *, fuse_root: str) -> tuple[str, str] | None:
+  """Splits a Cloud Storage url into (bucket, path); None for other urls."""
+  fuse_prefix = fuse_root.rstrip("/") + "/"
+  if url.startswith("gs://"):
+    rest = url[len("gs://"):]
+  elif url.startswith(fuse_prefix):
+    rest = url[len(fuse_prefix):]
+  else:
+    return None
+  bucket, _, path = rest.partition("/")
+  if not bucket:
+    raise UserError(f"{url} names no bucket; write gs://BUCKET/PATH.")
+  return bucket, path.strip("/")
+
+
+def _default_staging_dir(gs_url: str) -> str:
+  digest = hashlib.sha256(gs_url.encode()).hexdigest()[:16]
+  return os.path.join(tempfile.gettempdir(), "ctl-staging", digest)
+
+
+def _gcs_filesystem():
+  """A gcsfs filesystem for the bucket, or for the emulator when one is set."""
+  import gcsfs  # pylint: disable=g-import-not-at-top  (only gs:// needs it)
+  emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+  # By default gcsfs.GCSFileSystem is an experimental subclass that asks each
+  # bucket over gRPC whether it is zonal or hierarchical; an HTTP emulator
+  # never answers and each call would wait about 60 s. The base class speaks
+  # only the JSON API, as GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false would select
+  # if it were set before gcsfs's first import.
+  filesystem_class = (gcsfs.core.GCSFileSystem if emulator
+                      else gcsfs.GCSFileSystem)
+  kwargs = {"token": "anon"} if emulator else {}
+  if os.environ.get("CLOUD_ML_PROJECT_ID"):
+    kwargs["project"] = os.environ["CLOUD_ML_PROJECT_ID"]
+  return filesystem_class(use_listings_cache=False, **kwargs)
+
+
+def _is_transient_gcs_error(error: Exception) -> bool:
+  """429, 5xx, timeouts and dropped connections: as gcsfs itself retries."""
+  from gcsfs import retry as gcsfs_retry  # pylint: disable=g-import-not-at-top
+  return isinstance(error, TimeoutError) or gcsfs_retry.is_retriable(error)
+
+
+def _is_transient_fuse_error(error: Exception) -> bool:
+  return isinstance(error, OSError) and error.errno in _TRANSIENT_ERRNOS
+
+
+def _check_writable(fs, remote_dir: str, *, url: str,
+                    retry_policy: retry.RetryPolicy, is_transient) -> None:
+  """Writes and removes a probe object, so a bad bucket fails before training.
+
+  Raises:
+    UserError: If the probe cannot be written or removed.
+  """
+  probe = posixpath.join(remote_dir, f".ctl-write-check-{uuid.uuid4().hex}")
+  try:
+    for what, method, args in (("write", fs.pipe_file, (probe, b"")),
+                               ("remove", fs.rm_file, (probe,))):
+      retry.call(lambda: method(*args),  # pylint: disable=cell-var-from-loop
+                 policy=retry_policy, is_transient=is_transient,
+                 what=f"{what} {probe}")
+  except Exception as error:  # pylint: disable=broad-except
+    reason = " ".join(f"{type(error).__name__}: {error}".split())
+    raise UserError(f"Cannot write to {url} ({reason}); check that the bucket "
+                    f"exists and that this job may write to it.") from error

@@ -1,0 +1,25 @@
+"""TensorBoard scalars, written by the chief only.
+
+Other workers get a no-op writer so they never put event files in the run
+directory (which would show up as duplicate runs in TensorBoard).
+"""
+
+import tensorflow as tf
+
+
+class ScalarWriter:
+  """Writes `{tag: value}` scalars at a step; a no-op on non-chief workers."""
+
+  def __init__(self, *, logdir: str, is_chief: bool):
+    self._writer = (tf.summary.create_file_writer(logdir) if is_chief else
+                    tf.summary.create_noop_writer())
+
+  def write(self, step: int, scalars: dict[str, float]) -> None:
+    """Writes the scalars and flushes, so readers see them at once."""
+    with self._writer.as_default(step=step):
+      for tag, value in scalars.items():
+        tf.summary.scalar(tag, value)
+    self._writer.flush()
+
+  def close(self) -> None:
+    self._writer.close()

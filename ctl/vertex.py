@@ -1,0 +1,493 @@
+"""Vertex AI custom jobs: build a CustomJobSpec, check it offline, submit it.
+
+A CustomJobSpec is what `gcloud ai custom-jobs create --config=FILE` reads
+(camelCase YAML) and what the Vertex AI API takes as a job's `jobSpec`. A typo
+in it, an accelerator that does not exist or a chief pool with two replicas is
+otherwise found only after the job is queued, or never; here the spec is
+checked against the protos of `google.cloud.aiplatform_v1` before anything is
+sent, so the files in configs/vertex/ and the specs this module builds are
+tested without a network.
+
+The layout follows the Vertex AI multi-worker codelab: worker pool 0 is the
+chief (always one replica) and worker pool 1 holds the other workers. Vertex AI
+turns that into a TF_CONFIG with task types "chief" and "worker" on every
+replica, and sets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR
+when the spec has a `baseOutputDirectory`.
+
+Usage:
+
+  ctl-vertex --image=us-docker.pkg.dev/PROJECT/ctl/trainer:latest \
+      --num_workers=2 --accelerator_type=NVIDIA_TESLA_V100 \
+      --base_output_dir=gs://BUCKET/cassava \
+      -- --flagfile=configs/cassava_resnet50.cfg --strategy=multi_worker
+
+prints the spec as YAML for `gcloud ai custom-jobs create --config`; add
+`--submit --project=PROJECT --region=us-central1` to create the job directly.
+Needs the `vertex` extra (google-cloud-aiplatform and pyyaml).
+"""
+
+import argparse
+import difflib
+import json
+import re
+import sys
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from google.protobuf import descriptor as descriptor_lib
+from google.protobuf import json_format
+
+from ctl import errors
+
+if TYPE_CHECKING:
+  from google.cloud import aiplatform_v1
+
+_INSTALL_HINT = "install the vertex extra: pip install '.[vertex]'"
+# Accelerator-optimized machine types carry their GPU count in the name
+# (a2-highgpu-1g, a3-highgpu-8g, a4-highgpu-8g) and take exactly that many.
+_FIXED_GPU_MACHINE_TYPE = re.compile(r"^a\d+\w*-\w+-(\d+)g$")
+
+
+def build_job_spec(
+    *,
+    image: str,
+    num_workers: int = 1,
+    machine_type: str = "n1-standard-8",
+    accelerator_type: str | None = None,
+    accelerator_count: int | None = None,
+    base_output_dir: str | None = None,
+    restart_job_on_worker_restart: bool | None = None,
+    trainer_args: Sequence[str] = (),
+) -> dict[str, Any]:
+  """Builds a camelCase CustomJobSpec with identical machines in two pools.
+
+  The result is not checked; pass it to `validate_job_spec`.
+
+  Args:
+    image: The trainer image URI.
+    num_workers: Machines in the job, the chief included. The chief is pool 0;
+      the other `num_workers - 1` machines form pool 1.
+    machine_type: The Compute Engine machine type of every machine.
+    accelerator_type: An `AcceleratorType` name such as "NVIDIA_TESLA_V100", or
+      None for machines without accelerators.
+    accelerator_count: Accelerators per machine. None means what the machine
+      type comes with (8 for a3-highgpu-8g) when an accelerator type is given,
+      else 1.
+    base_output_dir: A gs:// directory Vertex AI derives the AIP_* output
+      directories from, or None.
+    restart_job_on_worker_restart: Whether Vertex AI restarts the whole job when
+      one worker restarts, which multi-worker training needs to resume from a
+      checkpoint. None means "when there is more than one worker".
+    trainer_args: The trainer's command line (containerSpec.args). Empty means
+      the image's default CMD.
+
+  Returns:
+    The spec as a dict of camelCase fields, ready for YAML or JSON.
+
+  Raises:
+    errors.UserError: If `num_workers` is below 1.
+  """
+  if num_workers < 1:
+    raise errors.UserError(
+        f"num_workers counts the chief too, so it must be at least 1, not "
+        f"{num_workers}.")
+  if accelerator_type and accelerator_count is None:
+    accelerator_count = _gpus_in_machine_type(machine_type) or 1
+
+  def pool(replica_count: int) -> dict[str, Any]:
+    # Fresh dicts per pool: shared ones would be written as YAML aliases.
+    machine_spec = {"machineType": machine_type}
+    if accelerator_type:
+      machine_spec["acceleratorType"] = accelerator_type
+    if accelerator_count:
+      machine_spec["acceleratorCount"] = accelerator_count
+    container_spec = {"imageUri": image}
+    if trainer_args:
+      container_spec["args"] = list(trainer_args)
+    return {
+        "replicaCount": replica_count,
+        "machineSpec": machine_spec,
+        "containerSpec": container_spec,
+    }
+
+  spec: dict[str, Any] = {"workerPoolSpecs": [pool(1)]}
+  if num_workers > 1:
+    spec["workerPoolSpecs"].append(pool(num_workers - 1))
+  if base_output_dir:
+    spec["baseOutputDirectory"] = {"outputUriPrefix": base_output_dir}
+  if restart_job_on_worker_restart is None:
+    restart_job_on_worker_restart = num_workers > 1
+  if restart_job_on_worker_restart:
+    spec["scheduling"] = {"restartJobOnWorkerRestart": True}
+  return spec
+
+
+def validate_job_spec(spec: Any) -> "aiplatform_v1.CustomJobSpec":
+  """Checks a camelCase CustomJobSpec the way gcloud and Vertex AI would.
+
+  Beyond parsing into the library's proto (field names, value types, enum
+  names), it rejects snake_case keys (gcloud does), a chief pool without
+  exactly one replica, pools without replicas, machine type or image,
+  accelerator counts without a type and the reverse, GPU counts that do not
+  match an accelerator-optimized machine type, and a non-gs:// output
+  directory.
+
+  Args:
+    spec: The spec as loaded from YAML or JSON, or built by `build_job_spec`.
+
+  Returns:
+    The parsed `google.cloud.aiplatform_v1.CustomJobSpec`.
+
+  Raises:
+    errors.UserError: If anything is wrong, in one sentence that names the
+      field.
+  """
+  aiplatform_v1 = _import_aiplatform()
+  message = aiplatform_v1.CustomJobSpec.pb(aiplatform_v1.CustomJobSpec())
+  _check_fields(spec, message.DESCRIPTOR, path="")
+  try:
+    json_format.ParseDict(spec, message)
+  except json_format.ParseError as e:
+    raise errors.UserError(_parse_error_sentence(e)) from None
+  _check_worker_pools(message, aiplatform_v1)
+  if message.HasField("base_output_directory"):
+    prefix = message.base_output_directory.output_uri_prefix
+    if not prefix.startswith("gs://"):
+      raise errors.UserError(
+          f"baseOutputDirectory.outputUriPrefix must be a gs:// URI, not "
+          f"{prefix!r}.")
+  return aiplatform_v1.CustomJobSpec.wrap(message)
+
+
+def load_job_config(path: str) -> "aiplatform_v1.CustomJobSpec":
+  """Loads and validates a `gcloud ai custom-jobs create --config` file.
+
+  Args:
+    path: A YAML (or JSON) file holding a camelCase CustomJobSpec.
+
+  Returns:
+    The parsed `google.cloud.aiplatform_v1.CustomJobSpec`.
+
+  Raises:
+    errors.UserError: If the file cannot be read, is not YAML, or holds an
+      invalid spec; the sentence starts with the path.
+  """
+  yaml = _import_yaml()
+  try:
+    with open(path, encoding="utf-8") as f:
+      spec = yaml.safe_load(f)
+  except OSError as e:
+    raise errors.UserError(
+        f"Cannot read the job config {path}: {e.strerror}.") from None
+  except yaml.YAMLError as e:
+    raise errors.UserError(
+        f'{path} is not valid YAML: {" ".join(str(e).split())}.') from None
+  try:
+    return validate_job_spec(spec)
+  except errors.UserError as e:
+    raise errors.UserError(f"{path}: {e}") from None
+
+
+def format_job_spec(spec: Mapping[str, Any], output_format: str) -> str:
+  """Renders a spec as "yaml" (for `gcloud --config`) or "json" text."""
+  if output_format == "json":
+    return json.dumps(spec, indent=2) + "\n"
+  return _import_yaml().safe_dump(spec, sort_keys=False)
+
+
+def submit(
+    spec: Mapping[str, Any],
+    *,
+    project: str,
+    region: str,
+    display_name: str,
+    client: Any = None,
+) -> str:
+  """Validates `spec` and creates a Vertex AI custom job that runs it.
+
+  The spec goes to the API as validated, field for field, which is why this
+  uses the `aiplatform_v1` client rather than `aiplatform.CustomJob` (that one
+  rebuilds the spec from its own arguments and wants a staging bucket).
+
+  Args:
+    spec: A camelCase CustomJobSpec.
+    project: The Google Cloud project ID.
+    region: The Vertex AI region, e.g. "us-central1".
+    display_name: The job's name in the console.
+    client: A `JobServiceClient`; None means the regional endpoint with
+      Application Default Credentials.
+
+  Returns:
+    The job's resource name, projects/P/locations/R/customJobs/ID.
+
+  Raises:
+    errors.UserError: If the spec is invalid, there are no credentials, or
+      Vertex AI refuses the request (a 4xx answer).
+  """
+  job_spec = validate_job_spec(spec)
+  aiplatform_v1 = _import_aiplatform()
+  # Both come with google-cloud-aiplatform.
+  from google.api_core import exceptions as api_exceptions  # pylint: disable=g-import-not-at-top
+  from google.auth import exceptions as auth_exceptions  # pylint: disable=g-import-not-at-top
+  try:
+    if client is None:
+      client = aiplatform_v1.JobServiceClient(
+          client_options={"api_endpoint": f"{region}-aiplatform.googleapis.com"})
+    job = client.create_custom_job(
+        parent=f"projects/{project}/locations/{region}",
+        custom_job=aiplatform_v1.CustomJob(
+            display_name=display_name, job_spec=job_spec))
+  except auth_exceptions.DefaultCredentialsError as e:
+    reason = str(e).split(". ")[0].rstrip(".")
+    raise errors.UserError(
+        f"Google Cloud credentials are missing ({reason}); run gcloud auth "
+        "application-default login.") from None
+  except api_exceptions.ClientError as e:
+    raise errors.UserError(
+        f'Vertex AI refused the job: {e.message.rstrip(".")}.') from None
+  return job.name
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """Runs `ctl-vertex`; see the module docstring. Returns the exit code."""
+  argv = list(sys.argv[1:] if argv is None else argv)
+  if "--" in argv:
+    split = argv.index("--")
+    argv, trainer_args = argv[:split], argv[split + 1:]
+  else:
+    trainer_args = []
+  args = _parser().parse_args(argv)
+  try:
+    spec = build_job_spec(
+        image=args.image,
+        num_workers=args.num_workers,
+        machine_type=args.machine_type,
+        accelerator_type=args.accelerator_type,
+        accelerator_count=args.accelerator_count,
+        base_output_dir=args.base_output_dir,
+        restart_job_on_worker_restart=args.restart_job_on_worker_restart,
+        trainer_args=trainer_args)
+    if args.submit:
+      if not (args.project and args.region):
+        raise errors.UserError("--submit needs --project and --region.")
+      print(submit(spec, project=args.project, region=args.region,
+                   display_name=args.display_name))
+    else:
+      validate_job_spec(spec)
+      print(format_job_spec(spec, args.format), end="")
+  except errors.UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return errors.USER_ERROR_EXIT_CODE
+  return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+  """The `ctl-vertex` command line; trainer arguments follow `--`."""
+  parser = argparse.ArgumentParser(
+      prog="ctl-vertex",
+      description="Build, check and optionally submit a Vertex AI custom job "
+      "that runs the trainer image on one or more machines.",
+      epilog="Arguments after -- become the trainer command line "
+      "(containerSpec.args); without them the image default CMD runs.")
+  parser.add_argument(
+      "--image", required=True,
+      help="Trainer image URI, e.g. us-docker.pkg.dev/PROJECT/ctl/trainer:tag.")
+  parser.add_argument(
+      "--num_workers", type=int, default=1,
+      help="Machines in the job, the chief included.")
+  parser.add_argument(
+      "--machine_type", default="n1-standard-8",
+      help="Compute Engine machine type of every machine.")
+  parser.add_argument(
+      "--accelerator_type",
+      help="e.g. NVIDIA_TESLA_V100, NVIDIA_TESLA_A100, NVIDIA_H100_80GB; "
+      "omit for CPU-only machines.")
+  parser.add_argument(
+      "--accelerator_count", type=int,
+      help="Accelerators per machine; default: what the machine type comes "
+      "with (a3-highgpu-8g: 8), else 1.")
+  parser.add_argument(
+      "--base_output_dir",
+      help="gs:// directory; Vertex AI sets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR "
+      "and AIP_TENSORBOARD_LOG_DIR under it.")
+  restart = parser.add_mutually_exclusive_group()
+  restart.add_argument(
+      "--restart_job_on_worker_restart", action="store_true",
+      help="Restart the whole job when a worker restarts (default when "
+      "num_workers > 1).")
+  restart.add_argument(
+      "--norestart_job_on_worker_restart", action="store_false",
+      dest="restart_job_on_worker_restart")
+  parser.set_defaults(restart_job_on_worker_restart=None)
+  parser.add_argument(
+      "--format", choices=("yaml", "json"), default="yaml",
+      help="How to print the spec when not submitting.")
+  parser.add_argument(
+      "--submit", action="store_true",
+      help="Create the job on Vertex AI instead of printing the spec.")
+  parser.add_argument("--project", help="Google Cloud project for --submit.")
+  parser.add_argument("--region", help="Vertex AI region for --submit.")
+  parser.add_argument(
+      "--display_name", default="ctl-trainer",
+      help="Job name shown in the console, for --submit.")
+  return parser
+
+
+def _check_fields(
+    value: Any, descriptor: descriptor_lib.Descriptor, *, path: str) -> None:
+  """Rejects unknown or snake_case keys and unknown enum names, by path.
+
+  `json_format.ParseDict` catches most of these too, but accepts snake_case
+  and enum numbers (gcloud does not) and words its errors as a chain of
+  nested messages.
+
+  Args:
+    value: The part of the spec at `path`.
+    descriptor: The message type expected at `path`.
+    path: Where `value` is, like "workerPoolSpecs[0].machineSpec"; "" for the
+      top.
+
+  Raises:
+    errors.UserError: On the first problem found.
+  """
+  where = path or "the job spec"
+  if not isinstance(value, Mapping):
+    raise errors.UserError(
+        f"{where} must be a mapping of field names to values, not "
+        f"{_kind(value)}.")
+  fields = {field.json_name: field for field in descriptor.fields}
+  for key, item in value.items():
+    field = fields.get(key)
+    if field is None:
+      raise errors.UserError(_unknown_field_sentence(key, where, descriptor))
+    field_path = f"{path}.{key}" if path else key
+    if field.enum_type is not None and (
+        not isinstance(item, str) or
+        item not in field.enum_type.values_by_name):
+      known = ", ".join(v.name for v in field.enum_type.values
+                        if not v.name.endswith("_UNSPECIFIED"))
+      raise errors.UserError(
+          f"{field_path} {item!r} is not a Vertex AI {field.enum_type.name}; "
+          f"use one of {known}.")
+    message_type = field.message_type
+    if message_type is None or message_type.full_name.startswith(
+        "google.protobuf."):
+      continue  # Scalars and well-known types: ParseDict checks the values.
+    if not field.is_repeated:
+      _check_fields(item, message_type, path=field_path)
+    elif not isinstance(item, list):
+      raise errors.UserError(f"{field_path} must be a list, not {_kind(item)}.")
+    else:
+      for index, element in enumerate(item):
+        _check_fields(element, message_type, path=f"{field_path}[{index}]")
+
+
+def _check_worker_pools(message: Any, aiplatform_v1: Any) -> None:
+  """Checks replicas, machines and images of the parsed worker pools."""
+  pools = message.worker_pool_specs
+  if not pools or not pools[0].ByteSize():
+    raise errors.UserError(
+        "workerPoolSpecs[0] must describe the chief, the one machine every "
+        "job has.")
+  for index, pool in enumerate(pools):
+    if not pool.ByteSize():
+      continue  # Vertex AI takes {} as a placeholder for an unused pool.
+    where = f"workerPoolSpecs[{index}]"
+    if pool.replica_count < 1:
+      raise errors.UserError(
+          f"{where}.replicaCount must be at least 1, not {pool.replica_count}.")
+    if index == 0 and pool.replica_count != 1:
+      raise errors.UserError(
+          f"{where} is the chief and must have replicaCount 1, not "
+          f"{pool.replica_count}; put the other workers in workerPoolSpecs[1].")
+    if not pool.machine_spec.machine_type:
+      raise errors.UserError(f"{where}.machineSpec.machineType is missing.")
+    if not (pool.container_spec.image_uri or
+            pool.python_package_spec.executor_image_uri):
+      raise errors.UserError(f"{where}.containerSpec.imageUri is missing.")
+    _check_accelerators(pool.machine_spec, f"{where}.machineSpec",
+                        aiplatform_v1)
+
+
+def _check_accelerators(
+    machine_spec: Any, where: str, aiplatform_v1: Any) -> None:
+  """Checks that accelerator type, count and machine type agree."""
+  count = machine_spec.accelerator_count
+  accelerator = aiplatform_v1.AcceleratorType(machine_spec.accelerator_type)
+  if accelerator == aiplatform_v1.AcceleratorType.ACCELERATOR_TYPE_UNSPECIFIED:
+    if count:
+      raise errors.UserError(
+          f"{where} asks for {count} accelerators but has no acceleratorType.")
+    return
+  if count < 1:
+    raise errors.UserError(
+        f"{where} has acceleratorType {accelerator.name} but acceleratorCount "
+        f"{count}; set acceleratorCount to at least 1.")
+  machine_type = machine_spec.machine_type
+  gpus = _gpus_in_machine_type(machine_type)
+  if gpus is not None and count != gpus:
+    raise errors.UserError(
+        f"{where}: {machine_type} comes with {gpus} GPUs, so acceleratorCount "
+        f"must be {gpus}, not {count}.")
+
+
+def _gpus_in_machine_type(machine_type: str) -> int | None:
+  """The fixed GPU count of an accelerator-optimized machine type, or None."""
+  match = _FIXED_GPU_MACHINE_TYPE.match(machine_type)
+  return int(match.group(1)) if match else None
+
+
+def _unknown_field_sentence(
+    key: str, where: str, descriptor: descriptor_lib.Descriptor) -> str:
+  """Says that `key` is not a field here, with the likely intended name."""
+  snake = descriptor.fields_by_name.get(key)
+  if snake is not None:
+    return (f"{where} spells {key!r} in snake_case; gcloud only accepts "
+            f"{snake.json_name!r}.")
+  names = sorted(field.json_name for field in descriptor.fields)
+  close = difflib.get_close_matches(key, names, n=1)
+  if close:
+    return f"{where} has no field {key!r}; did you mean {close[0]!r}?"
+  return (f"{where} has no field {key!r}; {descriptor.name} has "
+          f'{", ".join(names)}.')
+
+
+def _parse_error_sentence(error: json_format.ParseError) -> str:
+  """Turns ParseDict's nested "Failed to parse X field: ..." into a sentence."""
+  text = " ".join(str(error).split())
+  fields = re.findall(r"Failed to parse (\w+) field: ", text)
+  reason = re.sub(r"(Failed to parse \w+ field: )+", "", text).rstrip(".")
+  return f'{".".join(fields) or "The job spec"} is invalid: {reason}.'
+
+
+def _kind(value: Any) -> str:
+  """Names a YAML value's kind for error messages."""
+  if value is None:
+    return "empty"
+  return {dict: "a mapping", list: "a list", str: "a string"}.get(
+      type(value), type(value).__name__)
+
+
+def _import_aiplatform() -> Any:
+  """Imports `google.cloud.aiplatform_v1`, or says how to install it."""
+  try:
+    from google.cloud import aiplatform_v1  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise errors.UserError(
+        f"Vertex AI support needs google-cloud-aiplatform; {_INSTALL_HINT}."
+    ) from None
+  return aiplatform_v1
+
+
+def _import_yaml() -> Any:
+  """Imports pyyaml, or says how to install it."""
+  try:
+    import yaml  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise errors.UserError(
+        f"Vertex AI job configs are YAML and need pyyaml; {_INSTALL_HINT}."
+    ) from None
+  return yaml
+
+
+if __name__ == "__main__":
+  sys.exit(main())

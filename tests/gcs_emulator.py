@@ -1,0 +1,190 @@
+"""A real Cloud Storage server for tests: gcp-storage-emulator in a process.
+
+TensorFlow's own gs:// filesystem cannot be pointed at an emulator, but gcsfs
+can (through `STORAGE_EMULATOR_HOST`), so Cloud Storage behaviour is tested
+against this server. It runs as a separate process on a free loopback port and
+keeps its objects on disk, so a test can stop it (a network outage), start it
+again on the same port, and find the objects it had.
+
+To stop it at an exact moment, `start(exit_on_upload=NAME)` makes the server
+process exit, without answering or storing anything, when an upload of an
+object whose name ends with NAME arrives: that is a connection that dies right
+before that object lands, as when a VM is preempted mid-upload.
+
+Use the `gcs_emulator` fixture (registered in tests/conftest.py): it starts the
+server with bucket `GcsEmulator.BUCKET`, points `STORAGE_EMULATOR_HOST` at it
+for this process and its children, and stops it after the test.
+
+Importing this module sets GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false (unless
+set): with it on, gcsfs's default class probes each bucket over gRPC, which an
+HTTP emulator never answers, and every call waits about 60 s.
+"""
+
+import argparse
+import functools
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
+_HOST = "127.0.0.1"
+_START_TIMEOUT_S = 30.0
+
+
+def _free_port() -> int:
+  """Returns a loopback TCP port that nothing listens on right now."""
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    sock.bind((_HOST, 0))
+    return sock.getsockname()[1]
+
+
+class GcsEmulator:
+  """One gcp-storage-emulator server process with its data on disk.
+
+  Attributes:
+    BUCKET: The bucket the `gcs_emulator` fixture creates.
+    port: The loopback port, the same across restarts.
+    endpoint: The value for `STORAGE_EMULATOR_HOST`.
+  """
+
+  BUCKET = "test-bucket"
+
+  def __init__(self, *, data_dir: str):
+    """Prepares a server; call `start()` to run it.
+
+    Args:
+      data_dir: An absolute directory where the server keeps its objects.
+    """
+    self._data_dir = data_dir
+    self._process = None
+    self.port = _free_port()
+    self.endpoint = f"http://{_HOST}:{self.port}"
+
+  def start(self, *, exit_on_upload: str | None = None) -> None:
+    """Starts the server process and waits until it answers.
+
+    Args:
+      exit_on_upload: If given, the process exits when an upload of an object
+        whose name ends with this arrives, before storing it.
+
+    Raises:
+      RuntimeError: If the server does not answer within 30 s.
+    """
+    command = [sys.executable, __file__, "--port", str(self.port),
+               "--data_dir", self._data_dir]
+    if exit_on_upload:
+      command += ["--exit_on_upload", exit_on_upload]
+    self._process = subprocess.Popen(command)
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while not self._answers():
+      if self._process.poll() is not None or time.monotonic() > deadline:
+        self.stop()
+        raise RuntimeError(f"gcp-storage-emulator did not start on "
+                           f"{self.endpoint}.")
+      time.sleep(0.05)
+
+  def stop(self) -> None:
+    """Kills the server process (a no-op when it has already exited)."""
+    if self._process is not None:
+      self._process.kill()
+      self._process.wait()
+      self._process = None
+
+  def wait_until_exited(self, *, timeout_s: float = 60.0) -> None:
+    """Waits for a server started with `exit_on_upload` to exit by itself."""
+    self._process.wait(timeout=timeout_s)
+    self._process = None
+
+  def restart(self, *, exit_on_upload: str | None = None) -> None:
+    """Stops the server and starts it again on the same port and data."""
+    self.stop()
+    self.start(exit_on_upload=exit_on_upload)
+
+  def create_bucket(self, name: str) -> None:
+    """Creates a bucket through the JSON API, as `gsutil mb` would."""
+    request = urllib.request.Request(
+        f"{self.endpoint}/storage/v1/b?project=test",
+        data=json.dumps({"name": name}).encode(),
+        headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=10):
+      pass
+
+  def filesystem(self):
+    """A gcsfs client of this server, for a test to look at the objects."""
+    import gcsfs  # pylint: disable=g-import-not-at-top
+    return gcsfs.core.GCSFileSystem(endpoint_url=self.endpoint, token="anon",
+                                    use_listings_cache=False,
+                                    skip_instance_cache=True)
+
+  def _answers(self) -> bool:
+    try:
+      with urllib.request.urlopen(f"{self.endpoint}/", timeout=1):
+        return True
+    except (urllib.error.URLError, OSError):
+      return False
+
+
+@pytest.fixture
+def gcs_emulator(tmp_path, monkeypatch):
+  """A running `GcsEmulator` with bucket `GcsEmulator.BUCKET`, stopped after.
+
+  `STORAGE_EMULATOR_HOST` points at it for the test and any process it starts.
+  """
+  emulator = GcsEmulator(data_dir=str(tmp_path / "gcs-emulator"))
+  emulator.start()
+  try:
+    emulator.create_bucket(GcsEmulator.BUCKET)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator.endpoint)
+    yield emulator
+  finally:
+    emulator.stop()
+
+
+def _serve(*, port: int, data_dir: str, exit_on_upload: str | None) -> None:
+  """Serves the emulator's JSON API until killed."""
+  # pylint: disable=g-import-not-at-top
+  from gcp_storage_emulator import server
+  from gcp_storage_emulator import storage
+
+  class Handler(server.RequestHandler):
+
+    def do_POST(self):  # pylint: disable=invalid-name
+      self._exit_if_dying_upload()
+      super().do_POST()
+
+    def do_PUT(self):  # pylint: disable=invalid-name
+      self._exit_if_dying_upload()
+      super().do_PUT()
+
+    def _exit_if_dying_upload(self):
+      # Simple and resumable uploads name the object in the query
+      # (?name=...); it arrives percent-encoded.
+      name = urllib.parse.parse_qs(
+          urllib.parse.urlsplit(self.path).query).get("name", [""])[0]
+      if exit_on_upload and name.endswith(exit_on_upload):
+        os._exit(1)  # pylint: disable=protected-access
+
+  httpd = http.server.HTTPServer(
+      (_HOST, port),
+      functools.partial(Handler, storage.Storage(data_dir=data_dir)))
+  httpd.serve_forever()
+
+
+if __name__ == "__main__":
+  parser = argparse.ArgumentParser(description=__doc__)
+  parser.add_argument("--port", type=int, required=True)
+  parser.add_argument("--data_dir", required=True)
+  parser.add_argument("--exit_on_upload")
+  args = parser.parse_args()
+  _serve(port=args.port, data_dir=args.data_dir,
+         exit_on_upload=args.exit_on_upload)

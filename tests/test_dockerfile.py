@@ -1,0 +1,95 @@
+"""Tests for the Dockerfile, read as Docker would, since no engine runs here.
+
+The image runs `python -m trainer.task <CMD>` in WORKDIR, which holds a copy
+of the repository root; the last test runs that same command line from the
+repository root, with --dry_run so it checks the flags without training.
+"""
+
+import configparser
+import fnmatch
+import json
+import pathlib
+import subprocess
+import sys
+
+from dockerfile_parse import DockerfileParser
+from packaging import requirements
+import pytest
+
+_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(name="dockerfile", scope="module")
+def fixture_dockerfile():
+  return DockerfileParser(path=str(_ROOT / "Dockerfile"))
+
+
+def _instructions(dockerfile, name):
+  return [item["value"] for item in dockerfile.structure
+          if item["instruction"] == name]
+
+
+def _exec_form(dockerfile, name):
+  """The JSON list of the last `name` instruction; fails for shell form."""
+  values = _instructions(dockerfile, name)
+  assert values, f"the Dockerfile has no {name}"
+  return json.loads(values[-1])
+
+
+def _pinned_tensorflow_version():
+  parser = configparser.ConfigParser()
+  parser.read(_ROOT / "setup.cfg")
+  for line in parser["options"]["install_requires"].splitlines():
+    if line.strip():
+      requirement = requirements.Requirement(line.strip())
+      if requirement.name == "tensorflow":
+        (specifier,) = requirement.specifier
+        assert specifier.operator == "=="
+        return specifier.version
+  raise AssertionError("setup.cfg does not pin tensorflow")
+
+
+def test_base_image_has_the_pinned_tensorflow(dockerfile):
+  repository, tag = dockerfile.baseimage.split(":")
+
+  assert repository == "tensorflow/tensorflow"
+  assert tag == f"{_pinned_tensorflow_version()}-gpu"
+
+
+def test_repository_root_is_copied_into_workdir(dockerfile):
+  workdir = _instructions(dockerfile, "WORKDIR")[-1]
+
+  assert _instructions(dockerfile, "COPY") == [f". {workdir}"]
+
+
+def test_entrypoint_runs_the_trainer_module_in_exec_form(dockerfile):
+  # Exec form keeps python as PID 1, so SIGTERM on preemption reaches it.
+  assert _exec_form(dockerfile, "ENTRYPOINT") == [
+      "python", "-m", "trainer.task"]
+  assert (_ROOT / "trainer" / "task.py").is_file()
+
+
+def test_dockerignore_keeps_what_the_image_needs():
+  patterns = [line.strip() for line in
+              (_ROOT / ".dockerignore").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+  needed = ["setup.cfg", "ctl/errors.py", "trainer/task.py",
+            "configs/cassava_resnet50.cfg"]
+
+  for path in needed:
+    parts = pathlib.PurePosixPath(path).parts
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    excluded = [p for p in patterns
+                if any(fnmatch.fnmatch(prefix, p) for prefix in prefixes)]
+    assert not excluded, f".dockerignore drops {path} with {excluded}"
+  assert {".git", ".venv"} <= set(patterns)
+
+
+def test_default_cmd_is_accepted_by_the_trainer(dockerfile):
+  cmd = _exec_form(dockerfile, "CMD")
+
+  result = subprocess.run(
+      [sys.executable, "-m", "trainer.task", *cmd, "--dry_run"],
+      cwd=_ROOT, capture_output=True, text=True, check=False)
+
+  assert result.returncode == 0, result.stderr

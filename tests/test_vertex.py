@@ -1,0 +1,287 @@
+"""Tests for ctl.vertex and configs/vertex/, against the library's own protos."""
+
+import copy
+import http.server
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+
+from google.auth import credentials
+from google.cloud import aiplatform_v1
+import pytest
+import yaml
+
+from ctl import errors
+from ctl import vertex
+
+_ROOT = pathlib.Path(__file__).resolve().parent.parent
+_CONFIGS = sorted((_ROOT / "configs" / "vertex").glob("*.yaml"))
+_IMAGE = "us-docker.pkg.dev/PROJECT/ctl/trainer:latest"
+
+
+def _run_cli(*args, env=None):
+  return subprocess.run(
+      [sys.executable, "-m", "ctl.vertex", *args], cwd=_ROOT,
+      capture_output=True, text=True, check=False, env=env)
+
+
+def test_configs_exist():
+  assert len(_CONFIGS) >= 5
+
+
+@pytest.mark.parametrize("path", _CONFIGS, ids=lambda path: path.name)
+def test_config_is_a_valid_job_for_the_trainer_image(path):
+  spec = vertex.load_job_config(str(path))
+
+  pools = [pool for pool in spec.worker_pool_specs if pool.replica_count]
+  # Chief and workers must run the same program on the same kind of machine.
+  assert len({aiplatform_v1.WorkerPoolSpec.to_json(
+      aiplatform_v1.WorkerPoolSpec(
+          machine_spec=pool.machine_spec, container_spec=pool.container_spec))
+              for pool in pools}) == 1
+  assert pools[0].container_spec.args[0] == (
+      "--flagfile=configs/cassava_resnet50.cfg")
+  assert spec.base_output_directory.output_uri_prefix.startswith("gs://")
+  assert spec.scheduling.restart_job_on_worker_restart == (len(pools) > 1)
+
+
+def test_one_worker_is_a_chief_only_job():
+  spec = vertex.build_job_spec(image=_IMAGE, trainer_args=["--train_steps=5"])
+
+  job_spec = vertex.validate_job_spec(spec)
+
+  (chief,) = job_spec.worker_pool_specs
+  assert chief.replica_count == 1
+  assert chief.machine_spec.machine_type == "n1-standard-8"
+  assert not chief.machine_spec.accelerator_count
+  assert list(chief.container_spec.args) == ["--train_steps=5"]
+  assert not job_spec.scheduling.restart_job_on_worker_restart
+
+
+def test_three_workers_are_a_chief_and_a_pool_of_two():
+  spec = vertex.build_job_spec(
+      image=_IMAGE, num_workers=3, accelerator_type="NVIDIA_TESLA_V100",
+      base_output_dir="gs://bucket/run")
+
+  job_spec = vertex.validate_job_spec(spec)
+
+  chief, workers = job_spec.worker_pool_specs
+  assert (chief.replica_count, workers.replica_count) == (1, 2)
+  for pool in (chief, workers):
+    assert pool.machine_spec.accelerator_type == (
+        aiplatform_v1.AcceleratorType.NVIDIA_TESLA_V100)
+    assert pool.machine_spec.accelerator_count == 1
+    assert pool.container_spec.image_uri == _IMAGE
+    assert not pool.container_spec.args  # The image's default CMD runs.
+  assert job_spec.base_output_directory.output_uri_prefix == "gs://bucket/run"
+  assert job_spec.scheduling.restart_job_on_worker_restart
+
+
+def test_accelerator_count_defaults_to_what_the_machine_comes_with():
+  spec = vertex.build_job_spec(
+      image=_IMAGE, machine_type="a3-highgpu-8g",
+      accelerator_type="NVIDIA_H100_80GB")
+
+  (chief,) = vertex.validate_job_spec(spec).worker_pool_specs
+  assert chief.machine_spec.accelerator_count == 8
+
+
+def test_zero_workers_is_a_user_error():
+  with pytest.raises(errors.UserError, match="at least 1, not 0"):
+    vertex.build_job_spec(image=_IMAGE, num_workers=0)
+
+
+def test_bad_accelerator_exits_2_with_one_sentence():
+  result = _run_cli(f"--image={_IMAGE}", "--accelerator_type=NVIDIA_TESLA_V1000")
+
+  assert result.returncode == errors.USER_ERROR_EXIT_CODE
+  assert result.stdout == ""
+  assert result.stderr.startswith(
+      "error: workerPoolSpecs[0].machineSpec.acceleratorType "
+      "'NVIDIA_TESLA_V1000' is not a Vertex AI AcceleratorType; use one of ")
+  assert "NVIDIA_TESLA_V100," in result.stderr
+  assert len(result.stderr.splitlines()) == 1
+
+
+def test_cli_prints_yaml_that_loads_back_as_a_config(tmp_path, capsys):
+  exit_code = vertex.main([
+      f"--image={_IMAGE}", "--num_workers=2",
+      "--accelerator_type=NVIDIA_TESLA_A100", "--machine_type=a2-highgpu-1g",
+      "--base_output_dir=gs://bucket/run", "--",
+      "--flagfile=configs/cassava_resnet50.cfg", "--strategy=multi_worker"])
+  config = tmp_path / "job.yaml"
+  config.write_text(capsys.readouterr().out)
+
+  assert exit_code == 0
+  chief, workers = vertex.load_job_config(str(config)).worker_pool_specs
+  assert list(workers.container_spec.args) == [
+      "--flagfile=configs/cassava_resnet50.cfg", "--strategy=multi_worker"]
+  assert chief.replica_count == workers.replica_count == 1
+
+
+def test_cli_prints_json(capsys):
+  exit_code = vertex.main([f"--image={_IMAGE}", "--format=json",
+                           "--norestart_job_on_worker_restart",
+                           "--num_workers=2"])
+
+  assert exit_code == 0
+  assert json.loads(capsys.readouterr().out) == vertex.build_job_spec(
+      image=_IMAGE, num_workers=2, restart_job_on_worker_restart=False)
+
+
+def _v100_config():
+  with open(_ROOT / "configs" / "vertex" / "multiworker_v100.yaml") as f:
+    return yaml.safe_load(f)
+
+
+def _edit(spec, path, value):
+  """Sets spec[path[0]][path[1]]... = value in a copy; None deletes."""
+  spec = copy.deepcopy(spec)
+  node = spec
+  for key in path[:-1]:
+    node = node[key]
+  if value is None:
+    del node[path[-1]]
+  else:
+    node[path[-1]] = value
+  return spec
+
+
+@pytest.mark.parametrize("path, value, message", [
+    (("workerPoolSpecs", 0, "machineSpec", "machineTyp"), "n1-standard-8",
+     "workerPoolSpecs[0].machineSpec has no field 'machineTyp'; "
+     "did you mean 'machineType'?"),
+    (("workerPoolSpecs", 1, "replica_count"), 2,
+     "workerPoolSpecs[1] spells 'replica_count' in snake_case; gcloud only "
+     "accepts 'replicaCount'."),
+    (("workerPoolSpecs", 0, "replicaCount"), 2,
+     "workerPoolSpecs[0] is the chief and must have replicaCount 1, not 2"),
+    (("workerPoolSpecs", 1, "replicaCount"), 0,
+     "workerPoolSpecs[1].replicaCount must be at least 1, not 0."),
+    (("workerPoolSpecs", 1, "machineSpec", "acceleratorType"), None,
+     "workerPoolSpecs[1].machineSpec asks for 1 accelerators but has no "
+     "acceleratorType."),
+    (("workerPoolSpecs", 1, "machineSpec", "acceleratorCount"), None,
+     "workerPoolSpecs[1].machineSpec has acceleratorType NVIDIA_TESLA_V100 "
+     "but acceleratorCount 0"),
+    (("workerPoolSpecs", 1, "machineSpec", "machineType"), "a2-highgpu-2g",
+     "a2-highgpu-2g comes with 2 GPUs, so acceleratorCount must be 2, not 1."),
+    (("workerPoolSpecs", 0, "containerSpec", "imageUri"), None,
+     "workerPoolSpecs[0].containerSpec.imageUri is missing."),
+    (("workerPoolSpecs",), {"replicaCount": 1},
+     "workerPoolSpecs must be a list, not a mapping."),
+    (("baseOutputDirectory", "outputUriPrefix"), "/gcs/bucket/run",
+     "baseOutputDirectory.outputUriPrefix must be a gs:// URI, not "
+     "'/gcs/bucket/run'."),
+    (("scheduling", "timeout"), "1h",
+     'scheduling.timeout is invalid: Duration must end with letter "s"'),
+])
+def test_config_mistake_is_one_clear_sentence(tmp_path, path, value, message):
+  config = tmp_path / "job.yaml"
+  config.write_text(yaml.safe_dump(_edit(_v100_config(), path, value)))
+
+  with pytest.raises(errors.UserError) as raised:
+    vertex.load_job_config(str(config))
+
+  assert str(raised.value).startswith(f"{config}: ")
+  assert message in str(raised.value)
+
+
+def test_config_that_is_not_yaml_is_a_user_error(tmp_path):
+  config = tmp_path / "job.yaml"
+  config.write_text("workerPoolSpecs: [\n")
+
+  with pytest.raises(errors.UserError, match="is not valid YAML"):
+    vertex.load_job_config(str(config))
+
+
+def test_missing_config_is_a_user_error(tmp_path):
+  with pytest.raises(errors.UserError, match="Cannot read the job config"):
+    vertex.load_job_config(str(tmp_path / "missing.yaml"))
+
+
+class _FakeVertex(http.server.BaseHTTPRequestHandler):
+  """Answers CreateCustomJob over REST the way Vertex AI does, or refuses."""
+
+  requests = []
+  refuse = False
+
+  def do_POST(self):  # pylint: disable=invalid-name
+    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    self.requests.append((self.path, body))
+    if self.refuse:
+      status, answer = 403, {"error": {
+          "code": 403, "message": "Permission denied on project p.",
+          "status": "PERMISSION_DENIED"}}
+    else:
+      status, answer = 200, dict(body, name="projects/p/locations/r/"
+                                 "customJobs/123", state="JOB_STATE_QUEUED")
+    payload = json.dumps(answer).encode()
+    self.send_response(status)
+    self.send_header("Content-Type", "application/json")
+    self.send_header("Content-Length", str(len(payload)))
+    self.end_headers()
+    self.wfile.write(payload)
+
+  def log_message(self, *args):
+    del args  # Quiet test output.
+
+
+@pytest.fixture(name="fake_vertex")
+def fixture_fake_vertex(monkeypatch):
+  """A JobServiceClient talking REST to a local fake of Vertex AI."""
+  monkeypatch.setattr(_FakeVertex, "requests", [])
+  server = http.server.HTTPServer(("127.0.0.1", 0), _FakeVertex)
+  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread.start()
+  client = aiplatform_v1.JobServiceClient(
+      credentials=credentials.AnonymousCredentials(), transport="rest",
+      client_options={"api_endpoint": f"http://127.0.0.1:{server.server_port}"})
+  yield client
+  server.shutdown()
+  thread.join()
+  server.server_close()
+
+
+def test_submit_sends_the_validated_spec(fake_vertex):
+  spec = vertex.build_job_spec(
+      image=_IMAGE, num_workers=2, accelerator_type="NVIDIA_TESLA_V100",
+      base_output_dir="gs://bucket/run")
+
+  name = vertex.submit(spec, project="p", region="r", display_name="cassava",
+                       client=fake_vertex)
+
+  assert name == "projects/p/locations/r/customJobs/123"
+  ((path, body),) = _FakeVertex.requests
+  assert path.startswith("/v1/projects/p/locations/r/customJobs")
+  assert body["displayName"] == "cassava"
+  assert aiplatform_v1.CustomJobSpec.from_json(
+      json.dumps(body["jobSpec"])) == vertex.validate_job_spec(spec)
+
+
+def test_submit_refused_by_vertex_is_a_user_error(fake_vertex, monkeypatch):
+  monkeypatch.setattr(_FakeVertex, "refuse", True)
+  spec = vertex.build_job_spec(image=_IMAGE)
+
+  with pytest.raises(errors.UserError) as raised:
+    vertex.submit(spec, project="p", region="r", display_name="cassava",
+                  client=fake_vertex)
+
+  assert str(raised.value).startswith("Vertex AI refused the job: ")
+  assert str(raised.value).endswith(": Permission denied on project p.")
+
+
+def test_submit_without_credentials_exits_2(tmp_path):
+  env = dict(os.environ,
+             GOOGLE_APPLICATION_CREDENTIALS=str(tmp_path / "missing.json"))
+
+  result = _run_cli(f"--image={_IMAGE}", "--submit", "--project=p",
+                    "--region=us-central1", env=env)
+
+  assert result.returncode == errors.USER_ERROR_EXIT_CODE
+  assert result.stderr.startswith(
+      "error: Google Cloud credentials are missing (")
+  assert "Traceback" not in result.stderr

@@ -1,0 +1,83 @@
+"""Models: ResNet50 with the Vertex AI codelab's head, and a small CNN.
+
+Both map float images in [0, 1] to float32 logits: the last layer computes in
+float32 whatever the mixed-precision policy, so softmax and the loss stay
+numerically safe under `mixed_bfloat16` / `mixed_float16`.
+"""
+
+import os
+
+import keras
+
+from ctl.errors import UserError
+
+MODELS = ("resnet50", "small_cnn")
+
+
+def build_model(*, name: str, num_classes: int,
+                image_shape: tuple[int, int, int],
+                weights: str = "none") -> keras.Model:
+  """Builds a classifier that outputs logits.
+
+  Args:
+    name: one of MODELS.
+    num_classes: size of the output layer.
+    image_shape: (height, width, channels).
+    weights: for resnet50: "none" (random init), "imagenet" (downloads on
+      machines that can), or the path of a local backbone weights file (as
+      saved by `keras.applications.ResNet50(include_top=False)`).
+
+  Returns:
+    An uncompiled Keras model.
+
+  Raises:
+    UserError: unknown model, weights file not found, or imagenet weights
+      that cannot be downloaded.
+  """
+  if name == "resnet50":
+    return _resnet50(num_classes, image_shape, weights)
+  if name == "small_cnn":
+    if weights != "none":
+      raise UserError("--weights applies to resnet50 only; small_cnn starts "
+                      "from random weights.")
+    return _small_cnn(num_classes, image_shape)
+  raise UserError(f"Unknown model {name!r}; choose one of {', '.join(MODELS)}.")
+
+
+def _resnet50(num_classes, image_shape, weights) -> keras.Model:
+  """ResNet50 without top + global average pooling + Dense(1016) + Dense."""
+  if weights not in ("none", "imagenet") and not os.path.isfile(weights):
+    raise UserError(f"Weights file {weights} not found; pass --weights=none, "
+                    "imagenet or the path of a local weights file.")
+  try:
+    backbone = keras.applications.ResNet50(
+        include_top=False, input_shape=image_shape,
+        weights=None if weights == "none" else weights)
+  except Exception as e:  # Keras raises several types for a failed download.
+    if weights == "imagenet":
+      raise UserError("Could not download the ImageNet weights for ResNet50 "
+                      f"({type(e).__name__}); on an offline machine pass "
+                      "--weights=PATH to a local file.") from None
+    raise UserError(f"Could not load weights from {weights}: "
+                    f"{str(e).splitlines()[0][:160]}") from None
+  x = keras.layers.GlobalAveragePooling2D()(backbone.output)
+  x = keras.layers.Dense(1016, activation="relu")(x)
+  logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
+  return keras.Model(backbone.input, logits, name="resnet50_transfer")
+
+
+def _small_cnn(num_classes, image_shape) -> keras.Model:
+  """A small CNN for tests and the offline demo (trains in seconds on CPU).
+
+  It has a Dropout layer on purpose: its RNG state must survive a resume.
+  """
+  inputs = keras.Input(image_shape)
+  x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(inputs)
+  x = keras.layers.MaxPooling2D()(x)
+  x = keras.layers.Conv2D(64, 3, padding="same", activation="relu")(x)
+  x = keras.layers.MaxPooling2D()(x)
+  x = keras.layers.Conv2D(64, 3, padding="same", activation="relu")(x)
+  x = keras.layers.GlobalAveragePooling2D()(x)
+  x = keras.layers.Dropout(0.1)(x)
+  logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
+  return keras.Model(inputs, logits, name="small_cnn")

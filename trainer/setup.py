@@ -1,0 +1,167 @@
+"""From the trainer's configuration (flag values) to a runnable ctl job.
+
+Order matters and is kept here in one place: the cluster is read and the
+strategy built before TensorFlow runs any op (MultiWorkerMirroredStrategy
+requires it), determinism and the mixed-precision policy are set before the
+model exists, and every check a user can fail runs before training starts.
+"""
+
+import dataclasses
+import os
+from typing import Any, Callable, Sequence
+
+import keras
+import tensorflow as tf
+
+from ctl import cluster as cluster_lib
+from ctl import controller
+from ctl import input as input_lib
+from ctl import strategies
+from ctl.errors import UserError
+from trainer import data as data_lib
+from trainer import model as model_lib
+
+_POLICIES = {"none": "float32", "bf16": "mixed_bfloat16",
+             "fp16": "mixed_float16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+  """Everything `controller.run` needs, ready to go."""
+  task: controller.Task
+  options: controller.RunOptions
+  strategy: tf.distribute.Strategy
+  eval_callbacks: Sequence[Callable[[int, dict], None]] = ()
+
+  def run(self) -> dict:
+    return controller.run(task=self.task, options=self.options,
+                          strategy=self.strategy,
+                          eval_callbacks=self.eval_callbacks)
+
+
+def build_job(config: Any, environ=os.environ) -> Job:
+  """Validates the configuration and builds the job.
+
+  Args:
+    config: an object with one attribute per trainer flag.
+    environ: the process environment (TF_CONFIG, CTL_RESTART_COUNT, ...).
+
+  Returns:
+    The job.
+
+  Raises:
+    UserError: for the first thing in the configuration a user must fix.
+  """
+  _check(config)
+  cluster = cluster_lib.resolve(environ=environ)
+  if config.deterministic:
+    tf.config.experimental.enable_op_determinism()
+  keras.utils.set_random_seed(config.seed)
+  strategy = strategies.make_strategy(name=config.strategy, cluster=cluster,
+                                      collective=config.collective)
+  keras.mixed_precision.set_global_policy(_POLICIES[config.mixed_precision])
+  source = data_lib.load(config.dataset, image_size=config.image_size,
+                         data_dir=config.data_dir)
+  global_batch = config.per_replica_batch_size * strategy.num_replicas_in_sync
+  train_steps = _train_steps(config, source, global_batch)
+  model_dir = config.model_dir
+  options = controller.RunOptions(
+      model_dir=model_dir,
+      checkpoint_dir=config.checkpoint_dir or os.path.join(model_dir,
+                                                           "checkpoints"),
+      tensorboard_dir=config.tensorboard_dir or os.path.join(model_dir,
+                                                             "tensorboard"),
+      export_dir=config.export_dir or os.path.join(model_dir, "saved_model"),
+      train_steps=train_steps,
+      steps_per_loop=config.steps_per_loop,
+      log_every_steps=config.log_every_steps,
+      eval_every_steps=config.eval_every_steps,
+      checkpoint_every_steps=config.checkpoint_every_steps,
+      checkpoint_every_secs=config.checkpoint_every_secs,
+      keep_checkpoints=config.keep_checkpoints,
+      async_checkpoint=config.async_checkpoint,
+      seed=config.seed,
+      xla=config.xla,
+      max_nan_recoveries=config.max_nan_recoveries,
+      reshuffle_on_nan=config.reshuffle_on_nan,
+      inject_nan=config.inject_nan,
+      is_chief=cluster.is_chief,
+      restarts=int(environ.get("CTL_RESTART_COUNT", "0")))
+  options.validate()
+  task = _task(config, source, global_batch, train_steps)
+  return Job(task=task, options=options, strategy=strategy)
+
+
+def _check(config) -> None:
+  """Checks that need no TensorFlow, so mistakes fail in a second."""
+  if config.per_replica_batch_size <= 0:
+    raise UserError("--per_replica_batch_size must be > 0, got "
+                    f"{config.per_replica_batch_size}.")
+  if config.train_steps is None and config.epochs is None:
+    raise UserError("Set --train_steps or --epochs.")
+  if config.train_steps is not None and config.epochs is not None:
+    raise UserError("Set --train_steps or --epochs, not both.")
+  if config.epochs is not None and config.epochs <= 0:
+    raise UserError(f"--epochs must be > 0, got {config.epochs}.")
+  if config.learning_rate <= 0:
+    raise UserError(f"--learning_rate must be > 0, got "
+                    f"{config.learning_rate}.")
+  if not config.model_dir:
+    raise UserError("--model_dir is required.")
+  if config.model == "resnet50" and config.weights not in ("none",
+                                                           "imagenet"):
+    if not os.path.isfile(config.weights):
+      raise UserError(f"Weights file {config.weights} not found; pass "
+                      "--weights=none, imagenet or the path of a local file.")
+
+
+def _train_steps(config, source: data_lib.Source, global_batch: int) -> int:
+  steps_per_epoch = input_lib.steps_per_epoch(source.num_train, global_batch)
+  if steps_per_epoch < 1:
+    raise UserError(f"The global batch ({global_batch}) is larger than the "
+                    f"training split ({source.num_train} examples).")
+  if config.epochs is not None:
+    return config.epochs * steps_per_epoch
+  return config.train_steps
+
+
+def _task(config, source: data_lib.Source, global_batch: int,
+          train_steps: int) -> controller.Task:
+  """The model, optimizer and datasets as plain callables."""
+
+  def build_model():
+    return model_lib.build_model(name=config.model,
+                                 num_classes=source.num_classes,
+                                 image_shape=source.image_shape,
+                                 weights=config.weights)
+
+  def build_optimizer():
+    lr = config.learning_rate
+    if config.lr_schedule == "cosine":
+      warmup = min(config.warmup_steps, train_steps)
+      lr = keras.optimizers.schedules.CosineDecay(
+          initial_learning_rate=0.0 if warmup else lr,
+          decay_steps=max(train_steps - warmup, 1), warmup_target=(
+              lr if warmup else None), warmup_steps=warmup)
+    optimizer = (keras.optimizers.Adam(lr) if config.optimizer == "adam" else
+                 keras.optimizers.SGD(lr, momentum=0.9))
+    if config.mixed_precision == "fp16":
+      optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
+
+  def train_dataset_fn(input_context, start_step, seed):
+    return input_lib.train_dataset(
+        records=source.train_records, num_records=source.num_train,
+        decode_fn=source.decode_fn, input_context=input_context,
+        global_batch_size=global_batch, seed=seed, start_step=start_step,
+        shuffle_buffer=source.shuffle_buffer)
+
+  def eval_dataset_fn(input_context):
+    return input_lib.eval_dataset(
+        records=source.eval_records, decode_fn=source.decode_fn,
+        input_context=input_context, global_batch_size=global_batch)
+
+  return controller.Task(
+      build_model=build_model, build_optimizer=build_optimizer,
+      train_dataset_fn=train_dataset_fn, eval_dataset_fn=eval_dataset_fn,
+      global_batch_size=global_batch, image_shape=source.image_shape)

@@ -1,0 +1,117 @@
+"""The trainer: absl flags -> ctl.Task + ctl.RunOptions -> ctl.controller.run.
+
+The only module that reads FLAGS. The same command runs on a laptop, in the
+container (`python -m trainer.task --flagfile=...`) and as a Vertex AI job:
+
+  python -m trainer.task --flagfile=configs/quickstart.cfg --model_dir=runs/q
+
+Exit codes: 0 done; 2 a user error (one sentence on stderr); 143 stopped on
+request (SIGTERM) after saving, re-run to continue; 1 anything else.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+import types
+
+from absl import app
+from absl import flags
+from absl import logging
+
+flags.DEFINE_string("model_dir", "", "Run directory: summary, and the default "
+                    "parent of checkpoints, TensorBoard logs and the export.")
+flags.DEFINE_string("checkpoint_dir", "", "Default: <model_dir>/checkpoints.")
+flags.DEFINE_string("tensorboard_dir", "", "Default: <model_dir>/tensorboard.")
+flags.DEFINE_string("export_dir", "", "Default: <model_dir>/saved_model.")
+flags.DEFINE_enum("dataset", "digits", ["synthetic", "digits", "cassava",
+                                        "files"], "What to train on.")
+flags.DEFINE_string("data_dir", "", "TFDS data dir (cassava) or image root "
+                    "(files: class_name/*.jpg|png).")
+flags.DEFINE_integer("image_size", 32, "Side of the square model input.")
+flags.DEFINE_enum("model", "small_cnn", ["resnet50", "small_cnn"], "Model.")
+flags.DEFINE_string("weights", "none", "resnet50 backbone weights: none, "
+                    "imagenet (downloads) or a local weights file path.")
+flags.DEFINE_integer("per_replica_batch_size", 64, "Examples per replica per "
+                     "step; the global batch is this times the replicas.")
+flags.DEFINE_integer("train_steps", None, "Train until the global step is "
+                     "this (a target, not a count).")
+flags.DEFINE_integer("epochs", None, "Alternative to --train_steps: this many "
+                     "passes over the training split.")
+flags.DEFINE_integer("steps_per_loop", 100, "Steps per tf.function call.")
+flags.DEFINE_integer("log_every_steps", 100, "Log and summary interval.")
+flags.DEFINE_integer("eval_every_steps", 0, "Evaluation interval (0: only at "
+                     "the end).")
+flags.DEFINE_integer("checkpoint_every_steps", 1000, "Checkpoint interval in "
+                     "steps (0: none).")
+flags.DEFINE_float("checkpoint_every_secs", 1800, "Checkpoint interval in "
+                   "seconds (0: none).")
+flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints to keep.")
+flags.DEFINE_bool("async_checkpoint", False, "Write checkpoints in the "
+                  "background.")
+flags.DEFINE_enum("optimizer", "adam", ["adam", "sgd"], "Optimizer.")
+flags.DEFINE_float("learning_rate", 1e-3, "Peak learning rate.")
+flags.DEFINE_enum("lr_schedule", "constant", ["constant", "cosine"],
+                  "Learning-rate schedule (cosine decays to 0 at the last "
+                  "step after a linear warmup).")
+flags.DEFINE_integer("warmup_steps", 0, "Linear warmup steps (cosine).")
+flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored",
+                                       "multi_worker"], "tf.distribute "
+                  "strategy; auto picks multi_worker when TF_CONFIG names "
+                  "several workers.")
+flags.DEFINE_enum("collective", "auto", ["auto", "ring", "nccl"],
+                  "All-reduce implementation.")
+flags.DEFINE_enum("mixed_precision", "none", ["none", "bf16", "fp16"],
+                  "Compute dtype (variables and loss stay float32).")
+flags.DEFINE_bool("xla", False, "Compile the step with XLA.")
+flags.DEFINE_bool("deterministic", False, "Bitwise-repeatable ops "
+                  "(tf.config.experimental.enable_op_determinism).")
+flags.DEFINE_integer("seed", 0, "Seed of initialization and data order.")
+flags.DEFINE_integer("max_nan_recoveries", 3, "Rollbacks allowed after a "
+                     "non-finite loss.")
+flags.DEFINE_bool("reshuffle_on_nan", False, "Use a new data order after a "
+                  "rollback.")
+flags.DEFINE_string("inject_nan", "none", "Testing hook: none, always, or a "
+                    "global step whose loss is made NaN once.")
+flags.DEFINE_bool("dry_run", False, "Validate the flags, print the resolved "
+                  "configuration and exit.")
+
+FLAGS = flags.FLAGS
+
+
+def _fail(message: str, code: int) -> None:
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(code)
+
+
+def main(argv):
+  if len(argv) > 1:
+    _fail(f"unexpected arguments {argv[1:]}; all options are --flags.", 2)
+  # Imported here so `--help` and bad flags answer before TensorFlow loads.
+  from ctl import preemption  # pylint: disable=g-import-not-at-top
+  from ctl.controller import TrainingDiverged  # pylint: disable=g-import-not-at-top
+  from ctl.errors import USER_ERROR_EXIT_CODE, UserError  # pylint: disable=g-import-not-at-top
+  from trainer import setup  # pylint: disable=g-import-not-at-top
+  try:
+    job = setup.build_job(types.SimpleNamespace(**FLAGS.flag_values_dict()))
+    if FLAGS.dry_run:
+      print(json.dumps(dataclasses.asdict(job.options), indent=2))
+      return
+    job.run()
+  except UserError as e:
+    _fail(str(e), USER_ERROR_EXIT_CODE)
+  except preemption.Preempted as e:
+    logging.warning("%s", e)
+    sys.exit(preemption.PREEMPTED_EXIT_CODE)
+  except TrainingDiverged as e:
+    _fail(str(e), 1)
+
+
+def run():
+  """Console-script entry point (`ctl-train`)."""
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()
