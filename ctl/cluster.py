@@ -61,7 +61,7 @@ class ClusterInfo:
 
   @property
   def is_evaluator(self) -> bool:
-    """True for a side-car evaluator, which trains nothing and writes nothing."""
+    """True for a side-car evaluator: it trains nothing and writes nothing."""
     return self.task_type == "evaluator"
 
   @property
@@ -74,7 +74,9 @@ class ClusterInfo:
     """True for the one training process that owns checkpoints and summaries."""
     if self.is_evaluator:
       return False
-    return self.task_type == "chief" or (not self.chief and self.task_index == 0)
+    if self.task_type == "chief":
+      return True
+    return not self.chief and self.task_index == 0
 
 
 def resolve(*, environ: Mapping[str, str] = os.environ) -> ClusterInfo:
@@ -131,7 +133,7 @@ def install_tf_config(
     *,
     environ: MutableMapping[str, str] = os.environ,
 ) -> None:
-  """Sets `TF_CONFIG` to `tf_config_json(info)`; call before building a strategy.
+  """Sets `TF_CONFIG` to `tf_config_json(info)`, before a strategy is built.
 
   MultiWorkerMirroredStrategy reads the cluster from `TF_CONFIG` when it is
   built, and a platform's TF_CONFIG (or a CLUSTER_SPEC, which TensorFlow

@@ -76,7 +76,7 @@ class LaunchOptions:
 
 
 def run(options: LaunchOptions) -> int:
-  """Runs the workers until all succeed, one fails for good, or a signal stops them.
+  """Runs the workers until all succeed, one fails for good, or a signal comes.
 
   Must be called from the main thread: SIGINT and SIGTERM are handled (and
   forwarded to the workers) while it runs.
@@ -110,7 +110,8 @@ def _supervise(options: LaunchOptions, events: queue.SimpleQueue) -> int:
   while True:
     workers = _Workers(options, restart_count=restart, events=events)
     index, code, signum = workers.wait_for_failure()
-    signum = workers.stop(signum or signal.SIGTERM, options.grace_secs) or signum
+    signum = (workers.stop(signum or signal.SIGTERM, options.grace_secs) or
+              signum)
     if signum:
       return 128 + signum
     if index is None:
@@ -141,7 +142,7 @@ class _Workers:
   def __init__(self, options: LaunchOptions, *, restart_count: int,
                events: queue.SimpleQueue):
     self._events = events
-    self._generation = restart_count  # Tells this start's events from older ones.
+    self._generation = restart_count  # Tells our events from older ones.
     self._procs = []
     self._pumps = []
     self._running = set()
@@ -313,7 +314,7 @@ def _parse_args(argv: Sequence[str]) -> LaunchOptions:
                       help="Worker i listens on port_base + i (default: free"
                       " ports, fresh on every restart).")
   parser.add_argument("--max_restarts", type=int, default=0,
-                      help="Restarts of the whole cluster after a worker fails.")
+                      help="Restarts of the cluster after a worker fails.")
   parser.add_argument("--restart_backoff_secs", type=float, default=1.0,
                       help="Wait before the first restart; doubles each time.")
   parser.add_argument("--grace_secs", type=float, default=10.0,
@@ -333,7 +334,7 @@ def _parse_args(argv: Sequence[str]) -> LaunchOptions:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  """Entry point of `ctl-launch` and `python -m ctl.launch`; exits the process."""
+  """Entry point of `ctl-launch` and `python -m ctl.launch`; exits."""
   try:
     code = run(_parse_args(sys.argv[1:] if argv is None else argv))
   except UserError as e:

@@ -19,6 +19,7 @@ import os
 import posixpath
 import re
 import tempfile
+import uuid
 from typing import Callable
 
 import fsspec
@@ -45,26 +46,32 @@ class Mirror:
   """
 
   def __init__(self, *, fs: fsspec.AbstractFileSystem, remote_dir: str,
-               local_dir: str, retry_policy: retry.RetryPolicy,
+               url: str, local_dir: str, retry_policy: retry.RetryPolicy,
                is_transient: Callable[[Exception], bool]):
-    """Initializes the mirror and locks `local_dir`, creating it if needed.
+    """Checks that the remote is writable, then creates and locks `local_dir`.
+
+    The check writes and removes a probe object, so that a missing bucket or
+    permission stops a job before it trains rather than at its first save.
 
     Args:
       fs: The remote filesystem.
       remote_dir: The remote directory, as a path of `fs`, without a trailing
         slash.
+      url: The remote directory as the user named it, for error messages.
       local_dir: The local staging directory.
       retry_policy: How to retry each remote call.
       is_transient: Says which errors of `fs` are worth retrying.
 
     Raises:
-      UserError: If another mirror holds `local_dir`.
+      UserError: If the remote directory cannot be written, or another mirror
+        holds `local_dir`.
     """
     self._fs = fs
     self._remote_dir = remote_dir
-    self._local_dir = local_dir
     self._retry_policy = retry_policy
     self._is_transient = is_transient
+    self._check_writable(url)
+    self._local_dir = local_dir
     self._published: dict[str, _Stamp] = {}
     self._commit_file = None
     os.makedirs(local_dir, exist_ok=True)
@@ -140,6 +147,17 @@ class Mirror:
       self.publish()
     finally:
       self._lock.close()
+
+  def _check_writable(self, url: str) -> None:
+    probe = self._remote(f".ctl-write-check-{uuid.uuid4().hex}")
+    try:
+      self._call("write " + probe, self._fs.pipe_file, probe, b"")
+      self._call("remove " + probe, self._fs.rm_file, probe)
+    except Exception as error:  # pylint: disable=broad-except
+      reason = " ".join(f"{type(error).__name__}: {error}".split())
+      raise UserError(f"Cannot write to {url} ({reason}); check that the "
+                      f"bucket exists and that this job may write to "
+                      f"it.") from error
 
   def _remote(self, name: str) -> str:
     return posixpath.join(self._remote_dir, name)

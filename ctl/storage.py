@@ -30,7 +30,6 @@ import hashlib
 import os
 import posixpath
 import tempfile
-import uuid
 
 from fsspec.implementations import local as fsspec_local
 
@@ -134,15 +133,13 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
     fs = _gcs_filesystem()
     remote_dir = posixpath.join(bucket, path).rstrip("/")
     is_transient = _is_transient_gcs_error
-  retry_policy = retry_policy or retry.RetryPolicy()
-  _check_writable(fs, remote_dir, url=url, retry_policy=retry_policy,
-                  is_transient=is_transient)
   local_dir = staging_dir or _default_staging_dir(gs_url)
   return Location(
       url=url, local_path=local_dir,
-      mirror=mirror_lib.Mirror(fs=fs, remote_dir=remote_dir,
-                               local_dir=local_dir, retry_policy=retry_policy,
-                               is_transient=is_transient))
+      mirror=mirror_lib.Mirror(
+          fs=fs, remote_dir=remote_dir, url=url, local_dir=local_dir,
+          retry_policy=retry_policy or retry.RetryPolicy(),
+          is_transient=is_transient))
 
 
 def _parse_cloud_url(url: str, *, fuse_root: str) -> tuple[str, str] | None:
@@ -190,23 +187,3 @@ def _is_transient_gcs_error(error: Exception) -> bool:
 
 def _is_transient_fuse_error(error: Exception) -> bool:
   return isinstance(error, OSError) and error.errno in _TRANSIENT_ERRNOS
-
-
-def _check_writable(fs, remote_dir: str, *, url: str,
-                    retry_policy: retry.RetryPolicy, is_transient) -> None:
-  """Writes and removes a probe object, so a bad bucket fails before training.
-
-  Raises:
-    UserError: If the probe cannot be written or removed.
-  """
-  probe = posixpath.join(remote_dir, f".ctl-write-check-{uuid.uuid4().hex}")
-  try:
-    for what, method, args in (("write", fs.pipe_file, (probe, b"")),
-                               ("remove", fs.rm_file, (probe,))):
-      retry.call(lambda: method(*args),  # pylint: disable=cell-var-from-loop
-                 policy=retry_policy, is_transient=is_transient,
-                 what=f"{what} {probe}")
-  except Exception as error:  # pylint: disable=broad-except
-    reason = " ".join(f"{type(error).__name__}: {error}".split())
-    raise UserError(f"Cannot write to {url} ({reason}); check that the bucket "
-                    f"exists and that this job may write to it.") from error

@@ -90,7 +90,7 @@ def make_strategy(
 
 
 def describe(strategy: tf.distribute.Strategy) -> str:
-  """Returns a one-line summary for logs, e.g. "MirroredStrategy: 2 replicas...".
+  """Returns a one-line summary of `strategy` for logs.
 
   Args:
     strategy: Any strategy.

@@ -23,7 +23,7 @@ Usage:
 
 prints the spec as YAML for `gcloud ai custom-jobs create --config`; add
 `--submit --project=PROJECT --region=us-central1` to create the job directly.
-Needs the `vertex` extra (google-cloud-aiplatform and pyyaml).
+Needs the `vertex` extra (google-cloud-aiplatform).
 """
 
 import argparse
@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from google.protobuf import descriptor as descriptor_lib
 from google.protobuf import json_format
+import yaml
 
 from ctl import errors
 
 if TYPE_CHECKING:
   from google.cloud import aiplatform_v1
 
-_INSTALL_HINT = "install the vertex extra: pip install '.[vertex]'"
 # Accelerator-optimized machine types carry their GPU count in the name
 # (a2-highgpu-1g, a3-highgpu-8g, a4-highgpu-8g) and take exactly that many.
 _FIXED_GPU_MACHINE_TYPE = re.compile(r"^a\d+\w*-\w+-(\d+)g$")
@@ -171,7 +171,6 @@ def load_job_config(path: str) -> "aiplatform_v1.CustomJobSpec":
     errors.UserError: If the file cannot be read, is not YAML, or holds an
       invalid spec; the sentence starts with the path.
   """
-  yaml = _import_yaml()
   try:
     with open(path, encoding="utf-8") as f:
       spec = yaml.safe_load(f)
@@ -179,8 +178,8 @@ def load_job_config(path: str) -> "aiplatform_v1.CustomJobSpec":
     raise errors.UserError(
         f"Cannot read the job config {path}: {e.strerror}.") from None
   except yaml.YAMLError as e:
-    raise errors.UserError(
-        f'{path} is not valid YAML: {" ".join(str(e).split())}.') from None
+    problem = " ".join(str(e).split())
+    raise errors.UserError(f"{path} is not valid YAML: {problem}.") from None
   try:
     return validate_job_spec(spec)
   except errors.UserError as e:
@@ -191,7 +190,7 @@ def format_job_spec(spec: Mapping[str, Any], output_format: str) -> str:
   """Renders a spec as "yaml" (for `gcloud --config`) or "json" text."""
   if output_format == "json":
     return json.dumps(spec, indent=2) + "\n"
-  return _import_yaml().safe_dump(spec, sort_keys=False)
+  return yaml.safe_dump(spec, sort_keys=False)
 
 
 def submit(
@@ -204,9 +203,9 @@ def submit(
 ) -> str:
   """Validates `spec` and creates a Vertex AI custom job that runs it.
 
-  The spec goes to the API as validated, field for field, which is why this
-  uses the `aiplatform_v1` client rather than `aiplatform.CustomJob` (that one
-  rebuilds the spec from its own arguments and wants a staging bucket).
+  The spec goes to the API exactly as validated, which is why this uses the
+  generated `aiplatform_v1.JobServiceClient` rather than the higher-level
+  `aiplatform.CustomJob`, which rebuilds the spec from its own arguments.
 
   Args:
     spec: A camelCase CustomJobSpec.
@@ -230,8 +229,9 @@ def submit(
   from google.auth import exceptions as auth_exceptions  # pylint: disable=g-import-not-at-top
   try:
     if client is None:
+      endpoint = f"{region}-aiplatform.googleapis.com"
       client = aiplatform_v1.JobServiceClient(
-          client_options={"api_endpoint": f"{region}-aiplatform.googleapis.com"})
+          client_options={"api_endpoint": endpoint})
     job = client.create_custom_job(
         parent=f"projects/{project}/locations/{region}",
         custom_job=aiplatform_v1.CustomJob(
@@ -242,8 +242,8 @@ def submit(
         f"Google Cloud credentials are missing ({reason}); run gcloud auth "
         "application-default login.") from None
   except api_exceptions.ClientError as e:
-    raise errors.UserError(
-        f'Vertex AI refused the job: {e.message.rstrip(".")}.') from None
+    reason = e.message.rstrip(".")
+    raise errors.UserError(f"Vertex AI refused the job: {reason}.") from None
   return job.name
 
 
@@ -447,8 +447,8 @@ def _unknown_field_sentence(
   close = difflib.get_close_matches(key, names, n=1)
   if close:
     return f"{where} has no field {key!r}; did you mean {close[0]!r}?"
-  return (f"{where} has no field {key!r}; {descriptor.name} has "
-          f'{", ".join(names)}.')
+  known = ", ".join(names)
+  return f"{where} has no field {key!r}; {descriptor.name} has {known}."
 
 
 def _parse_error_sentence(error: json_format.ParseError) -> str:
@@ -456,7 +456,8 @@ def _parse_error_sentence(error: json_format.ParseError) -> str:
   text = " ".join(str(error).split())
   fields = re.findall(r"Failed to parse (\w+) field: ", text)
   reason = re.sub(r"(Failed to parse \w+ field: )+", "", text).rstrip(".")
-  return f'{".".join(fields) or "The job spec"} is invalid: {reason}.'
+  where = ".".join(fields) or "The job spec"
+  return f"{where} is invalid: {reason}."
 
 
 def _kind(value: Any) -> str:
@@ -473,20 +474,9 @@ def _import_aiplatform() -> Any:
     from google.cloud import aiplatform_v1  # pylint: disable=g-import-not-at-top
   except ImportError:
     raise errors.UserError(
-        f"Vertex AI support needs google-cloud-aiplatform; {_INSTALL_HINT}."
-    ) from None
+        "Vertex AI support needs google-cloud-aiplatform; install the vertex "
+        "extra: pip install '.[vertex]'.") from None
   return aiplatform_v1
-
-
-def _import_yaml() -> Any:
-  """Imports pyyaml, or says how to install it."""
-  try:
-    import yaml  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    raise errors.UserError(
-        f"Vertex AI job configs are YAML and need pyyaml; {_INSTALL_HINT}."
-    ) from None
-  return yaml
 
 
 if __name__ == "__main__":

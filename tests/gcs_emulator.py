@@ -11,8 +11,8 @@ process exit, without answering or storing anything, when an upload of an
 object whose name ends with NAME arrives: that is a connection that dies right
 before that object lands, as when a VM is preempted mid-upload.
 
-Use the `gcs_emulator` fixture (registered in tests/conftest.py): it starts the
-server with bucket `GcsEmulator.BUCKET`, points `STORAGE_EMULATOR_HOST` at it
+Use the `gcs_emulator` fixture (add `pytest_plugins = ("gcs_emulator",)` to a
+test module, or import it into tests/conftest.py): it starts the server with bucket `GcsEmulator.BUCKET`, points `STORAGE_EMULATOR_HOST` at it
 for this process and its children, and stops it after the test.
 
 Importing this module sets GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false (unless
@@ -30,7 +30,6 @@ import subprocess
 import sys
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 
 import pytest
@@ -156,27 +155,17 @@ def _serve(*, port: int, data_dir: str, exit_on_upload: str | None) -> None:
   from gcp_storage_emulator import server
   from gcp_storage_emulator import storage
 
-  class Handler(server.RequestHandler):
+  class Storage(storage.Storage):
+    """The emulator's object store, which can die when an upload lands."""
 
-    def do_POST(self):  # pylint: disable=invalid-name
-      self._exit_if_dying_upload()
-      super().do_POST()
-
-    def do_PUT(self):  # pylint: disable=invalid-name
-      self._exit_if_dying_upload()
-      super().do_PUT()
-
-    def _exit_if_dying_upload(self):
-      # Simple and resumable uploads name the object in the query
-      # (?name=...); it arrives percent-encoded.
-      name = urllib.parse.parse_qs(
-          urllib.parse.urlsplit(self.path).query).get("name", [""])[0]
-      if exit_on_upload and name.endswith(exit_on_upload):
+    def create_file(self, bucket_name, file_name, *args, **kwargs):
+      if exit_on_upload and file_name.endswith(exit_on_upload):
         os._exit(1)  # pylint: disable=protected-access
+      return super().create_file(bucket_name, file_name, *args, **kwargs)
 
   httpd = http.server.HTTPServer(
       (_HOST, port),
-      functools.partial(Handler, storage.Storage(data_dir=data_dir)))
+      functools.partial(server.RequestHandler, Storage(data_dir=data_dir)))
   httpd.serve_forever()
 
 

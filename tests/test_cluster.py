@@ -33,7 +33,8 @@ def _resolve(value, var="TF_CONFIG"):
 @pytest.mark.parametrize(
     "environ",
     [{}, {"TF_CONFIG": ""}, {"TF_CONFIG": "  "}, {"TF_CONFIG": "{}"},
-     {"TF_CONFIG": '{"cluster": {}}'}, {"TF_CONFIG": '{"environment": "cloud"}'}],
+     {"TF_CONFIG": '{"cluster": {}}'},
+     {"TF_CONFIG": '{"environment": "cloud"}'}],
 )
 def test_no_cluster_is_a_lone_chief(environ):
   info = cluster.resolve(environ=environ)
@@ -99,7 +100,8 @@ def test_evaluator_may_be_missing_from_cluster():
 
 def test_single_listed_task_needs_no_task_field():
   info = _resolve('{"cluster": {"worker": ["localhost:1"]}}')
-  assert (info.task_type, info.is_chief, info.num_workers) == ("worker", True, 1)
+  assert info.task_type == "worker" and info.is_chief
+  assert info.num_workers == 1
 
 
 def test_vertex_cluster_spec_is_the_fallback():

@@ -2,12 +2,14 @@
 
 The image runs `python -m trainer.task <CMD>` in WORKDIR, which holds a copy
 of the repository root; the last test runs that same command line from the
-repository root, with --dry_run so it checks the flags without training.
+repository root, with the AIP_* directories Vertex AI sets, and --dry_run so
+that it checks the flags without training.
 """
 
 import configparser
 import fnmatch
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -85,11 +87,16 @@ def test_dockerignore_keeps_what_the_image_needs():
   assert {".git", ".venv"} <= set(patterns)
 
 
-def test_default_cmd_is_accepted_by_the_trainer(dockerfile):
+def test_default_cmd_is_accepted_by_the_trainer(dockerfile, tmp_path):
   cmd = _exec_form(dockerfile, "CMD")
+  # The output directories Vertex AI sets for a job with baseOutputDirectory.
+  env = dict(os.environ,
+             AIP_MODEL_DIR=f"{tmp_path}/model/",
+             AIP_CHECKPOINT_DIR=f"{tmp_path}/checkpoints/",
+             AIP_TENSORBOARD_LOG_DIR=f"{tmp_path}/logs/")
 
   result = subprocess.run(
       [sys.executable, "-m", "trainer.task", *cmd, "--dry_run"],
-      cwd=_ROOT, capture_output=True, text=True, check=False)
+      cwd=_ROOT, env=env, capture_output=True, text=True, check=False)
 
   assert result.returncode == 0, result.stderr

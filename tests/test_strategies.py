@@ -28,7 +28,8 @@ from ctl import cluster, strategies
 {setup}
 strategy = strategies.make_strategy(name=sys.argv[1], collective=sys.argv[2],
                                     cluster=cluster.resolve())
-total = strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+ones = strategy.run(lambda: tf.constant(1.0))
+total = strategy.reduce("SUM", ones, axis=None)
 print(json.dumps({{"class": type(strategy).__name__, "sum": float(total),
                   "replicas": strategy.num_replicas_in_sync,
                   "describe": strategies.describe(strategy)}}))
@@ -129,4 +130,4 @@ def test_auto_with_two_local_workers_is_multi_worker():
   for line in results:
     result = json.loads(line.split("] ", 1)[1])
     assert (result["class"], result["replicas"], result["sum"]) == (
-        "MultiWorkerMirroredStrategy", 2, 2.0)
+        tf.distribute.MultiWorkerMirroredStrategy.__name__, 2, 2.0)

@@ -1,4 +1,4 @@
-"""Tests for ctl.vertex and configs/vertex/, against the library's own protos."""
+"""Tests for ctl.vertex and configs/vertex/ against the library's protos."""
 
 import copy
 import http.server
@@ -36,16 +36,42 @@ def test_configs_exist():
 def test_config_is_a_valid_job_for_the_trainer_image(path):
   spec = vertex.load_job_config(str(path))
 
-  pools = [pool for pool in spec.worker_pool_specs if pool.replica_count]
+  chief, *workers = [pool for pool in spec.worker_pool_specs
+                     if pool.replica_count]
   # Chief and workers must run the same program on the same kind of machine.
-  assert len({aiplatform_v1.WorkerPoolSpec.to_json(
-      aiplatform_v1.WorkerPoolSpec(
-          machine_spec=pool.machine_spec, container_spec=pool.container_spec))
-              for pool in pools}) == 1
-  assert pools[0].container_spec.args[0] == (
+  for pool in workers:
+    assert pool.machine_spec == chief.machine_spec
+    assert pool.container_spec == chief.container_spec
+  assert chief.container_spec.args[0] == (
       "--flagfile=configs/cassava_resnet50.cfg")
   assert spec.base_output_directory.output_uri_prefix.startswith("gs://")
-  assert spec.scheduling.restart_job_on_worker_restart == (len(pools) > 1)
+  assert spec.scheduling.restart_job_on_worker_restart == bool(workers)
+
+
+def _trainer_command_lines():
+  """The distinct containerSpec.args of all configs."""
+  command_lines = set()
+  for path in _CONFIGS:
+    with open(path) as f:
+      for pool in yaml.safe_load(f)["workerPoolSpecs"]:
+        command_lines.add(tuple(pool["containerSpec"]["args"]))
+  return sorted(command_lines)
+
+
+@pytest.mark.parametrize("args", _trainer_command_lines(), ids=" ".join)
+def test_config_args_are_accepted_by_the_trainer(args, tmp_path):
+  # As in the image, whose WORKDIR holds the repository root, and with the
+  # directories Vertex AI derives from baseOutputDirectory.
+  env = dict(os.environ,
+             AIP_MODEL_DIR=f"{tmp_path}/model/",
+             AIP_CHECKPOINT_DIR=f"{tmp_path}/checkpoints/",
+             AIP_TENSORBOARD_LOG_DIR=f"{tmp_path}/logs/")
+
+  result = subprocess.run(
+      [sys.executable, "-m", "trainer.task", *args, "--dry_run"], cwd=_ROOT,
+      env=env, capture_output=True, text=True, check=False)
+
+  assert result.returncode == 0, result.stderr
 
 
 def test_one_worker_is_a_chief_only_job():
@@ -95,7 +121,8 @@ def test_zero_workers_is_a_user_error():
 
 
 def test_bad_accelerator_exits_2_with_one_sentence():
-  result = _run_cli(f"--image={_IMAGE}", "--accelerator_type=NVIDIA_TESLA_V1000")
+  result = _run_cli(f"--image={_IMAGE}",
+                    "--accelerator_type=NVIDIA_TESLA_V1000")
 
   assert result.returncode == errors.USER_ERROR_EXIT_CODE
   assert result.stdout == ""
@@ -235,7 +262,8 @@ def fixture_fake_vertex(monkeypatch):
   """A JobServiceClient talking REST to a local fake of Vertex AI."""
   monkeypatch.setattr(_FakeVertex, "requests", [])
   server = http.server.HTTPServer(("127.0.0.1", 0), _FakeVertex)
-  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread = threading.Thread(
+      target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
   thread.start()
   client = aiplatform_v1.JobServiceClient(
       credentials=credentials.AnonymousCredentials(), transport="rest",
@@ -285,3 +313,15 @@ def test_submit_without_credentials_exits_2(tmp_path):
   assert result.stderr.startswith(
       "error: Google Cloud credentials are missing (")
   assert "Traceback" not in result.stderr
+
+
+def test_missing_aiplatform_says_how_to_install(monkeypatch, capsys):
+  monkeypatch.delattr(sys.modules["google.cloud"], "aiplatform_v1")
+  monkeypatch.setitem(sys.modules, "google.cloud.aiplatform_v1", None)
+
+  exit_code = vertex.main([f"--image={_IMAGE}"])
+
+  assert exit_code == errors.USER_ERROR_EXIT_CODE
+  assert capsys.readouterr().err == (
+      "error: Vertex AI support needs google-cloud-aiplatform; install the "
+      "vertex extra: pip install '.[vertex]'.\n")

@@ -1,0 +1,77 @@
+"""Tests for ctl.outputs: which flag or variable decides each directory."""
+
+import pytest
+
+from ctl import outputs
+from ctl.errors import UserError
+
+_VERTEX = {
+    "AIP_MODEL_DIR": "gs://b/out/model/",
+    "AIP_CHECKPOINT_DIR": "gs://b/out/checkpoints/",
+    "AIP_TENSORBOARD_LOG_DIR": "gs://b/out/logs/",
+}
+
+
+def _resolve(environ=None, **flags):
+  args = dict(model_dir=None, checkpoint_dir=None, tensorboard_dir=None,
+              export_dir=None, job_dir=None)
+  args.update(flags)
+  return outputs.resolve_output_dirs(environ=environ or {}, **args)
+
+
+def test_model_dir_gives_default_subdirectories():
+  assert _resolve(model_dir="/tmp/run/") == outputs.OutputDirs(
+      model_dir="/tmp/run", checkpoint_dir="/tmp/run/checkpoints",
+      tensorboard_dir="/tmp/run/tensorboard", export_dir="/tmp/run/saved_model")
+
+
+def test_vertex_variables_lose_their_trailing_slashes():
+  assert _resolve(_VERTEX) == outputs.OutputDirs(
+      model_dir="gs://b/out", checkpoint_dir="gs://b/out/checkpoints",
+      tensorboard_dir="gs://b/out/logs", export_dir="gs://b/out/model")
+
+
+def test_vertex_variable_missing_falls_back_to_a_subdirectory():
+  environ = {"AIP_MODEL_DIR": "gs://b/out/model/"}
+  assert _resolve(environ).checkpoint_dir == "gs://b/out/checkpoints"
+
+
+def test_job_dir_is_the_model_dir():
+  dirs = _resolve(job_dir="gs://b/job/")
+  assert dirs.model_dir == "gs://b/job"
+  assert dirs.export_dir == "gs://b/job/saved_model"
+
+
+def test_explicit_flags_win_over_vertex_variables():
+  dirs = _resolve(_VERTEX, model_dir="gs://mine/run",
+                  tensorboard_dir="gs://mine/tb")
+  assert dirs == outputs.OutputDirs(
+      model_dir="gs://mine/run", checkpoint_dir="gs://mine/run/checkpoints",
+      tensorboard_dir="gs://mine/tb", export_dir="gs://mine/run/saved_model")
+
+
+def test_a_dir_flag_alone_wins_over_its_vertex_variable():
+  dirs = _resolve(_VERTEX, checkpoint_dir="gs://mine/ckpt")
+  assert dirs.checkpoint_dir == "gs://mine/ckpt"
+  assert dirs.export_dir == "gs://b/out/model"
+
+
+def test_trial_id_separates_directories_from_flags():
+  dirs = _resolve({"CLOUD_ML_TRIAL_ID": "7"}, job_dir="gs://b/job",
+                  export_dir="gs://b/export")
+  assert dirs == outputs.OutputDirs(
+      model_dir="gs://b/job/trial_7",
+      checkpoint_dir="gs://b/job/trial_7/checkpoints",
+      tensorboard_dir="gs://b/job/trial_7/tensorboard",
+      export_dir="gs://b/export/trial_7")
+
+
+def test_trial_id_leaves_vertex_directories_alone():
+  dirs = _resolve({**_VERTEX, "CLOUD_ML_TRIAL_ID": "7"})
+  assert dirs.checkpoint_dir == "gs://b/out/checkpoints"
+  assert dirs.model_dir == "gs://b/out"
+
+
+def test_no_model_dir_is_a_user_error():
+  with pytest.raises(UserError, match="model_dir"):
+    _resolve({"AIP_CHECKPOINT_DIR": "gs://b/c/"}, checkpoint_dir="")

@@ -1,0 +1,197 @@
+"""Tests for ctl.storage against a real emulator process and a stand-in mount.
+
+gcsfs routes talk to gcp-storage-emulator over HTTP (see gcs_emulator.py); the
+fuse route's mount is a local directory, as Cloud Storage FUSE presents one.
+Checkpoints are real `tf.train.CheckpointManager` checkpoints of a variable
+whose value is the step it was saved at.
+"""
+
+import concurrent.futures
+import os
+import tempfile
+
+import pytest
+import tensorflow as tf
+
+from ctl import retry
+from ctl import storage
+from ctl.errors import UserError
+pytest_plugins = ("gcs_emulator",)  # The gcs_emulator fixture.
+
+# Give up quickly while the emulator is down; attempts on a dead server are
+# cut off after 2 s (gcsfs alone would keep retrying for about 30 s).
+_IMPATIENT = retry.RetryPolicy(deadline_s=3.0, initial_backoff_s=0.2,
+                               max_backoff_s=1.0, attempt_timeout_s=2.0)
+# Outlast an emulator restart.
+_PATIENT = retry.RetryPolicy(deadline_s=60.0, initial_backoff_s=0.2,
+                             max_backoff_s=1.0, attempt_timeout_s=2.0)
+
+
+def _save(directory: str, *, step: int) -> None:
+  """Saves checkpoint ckpt-STEP holding STEP; the manager keeps only it."""
+  checkpoint = tf.train.Checkpoint(value=tf.Variable(float(step)))
+  tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1).save(
+      checkpoint_number=step)
+
+
+def _restore(directory: str) -> float:
+  """Restores the latest checkpoint in `directory` and returns its value."""
+  value = tf.Variable(0.0)
+  checkpoint = tf.train.Checkpoint(value=value)
+  latest = tf.train.CheckpointManager(checkpoint, directory,
+                                      max_to_keep=1).latest_checkpoint
+  checkpoint.restore(latest).assert_consumed()
+  return float(value.numpy())
+
+
+def _open(tmp_path, name: str, url: str, **kwargs) -> storage.Location:
+  """Opens `url` with tmp_path/NAME as the staging directory."""
+  return storage.open_location(url, staging_dir=str(tmp_path / name), **kwargs)
+
+
+def _open_bucket(emulator, tmp_path, name: str, **kwargs) -> storage.Location:
+  """Opens gs://BUCKET/run on the emulator through gcsfs."""
+  return _open(tmp_path, name, f"gs://{emulator.BUCKET}/run", storage="gcsfs",
+               **kwargs)
+
+
+def _remote_names(emulator) -> set[str]:
+  return {os.path.basename(path)
+          for path in emulator.filesystem().find(f"{emulator.BUCKET}/run")}
+
+
+def test_local_path_is_used_as_is(tmp_path):
+  location = storage.open_location(str(tmp_path / "run"))
+  assert location.local_path == str(tmp_path / "run")
+  location.fetch()
+  location.publish(commit_file="checkpoint")
+  location.close()
+  assert not os.path.exists(tmp_path / "run")
+
+
+def test_tf_route_hands_tensorflow_the_gs_url():
+  assert storage.open_location(
+      "/gcs/b/p/", storage="tf").local_path == "gs://b/p"
+  assert storage.open_location("gs://b/p", storage="tf").local_path == "gs://b/p"
+
+
+def test_unknown_storage_is_a_user_error():
+  with pytest.raises(UserError, match="storage must be one of"):
+    storage.open_location("gs://b/p", storage="s3")
+
+
+def test_gcsfs_checkpoint_round_trip(gcs_emulator, tmp_path):
+  writer = _open_bucket(gcs_emulator, tmp_path, "writer")
+  _save(writer.local_path, step=1)
+  writer.publish(commit_file="checkpoint")
+  writer.close()
+  assert _remote_names(gcs_emulator) == {
+      "checkpoint", "ckpt-1.index", "ckpt-1.data-00000-of-00001"}
+
+  reader = _open_bucket(gcs_emulator, tmp_path, "reader")
+  reader.fetch()
+  assert _restore(reader.local_path) == 1.0
+
+
+def test_state_file_is_the_commit_point(gcs_emulator, tmp_path):
+  writer = _open_bucket(gcs_emulator, tmp_path, "writer",
+                        retry_policy=_IMPATIENT)
+  _save(writer.local_path, step=1)
+  writer.publish(commit_file="checkpoint")
+  # The server dies when the new state file arrives, after the data files.
+  gcs_emulator.restart(exit_on_upload="run/checkpoint")
+  _save(writer.local_path, step=2)  # The manager sweeps ckpt-1 locally.
+  with pytest.raises(OSError):
+    writer.publish(commit_file="checkpoint")
+  gcs_emulator.wait_until_exited()
+  gcs_emulator.start()
+
+  # ckpt-2 is up but not committed, and ckpt-1 was not deleted.
+  assert _remote_names(gcs_emulator) == {
+      "checkpoint", "ckpt-1.index", "ckpt-1.data-00000-of-00001",
+      "ckpt-2.index", "ckpt-2.data-00000-of-00001"}
+  reader = _open_bucket(gcs_emulator, tmp_path, "reader")
+  reader.fetch()
+  assert _restore(reader.local_path) == 1.0
+  reader.close()
+
+  writer.publish()  # The commit file is remembered.
+  assert _remote_names(gcs_emulator) == {
+      "checkpoint", "ckpt-2.index", "ckpt-2.data-00000-of-00001"}
+  reader = _open_bucket(gcs_emulator, tmp_path, "reader")
+  reader.fetch()
+  assert sorted(os.listdir(reader.local_path)) == [
+      "checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+  assert _restore(reader.local_path) == 2.0
+
+
+def test_publish_retries_across_a_restart(gcs_emulator, tmp_path):
+  writer = _open_bucket(gcs_emulator, tmp_path, "writer", retry_policy=_PATIENT)
+  _save(writer.local_path, step=1)
+  gcs_emulator.restart(exit_on_upload=".data-00000-of-00001")
+  with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:
+    publishing = executor.submit(writer.publish, commit_file="checkpoint")
+    gcs_emulator.wait_until_exited()
+    gcs_emulator.start()
+    publishing.result()
+
+  reader = _open_bucket(gcs_emulator, tmp_path, "reader")
+  reader.fetch()
+  assert _restore(reader.local_path) == 1.0
+
+
+def test_missing_bucket_fails_before_anything_is_written(gcs_emulator,
+                                                         tmp_path):
+  del gcs_emulator  # Running, but without the bucket.
+  with pytest.raises(UserError, match="Cannot write to gs://no-such-bucket/"):
+    _open(tmp_path, "writer", "gs://no-such-bucket/run", storage="gcsfs",
+          retry_policy=_IMPATIENT)
+  assert not os.path.exists(tmp_path / "writer")
+
+
+def test_auto_uses_a_mounted_bucket(tmp_path):
+  fuse_root = tmp_path / "gcs"
+  mount = fuse_root / "bucket"
+  mount.mkdir(parents=True)
+  writer = _open(tmp_path, "writer", "gs://bucket/run",
+                 fuse_root=str(fuse_root))
+  _save(writer.local_path, step=1)
+  writer.publish(commit_file="checkpoint")
+  _save(writer.local_path, step=2)
+  writer.close()  # The last publish keeps "checkpoint" as its commit file.
+  assert sorted(os.listdir(mount / "run")) == [
+      "checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+
+  # A path under the mount is the same bucket object path.
+  reader = _open(tmp_path, "reader", str(mount / "run"),
+                 fuse_root=str(fuse_root))
+  reader.fetch()
+  assert _restore(reader.local_path) == 2.0
+
+
+def test_fuse_route_needs_the_mount(tmp_path):
+  with pytest.raises(UserError, match="not a directory"):
+    _open(tmp_path, "writer", "gs://bucket/run", storage="fuse",
+          fuse_root=str(tmp_path / "gcs"))
+
+
+def test_default_staging_dir_is_found_again_and_cleaned(tmp_path,
+                                                        monkeypatch):
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+  fuse_root = tmp_path / "gcs"
+  (fuse_root / "bucket").mkdir(parents=True)
+  first = storage.open_location("gs://bucket/run", fuse_root=str(fuse_root))
+  _save(first.local_path, step=1)
+  first.publish(commit_file="checkpoint")
+  first.close()
+  # A process that saves ckpt-2 and dies before publishing it.
+  _save(first.local_path, step=2)
+
+  again = storage.open_location(f"{fuse_root}/bucket/run/",
+                                fuse_root=str(fuse_root))
+  assert again.local_path == first.local_path
+  again.fetch()
+  assert sorted(os.listdir(again.local_path)) == [
+      "checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
+  assert _restore(again.local_path) == 1.0
+  again.close()
