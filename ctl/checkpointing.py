@@ -16,6 +16,7 @@ different model is a user error, not something to skip past.
 import hashlib
 import shutil
 import tempfile
+from typing import Callable
 
 from absl import logging
 import keras
@@ -58,7 +59,8 @@ class Checkpointer:
   """
 
   def __init__(self, *, checkpoint: tf.train.Checkpoint, directory: str,
-               is_chief: bool, keep: int, async_save: bool = False):
+               is_chief: bool, keep: int, async_save: bool = False,
+               on_saved: Callable[[], None] = lambda: None):
     """Initializes the checkpointer.
 
     Args:
@@ -68,11 +70,15 @@ class Checkpointer:
       keep: how many checkpoints the manager keeps.
       async_save: write in the background; synced before the next save,
         before a restore and on close.
+      on_saved: called on the chief once a checkpoint's files are all
+        written (e.g. to upload them, state file last).
     """
     self._checkpoint = checkpoint
     self._directory = directory
     self._is_chief = is_chief
     self._async_save = async_save
+    self._on_saved = on_saved if is_chief else lambda: None
+    self._unpublished = False
     self._reader = tf.train.CheckpointManager(checkpoint, directory,
                                               max_to_keep=keep)
     if is_chief:
@@ -130,14 +136,20 @@ class Checkpointer:
     """Saves at `step` (all workers must call it at the same step)."""
     self.sync()
     path = self._writer.save(checkpoint_number=step, options=self._options)
+    self._unpublished = True
+    if not self._async_save:
+      self.sync()
     logging.info("Saved checkpoint %s%s.", path,
                  " (writing in the background)" if self._async_save else "")
     return path
 
   def sync(self) -> None:
-    """Waits until a background save has finished writing."""
+    """Waits until the last save is written, then hands it to `on_saved`."""
     if self._async_save:
       self._checkpoint.sync()
+    if self._unpublished:
+      self._unpublished = False
+      self._on_saved()
 
   def close(self) -> None:
     """Finishes pending writes and removes a non-chief's scratch directory."""

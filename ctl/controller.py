@@ -24,6 +24,7 @@ import tensorflow as tf
 from ctl import checkpointing
 from ctl import export
 from ctl import loop as loop_lib
+from ctl import outputs as outputs_lib
 from ctl import preemption
 from ctl import summaries
 from ctl.errors import UserError
@@ -62,6 +63,7 @@ class RunOptions:
     checkpoint_dir: the CheckpointManager directory.
     tensorboard_dir: where event files go.
     export_dir: where the SavedModel goes.
+      (Each a local path, gs://BUCKET/PATH or a FUSE path: see ctl.storage.)
     train_steps: the global step to train to.
     steps_per_loop: steps per `tf.function` call (host touched once each).
     log_every_steps: log line and train summaries interval.
@@ -78,6 +80,9 @@ class RunOptions:
     inject_nan: test hook: "none", "always", or a global step at which the
       loss is made NaN once.
     is_chief: whether this worker owns the outputs.
+    worker_id: names this worker's private staging directories.
+    storage: how gs:// directories are reached (ctl.storage.ROUTES).
+    fuse_root: where Cloud Storage FUSE mounts buckets.
     restarts: how many times a supervisor restarted the job (reported).
   """
   model_dir: str
@@ -98,6 +103,9 @@ class RunOptions:
   reshuffle_on_nan: bool = False
   inject_nan: str = "none"
   is_chief: bool = True
+  worker_id: str = "chief"
+  storage: str = "auto"
+  fuse_root: str = "/gcs"
   restarts: int = 0
 
   def validate(self) -> None:
@@ -169,6 +177,13 @@ class _Run:
     self._strategy = strategy
     self._eval_callbacks = eval_callbacks
     self._process_start = time.time()
+    self._outputs = outputs_lib.open_outputs(
+        outputs_lib.OutputDirs(
+            model_dir=options.model_dir, checkpoint_dir=options.checkpoint_dir,
+            tensorboard_dir=options.tensorboard_dir,
+            export_dir=options.export_dir),
+        is_chief=options.is_chief, worker_id=options.worker_id,
+        storage_route=options.storage, fuse_root=options.fuse_root)
     with strategy.scope():
       self._model = task.build_model()
       self._optimizer = task.build_optimizer()
@@ -183,17 +198,21 @@ class _Run:
         global_step=self._global_step, data_seed=self._data_seed,
         restores=self._restores,
         rng=checkpointing.seed_generator_states(self._model))
+    checkpoints = self._outputs.checkpoints
+    checkpoints.fetch()
     self._checkpointer = checkpointing.Checkpointer(
-        checkpoint=checkpoint, directory=options.checkpoint_dir,
+        checkpoint=checkpoint, directory=checkpoints.local_path,
         is_chief=options.is_chief, keep=options.keep_checkpoints,
-        async_save=options.async_checkpoint)
+        async_save=options.async_checkpoint,
+        on_saved=lambda: checkpoints.publish(commit_file="checkpoint"))
     self._loop = loop_lib.TrainLoop(
         strategy=strategy, model=self._model, optimizer=self._optimizer,
         global_step=self._global_step,
         global_batch_size=task.global_batch_size, loss_fn=task.loss_fn,
         jit_compile=options.xla)
-    self._writer = summaries.ScalarWriter(logdir=options.tensorboard_dir,
-                                          is_chief=options.is_chief)
+    self._writer = summaries.ScalarWriter(
+        logdir=self._outputs.tensorboard and
+        self._outputs.tensorboard.local_path)
     self._eval_data = (
         strategy.distribute_datasets_from_function(task.eval_dataset_fn)
         if task.eval_dataset_fn else None)
@@ -324,6 +343,7 @@ class _Run:
         "examples_per_second": examples_per_second,
         "steps_per_second": steps_per_second,
     })
+    self._publish(self._outputs.tensorboard)
     self._window = _Window()
 
   def _evaluate(self, step: int) -> None:
@@ -336,6 +356,7 @@ class _Run:
                  metrics["examples"])
     self._writer.write(step, {"eval/loss": metrics["loss"],
                               "eval/accuracy": metrics["accuracy"]})
+    self._publish(self._outputs.tensorboard)
     for callback in self._eval_callbacks:
       callback(step, metrics)
 
@@ -345,11 +366,12 @@ class _Run:
     self._evaluate(step)
     if self._last_save_step != step:
       self._save()
-    if trained or not tf.io.gfile.exists(options.export_dir):
-      export.export_saved_model(model=self._model,
-                                export_dir=options.export_dir,
-                                is_chief=options.is_chief,
-                                image_shape=self._task.image_shape)
+    export_location = self._outputs.export
+    if trained or not _exists(export_location):
+      export.export_saved_model(
+          model=self._model, image_shape=self._task.image_shape,
+          export_dir=export_location and export_location.local_path)
+      self._publish(export_location)
     summary = {
         "final_step": step,
         "train_loss": self._train_metrics.get("train/loss"),
@@ -366,19 +388,32 @@ class _Run:
         "weights_fingerprint": checkpointing.weights_fingerprint(
             self._model, self._optimizer),
     }
-    self._close()
-    if options.is_chief:
-      tf.io.gfile.makedirs(options.model_dir)
-      with tf.io.gfile.GFile(
-          os.path.join(options.model_dir, "train_summary.json"), "w") as f:
+    if self._outputs.model:
+      model_dir = self._outputs.model.local_path
+      tf.io.gfile.makedirs(model_dir)
+      with tf.io.gfile.GFile(os.path.join(model_dir, "train_summary.json"),
+                             "w") as f:
         json.dump(summary, f, indent=2)
+    self._close()
     logging.info("Done at step %d: eval accuracy %s, fingerprint %s.", step,
                  summary["eval_accuracy"], summary["weights_fingerprint"][:16])
     return summary
 
+  def _publish(self, location) -> None:
+    if location:
+      location.publish()
+
   def _close(self) -> None:
+    """Finishes checkpoint writes, then publishes and releases outputs."""
     self._checkpointer.close()
     self._writer.close()
+    self._outputs.close()
+
+
+def _exists(location) -> bool:
+  """Whether a (chief's) export location already holds a SavedModel."""
+  return bool(location) and tf.io.gfile.exists(
+      os.path.join(location.local_path, "saved_model.pb"))
 
 
 class _Window:

@@ -12,7 +12,7 @@ import keras
 import tensorflow as tf
 
 
-def export_saved_model(*, model: keras.Model, export_dir: str, is_chief: bool,
+def export_saved_model(*, model: keras.Model, export_dir: str | None,
                        image_shape: tuple[int, int, int]) -> None:
   """Exports `model` with a `serving_default` signature.
 
@@ -21,8 +21,8 @@ def export_saved_model(*, model: keras.Model, export_dir: str, is_chief: bool,
 
   Args:
     model: the trained model.
-    export_dir: where the chief writes the SavedModel.
-    is_chief: whether this worker writes to `export_dir`.
+    export_dir: where the chief writes the SavedModel; None on the other
+      workers, which write to a temporary directory that is removed.
     image_shape: (height, width, channels) of one input image.
   """
   archive = keras.export.ExportArchive()
@@ -36,9 +36,9 @@ def export_saved_model(*, model: keras.Model, export_dir: str, is_chief: bool,
       name="serving_default", fn=serve,
       input_signature=[tf.TensorSpec([None, *image_shape], tf.float32,
                                      name="images")])
-  target = export_dir if is_chief else tempfile.mkdtemp(prefix="ctl_export_")
+  target = export_dir or tempfile.mkdtemp(prefix="ctl_export_")
   try:
     archive.write_out(target, verbose=False)
   finally:
-    if not is_chief:
+    if not export_dir:
       shutil.rmtree(target, ignore_errors=True)

@@ -17,9 +17,12 @@ each trial its own AIP_* directories, so those are used as they are.
 """
 
 import dataclasses
+import os
 import posixpath
+import tempfile
 from typing import Mapping
 
+from ctl import storage
 from ctl.errors import UserError
 
 CHECKPOINTS_SUBDIR = "checkpoints"
@@ -100,3 +103,69 @@ def resolve_output_dirs(*, model_dir: str | None, checkpoint_dir: str | None,
 def _normalize(path: str | None) -> str | None:
   """Drops the trailing slashes Vertex AI puts on its AIP_* directories."""
   return path.rstrip("/") if path else None
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenedOutputs:
+  """A run's output directories opened for TensorFlow (see ctl.storage).
+
+  Attributes:
+    model: where train_summary.json goes (chief only, else None).
+    checkpoints: read by every worker; written by the chief.
+    tensorboard: the chief's event files (else None).
+    export: the chief's SavedModel (else None).
+  """
+  model: storage.Location | None
+  checkpoints: storage.Location
+  tensorboard: storage.Location | None
+  export: storage.Location | None
+
+  def close(self) -> None:
+    """Publishes what is left and releases staging directories."""
+    for location in (self.model, self.checkpoints, self.tensorboard,
+                     self.export):
+      if location:
+        location.close()
+
+
+def open_outputs(dirs: OutputDirs, *, is_chief: bool, worker_id: str,
+                 storage_route: str = "auto",
+                 fuse_root: str = "/gcs") -> OpenedOutputs:
+  """Opens the output directories this worker uses.
+
+  Only the chief writes outputs; every other worker only reads checkpoints,
+  through a staging directory of its own (several workers may share a
+  machine), and opens nothing else, so it can never write into them.
+
+  Args:
+    dirs: the resolved directories.
+    is_chief: whether this worker owns the outputs.
+    worker_id: distinguishes the staging directories of workers on one
+      machine (e.g. "worker-1").
+    storage_route: how gs:// urls are reached (ctl.storage.ROUTES).
+    fuse_root: where Cloud Storage FUSE mounts buckets.
+
+  Returns:
+    The opened locations.
+
+  Raises:
+    UserError: a bucket that cannot be reached or written.
+  """
+
+  def open_dir(url: str, name: str) -> storage.Location:
+    staging = None
+    if not is_chief:
+      staging = os.path.join(tempfile.gettempdir(), "ctl_staging",
+                             f"{name}-{worker_id}-{os.getpid()}")
+    return storage.open_location(url, storage=storage_route,
+                                 fuse_root=fuse_root, staging_dir=staging)
+
+  checkpoints = open_dir(dirs.checkpoint_dir, "checkpoints")
+  if not is_chief:
+    return OpenedOutputs(model=None, checkpoints=checkpoints, tensorboard=None,
+                         export=None)
+  return OpenedOutputs(
+      model=open_dir(dirs.model_dir, "model"),
+      checkpoints=checkpoints,
+      tensorboard=open_dir(dirs.tensorboard_dir, "tensorboard"),
+      export=open_dir(dirs.export_dir, "export"))

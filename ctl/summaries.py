@@ -8,10 +8,11 @@ import tensorflow as tf
 
 
 class ScalarWriter:
-  """Writes `{tag: value}` scalars at a step; a no-op on non-chief workers."""
+  """Writes `{tag: value}` scalars at a step; a no-op without a logdir."""
 
-  def __init__(self, *, logdir: str, is_chief: bool):
-    self._writer = (tf.summary.create_file_writer(logdir) if is_chief else
+  def __init__(self, *, logdir: str | None):
+    """Writes event files into `logdir`; pass None on non-chief workers."""
+    self._writer = (tf.summary.create_file_writer(logdir) if logdir else
                     tf.summary.create_noop_writer())
 
   def write(self, step: int, scalars: dict[str, float]) -> None:

@@ -7,12 +7,16 @@ whose value is the step it was saved at.
 """
 
 import concurrent.futures
+import errno
 import os
+import posixpath
 import tempfile
 
+from fsspec.implementations import local as fsspec_local
 import pytest
 import tensorflow as tf
 
+from ctl import mirror
 from ctl import retry
 from ctl import storage
 from ctl.errors import UserError
@@ -72,7 +76,8 @@ def test_local_path_is_used_as_is(tmp_path):
 def test_tf_route_hands_tensorflow_the_gs_url():
   assert storage.open_location(
       "/gcs/b/p/", storage="tf").local_path == "gs://b/p"
-  assert storage.open_location("gs://b/p", storage="tf").local_path == "gs://b/p"
+  assert storage.open_location(
+      "gs://b/p", storage="tf").local_path == "gs://b/p"
 
 
 def test_unknown_storage_is_a_user_error():
@@ -195,3 +200,89 @@ def test_default_staging_dir_is_found_again_and_cleaned(tmp_path,
       "checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
   assert _restore(again.local_path) == 1.0
   again.close()
+
+
+class _FailingMount(fsspec_local.LocalFileSystem):
+  """A FUSE mount whose writes of the state file fail, as on a backend error."""
+
+  def put_file(self, lpath, rpath, **kwargs):
+    if posixpath.basename(rpath) == "checkpoint":
+      raise OSError(errno.EIO, "Input/output error", rpath)
+    return super().put_file(lpath, rpath, **kwargs)
+
+
+def test_fuse_commit_point(tmp_path):
+  fuse_root = tmp_path / "gcs"
+  remote = fuse_root / "bucket" / "run"
+  remote.mkdir(parents=True)
+  writer = _open(tmp_path, "staging", "gs://bucket/run",
+                 fuse_root=str(fuse_root))
+  _save(writer.local_path, step=1)
+  writer.publish(commit_file="checkpoint")
+  writer.close()
+
+  failing = mirror.Mirror(
+      fs=_FailingMount(auto_mkdir=True), remote_dir=str(remote),
+      url="gs://bucket/run", local_dir=writer.local_path,
+      retry_policy=retry.RetryPolicy(), is_transient=lambda error: False)
+  failing.fetch()
+  _save(writer.local_path, step=2)
+  with pytest.raises(OSError, match="Input/output error"):
+    failing.publish(commit_file="checkpoint")
+  assert sorted(os.listdir(remote)) == [
+      "checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index",
+      "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+  with pytest.raises(OSError, match="Input/output error"):
+    failing.close()  # Fails again, and releases the staging directory.
+
+  # A restart in the same staging directory drops the uncommitted ckpt-2.
+  again = _open(tmp_path, "staging", "gs://bucket/run",
+                fuse_root=str(fuse_root))
+  again.fetch()
+  assert sorted(os.listdir(again.local_path)) == [
+      "checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
+  assert _restore(again.local_path) == 1.0
+  again.close()
+
+
+def test_growing_event_file_is_uploaded_again(tmp_path):
+  fuse_root = tmp_path / "gcs"
+  (fuse_root / "bucket").mkdir(parents=True)
+  location = _open(tmp_path, "staging", "gs://bucket/run/tensorboard",
+                   fuse_root=str(fuse_root))
+  writer = tf.summary.create_file_writer(
+      os.path.join(location.local_path, "train"))
+  for step in (1, 2):
+    with writer.as_default():
+      tf.summary.scalar("loss", 1.0 / step, step=step)
+    writer.flush()
+    location.publish()
+  writer.close()
+  location.close()
+
+  remote_train = fuse_root / "bucket" / "run" / "tensorboard" / "train"
+  (events_file,) = os.listdir(remote_train)
+  steps = [tf.compat.v1.Event.FromString(record.numpy()).step
+           for record in tf.data.TFRecordDataset(
+               str(remote_train / events_file))]
+  assert steps[1:] == [1, 2]  # After the file version record.
+
+
+def test_staging_dir_is_used_by_one_process_at_a_time(tmp_path):
+  fuse_root = tmp_path / "gcs"
+  (fuse_root / "bucket").mkdir(parents=True)
+  first = _open(tmp_path, "staging", "gs://bucket/run",
+                fuse_root=str(fuse_root))
+  with pytest.raises(UserError, match="in use by another process"):
+    _open(tmp_path, "staging", "gs://bucket/run", fuse_root=str(fuse_root))
+  first.close()
+
+
+def test_unparsable_remote_state_is_a_user_error(tmp_path):
+  fuse_root = tmp_path / "gcs"
+  (fuse_root / "bucket" / "run").mkdir(parents=True)
+  (fuse_root / "bucket" / "run" / "checkpoint").write_text("not a state")
+  location = _open(tmp_path, "staging", "gs://bucket/run",
+                   fuse_root=str(fuse_root))
+  with pytest.raises(UserError, match="cannot be parsed"):
+    location.fetch()

@@ -15,7 +15,9 @@ import tensorflow as tf
 
 from ctl import cluster as cluster_lib
 from ctl import controller
+from ctl import hypertune
 from ctl import input as input_lib
+from ctl import outputs
 from ctl import strategies
 from ctl.errors import UserError
 from trainer import data as data_lib
@@ -54,6 +56,11 @@ def build_job(config: Any, environ=os.environ) -> Job:
   """
   _check(config)
   cluster = cluster_lib.resolve(environ=environ)
+  if cluster.is_evaluator:
+    raise UserError("This process is an evaluator task (TF_CONFIG); side-car "
+                    "evaluation is not supported: evaluation runs on the "
+                    "training workers every --eval_every_steps.")
+  dirs = _output_dirs(config, environ)
   if config.deterministic:
     tf.config.experimental.enable_op_determinism()
   keras.utils.set_random_seed(config.seed)
@@ -64,14 +71,8 @@ def build_job(config: Any, environ=os.environ) -> Job:
                          data_dir=config.data_dir)
   global_batch = config.per_replica_batch_size * strategy.num_replicas_in_sync
   train_steps = _train_steps(config, source, global_batch)
-  model_dir = config.model_dir
   options = controller.RunOptions(
-      model_dir=model_dir,
-      checkpoint_dir=config.checkpoint_dir or os.path.join(model_dir,
-                                                           "checkpoints"),
-      tensorboard_dir=config.tensorboard_dir or os.path.join(model_dir,
-                                                             "tensorboard"),
-      export_dir=config.export_dir or os.path.join(model_dir, "saved_model"),
+      **dataclasses.asdict(dirs),
       train_steps=train_steps,
       steps_per_loop=config.steps_per_loop,
       log_every_steps=config.log_every_steps,
@@ -86,10 +87,40 @@ def build_job(config: Any, environ=os.environ) -> Job:
       reshuffle_on_nan=config.reshuffle_on_nan,
       inject_nan=config.inject_nan,
       is_chief=cluster.is_chief,
+      worker_id=f"{cluster.task_type}-{cluster.task_index}",
+      storage=config.storage,
+      fuse_root=config.fuse_root,
       restarts=int(environ.get("CTL_RESTART_COUNT", "0")))
   options.validate()
   task = _task(config, source, global_batch, train_steps)
-  return Job(task=task, options=options, strategy=strategy)
+  callbacks = []
+  if config.hypertune_metric:
+    reporter = hypertune.MetricReporter(config.hypertune_metric,
+                                        is_chief=cluster.is_chief)
+    callbacks.append(
+        lambda step, metrics: reporter.report(metrics[config.hypertune_metric],
+                                              step))
+  return Job(task=task, options=options, strategy=strategy,
+             eval_callbacks=tuple(callbacks))
+
+
+def describe(config: Any, environ=os.environ) -> dict:
+  """What a run would do, checked without loading data or TensorFlow state.
+
+  Used by `--dry_run` (e.g. to check a container's default command).
+  """
+  _check(config)
+  cluster = cluster_lib.resolve(environ=environ)
+  return {"cluster": dataclasses.asdict(cluster),
+          "output_dirs": dataclasses.asdict(_output_dirs(config, environ)),
+          "flags": vars(config)}
+
+
+def _output_dirs(config, environ) -> outputs.OutputDirs:
+  return outputs.resolve_output_dirs(
+      model_dir=config.model_dir, checkpoint_dir=config.checkpoint_dir,
+      tensorboard_dir=config.tensorboard_dir, export_dir=config.export_dir,
+      job_dir=config.job_dir, environ=environ)
 
 
 def _check(config) -> None:
@@ -106,8 +137,9 @@ def _check(config) -> None:
   if config.learning_rate <= 0:
     raise UserError(f"--learning_rate must be > 0, got "
                     f"{config.learning_rate}.")
-  if not config.model_dir:
-    raise UserError("--model_dir is required.")
+  if config.hypertune_metric not in ("", "accuracy", "loss"):
+    raise UserError("--hypertune_metric must be accuracy or loss, got "
+                    f"{config.hypertune_metric!r}.")
   if config.model == "resnet50" and config.weights not in ("none",
                                                            "imagenet"):
     if not os.path.isfile(config.weights):

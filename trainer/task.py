@@ -9,7 +9,6 @@ Exit codes: 0 done; 2 a user error (one sentence on stderr); 143 stopped on
 request (SIGTERM) after saving, re-run to continue; 1 anything else.
 """
 
-import dataclasses
 import json
 import os
 import sys
@@ -20,10 +19,23 @@ from absl import flags
 from absl import logging
 
 flags.DEFINE_string("model_dir", "", "Run directory: summary, and the default "
-                    "parent of checkpoints, TensorBoard logs and the export.")
-flags.DEFINE_string("checkpoint_dir", "", "Default: <model_dir>/checkpoints.")
-flags.DEFINE_string("tensorboard_dir", "", "Default: <model_dir>/tensorboard.")
-flags.DEFINE_string("export_dir", "", "Default: <model_dir>/saved_model.")
+                    "parent of checkpoints, TensorBoard logs and the export. "
+                    "Local path or gs://. Default on Vertex AI: from "
+                    "AIP_MODEL_DIR.")
+flags.DEFINE_string("job_dir", "", "AI Platform's name for --model_dir.")
+flags.DEFINE_string("checkpoint_dir", "", "Default: <model_dir>/checkpoints, "
+                    "or AIP_CHECKPOINT_DIR.")
+flags.DEFINE_string("tensorboard_dir", "", "Default: <model_dir>/tensorboard, "
+                    "or AIP_TENSORBOARD_LOG_DIR.")
+flags.DEFINE_string("export_dir", "", "Default: <model_dir>/saved_model, or "
+                    "AIP_MODEL_DIR.")
+flags.DEFINE_enum("storage", "auto", ["auto", "fuse", "gcsfs", "tf"],
+                  "How gs:// directories are written: fuse (the /gcs mount), "
+                  "gcsfs (staged locally and uploaded), tf (TensorFlow's own "
+                  "gs:// filesystem); auto: fuse when the bucket is mounted, "
+                  "else gcsfs.")
+flags.DEFINE_string("fuse_root", "/gcs", "Where Cloud Storage FUSE mounts "
+                    "buckets.")
 flags.DEFINE_enum("dataset", "digits", ["synthetic", "digits", "cassava",
                                         "files"], "What to train on.")
 flags.DEFINE_string("data_dir", "", "TFDS data dir (cassava) or image root "
@@ -73,6 +85,9 @@ flags.DEFINE_bool("reshuffle_on_nan", False, "Use a new data order after a "
                   "rollback.")
 flags.DEFINE_string("inject_nan", "none", "Testing hook: none, always, or a "
                     "global step whose loss is made NaN once.")
+flags.DEFINE_string("hypertune_metric", "", "Report this eval metric "
+                    "(accuracy or loss) to Vertex AI hyperparameter tuning "
+                    "after each evaluation.")
 flags.DEFINE_bool("dry_run", False, "Validate the flags, print the resolved "
                   "configuration and exit.")
 
@@ -92,12 +107,12 @@ def main(argv):
   from ctl.controller import TrainingDiverged  # pylint: disable=g-import-not-at-top
   from ctl.errors import USER_ERROR_EXIT_CODE, UserError  # pylint: disable=g-import-not-at-top
   from trainer import setup  # pylint: disable=g-import-not-at-top
+  config = types.SimpleNamespace(**FLAGS.flag_values_dict())
   try:
-    job = setup.build_job(types.SimpleNamespace(**FLAGS.flag_values_dict()))
     if FLAGS.dry_run:
-      print(json.dumps(dataclasses.asdict(job.options), indent=2))
+      print(json.dumps(setup.describe(config), indent=2))
       return
-    job.run()
+    setup.build_job(config).run()
   except UserError as e:
     _fail(str(e), USER_ERROR_EXIT_CODE)
   except preemption.Preempted as e:
