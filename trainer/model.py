@@ -16,7 +16,7 @@ MODELS = ("resnet50", "small_cnn")
 
 def build_model(*, name: str, num_classes: int,
                 image_shape: tuple[int, int, int],
-                weights: str = "none") -> keras.Model:
+                weights: str = "none", dropout: float = 0.0) -> keras.Model:
   """Builds a classifier that outputs logits.
 
   Args:
@@ -26,6 +26,7 @@ def build_model(*, name: str, num_classes: int,
     weights: for resnet50: "none" (random init), "imagenet" (downloads on
       machines that can), or the path of a local backbone weights file (as
       saved by `keras.applications.ResNet50(include_top=False)`).
+    dropout: rate of a Dropout layer before the last Dense layer (0: none).
 
   Returns:
     An uncompiled Keras model.
@@ -34,17 +35,19 @@ def build_model(*, name: str, num_classes: int,
     UserError: unknown model, weights file not found, or imagenet weights
       that cannot be downloaded.
   """
+  if not 0.0 <= dropout < 1.0:
+    raise UserError(f"--dropout must be in [0, 1), got {dropout}.")
   if name == "resnet50":
-    return _resnet50(num_classes, image_shape, weights)
+    return _resnet50(num_classes, image_shape, weights, dropout)
   if name == "small_cnn":
     if weights != "none":
       raise UserError("--weights applies to resnet50 only; small_cnn starts "
                       "from random weights.")
-    return _small_cnn(num_classes, image_shape)
+    return _small_cnn(num_classes, image_shape, dropout)
   raise UserError(f"Unknown model {name!r}; choose one of {', '.join(MODELS)}.")
 
 
-def _resnet50(num_classes, image_shape, weights) -> keras.Model:
+def _resnet50(num_classes, image_shape, weights, dropout) -> keras.Model:
   """ResNet50 without top + global average pooling + Dense(1016) + Dense."""
   if weights not in ("none", "imagenet") and not os.path.isfile(weights):
     raise UserError(f"Weights file {weights} not found; pass --weights=none, "
@@ -62,15 +65,12 @@ def _resnet50(num_classes, image_shape, weights) -> keras.Model:
                     f"{str(e).splitlines()[0][:160]}") from None
   x = keras.layers.GlobalAveragePooling2D()(backbone.output)
   x = keras.layers.Dense(1016, activation="relu")(x)
-  logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
-  return keras.Model(backbone.input, logits, name="resnet50_transfer")
+  return keras.Model(backbone.input, _classifier(x, num_classes, dropout),
+                     name="resnet50_transfer")
 
 
-def _small_cnn(num_classes, image_shape) -> keras.Model:
-  """A small CNN for tests and the offline demo (trains in seconds on CPU).
-
-  It has a Dropout layer on purpose: its RNG state must survive a resume.
-  """
+def _small_cnn(num_classes, image_shape, dropout) -> keras.Model:
+  """A small CNN for tests and the offline demo (trains in seconds on CPU)."""
   inputs = keras.Input(image_shape)
   x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(inputs)
   x = keras.layers.MaxPooling2D()(x)
@@ -78,6 +78,17 @@ def _small_cnn(num_classes, image_shape) -> keras.Model:
   x = keras.layers.MaxPooling2D()(x)
   x = keras.layers.Conv2D(64, 3, padding="same", activation="relu")(x)
   x = keras.layers.GlobalAveragePooling2D()(x)
-  x = keras.layers.Dropout(0.1)(x)
-  logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
-  return keras.Model(inputs, logits, name="small_cnn")
+  return keras.Model(inputs, _classifier(x, num_classes, dropout),
+                     name="small_cnn")
+
+
+def _classifier(features, num_classes, dropout):
+  """Optional Dropout, then float32 logits (whatever the dtype policy).
+
+  Dropout draws from a Keras SeedGenerator whose state the checkpoint saves
+  (ctl.checkpointing), so a resumed run draws the same masks.
+  """
+  if dropout:
+    features = keras.layers.Dropout(dropout)(features)
+  return keras.layers.Dense(num_classes, dtype="float32",
+                            name="logits")(features)

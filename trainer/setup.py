@@ -165,7 +165,8 @@ def _task(config, source: data_lib.Source, global_batch: int,
     return model_lib.build_model(name=config.model,
                                  num_classes=source.num_classes,
                                  image_shape=source.image_shape,
-                                 weights=config.weights)
+                                 weights=config.weights,
+                                 dropout=config.dropout)
 
   def build_optimizer():
     lr = config.learning_rate

@@ -42,6 +42,7 @@ flags.DEFINE_string("data_dir", "", "TFDS data dir (cassava) or image root "
                     "(files: class_name/*.jpg|png).")
 flags.DEFINE_integer("image_size", 32, "Side of the square model input.")
 flags.DEFINE_enum("model", "small_cnn", ["resnet50", "small_cnn"], "Model.")
+flags.DEFINE_float("dropout", 0.0, "Dropout rate before the last layer.")
 flags.DEFINE_string("weights", "none", "resnet50 backbone weights: none, "
                     "imagenet (downloads) or a local weights file path.")
 flags.DEFINE_integer("per_replica_batch_size", 64, "Examples per replica per "
