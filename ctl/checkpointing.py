@@ -24,9 +24,10 @@ import tensorflow as tf
 
 from ctl.errors import UserError
 
-# Errors that mean "these files are damaged", as opposed to "wrong model".
-_DAMAGED = (tf.errors.DataLossError, tf.errors.NotFoundError,
-            tf.errors.OutOfRangeError, tf.errors.InvalidArgumentError)
+# Errors that mean "these files are damaged", as opposed to "wrong model"
+# (ValueError / AssertionError). The reader raises IndexError ("Read less
+# bytes than requested") for a truncated file.
+_DAMAGED = (tf.errors.OpError, IndexError)
 
 
 def seed_generator_states(model: keras.Model) -> list:
@@ -89,6 +90,8 @@ class Checkpointer:
       self._writer = tf.train.CheckpointManager(checkpoint, self._scratch,
                                                 max_to_keep=1)
     self._options = tf.train.CheckpointOptions(enable_async=async_save)
+    if async_save:
+      _let_async_checkpoints_copy_keras_variables()
 
   @property
   def directory(self) -> str:
@@ -156,6 +159,26 @@ class Checkpointer:
     self.sync()
     if self._scratch:
       shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def _let_async_checkpoints_copy_keras_variables() -> None:
+  """Works around Keras 3 variables breaking TF's async checkpoints.
+
+  TF's async checkpoint copies every saved variable to the host inside a
+  `tf.function`, through `_copy_trackable_to_cpu`. Keras 3 (3.15) implements
+  it for its variables by creating a new `tf.Variable` on every call, which a
+  `tf.function` rejects ("only supports singleton tf.Variables"), so the
+  first async save fails. The Keras variable only wraps a `tf.Variable`
+  (`.value`) whose host copy TF refreshes on every save, so the Keras
+  variable's copy can simply be that same host copy.
+  """
+  from keras.src.backend.tensorflow import core  # pylint: disable=g-import-not-at-top
+
+  def copy_to_cpu(variable, object_map):
+    variable.value._copy_trackable_to_cpu(object_map)  # pylint: disable=protected-access
+    object_map[variable] = object_map[variable.value]
+
+  core.Variable._copy_trackable_to_cpu = copy_to_cpu  # pylint: disable=protected-access
 
 
 def _files_present(prefix: str) -> bool:

@@ -339,7 +339,8 @@ class _Run:
         examples_per_second, time.strftime("%H:%M:%S", time.gmtime(remaining)))
     self._writer.write(step, {
         **self._train_metrics,
-        "learning_rate": float(self._optimizer.learning_rate),
+        "learning_rate": float(tf.convert_to_tensor(
+            self._optimizer.learning_rate)),
         "examples_per_second": examples_per_second,
         "steps_per_second": steps_per_second,
     })

@@ -152,10 +152,20 @@ class TrainLoop:
 
   def _replica_eval(self, batch):
     images, labels = batch
-    logits = self._model(images, training=False)
-    per_example = self._loss_fn(labels, logits)
-    return (tf.reduce_sum(per_example), _count_correct(labels, logits),
-            tf.cast(tf.shape(labels)[0], tf.float32))
+
+    def sums():
+      logits = self._model(images, training=False)
+      per_example = self._loss_fn(labels, logits)
+      return tf.reduce_sum(per_example), _count_correct(labels, logits)
+
+    # A replica gets an empty batch when the last global batch is short.
+    # The model is not run on it: oneDNN's CPU convolution returns a wrongly
+    # shaped result for an empty batch (the input's channels), which breaks
+    # the next layer.
+    count = tf.shape(labels)[0]
+    loss_sum, correct = tf.cond(count > 0, sums,
+                                lambda: (tf.constant(0.0), tf.constant(0.0)))
+    return loss_sum, correct, tf.cast(count, tf.float32)
 
   def _eval_loop(self, dataset):
     strategy = self._strategy

@@ -1,0 +1,95 @@
+"""ctl.controller.RunOptions: every bad option fails early with one sentence."""
+
+import dataclasses
+import os
+
+import pytest
+
+from ctl import controller
+from ctl.errors import UserError
+
+
+def _options(tmp_path, **overrides):
+  fields = dict(model_dir=str(tmp_path / "run"),
+                checkpoint_dir=str(tmp_path / "run" / "checkpoints"),
+                tensorboard_dir=str(tmp_path / "run" / "tensorboard"),
+                export_dir=str(tmp_path / "run" / "saved_model"),
+                train_steps=100, steps_per_loop=10, log_every_steps=10,
+                eval_every_steps=20, checkpoint_every_steps=50)
+  fields.update(overrides)
+  return controller.RunOptions(**fields)
+
+
+def test_good_options_pass(tmp_path):
+  _options(tmp_path).validate()
+  _options(tmp_path, eval_every_steps=0, checkpoint_every_steps=0,
+           checkpoint_every_secs=0, train_steps=0, inject_nan="30",
+           async_checkpoint=True, keep_checkpoints=2,
+           max_nan_recoveries=0).validate()
+  _options(tmp_path, inject_nan="always").validate()
+
+
+# (bad values, the same values made good, the start of the message)
+_RULES = [
+    (dict(train_steps=-1), dict(train_steps=0),
+     "train_steps must be >= 0, got -1."),
+    (dict(steps_per_loop=0), dict(steps_per_loop=1),
+     "steps_per_loop must be >= 1, got 0."),
+    (dict(checkpoint_every_steps=25), dict(checkpoint_every_steps=30),
+     "checkpoint_every_steps must be a multiple of steps_per_loop (10), "
+     "got 25."),
+    (dict(checkpoint_every_steps=25), dict(steps_per_loop=5),
+     "checkpoint_every_steps must be a multiple of steps_per_loop (10), "
+     "got 25."),
+    (dict(checkpoint_every_steps=-10), dict(checkpoint_every_steps=0),
+     "checkpoint_every_steps must be a multiple of steps_per_loop (10), "
+     "got -10."),
+    (dict(log_every_steps=15), dict(log_every_steps=30),
+     "log_every_steps must be a multiple of steps_per_loop (10), got 15."),
+    (dict(eval_every_steps=5), dict(eval_every_steps=0),
+     "eval_every_steps must be a multiple of steps_per_loop (10), got 5."),
+    (dict(log_every_steps=0), dict(log_every_steps=10),
+     "log_every_steps must be > 0."),
+    (dict(keep_checkpoints=0), dict(keep_checkpoints=1),
+     "keep_checkpoints must be >= 1, got 0."),
+    (dict(keep_checkpoints=1, async_checkpoint=True),
+     dict(keep_checkpoints=2, async_checkpoint=True),
+     "keep_checkpoints must be >= 2 with async_checkpoint"),
+    (dict(checkpoint_every_secs=-1.0), dict(checkpoint_every_secs=0.0),
+     "checkpoint_every_secs must be >= 0."),
+    (dict(max_nan_recoveries=-1), dict(max_nan_recoveries=0),
+     "max_nan_recoveries must be >= 0."),
+    (dict(inject_nan="sometimes"), dict(inject_nan="always"),
+     "inject_nan must be none, always or a step number, got 'sometimes'."),
+    (dict(inject_nan="-3"), dict(inject_nan="3"),
+     "inject_nan must be none, always or a step number, got '-3'."),
+]
+
+
+@pytest.mark.parametrize("bad,good,expected", _RULES)
+def test_each_rule_names_the_option(tmp_path, bad, good, expected):
+  with pytest.raises(UserError) as error:
+    _options(tmp_path, **bad).validate()
+  message = str(error.value)
+  assert message.startswith(expected)
+  assert message.endswith(".") and "\n" not in message
+  _options(tmp_path, **{**bad, **good}).validate()
+
+
+def test_options_are_frozen(tmp_path):
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    _options(tmp_path).train_steps = 5
+
+
+def test_run_rejects_bad_options_before_touching_anything(tmp_path):
+  def fail(*args):
+    raise AssertionError(f"called with {args}")
+
+  task = controller.Task(build_model=fail, build_optimizer=fail,
+                         train_dataset_fn=fail, eval_dataset_fn=fail,
+                         global_batch_size=8, image_shape=(8, 8, 3))
+  with pytest.raises(UserError, match="checkpoint_every_steps"):
+    controller.run(task=task, options=_options(tmp_path,
+                                               checkpoint_every_steps=15),
+                   strategy=None)
+  assert os.listdir(tmp_path) == []

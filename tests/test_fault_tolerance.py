@@ -1,0 +1,200 @@
+"""Kill, preempt, corrupt, diverge: the job still ends with the same weights.
+
+Every test uses real processes and real signals. Runs are `--deterministic`
+and the model has Dropout, so an exact resume must restore the model, the
+optimizer, the global step, the data position and the RNG state.
+"""
+
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from tests.conftest import (FAST_FLAGS, REPO, read_summary, run_trainer,
+                            trainer_command, trainer_env)
+
+STEPS = 60
+FLAGS = (*FAST_FLAGS, "--deterministic", f"--train_steps={STEPS}",
+         "--steps_per_loop=5", "--log_every_steps=5",
+         "--checkpoint_every_steps=10", "--eval_every_steps=0")
+PREEMPTED = 143
+_STEP = re.compile(r"step (\d+)/")
+
+
+def start(command, env=None) -> subprocess.Popen:
+  return subprocess.Popen(command, cwd=REPO, env=env or trainer_env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+
+
+def wait_for_step(process: subprocess.Popen, step: int,
+                  prefix: str = "") -> str:
+  """Reads output until a log line of `step` or later; returns the output."""
+  seen = []
+  for line in process.stdout:
+    seen.append(line)
+    match = _STEP.search(line)
+    if match and line.startswith(prefix) and int(match.group(1)) >= step:
+      return "".join(seen)
+  raise AssertionError(f"exited before step {step}:\n{''.join(seen)[-3000:]}")
+
+
+def finish(process: subprocess.Popen, timeout=300) -> tuple[int, str]:
+  output, _ = process.communicate(timeout=timeout)
+  return process.returncode, output
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  """The uninterrupted run's summary."""
+  model_dir = str(tmp_path_factory.mktemp("reference") / "run")
+  run_trainer(*FLAGS, f"--model_dir={model_dir}")
+  return read_summary(model_dir)
+
+
+def test_sigkill_twice_then_resume_is_bitwise_identical(reference, model_dir):
+  rng = random.Random()
+  first = rng.choice(range(10, 35, 5))
+  second = rng.choice(range(first + 5, STEPS - 5, 5))
+  for kill_at in (first, second):
+    process = start(trainer_command(*FLAGS, f"--model_dir={model_dir}"))
+    wait_for_step(process, kill_at)
+    process.kill()
+    process.wait()
+  run_trainer(*FLAGS, f"--model_dir={model_dir}")
+  summary = read_summary(model_dir)
+  assert summary["final_step"] == STEPS
+  assert summary["restores"] >= 1
+  assert summary["weights_fingerprint"] == reference["weights_fingerprint"], (
+      f"killed at steps {first} and {second}")
+
+
+def test_async_checkpoints_do_not_change_the_result(reference, model_dir):
+  run_trainer(*FLAGS, "--async_checkpoint", "--keep_checkpoints=2",
+              f"--model_dir={model_dir}")
+  assert read_summary(model_dir)["weights_fingerprint"] == (
+      reference["weights_fingerprint"])
+  names = os.listdir(os.path.join(model_dir, "checkpoints"))
+  assert {n.split(".")[0] for n in names if n != "checkpoint"} == {
+      "ckpt-50", "ckpt-60"}
+
+
+def test_truncated_latest_checkpoint_restores_the_previous(model_dir):
+  flags = (*FLAGS, "--train_steps=40", f"--model_dir={model_dir}")
+  run_trainer(*flags)
+  data = os.path.join(model_dir, "checkpoints",
+                      "ckpt-40.data-00000-of-00001")
+  with open(data, "r+b") as f:
+    f.truncate(os.path.getsize(data) // 2)
+  result = run_trainer(*flags)
+  assert "ckpt-40 is unreadable" in result.stderr
+  assert "Restored step 30" in result.stderr
+  assert read_summary(model_dir)["final_step"] == 40
+
+
+def test_nan_at_one_step_rolls_back_and_ends_identical(reference, model_dir):
+  result = run_trainer(*FLAGS, "--inject_nan=23", f"--model_dir={model_dir}")
+  assert "Loss not finite at step 23" in result.stderr
+  summary = read_summary(model_dir)
+  assert summary["nan_recoveries"] == 1
+  assert summary["final_step"] == STEPS
+  assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
+
+
+def test_nan_at_every_step_stops_without_saving_it(model_dir):
+  result = run_trainer(*FLAGS, "--inject_nan=always", "--max_nan_recoveries=2",
+                       f"--model_dir={model_dir}", check=False)
+  assert result.returncode == 1
+  last = result.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: The loss was not finite") and "2 rollbacks" in last
+  assert "Traceback" not in result.stderr
+  names = os.listdir(os.path.join(model_dir, "checkpoints"))
+  assert {n.split(".")[0] for n in names if n != "checkpoint"} == {"ckpt-0"}
+  assert not os.path.exists(os.path.join(model_dir, "saved_model"))
+
+
+def _free_ports(count):
+  sockets = [socket.socket() for _ in range(count)]
+  for s in sockets:
+    s.bind(("localhost", 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
+def test_sigterm_to_one_worker_saves_both_at_one_step(model_dir):
+  ports = _free_ports(2)
+  cluster = {"worker": [f"localhost:{p}" for p in ports]}
+  flags = (*FLAGS, "--train_steps=2000", "--checkpoint_every_steps=1000",
+           f"--model_dir={model_dir}")
+  workers = [
+      start(trainer_command(*flags), env=trainer_env(TF_CONFIG=json.dumps(
+          {"cluster": cluster, "task": {"type": "worker", "index": i}})))
+      for i in range(2)]
+  wait_for_step(workers[0], 10)
+  workers[1].send_signal(signal.SIGTERM)
+  outcomes = [finish(w) for w in workers]
+  stopped_at = []
+  for code, output in outcomes:
+    assert code == PREEMPTED, output[-3000:]
+    match = re.search(r"saving the checkpoint at step (\d+)", output)
+    assert match, output[-3000:]
+    stopped_at.append(int(match.group(1)))
+  assert stopped_at[0] == stopped_at[1]
+  step = stopped_at[0]
+  assert 10 <= step < 2000
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+  assert latest.endswith(f"ckpt-{step}")  # The re-run loses 0 steps.
+  again = run_trainer(*FLAGS, f"--train_steps={step + 5}",
+                      f"--model_dir={model_dir}")
+  assert f"Restored step {step}" in again.stderr
+
+
+def test_launcher_restarts_two_workers_after_a_kill(tmp_path):
+  flags = (*FLAGS, "--per_replica_batch_size=16", "--dropout=0")
+
+  def launch(model_dir):
+    return start([sys.executable, "-m", "ctl.launch", "--num_workers=2",
+                  "--max_restarts=3", "--restart_backoff_secs=0.5", "--",
+                  *trainer_command(*flags, f"--model_dir={model_dir}")])
+
+  clean = str(tmp_path / "clean")
+  code, output = finish(launch(clean))
+  assert code == 0, output[-3000:]
+
+  killed = str(tmp_path / "killed")
+  launcher = launch(killed)
+  kill_at = random.Random().choice(range(15, 45, 5))
+  wait_for_step(launcher, kill_at, prefix="[worker 0]")
+  victim = _worker_process(launcher.pid, index=1)
+  victim.send_signal(signal.SIGKILL)
+  code, output = finish(launcher)
+  assert code == 0, output[-3000:]
+  assert "restart 1/3" in output
+  summary, reference = read_summary(killed), read_summary(clean)
+  assert summary["restarts"] == 1
+  assert summary["final_step"] == STEPS
+  assert summary["weights_fingerprint"] == reference["weights_fingerprint"], (
+      f"worker 1 killed at step {kill_at}")
+
+
+def _worker_process(launcher_pid: int, *, index: int) -> psutil.Process:
+  """The trainer process the launcher started with TF_CONFIG task `index`."""
+  for child in psutil.Process(launcher_pid).children(recursive=True):
+    try:
+      tf_config = child.environ().get("TF_CONFIG")
+    except psutil.Error:
+      continue
+    if tf_config and json.loads(tf_config)["task"]["index"] == index and (
+        "trainer.task" in " ".join(child.cmdline())):
+      return child
+  raise AssertionError(f"no worker {index} under launcher {launcher_pid}")
