@@ -89,7 +89,7 @@ def _digits(image_size: int) -> Source:
   """scikit-learn's 1,797 real 8x8 handwritten digits (shipped in the wheel).
 
   A fixed 80/20 train/validation split (seeded permutation, independent of
-  --seed, so every run validates on the same 360 images).
+  --seed, so every run validates on the same 359 images).
   """
   from sklearn import datasets  # pylint: disable=g-import-not-at-top
   digits = datasets.load_digits()

@@ -1,0 +1,96 @@
+"""The container contract, run the way Vertex AI runs it, on loopback.
+
+Vertex AI starts the image's entry point with the job config's args on every
+replica, with TF_CONFIG (chief + worker pools, extra fields), CLUSTER_SPEC and
+AIP_* directories ending in a slash; under hyperparameter tuning it also sets
+CLOUD_ML_TRIAL_ID and CLOUD_ML_HP_METRIC_FILE. Only the dataset and model are
+swapped for offline ones (later flags win over the flagfile).
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import yaml
+from dockerfile_parse import DockerfileParser
+
+from tests.conftest import REPO, read_scalars, run_trainer, trainer_env
+
+OFFLINE = ("--dataset=digits", "--model=small_cnn", "--weights=none",
+           "--image_size=16", "--per_replica_batch_size=16", "--epochs=1",
+           "--steps_per_loop=11", "--log_every_steps=11",
+           "--checkpoint_every_steps=0", "--data_dir=")
+
+
+def _entrypoint() -> list[str]:
+  """The Dockerfile's ENTRYPOINT, with this test's Python as `python`."""
+  parser = DockerfileParser(os.path.join(REPO, "Dockerfile"))
+  entrypoint = json.loads([i["value"] for i in parser.structure
+                           if i["instruction"] == "ENTRYPOINT"][-1])
+  assert entrypoint[0] == "python"
+  return [sys.executable, *entrypoint[1:]]
+
+
+def _free_ports(count):
+  sockets = [socket.socket() for _ in range(count)]
+  for s in sockets:
+    s.bind(("localhost", 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
+def test_two_replicas_write_where_vertex_expects(tmp_path):
+  with open(os.path.join(REPO, "configs/vertex/multiworker_v100.yaml")) as f:
+    spec = yaml.safe_load(f)
+  pools = spec["workerPoolSpecs"]
+  bucket = tmp_path / "bucket"
+  aip = {"AIP_MODEL_DIR": f"{bucket}/model/",
+         "AIP_CHECKPOINT_DIR": f"{bucket}/checkpoints/",
+         "AIP_TENSORBOARD_LOG_DIR": f"{bucket}/logs/"}
+  ports = _free_ports(2)
+  cluster = {"chief": [f"localhost:{ports[0]}"],
+             "worker": [f"localhost:{ports[1]}"]}
+  processes = []
+  for pool, (task_type, index) in zip(pools, (("chief", 0), ("worker", 0))):
+    tf_config = {"cluster": cluster, "task": {"type": task_type,
+                                              "index": index},
+                 "environment": "cloud", "job": json.dumps(spec)}
+    env = trainer_env(TF_CONFIG=json.dumps(tf_config),
+                      CLUSTER_SPEC=json.dumps(tf_config), **aip)
+    processes.append(subprocess.Popen(
+        [*_entrypoint(), *pool["containerSpec"]["args"], *OFFLINE], cwd=REPO,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+  for process in processes:
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output[-3000:]
+
+  assert sorted(os.listdir(bucket)) == ["checkpoints", "logs", "model",
+                                        "train_summary.json"]
+  assert "checkpoint" in os.listdir(bucket / "checkpoints")
+  assert "saved_model.pb" in os.listdir(bucket / "model")
+  assert "train/loss" in read_scalars(str(bucket / "logs"))
+  assert len([f for f in os.listdir(bucket / "logs") if "tfevents" in f]) == 1
+
+
+def test_hypertune_metric_is_reported_after_each_evaluation(tmp_path):
+  metric_file = tmp_path / "hypertune" / "output.metrics"
+  model_dir = tmp_path / "run"
+  run_trainer(*OFFLINE, "--epochs=2", "--eval_every_steps=22",
+              "--hypertune_metric=accuracy", f"--model_dir={model_dir}",
+              env=trainer_env(CLOUD_ML_HP_METRIC_FILE=str(metric_file),
+                              CLOUD_ML_TRIAL_ID="7"))
+  trial_dir = model_dir / "trial_7"  # The trial id keeps trials apart.
+  evals = dict(read_scalars(str(trial_dir / "tensorboard"))["eval/accuracy"])
+  lines = [json.loads(line) for line in metric_file.read_text().splitlines()]
+  reported = {int(line["global_step"]): float(line["accuracy"])
+              for line in lines}
+  # 1437 training digits / 16 = 89 steps per epoch: evaluations at 22, 44,
+  # 66, 88, 110, 132, 154, 176 and the final one at 178.
+  assert sorted(reported) == [22, 44, 66, 88, 110, 132, 154, 176, 178]
+  for step, value in reported.items():
+    assert abs(value - evals[step]) < 1e-6, step
+  assert all(line["trial"] == "7" for line in lines)
