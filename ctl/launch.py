@@ -1,7 +1,7 @@
 """Local multi-worker launcher and supervisor: N worker processes on loopback.
 
   python -m ctl.launch --num_workers=2 --max_restarts=3 -- \
-      python -m trainer.task --flagfile=configs/local.cfg
+      python -m trainer.task --flagfile=configs/quickstart.cfg
 
 starts the command twice, each with the TF_CONFIG of one worker of a loopback
 cluster, and prefixes every output line with `[worker i] `. When a worker

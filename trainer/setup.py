@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from ctl import cluster as cluster_lib
 from ctl import controller
+from ctl import evaluator
 from ctl import hypertune
 from ctl import input as input_lib
 from ctl import outputs
@@ -34,8 +35,12 @@ class Job:
   options: controller.RunOptions
   strategy: tf.distribute.Strategy
   eval_callbacks: Sequence[Callable[[int, dict], None]] = ()
+  is_evaluator: bool = False
 
   def run(self) -> dict:
+    if self.is_evaluator:
+      return evaluator.evaluate_checkpoints(
+          task=self.task, options=self.options, strategy=self.strategy)
     return controller.run(task=self.task, options=self.options,
                           strategy=self.strategy,
                           eval_callbacks=self.eval_callbacks)
@@ -56,16 +61,14 @@ def build_job(config: Any, environ=os.environ) -> Job:
   """
   _check(config)
   cluster = cluster_lib.resolve(environ=environ)
-  if cluster.is_evaluator:
-    raise UserError("This process is an evaluator task (TF_CONFIG); side-car "
-                    "evaluation is not supported: evaluation runs on the "
-                    "training workers every --eval_every_steps.")
   dirs = _output_dirs(config, environ)
   if config.deterministic:
     tf.config.experimental.enable_op_determinism()
   keras.utils.set_random_seed(config.seed)
-  strategy = strategies.make_strategy(name=config.strategy, cluster=cluster,
-                                      collective=config.collective)
+  # An evaluator trains with no one, whatever strategy the workers use.
+  strategy = strategies.make_strategy(
+      name="auto" if cluster.is_evaluator else config.strategy,
+      cluster=cluster, collective=config.collective)
   keras.mixed_precision.set_global_policy(_POLICIES[config.mixed_precision])
   source = data_lib.load(config.dataset, image_size=config.image_size,
                          data_dir=config.data_dir)
@@ -101,7 +104,8 @@ def build_job(config: Any, environ=os.environ) -> Job:
         lambda step, metrics: reporter.report(metrics[config.hypertune_metric],
                                               step))
   return Job(task=task, options=options, strategy=strategy,
-             eval_callbacks=tuple(callbacks))
+             eval_callbacks=tuple(callbacks),
+             is_evaluator=cluster.is_evaluator)
 
 
 def describe(config: Any, environ=os.environ) -> dict:

@@ -1,0 +1,83 @@
+"""Side-car evaluation: an `evaluator` task follows the chief's checkpoints.
+
+Vertex AI and AI Platform can run an evaluator task beside the training
+workers (TF_CONFIG task type `evaluator`). It takes no part in training: it
+polls the checkpoint directory, evaluates each new checkpoint once, writes
+`eval/*` summaries into `<tensorboard_dir>/evaluator` (its own event files,
+so they never mix with the chief's), and stops after evaluating the final
+step, or when no new checkpoint appears for `timeout_secs`.
+"""
+
+import os
+import time
+
+from absl import logging
+import tensorflow as tf
+
+from ctl import controller
+from ctl import loop as loop_lib
+from ctl import storage
+from ctl import summaries
+
+
+def evaluate_checkpoints(*, task: controller.Task,
+                         options: controller.RunOptions,
+                         strategy: tf.distribute.Strategy,
+                         poll_secs: float = 10.0,
+                         timeout_secs: float = 3600.0) -> dict:
+  """Evaluates every new checkpoint until the final one.
+
+  Args:
+    task: what is trained (only the model and eval data are used).
+    options: the training job's options (directories, train_steps).
+    strategy: a single-machine strategy for this process.
+    poll_secs: how often to look for a new checkpoint.
+    timeout_secs: give up after this long without a new checkpoint.
+
+  Returns:
+    {step: metrics} for every checkpoint evaluated.
+  """
+  checkpoints = storage.open_location(
+      options.checkpoint_dir, storage=options.storage,
+      fuse_root=options.fuse_root, read_only=True)
+  board = storage.open_location(
+      os.path.join(options.tensorboard_dir, "evaluator"),
+      storage=options.storage, fuse_root=options.fuse_root)
+  with strategy.scope():
+    model = task.build_model()
+    optimizer = task.build_optimizer()
+    global_step = tf.Variable(0, dtype=tf.int64, trainable=False)
+  checkpoint = tf.train.Checkpoint(model=model, global_step=global_step)
+  loop = loop_lib.TrainLoop(strategy=strategy, model=model,
+                            optimizer=optimizer, global_step=global_step,
+                            global_batch_size=task.global_batch_size,
+                            loss_fn=task.loss_fn)
+  data = strategy.distribute_datasets_from_function(task.eval_dataset_fn)
+  writer = summaries.ScalarWriter(logdir=board.local_path)
+  results, last_path, waited_since = {}, None, time.time()
+  try:
+    while True:
+      checkpoints.fetch()
+      path = tf.train.latest_checkpoint(checkpoints.local_path)
+      if path and path != last_path:
+        checkpoint.restore(path).expect_partial()
+        step = int(global_step.numpy())
+        metrics = loop.evaluate(data)
+        results[step] = metrics
+        logging.info("evaluator: step %d accuracy %.4f loss %.4f", step,
+                     metrics["accuracy"], metrics["loss"])
+        writer.write(step, {"eval/loss": metrics["loss"],
+                            "eval/accuracy": metrics["accuracy"]})
+        board.publish()
+        last_path, waited_since = path, time.time()
+        if step >= options.train_steps:
+          return results
+      elif time.time() - waited_since > timeout_secs:
+        logging.warning("evaluator: no new checkpoint for %d s; stopping.",
+                        timeout_secs)
+        return results
+      time.sleep(poll_secs)
+  finally:
+    writer.close()
+    board.close()
+    checkpoints.close()
