@@ -80,7 +80,6 @@ class RunOptions:
     inject_nan: test hook: "none", "always", or a global step at which the
       loss is made NaN once.
     is_chief: whether this worker owns the outputs.
-    worker_id: names this worker's private staging directories.
     storage: how gs:// directories are reached (ctl.storage.ROUTES).
     fuse_root: where Cloud Storage FUSE mounts buckets.
     restarts: how many times a supervisor restarted the job (reported).
@@ -103,7 +102,6 @@ class RunOptions:
   reshuffle_on_nan: bool = False
   inject_nan: str = "none"
   is_chief: bool = True
-  worker_id: str = "chief"
   storage: str = "auto"
   fuse_root: str = "/gcs"
   restarts: int = 0
@@ -182,7 +180,7 @@ class _Run:
             model_dir=options.model_dir, checkpoint_dir=options.checkpoint_dir,
             tensorboard_dir=options.tensorboard_dir,
             export_dir=options.export_dir),
-        is_chief=options.is_chief, worker_id=options.worker_id,
+        is_chief=options.is_chief,
         storage_route=options.storage, fuse_root=options.fuse_root)
     with strategy.scope():
       self._model = task.build_model()

@@ -17,6 +17,7 @@ import fcntl
 import functools
 import os
 import posixpath
+import shutil
 import re
 import tempfile
 import uuid
@@ -47,7 +48,8 @@ class Mirror:
 
   def __init__(self, *, fs: fsspec.AbstractFileSystem, remote_dir: str,
                url: str, local_dir: str, retry_policy: retry.RetryPolicy,
-               is_transient: Callable[[Exception], bool]):
+               is_transient: Callable[[Exception], bool],
+               read_only: bool = False):
     """Checks that the remote is writable, then creates and locks `local_dir`.
 
     The check writes and removes a probe object, so that a missing bucket or
@@ -61,6 +63,9 @@ class Mirror:
       local_dir: The local staging directory.
       retry_policy: How to retry each remote call.
       is_transient: Says which errors of `fs` are worth retrying.
+      read_only: Only fetch (non-chief workers, evaluators): no write check,
+        `publish` does nothing, and `close` deletes the local directory,
+        which must then be private to this mirror.
 
     Raises:
       UserError: If the remote directory cannot be written, or another mirror
@@ -70,7 +75,9 @@ class Mirror:
     self._remote_dir = remote_dir
     self._retry_policy = retry_policy
     self._is_transient = is_transient
-    self._check_writable(url)
+    self._read_only = read_only
+    if not read_only:
+      self._check_writable(url)
     self._local_dir = local_dir
     self._published: dict[str, _Stamp] = {}
     self._commit_file = None
@@ -115,13 +122,15 @@ class Mirror:
       self._published[STATE_FILE] = _stamp(local_state)
 
   def publish(self, *, commit_file: str | None = None) -> None:
-    """Uploads new and changed local files, then deletes what went locally.
+    """Uploads new and changed files, then deletes the locally deleted ones.
 
     Args:
       commit_file: A file (relative to the local directory) uploaded after
         every other file and before any deletion, such as the checkpoint state
         file. Once given, it stays the commit file for later calls.
     """
+    if self._read_only:
+      return
     if commit_file is not None:
       self._commit_file = commit_file
     local = self._local_stamps()
@@ -142,11 +151,14 @@ class Mirror:
       del self._published[name]
 
   def close(self) -> None:
-    """Publishes a last time and releases the local directory."""
+    """Publishes a last time and releases (read-only: deletes) the directory."""
     try:
       self.publish()
     finally:
       self._lock.close()
+      if self._read_only:
+        shutil.rmtree(self._local_dir, ignore_errors=True)
+        os.remove(self._local_dir.rstrip("/") + ".lock")
 
   def _check_writable(self, url: str) -> None:
     probe = self._remote(f".ctl-write-check-{uuid.uuid4().hex}")

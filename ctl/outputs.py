@@ -17,9 +17,7 @@ each trial its own AIP_* directories, so those are used as they are.
 """
 
 import dataclasses
-import os
 import posixpath
-import tempfile
 from typing import Mapping
 
 from ctl import storage
@@ -128,20 +126,18 @@ class OpenedOutputs:
         location.close()
 
 
-def open_outputs(dirs: OutputDirs, *, is_chief: bool, worker_id: str,
+def open_outputs(dirs: OutputDirs, *, is_chief: bool,
                  storage_route: str = "auto",
                  fuse_root: str = "/gcs") -> OpenedOutputs:
   """Opens the output directories this worker uses.
 
   Only the chief writes outputs; every other worker only reads checkpoints,
-  through a staging directory of its own (several workers may share a
-  machine), and opens nothing else, so it can never write into them.
+  read-only, through a private staging directory (several workers may share
+  a machine), and opens nothing else, so it can never write into them.
 
   Args:
     dirs: the resolved directories.
     is_chief: whether this worker owns the outputs.
-    worker_id: distinguishes the staging directories of workers on one
-      machine (e.g. "worker-1").
     storage_route: how gs:// urls are reached (ctl.storage.ROUTES).
     fuse_root: where Cloud Storage FUSE mounts buckets.
 
@@ -152,20 +148,16 @@ def open_outputs(dirs: OutputDirs, *, is_chief: bool, worker_id: str,
     UserError: a bucket that cannot be reached or written.
   """
 
-  def open_dir(url: str, name: str) -> storage.Location:
-    staging = None
-    if not is_chief:
-      staging = os.path.join(tempfile.gettempdir(), "ctl_staging",
-                             f"{name}-{worker_id}-{os.getpid()}")
+  def open_dir(url: str) -> storage.Location:
     return storage.open_location(url, storage=storage_route,
-                                 fuse_root=fuse_root, staging_dir=staging)
+                                 fuse_root=fuse_root, read_only=not is_chief)
 
-  checkpoints = open_dir(dirs.checkpoint_dir, "checkpoints")
+  checkpoints = open_dir(dirs.checkpoint_dir)
   if not is_chief:
     return OpenedOutputs(model=None, checkpoints=checkpoints, tensorboard=None,
                          export=None)
   return OpenedOutputs(
-      model=open_dir(dirs.model_dir, "model"),
+      model=open_dir(dirs.model_dir),
       checkpoints=checkpoints,
-      tensorboard=open_dir(dirs.tensorboard_dir, "tensorboard"),
-      export=open_dir(dirs.export_dir, "export"))
+      tensorboard=open_dir(dirs.tensorboard_dir),
+      export=open_dir(dirs.export_dir))

@@ -46,6 +46,9 @@ _TRANSIENT_ERRNOS = frozenset({errno.EIO, errno.EAGAIN, errno.ETIMEDOUT})
 class Location:
   """A directory for TensorFlow, mirrored to Cloud Storage when it lives there.
 
+  For local paths and the tf route TensorFlow writes `url` itself, and
+  `fetch`, `publish` and `close` do nothing.
+
   Attributes:
     url: The location as the user gave it.
     local_path: The directory TensorFlow reads and writes: the url itself, or
@@ -88,7 +91,8 @@ class Location:
 
 def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
                   staging_dir: str | None = None,
-                  retry_policy: retry.RetryPolicy | None = None) -> Location:
+                  retry_policy: retry.RetryPolicy | None = None,
+                  read_only: bool = False) -> Location:
   """Opens a local or Cloud Storage directory for TensorFlow to use.
 
   Args:
@@ -100,6 +104,9 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
       Processes on one machine that open the same url need distinct ones.
     retry_policy: How to retry transient Cloud Storage errors; the default
       retries for up to 10 minutes.
+    read_only: This process only reads (a non-chief worker's checkpoints, an
+      evaluator): nothing is published, and the staging directory is private
+      (a fresh temporary one by default) and deleted on `close`.
 
   Returns:
     The opened location.
@@ -133,13 +140,16 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
     fs = _gcs_filesystem()
     remote_dir = posixpath.join(bucket, path).rstrip("/")
     is_transient = _is_transient_gcs_error
-  local_dir = staging_dir or _default_staging_dir(gs_url)
+  if read_only:
+    local_dir = staging_dir or tempfile.mkdtemp(prefix="ctl_staging_")
+  else:
+    local_dir = staging_dir or _default_staging_dir(gs_url)
   return Location(
       url=url, local_path=local_dir,
       mirror=mirror_lib.Mirror(
           fs=fs, remote_dir=remote_dir, url=url, local_dir=local_dir,
           retry_policy=retry_policy or retry.RetryPolicy(),
-          is_transient=is_transient))
+          is_transient=is_transient, read_only=read_only))
 
 
 def _parse_cloud_url(url: str, *, fuse_root: str) -> tuple[str, str] | None:

@@ -8,12 +8,14 @@ again on the same port, and find the objects it had.
 
 To stop it at an exact moment, `start(exit_on_upload=NAME)` makes the server
 process exit, without answering or storing anything, when an upload of an
-object whose name ends with NAME arrives: that is a connection that dies right
-before that object lands, as when a VM is preempted mid-upload.
+object whose name ends with NAME arrives: the client's connection drops right
+before that object would land.
 
-Use the `gcs_emulator` fixture (add `pytest_plugins = ("gcs_emulator",)` to a
-test module, or import it into tests/conftest.py): it starts the server with bucket `GcsEmulator.BUCKET`, points `STORAGE_EMULATOR_HOST` at it
-for this process and its children, and stops it after the test.
+Use the `gcs_emulator` fixture (tests/conftest.py imports it for every test):
+it starts the server with bucket `GcsEmulator.BUCKET`, points
+`STORAGE_EMULATOR_HOST` at it for this process and its children, and stops it
+after the test. The server exits by itself when the process that started it
+dies.
 
 Importing this module sets GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false (unless
 set): with it on, gcsfs's default class probes each bucket over gRPC, which an
@@ -28,8 +30,8 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
-import urllib.error
 import urllib.request
 
 import pytest
@@ -129,7 +131,7 @@ class GcsEmulator:
     try:
       with urllib.request.urlopen(f"{self.endpoint}/", timeout=1):
         return True
-    except (urllib.error.URLError, OSError):
+    except OSError:  # Refused, reset, or an HTTP error (URLError).
       return False
 
 
@@ -163,6 +165,14 @@ def _serve(*, port: int, data_dir: str, exit_on_upload: str | None) -> None:
         os._exit(1)  # pylint: disable=protected-access
       return super().create_file(bucket_name, file_name, *args, **kwargs)
 
+  def exit_with_parent(parent_pid):
+    # A test process that dies must not leave its server running.
+    while os.getppid() == parent_pid:
+      time.sleep(1)
+    os._exit(0)  # pylint: disable=protected-access
+
+  threading.Thread(target=exit_with_parent, args=(os.getppid(),),
+                   daemon=True).start()
   httpd = http.server.HTTPServer(
       (_HOST, port),
       functools.partial(server.RequestHandler, Storage(data_dir=data_dir)))

@@ -1,5 +1,8 @@
 """Tests for ctl.outputs: which flag or variable decides each directory."""
 
+import os
+import tempfile
+
 import pytest
 
 from ctl import outputs
@@ -75,3 +78,23 @@ def test_trial_id_leaves_vertex_directories_alone():
 def test_no_model_dir_is_a_user_error():
   with pytest.raises(UserError, match="model_dir"):
     _resolve({"AIP_CHECKPOINT_DIR": "gs://b/c/"}, checkpoint_dir="")
+
+
+def test_only_the_chief_opens_outputs(tmp_path, monkeypatch):
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+  fuse_root = tmp_path / "gcs"
+  (fuse_root / "b").mkdir(parents=True)
+  dirs = _resolve(model_dir="gs://b/run")
+  chief = outputs.open_outputs(dirs, is_chief=True,
+                               fuse_root=str(fuse_root))
+  worker = outputs.open_outputs(dirs, is_chief=False,
+                                fuse_root=str(fuse_root))
+  assert chief.tensorboard.url == "gs://b/run/tensorboard"
+  assert (worker.model, worker.tensorboard, worker.export) == (None,) * 3
+  # Each worker reads checkpoints through a staging directory of its own.
+  assert worker.checkpoints.local_path != chief.checkpoints.local_path
+  worker_staging = worker.checkpoints.local_path
+  assert os.path.isdir(worker_staging)
+  worker.close()
+  chief.close()
+  assert not os.path.exists(worker_staging)  # Read-only staging is private.

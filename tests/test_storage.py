@@ -20,7 +20,6 @@ from ctl import mirror
 from ctl import retry
 from ctl import storage
 from ctl.errors import UserError
-pytest_plugins = ("gcs_emulator",)  # The gcs_emulator fixture.
 
 # Give up quickly while the emulator is down; attempts on a dead server are
 # cut off after 2 s (gcsfs alone would keep retrying for about 30 s).
@@ -87,6 +86,8 @@ def test_unknown_storage_is_a_user_error():
 
 def test_gcsfs_checkpoint_round_trip(gcs_emulator, tmp_path):
   writer = _open_bucket(gcs_emulator, tmp_path, "writer")
+  writer.fetch()  # A new run: nothing to fetch.
+  assert not os.listdir(writer.local_path)
   _save(writer.local_path, step=1)
   writer.publish(commit_file="checkpoint")
   writer.close()
@@ -131,7 +132,8 @@ def test_state_file_is_the_commit_point(gcs_emulator, tmp_path):
 
 
 def test_publish_retries_across_a_restart(gcs_emulator, tmp_path):
-  writer = _open_bucket(gcs_emulator, tmp_path, "writer", retry_policy=_PATIENT)
+  writer = _open_bucket(gcs_emulator, tmp_path, "writer",
+                        retry_policy=_PATIENT)
   _save(writer.local_path, step=1)
   gcs_emulator.restart(exit_on_upload=".data-00000-of-00001")
   with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:

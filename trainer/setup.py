@@ -90,7 +90,6 @@ def build_job(config: Any, environ=os.environ) -> Job:
       reshuffle_on_nan=config.reshuffle_on_nan,
       inject_nan=config.inject_nan,
       is_chief=cluster.is_chief,
-      worker_id=f"{cluster.task_type}-{cluster.task_index}",
       storage=config.storage,
       fuse_root=config.fuse_root,
       restarts=int(environ.get("CTL_RESTART_COUNT", "0")))

@@ -10,6 +10,7 @@ request (SIGTERM) after saving, re-run to continue; 1 anything else.
 """
 
 import json
+import logging as python_logging
 import os
 import sys
 import types
@@ -97,6 +98,9 @@ FLAGS = flags.FLAGS
 
 def _fail(message: str, code: int) -> None:
   print(f"error: {message}", file=sys.stderr)
+  # The error stays the last line: no warnings logged while the process
+  # shuts down (e.g. TensorFlow's about a restore the error interrupted).
+  python_logging.disable(python_logging.CRITICAL)
   sys.exit(code)
 
 
@@ -123,10 +127,18 @@ def main(argv):
     _fail(str(e), 1)
 
 
+def _parse_flags(argv):
+  """absl's flag parsing, with a bad flag reported as a user error (exit 2)."""
+  try:
+    return FLAGS(argv)
+  except flags.Error as e:
+    _fail(f"{' '.join(str(e).split())}; see --helpshort.", 2)
+
+
 def run():
   """Console-script entry point (`ctl-train`)."""
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  app.run(main)
+  app.run(main, flags_parser=_parse_flags)
 
 
 if __name__ == "__main__":
