@@ -23,7 +23,7 @@ from ctl import summaries
 def evaluate_checkpoints(*, task: controller.Task,
                          options: controller.RunOptions,
                          strategy: tf.distribute.Strategy,
-                         poll_secs: float = 10.0,
+                         poll_secs: float = 5.0,
                          timeout_secs: float = 3600.0) -> dict:
   """Evaluates every new checkpoint until the final one.
 
