@@ -116,6 +116,10 @@ def _supervise(options: LaunchOptions, events: queue.SimpleQueue) -> int:
       return 128 + signum
     if index is None:
       return 0
+    if code == USER_ERROR_EXIT_CODE:
+      _log(f"not restarting: worker {index} exited with code {code}, a user "
+           "error (bad flag, environment or files) that a restart cannot fix")
+      return code
     if restart == options.max_restarts:
       _log(f"giving up: worker {index} exited with code {code} and all"
            f" {options.max_restarts} restart(s) (--max_restarts) are used")

@@ -162,6 +162,17 @@ sys.exit(7 if index == 1 else 0)
   assert (tmp_path / "runs1").read_text().split() == ["0", "1"]
 
 
+def test_a_user_error_is_not_restarted(tmp_path):
+  result = _launch(["--num_workers=2", "--max_restarts=3",
+                    "--restart_backoff_secs=0"], """
+note(f"runs{index}", restart)
+sys.exit(2 if index == 1 else 0)
+""", tmp_path)
+  assert result.returncode == 2, result.stderr
+  assert "not restarting: worker 1 exited with code 2" in result.stderr
+  assert (tmp_path / "runs1").read_text().split() == ["0"]
+
+
 def test_sigterm_is_forwarded_to_every_worker(tmp_path):
   launcher = _start_launcher(["--num_workers=2"], """
 def on_term(signum, frame):

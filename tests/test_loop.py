@@ -1,7 +1,6 @@
 """ctl.loop: the step computes the global-batch loss, and replicas agree."""
 
 import json
-import os
 import subprocess
 import sys
 

@@ -32,6 +32,14 @@ def test_a_writer_without_logdir_writes_no_files(tmp_path, monkeypatch):
   assert os.listdir(tmp_path) == []
 
 
+def test_nothing_is_written_before_the_first_scalar(tmp_path):
+  """A run that fails before logging leaves its TensorBoard dir as it was."""
+  logdir = tmp_path / "tensorboard"
+  writer = summaries.ScalarWriter(logdir=str(logdir))
+  writer.close()
+  assert not logdir.exists()
+
+
 @pytest.mark.parametrize("logdir", [None, "run"])
 def test_close_twice_is_harmless(tmp_path, logdir):
   writer = summaries.ScalarWriter(logdir=logdir and str(tmp_path / logdir))

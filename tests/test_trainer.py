@@ -111,3 +111,26 @@ def test_resnet50_loads_the_weights_file(tmp_path):
                                 backbone.get_layer("conv1_conv").kernel.numpy())
   assert built.output.shape[-1] == 5
   assert built.layers[-2].units == 1016  # The codelab's head.
+
+
+@pytest.mark.parametrize("extra", [("--mixed_precision=bf16",), ("--xla",),
+                                   ("--mixed_precision=bf16", "--xla")])
+def test_mixed_precision_and_xla_train_and_export(extra, model_dir):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  run_trainer(*FAST_FLAGS, "--train_steps=20", *extra,
+              f"--model_dir={model_dir}")
+  assert np.isfinite(read_summary(model_dir)["train_loss"])
+  serving = tf.saved_model.load(os.path.join(model_dir, "saved_model"))
+  logits = serving.signatures["serving_default"](
+      images=tf.zeros([2, 16, 16, 3]))["logits"]
+  assert logits.dtype == tf.float32  # Float32 out, whatever the policy.
+
+
+def test_fp16_resume_restores_the_loss_scale(tmp_path):
+  flags = (*FAST_FLAGS, "--mixed_precision=fp16", "--deterministic")
+  straight, stopped = str(tmp_path / "straight"), str(tmp_path / "stopped")
+  run_trainer(*flags, "--train_steps=30", f"--model_dir={straight}")
+  run_trainer(*flags, "--train_steps=20", f"--model_dir={stopped}")
+  run_trainer(*flags, "--train_steps=30", f"--model_dir={stopped}")
+  assert read_summary(stopped)["weights_fingerprint"] == (
+      read_summary(straight)["weights_fingerprint"])

@@ -1,0 +1,254 @@
+"""The trainer with gs:// outputs, killed, cut off and resumed, end to end.
+
+Every test runs the real command line (`python -m trainer.task`) in a
+subprocess. The gcsfs route talks to a real gcp-storage-emulator process (see
+gcs_emulator.py), which a test can stop in the middle of an upload and start
+again; the FUSE route's mount is a local directory, as Cloud Storage FUSE
+presents one. Each trainer process gets its own TMPDIR, so its staging
+directories are its own: a re-run with a fresh TMPDIR has no local copy of
+anything and must read its checkpoint back from the bucket.
+"""
+
+import os
+import re
+import signal
+import threading
+
+from fsspec.implementations import local as fsspec_local
+import pytest
+
+from tests.conftest import (FAST_FLAGS, read_scalars, read_summary,
+                            run_trainer, trainer_command, trainer_env)
+from tests.gcs_emulator import GcsEmulator
+from tests.test_fault_tolerance import finish, start, wait_for_step
+
+BUCKET = GcsEmulator.BUCKET
+STEPS = 60
+CHECKPOINT_EVERY = 10
+FLAGS = (*FAST_FLAGS, "--deterministic", f"--train_steps={STEPS}",
+         "--steps_per_loop=5", "--log_every_steps=5",
+         f"--checkpoint_every_steps={CHECKPOINT_EVERY}",
+         "--eval_every_steps=20")
+_RESTORED = re.compile(r"Restored step (\d+) from")
+_LATEST = re.compile(rb'^model_checkpoint_path: "ckpt-(\d+)"', re.MULTILINE)
+
+
+class _Bucket:
+  """A bucket seen from outside the trainer, through an fsspec filesystem.
+
+  The emulator's bucket is read with gcsfs pointed at the emulator; a
+  FUSE-mounted bucket is read as the local directory it is.
+  """
+
+  def __init__(self, fs, root: str):
+    self._fs = fs
+    self._root = root.rstrip("/")
+
+  @classmethod
+  def emulated(cls, emulator: GcsEmulator) -> "_Bucket":
+    return cls(emulator.filesystem(), BUCKET)
+
+  @classmethod
+  def mounted(cls, mount: str) -> "_Bucket":
+    return cls(fsspec_local.LocalFileSystem(), mount)
+
+  def names(self, prefix: str) -> set[str]:
+    """Every object under `prefix`, as a path relative to it."""
+    base = f"{self._root}/{prefix}"
+    return {os.path.relpath(path, base)
+            for path in self._fs.find(base)}
+
+  def read(self, path: str) -> bytes:
+    return self._fs.cat_file(f"{self._root}/{path}")
+
+  def latest_checkpoint_step(self, prefix: str) -> int:
+    """The step of the checkpoint the remote state file names as latest."""
+    match = _LATEST.search(self.read(f"{prefix}/checkpoint"))
+    assert match, f"no latest checkpoint in {prefix}/checkpoint"
+    return int(match.group(1))
+
+  def download(self, prefix: str, local_dir: str) -> str:
+    """Copies every object under `prefix` into `local_dir`; returns it."""
+    for name in self.names(prefix):
+      target = os.path.join(local_dir, name)
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      self._fs.get_file(f"{self._root}/{prefix}/{name}", target)
+    return local_dir
+
+
+def _env(tmp_path, name: str, **extra) -> dict:
+  """The trainer's environment with a TMPDIR (so staging) of its own."""
+  tmpdir = tmp_path / name
+  tmpdir.mkdir()
+  return trainer_env(TMPDIR=str(tmpdir),
+                     GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false", **extra)
+
+
+def _restored_step(log: str) -> int:
+  steps = _RESTORED.findall(log)
+  assert len(steps) == 1, log[-3000:]
+  return int(steps[0])
+
+
+def _data_file(step: int) -> str:
+  return f"checkpoints/ckpt-{step}.data-00000-of-00001"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  """The summary of an uninterrupted run on local disk, same flags."""
+  model_dir = str(tmp_path_factory.mktemp("reference") / "run")
+  run_trainer(*FLAGS, f"--model_dir={model_dir}")
+  return read_summary(model_dir)
+
+
+@pytest.fixture(params=["gcsfs", "fuse"])
+def route(request, tmp_path):
+  """(trainer flags, the bucket as seen from outside) for one route."""
+  if request.param == "gcsfs":
+    emulator = request.getfixturevalue("gcs_emulator")
+    flags = ("--storage=gcsfs",)
+    return flags, _Bucket.emulated(emulator)
+  mount = tmp_path / "gcs" / BUCKET
+  mount.mkdir(parents=True)
+  # `auto` must find the mount by itself.
+  flags = ("--storage=auto", f"--fuse_root={tmp_path / 'gcs'}")
+  return flags, _Bucket.mounted(str(mount))
+
+
+def test_sigkill_then_resume_from_the_bucket(reference, route, tmp_path):
+  storage_flags, bucket = route
+  command = trainer_command(*FLAGS, *storage_flags,
+                            f"--model_dir=gs://{BUCKET}/run")
+  kill_at = 25  # After ckpt-20 is published: saves block until uploaded.
+  process = start(command, env=_env(tmp_path, "first"))
+  wait_for_step(process, kill_at)
+  process.kill()
+  code, output = finish(process)
+  assert code == -signal.SIGKILL, output[-3000:]
+  committed = bucket.latest_checkpoint_step("run/checkpoints")
+  assert committed >= kill_at - kill_at % CHECKPOINT_EVERY
+
+  # A fresh TMPDIR: no staging is left, the checkpoint comes from the bucket.
+  result = run_trainer(*FLAGS, *storage_flags,
+                       f"--model_dir=gs://{BUCKET}/run",
+                       env=_env(tmp_path, "second"))
+  assert _restored_step(result.stderr) == committed
+  summary = read_summary(bucket.download("run", str(tmp_path / "downloaded")))
+  assert summary["final_step"] == STEPS
+  assert summary["restores"] == 1
+  assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
+
+  names = bucket.names("run")
+  assert "saved_model/saved_model.pb" in names
+  assert "checkpoints/checkpoint" in names
+  assert bucket.latest_checkpoint_step("run/checkpoints") == STEPS
+  # One events file per process; together they hold the whole run.
+  assert len([n for n in names if n.startswith("tensorboard/") and
+              "tfevents" in n]) == 2
+  scalars = read_scalars(str(tmp_path / "downloaded" / "tensorboard"))
+  assert max(step for step, _ in scalars["train/loss"]) == STEPS
+  assert max(step for step, _ in scalars["eval/accuracy"]) == STEPS
+  assert {step for step, _ in scalars["train/loss"]} >= set(
+      range(5, STEPS + 1, 5))
+
+
+def test_upload_cut_by_an_outage_is_retried(reference, gcs_emulator,
+                                            tmp_path):
+  cut = 30
+  # The server dies as ckpt-30's data arrives and is back 2 s later.
+  gcs_emulator.restart(exit_on_upload=_data_file(cut))
+  outage = {}
+
+  def restart_after_outage():
+    try:
+      gcs_emulator.wait_until_exited(timeout_s=240)
+      outage["happened"] = True
+      threading.Event().wait(2)
+      gcs_emulator.start()
+    except Exception as error:  # pylint: disable=broad-except
+      outage["error"] = error
+
+  restarter = threading.Thread(target=restart_after_outage)
+  restarter.start()
+  try:
+    result = run_trainer(*FLAGS, "--storage=gcsfs",
+                         f"--model_dir=gs://{BUCKET}/run",
+                         env=_env(tmp_path, "run"), check=False)
+  finally:
+    restarter.join()
+  assert "error" not in outage, outage
+  assert outage.get("happened"), "the emulator never saw the upload"
+  assert result.returncode == 0, result.stderr[-3000:]
+
+  bucket = _Bucket.emulated(gcs_emulator)
+  names = bucket.names("run")
+  assert bucket.latest_checkpoint_step("run/checkpoints") == STEPS
+  assert {f"checkpoints/ckpt-{STEPS}.index", _data_file(STEPS)} <= names
+  summary = read_summary(bucket.download("run", str(tmp_path / "downloaded")))
+  assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
+
+
+def test_checkpoint_cut_mid_upload_is_never_restored(reference, gcs_emulator,
+                                                     tmp_path):
+  cut = 30
+  gcs_emulator.restart(exit_on_upload=_data_file(cut))
+  process = start(trainer_command(*FLAGS, "--storage=gcsfs",
+                                  f"--model_dir=gs://{BUCKET}/run"),
+                  env=_env(tmp_path, "first"))
+  try:
+    gcs_emulator.wait_until_exited(timeout_s=240)
+  finally:
+    # Killed while its upload of ckpt-30 waits for the server.
+    process.kill()
+    code, output = finish(process)
+  assert code == -signal.SIGKILL, output[-3000:]
+  assert f"ckpt-{cut}" in output  # Saved locally, never committed.
+  gcs_emulator.start()
+  bucket = _Bucket.emulated(gcs_emulator)
+  committed = bucket.latest_checkpoint_step("run/checkpoints")
+  assert 0 < committed < cut
+
+  result = run_trainer(*FLAGS, "--storage=gcsfs",
+                       f"--model_dir=gs://{BUCKET}/run",
+                       env=_env(tmp_path, "second"))
+  assert _restored_step(result.stderr) == committed
+  summary = read_summary(bucket.download("run", str(tmp_path / "downloaded")))
+  assert summary["final_step"] == STEPS
+  assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
+
+
+def test_vertex_directories_alone_place_every_output(gcs_emulator, tmp_path):
+  aip = {"AIP_MODEL_DIR": f"gs://{BUCKET}/aip/model/",
+         "AIP_CHECKPOINT_DIR": f"gs://{BUCKET}/aip/checkpoints/",
+         "AIP_TENSORBOARD_LOG_DIR": f"gs://{BUCKET}/aip/logs/"}
+  # No mount at --fuse_root, so `auto` takes gcsfs wherever this runs.
+  run_trainer(*FLAGS, "--train_steps=20", f"--fuse_root={tmp_path / 'gcs'}",
+              env=_env(tmp_path, "run", **aip))
+
+  bucket = _Bucket.emulated(gcs_emulator)
+  names = bucket.names("aip")
+  assert {name.split("/")[0] for name in names} == {
+      "checkpoints", "logs", "model", "train_summary.json"}
+  assert {"checkpoints/checkpoint", "model/saved_model.pb",
+          "train_summary.json"} <= names
+  assert bucket.latest_checkpoint_step("aip/checkpoints") == 20
+  logs = bucket.download("aip/logs", str(tmp_path / "logs"))
+  assert "train/loss" in read_scalars(logs)
+  assert all(name.startswith("aip/") for name in bucket.names(""))
+
+
+def test_missing_bucket_fails_before_training(gcs_emulator, tmp_path):
+  del gcs_emulator  # Running, but without that bucket.
+  result = run_trainer(*FLAGS, "--storage=gcsfs",
+                       "--model_dir=gs://no-such-bucket/run",
+                       env=_env(tmp_path, "run"), check=False)
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert "Traceback" not in result.stderr
+  errors = [line for line in result.stderr.splitlines()
+            if line.startswith("error:")]
+  assert errors == [result.stderr.strip().splitlines()[-1]]
+  assert errors[0].startswith("error: Cannot write to gs://no-such-bucket/run")
+  assert errors[0].endswith(".")
+  assert not re.search(r"step \d+/|Saved checkpoint|No checkpoint in",
+                       result.stderr)
