@@ -14,14 +14,13 @@ import time
 from absl import logging
 import tensorflow as tf
 
-from ctl import controller
 from ctl import loop as loop_lib
 from ctl import storage
 from ctl import summaries
+from ctl.options import RunOptions, Task
 
 
-def evaluate_checkpoints(*, task: controller.Task,
-                         options: controller.RunOptions,
+def evaluate_checkpoints(*, task: Task, options: RunOptions,
                          strategy: tf.distribute.Strategy,
                          poll_secs: float = 5.0,
                          timeout_secs: float = 3600.0) -> dict:

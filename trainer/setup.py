@@ -21,6 +21,7 @@ from ctl import input as input_lib
 from ctl import outputs
 from ctl import strategies
 from ctl.errors import UserError
+from ctl.options import RunOptions, Task
 from trainer import data as data_lib
 from trainer import model as model_lib
 
@@ -31,8 +32,8 @@ _POLICIES = {"none": "float32", "bf16": "mixed_bfloat16",
 @dataclasses.dataclass(frozen=True)
 class Job:
   """Everything `controller.run` needs, ready to go."""
-  task: controller.Task
-  options: controller.RunOptions
+  task: Task
+  options: RunOptions
   strategy: tf.distribute.Strategy
   eval_callbacks: Sequence[Callable[[int, dict], None]] = ()
   is_evaluator: bool = False
@@ -74,7 +75,7 @@ def build_job(config: Any, environ=os.environ) -> Job:
                          data_dir=config.data_dir)
   global_batch = config.per_replica_batch_size * strategy.num_replicas_in_sync
   train_steps = _train_steps(config, source, global_batch)
-  options = controller.RunOptions(
+  options = RunOptions(
       **dataclasses.asdict(dirs),
       train_steps=train_steps,
       steps_per_loop=config.steps_per_loop,
@@ -161,7 +162,7 @@ def _train_steps(config, source: data_lib.Source, global_batch: int) -> int:
 
 
 def _task(config, source: data_lib.Source, global_batch: int,
-          train_steps: int) -> controller.Task:
+          train_steps: int) -> Task:
   """The model, optimizer and datasets as plain callables."""
 
   def build_model():
@@ -197,7 +198,7 @@ def _task(config, source: data_lib.Source, global_batch: int,
         records=source.eval_records, decode_fn=source.decode_fn,
         input_context=input_context, global_batch_size=global_batch)
 
-  return controller.Task(
+  return Task(
       build_model=build_model, build_optimizer=build_optimizer,
       train_dataset_fn=train_dataset_fn, eval_dataset_fn=eval_dataset_fn,
       global_batch_size=global_batch, image_shape=source.image_shape)

@@ -1,4 +1,4 @@
-"""ctl.controller.RunOptions: every bad option fails early with one sentence."""
+"""ctl.options: every bad option fails early with one sentence."""
 
 import dataclasses
 import os
@@ -6,6 +6,7 @@ import os
 import pytest
 
 from ctl import controller
+from ctl import options
 from ctl.errors import UserError
 
 
@@ -17,7 +18,7 @@ def _options(tmp_path, **overrides):
                 train_steps=100, steps_per_loop=10, log_every_steps=10,
                 eval_every_steps=20, checkpoint_every_steps=50)
   fields.update(overrides)
-  return controller.RunOptions(**fields)
+  return options.RunOptions(**fields)
 
 
 def test_good_options_pass(tmp_path):
@@ -85,9 +86,9 @@ def test_run_rejects_bad_options_before_touching_anything(tmp_path):
   def fail(*args):
     raise AssertionError(f"called with {args}")
 
-  task = controller.Task(build_model=fail, build_optimizer=fail,
-                         train_dataset_fn=fail, eval_dataset_fn=fail,
-                         global_batch_size=8, image_shape=(8, 8, 3))
+  task = options.Task(build_model=fail, build_optimizer=fail,
+                      train_dataset_fn=fail, eval_dataset_fn=fail,
+                      global_batch_size=8, image_shape=(8, 8, 3))
   with pytest.raises(UserError, match="checkpoint_every_steps"):
     controller.run(task=task, options=_options(tmp_path,
                                                checkpoint_every_steps=15),
