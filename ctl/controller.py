@@ -96,7 +96,8 @@ class _Run:
     self._loop = loop_lib.TrainLoop(
         strategy=strategy, model=self._model, optimizer=self._optimizer,
         global_step=self._global_step,
-        global_batch_size=task.global_batch_size, loss_fn=task.loss_fn,
+        global_batch_size=task.global_batch_size,
+        steps_per_loop=options.steps_per_loop, loss_fn=task.loss_fn,
         jit_compile=options.xla)
     self._writer = summaries.ScalarWriter(
         logdir=self._outputs.tensorboard and

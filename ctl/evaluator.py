@@ -50,7 +50,7 @@ def evaluate_checkpoints(*, task: Task, options: RunOptions,
   loop = loop_lib.TrainLoop(strategy=strategy, model=model,
                             optimizer=optimizer, global_step=global_step,
                             global_batch_size=task.global_batch_size,
-                            loss_fn=task.loss_fn)
+                            steps_per_loop=1, loss_fn=task.loss_fn)
   data = strategy.distribute_datasets_from_function(task.eval_dataset_fn)
   writer = summaries.ScalarWriter(logdir=board.local_path)
   results, last_path, waited_since = {}, None, time.time()

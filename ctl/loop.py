@@ -54,7 +54,7 @@ class TrainLoop:
 
   def __init__(self, *, strategy: tf.distribute.Strategy, model: keras.Model,
                optimizer: keras.optimizers.Optimizer, global_step: tf.Variable,
-               global_batch_size: int,
+               global_batch_size: int, steps_per_loop: int,
                loss_fn: Callable = sparse_softmax_cross_entropy,
                jit_compile: bool = False):
     """Initializes the loop.
@@ -65,6 +65,7 @@ class TrainLoop:
       optimizer: a built Keras optimizer (a LossScaleOptimizer for fp16).
       global_step: int64 variable incremented once per step.
       global_batch_size: examples per step summed over all replicas.
+      steps_per_loop: the most steps one `train` call runs.
       loss_fn: `(labels, logits) -> per-example loss`.
       jit_compile: compile the forward and backward pass with XLA. The
         optimizer update (which holds the cross-replica all-reduce) stays
@@ -75,7 +76,12 @@ class TrainLoop:
     self._optimizer = optimizer
     self._global_step = global_step
     self._global_batch_size = global_batch_size
+    self._steps_per_loop = steps_per_loop
     self._loss_fn = loss_fn
+    with strategy.scope():
+      self._step_losses = _replica_accumulator([steps_per_loop])
+      self._correct = _replica_accumulator([])
+      self._eval_sums = _replica_accumulator([3])
     self._gradients = tf.function(self._loss_and_gradients,
                                   jit_compile=True) if jit_compile else (
                                       self._loss_and_gradients)
@@ -97,30 +103,31 @@ class TrainLoop:
     correct = _count_correct(labels, logits)
     return loss, correct, gradients
 
-  def _replica_step(self, batch, inject_nan):
+  def _replica_step(self, batch, inject_nan, index):
     images, labels = batch
     loss, correct, gradients = self._gradients(images, labels, inject_nan)
     self._optimizer.apply_gradients(
         zip(gradients, self._model.trainable_variables))
-    return loss, correct
+    # Local bookkeeping only: no communication per step beyond the gradients.
+    self._step_losses.assign_add(tf.scatter_nd(  # Not one_hot * loss: NaN * 0.
+        [[index]], [loss], [self._steps_per_loop]))
+    self._correct.assign_add(correct)
 
   def _train_loop(self, iterator, num_steps, nan_step, control):
     strategy = self._strategy
-    losses = tf.TensorArray(tf.float32, size=num_steps)
-    correct = tf.constant(0.0)
+    strategy.run(_zero, args=(self._step_losses, self._correct))
     for i in tf.range(num_steps):
       inject_nan = tf.equal(self._global_step, nan_step)
-      loss, step_correct = strategy.run(
-          self._replica_step, args=(next(iterator), inject_nan))
-      losses = losses.write(i, strategy.reduce("SUM", loss, axis=None))
-      correct += strategy.reduce("SUM", step_correct, axis=None)
+      strategy.run(self._replica_step, args=(next(iterator), inject_nan, i))
       self._global_step.assign_add(1)
-    # One small all-reduce per loop: every worker learns whether any worker
-    # was asked to stop, or the chief wants a time-based save, so all of
-    # them take the same decision at the same step.
-    agreed = strategy.reduce(
-        "SUM", strategy.run(tf.identity, args=(control,)), axis=None) > 0
-    return losses.stack(), correct, agreed
+    # The loop's one extra all-reduce: [step losses..., correct, requests].
+    # Summing the requests tells every worker whether any worker was asked
+    # to stop, or the chief wants a time-based save, so all of them take the
+    # same decision at the same step.
+    return strategy.reduce("SUM", strategy.run(
+        lambda: tf.concat([self._step_losses.read_value(),
+                           [self._correct.read_value()], control], 0)),
+                           axis=None)
 
   def train(self, iterator, num_steps: int, *, nan_step: int | None = None,
             stop_requested: bool = False,
@@ -138,17 +145,19 @@ class TrainLoop:
     Returns:
       A `LoopOutput` with the per-step losses and the agreed requests.
     """
+    if not 0 < num_steps <= self._steps_per_loop:
+      raise ValueError(f"num_steps must be in [1, {self._steps_per_loop}], "
+                       f"got {num_steps}.")
     control = tf.constant([float(stop_requested), float(save_requested)])
-    losses, correct, agreed = self._train(
+    totals = self._train(
         iterator, tf.constant(num_steps, tf.int32),
         tf.constant(_NO_STEP if nan_step is None else nan_step, tf.int64),
-        control)
-    agreed = agreed.numpy()
+        control).numpy()
+    correct, stop, save = totals[self._steps_per_loop:]
     return LoopOutput(
-        step_losses=losses.numpy(),
+        step_losses=totals[:num_steps],
         accuracy=float(correct) / (num_steps * self._global_batch_size),
-        stop_requested=bool(agreed[0]),
-        save_requested=bool(agreed[1]))
+        stop_requested=bool(stop > 0), save_requested=bool(save > 0))
 
   def _replica_eval(self, batch):
     images, labels = batch
@@ -165,15 +174,16 @@ class TrainLoop:
     count = tf.shape(labels)[0]
     loss_sum, correct = tf.cond(count > 0, sums,
                                 lambda: (tf.constant(0.0), tf.constant(0.0)))
-    return loss_sum, correct, tf.cast(count, tf.float32)
+    self._eval_sums.assign_add(
+        tf.stack([loss_sum, correct, tf.cast(count, tf.float32)]))
 
   def _eval_loop(self, dataset):
     strategy = self._strategy
-    totals = tf.zeros([3])
+    strategy.run(_zero, args=(self._eval_sums,))
     for batch in dataset:
-      sums = strategy.run(self._replica_eval, args=(batch,))
-      totals += tf.stack([strategy.reduce("SUM", s, axis=None) for s in sums])
-    return totals
+      strategy.run(self._replica_eval, args=(batch,))
+    return strategy.reduce("SUM", strategy.run(self._eval_sums.read_value),
+                           axis=None)
 
   def evaluate(self, dataset) -> dict[str, float]:
     """Evaluates on a finite distributed dataset.
@@ -189,6 +199,19 @@ class TrainLoop:
     count = max(count, 1.0)
     return {"loss": float(loss_sum / count), "accuracy": float(correct / count),
             "examples": int(count)}
+
+
+def _replica_accumulator(shape) -> tf.Variable:
+  """A float32 variable each replica adds to locally (sync on read, SUM)."""
+  return tf.Variable(tf.zeros(shape), trainable=False,
+                     synchronization=tf.VariableSynchronization.ON_READ,
+                     aggregation=tf.VariableAggregation.SUM)
+
+
+def _zero(*variables) -> None:
+  """Resets accumulators; runs in replica context (each local copy)."""
+  for variable in variables:
+    variable.assign(tf.zeros_like(variable))
 
 
 def _count_correct(labels, logits):

@@ -42,7 +42,7 @@ def _loop(model):
   step = tf.Variable(0, dtype=tf.int64, trainable=False)
   loop = loop_lib.TrainLoop(strategy=strategy, model=model,
                             optimizer=optimizer, global_step=step,
-                            global_batch_size=BATCH)
+                            global_batch_size=BATCH, steps_per_loop=4)
   return loop, step
 
 
@@ -77,6 +77,12 @@ def test_each_step_reports_the_mean_loss_plus_regularization():
     assert not output.stop_requested and not output.save_requested
     assert int(step.numpy()) == i + 1
   assert not np.allclose(before[0], model.trainable_variables[0].numpy())
+
+
+def test_a_call_runs_at_most_steps_per_loop_steps():
+  loop, _ = _loop(_model())
+  with pytest.raises(ValueError, match="num_steps"):
+    loop.train(_iterator(*_data(BATCH)), 5)
 
 
 def test_several_steps_in_one_call_are_the_same_as_one_at_a_time():
@@ -166,7 +172,8 @@ def train(strategy):
                        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
   loop = loop_lib.TrainLoop(strategy=strategy, model=model,
                             optimizer=optimizer, global_step=step,
-                            global_batch_size=GLOBAL_BATCH)
+                            global_batch_size=GLOBAL_BATCH,
+                            steps_per_loop=STEPS_PER_LOOP)
   train_data = strategy.distribute_datasets_from_function(
       lambda context: input_lib.train_dataset(
           records=source.train_records, num_records=source.num_train,
