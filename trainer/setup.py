@@ -10,6 +10,7 @@ import dataclasses
 import os
 from typing import Any, Callable, Sequence
 
+from absl import logging
 import keras
 import tensorflow as tf
 
@@ -70,6 +71,9 @@ def build_job(config: Any, environ=os.environ) -> Job:
   strategy = strategies.make_strategy(
       name="auto" if cluster.is_evaluator else config.strategy,
       cluster=cluster, collective=config.collective)
+  logging.info("%s; this process is %s %d of a %d-worker cluster.",
+               strategies.describe(strategy), cluster.task_type,
+               cluster.task_index, cluster.num_workers)
   keras.mixed_precision.set_global_policy(_POLICIES[config.mixed_precision])
   source = data_lib.load(config.dataset, image_size=config.image_size,
                          data_dir=config.data_dir)
