@@ -8,7 +8,10 @@
 FROM tensorflow/tensorflow:2.21.0-gpu
 
 # Log lines reach Cloud Logging when they are written, not when a buffer fills.
-ENV PYTHONUNBUFFERED=1
+# The package goes into the image's own Python, next to its TensorFlow; newer
+# pips refuse that (PEP 668) unless told it is intended.
+ENV PYTHONUNBUFFERED=1 \
+    PIP_BREAK_SYSTEM_PACKAGES=1
 
 # Relative paths such as the default flagfile resolve against this directory.
 WORKDIR /app
