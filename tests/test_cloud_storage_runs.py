@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import threading
+import time
 
 from fsspec.implementations import local as fsspec_local
 import pytest
@@ -165,7 +166,7 @@ def test_upload_cut_by_an_outage_is_retried(reference, gcs_emulator,
     try:
       gcs_emulator.wait_until_exited(timeout_s=240)
       outage["happened"] = True
-      threading.Event().wait(2)
+      time.sleep(2)
       gcs_emulator.start()
     except Exception as error:  # pylint: disable=broad-except
       outage["error"] = error
