@@ -12,14 +12,15 @@ import matplotlib
 matplotlib.use("Agg")  # Headless: no display on servers or in CI.
 from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 
-from benchmarks import report as report_lib  # pylint: disable=g-import-not-at-top
+from benchmarks import report as report_lib
 
 
 def write(report: Mapping[str, Any], path: str) -> str:
   """Writes the chart to `path` (PNG) and returns the path."""
   panels = [(name, body) for name, body in report["sections"].items()
             if _bars(body)]
-  targets = report_lib.all_targets(report)
+  targets = [t for t in report_lib.all_targets(report)
+             if t["measured"] is not None]
   count = len(panels) + (1 if targets else 0)
   heights = [0.45 * max(len(_bars(body)), 2) + 1 for _, body in panels]
   if targets:
@@ -60,9 +61,9 @@ def _draw_section(axis, name, body) -> None:
   axis.set_yticks(list(positions), [row["name"] for row in rows])
   axis.invert_yaxis()
   axis.set_xlabel(key.replace("_", " "))
-  axis.set_title(body.get("title", name), fontsize=10)
+  axis.set_title(f"{body.get('title', name)} ({name})", fontsize=10)
   for position, value in zip(positions, values):
-    axis.text(value, position, f" {value:.3g}", va="center", fontsize=8)
+    axis.text(value, position, f" {_short(value)}", va="center", fontsize=8)
 
 
 def _draw_targets(axis, targets) -> None:
@@ -82,3 +83,10 @@ def _draw_targets(axis, targets) -> None:
   axis.set_xlabel("measured ratio (bar: median, whiskers: min-max; "
                   "black tick: threshold)")
   axis.set_title("Targets", fontsize=10)
+
+
+def _short(value: float) -> str:
+  """1234.5 -> "1,234"; 3.21 -> "3.21"; 5.3e10 -> "5.3e+10"."""
+  if abs(value) >= 1e6:
+    return f"{value:.3g}"
+  return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"

@@ -6,6 +6,7 @@ by hand it prints its sections as Markdown; run by `run_all` it writes them to
 the apps can also be imported side by side (as the tests do).
 """
 
+import os
 import sys
 from typing import Mapping
 
@@ -31,9 +32,16 @@ def section_name(default: str) -> str:
 
 
 def emit(sections: Mapping[str, Mapping]) -> None:
-  """Writes the sections to `--output`, or prints them as Markdown."""
+  """Writes the sections to `--output`, or prints them as Markdown.
+
+  Writing is atomic (a temporary file, then a rename), so `run_all` never
+  reads half a file from an app it stopped at its time limit; an app may
+  emit several times (progress), the last write wins.
+  """
   if FLAGS.output:
-    report_lib.write_sections(FLAGS.output, sections)
+    temporary = f"{FLAGS.output}.tmp"
+    report_lib.write_sections(temporary, sections)
+    os.replace(temporary, FLAGS.output)
     return
   report = report_lib.merge(report_lib.new_report({}), sections)
   sys.stdout.write(markdown.render(report))

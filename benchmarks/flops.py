@@ -18,7 +18,7 @@ TRAINING_PASSES = 3
 
 
 def forward_flops_per_example(model: keras.Model) -> int:
-  """FLOPs of one example's forward pass through `model`'s conv and dense layers.
+  """FLOPs of one example's forward pass through the conv and dense layers.
 
   Args:
     model: a built functional Keras model (layers know their output shapes).

@@ -15,8 +15,11 @@ _HEADERS = {
     "examples_per_second": "examples/s",
     "first_call_seconds": "first call s",
     "steps_per_loop": "steps/call",
-    "mfu": "MFU",
+    "mfu_percent": "MFU %",
     "flops_per_second": "FLOP/s",
+    "peak_flops_per_second": "peak FLOP/s",
+    "examples_per_second_per_worker": "examples/s per worker",
+    "wall_seconds": "wall s",
 }
 
 
@@ -34,6 +37,8 @@ def render(report: Mapping[str, Any]) -> str:
 
 def verdict_text(target: Mapping[str, Any]) -> str:
   """E.g. "PASS 1.01x (0.97-1.03: inside the noise)"."""
+  if target["measured"] is None:
+    return target["status"]
   text = (f"{target['status']} {target['measured']:.3g}x "
           f"({target['min']:.3g}-{target['max']:.3g}")
   if target.get("inside_noise"):
@@ -47,7 +52,7 @@ def _targets(report) -> list[str]:
   if not targets:
     return lines + ["No target was measured in this run.", ""]
   lines += _table(["section", "target", "ratio", "threshold", "verdict"], [
-      [t["section"], t["name"], t["ratio"], f">= {t['threshold']:g}x",
+      [t["section"], t["name"], t["ratio"] or "-", f">= {t['threshold']:g}x",
        verdict_text(t)] for t in targets])
   missing = [n for n, s in report["sections"].items() if s["status"] != "ok"]
   if missing:

@@ -15,7 +15,7 @@ A section, as built by `section()`:
 
   {
     "title": "ResNet50 training throughput",
-    "status": "ok",            # or failed | timeout | pending | skipped
+    "status": "ok",            # partial failed timeout pending skipped
     "config": {...},           # what was measured: sizes, device, flags
     "columns": ["name", "images_per_second", ...],   # the Markdown table
     "chart_key": "images_per_second",                # the PNG's bars
@@ -37,7 +37,9 @@ import os
 from typing import Any, Mapping, Sequence
 
 SCHEMA_VERSION = 1
-STATUSES = ("ok", "failed", "timeout", "pending", "skipped")
+# partial: an app's progress write (some rounds done), which run_all keeps
+# when it stops the app at its time limit.
+STATUSES = ("ok", "partial", "failed", "timeout", "pending", "skipped")
 RESULTS_JSON = "results.json"
 REPORT_MD = "report.md"
 CHART_PNG = "chart.png"

@@ -3,7 +3,8 @@
 - `EngineRunner`: our engine, `ctl.loop.TrainLoop`, `steps_per_loop` steps
   per call (the host is touched once per call).
 - `BareRunner`: a bare `tf.function` GradientTape step called once per step,
-  no framework around it: the overhead floor a hand-written loop reaches.
+  no framework around it: the overhead floor a hand-written loop reaches;
+  or, with `steps_per_loop` > 1, the same step in a bare `tf.range` loop.
 - `FitRunner`: Keras `model.fit`, what users would pick instead.
 
 All of them train the same model (same variables, same optimizer) on the same
@@ -85,17 +86,29 @@ def build_group(*, strategy: tf.distribute.Strategy, model_name: str,
                     precision=precision)
 
 
-class EngineRunner:
-  """`ctl.loop.TrainLoop`: `steps_per_loop` steps per `tf.function` call."""
+def train_loop(*, strategy, group: ModelGroup, global_batch_size: int,
+               steps_per_loop: int, xla: bool) -> loop_lib.TrainLoop:
+  """The engine's compiled loops for `group`, up to `steps_per_loop` a call."""
+  return loop_lib.TrainLoop(
+      strategy=strategy, model=group.model, optimizer=group.optimizer,
+      global_step=group.global_step, global_batch_size=global_batch_size,
+      steps_per_loop=steps_per_loop, jit_compile=xla)
 
-  def __init__(self, *, strategy, group: ModelGroup, dataset,
-               global_batch_size: int, steps_per_loop: int, xla: bool):
+
+class EngineRunner:
+  """`ctl.loop.TrainLoop`: `steps_per_loop` steps per `tf.function` call.
+
+  Runners that differ only in `steps_per_loop` may share one `TrainLoop`
+  built for the largest: the step count of a call is a tensor argument, so
+  one trace serves them all (ResNet50 takes tens of seconds to trace on a
+  CPU); a call of fewer steps only leaves part of its loss buffer unused.
+  """
+
+  def __init__(self, *, strategy, loop: loop_lib.TrainLoop, dataset,
+               steps_per_loop: int):
     self.warmup_steps = 1  # num_steps is a tensor: one call traces it all.
     self._steps_per_loop = steps_per_loop
-    self._loop = loop_lib.TrainLoop(
-        strategy=strategy, model=group.model, optimizer=group.optimizer,
-        global_step=group.global_step, global_batch_size=global_batch_size,
-        jit_compile=xla)
+    self._loop = loop
     self._iterator = iter(strategy.experimental_distribute_dataset(dataset))
 
   def run(self, num_steps: int) -> float:
@@ -113,12 +126,15 @@ class BareRunner:
 
   It computes the same loss as the engine and applies the same optimizer; with
   `xla` it compiles the same part (forward and backward), so the difference to
-  `EngineRunner` is the framework around the step and nothing else.
+  `EngineRunner` is the framework around the step and nothing else. With
+  `steps_per_loop` > 1 the step runs in a bare `tf.range` loop instead, the
+  floor for the engine's compiled loop.
   """
 
   def __init__(self, *, strategy, group: ModelGroup, dataset,
-               global_batch_size: int, xla: bool):
+               global_batch_size: int, xla: bool, steps_per_loop: int = 1):
     self.warmup_steps = 1
+    self._steps_per_loop = steps_per_loop
     model, optimizer = group.model, group.optimizer
 
     def gradients(images, labels):
@@ -141,14 +157,28 @@ class BareRunner:
     def step(iterator):
       return strategy.run(replica_step, args=next(iterator))
 
+    @tf.function
+    def loop(iterator, num_steps):
+      loss = tf.zeros([])
+      for _ in tf.range(num_steps):
+        loss = strategy.experimental_local_results(
+            strategy.run(replica_step, args=next(iterator)))[0]
+      return loss
+
     self._step = step
+    self._loop = loop
     self._iterator = iter(strategy.experimental_distribute_dataset(dataset))
 
   def run(self, num_steps: int) -> float:
     start = time.perf_counter()
     loss = None
-    for _ in range(num_steps):
-      loss = self._step(self._iterator)
+    if self._steps_per_loop == 1:
+      for _ in range(num_steps):
+        loss = self._step(self._iterator)
+    else:
+      for done in range(0, num_steps, self._steps_per_loop):
+        loss = self._loop(self._iterator, tf.constant(
+            min(self._steps_per_loop, num_steps - done)))
     float(loss)  # Waits for the last step (devices may run asynchronously).
     return time.perf_counter() - start
 
@@ -178,7 +208,7 @@ class FitRunner:
 
   def run(self, num_steps: int) -> float:
     self._model.fit(self._dataset, epochs=1, steps_per_epoch=num_steps,
-                    verbose=0, callbacks=[self._timer])
+                    verbose=0, shuffle=False, callbacks=[self._timer])
     return self._timer.seconds
 
 

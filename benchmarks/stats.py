@@ -92,3 +92,10 @@ def verdict(ratio_summary: dict, *, threshold: float, name: str) -> dict:
       "status": "PASS" if measured >= threshold else "MISS",
       "inside_noise": low < threshold <= high,
   }
+
+
+def not_measured(*, name: str, threshold: float) -> dict:
+  """A target whose variants did not run: reported, never silently dropped."""
+  return {"name": name, "ratio": None, "threshold": threshold,
+          "measured": None, "min": None, "max": None,
+          "status": "NOT MEASURED", "inside_noise": False}

@@ -4,7 +4,8 @@ A spec is `kind[:steps][+modifier...]`:
 
   engine:1        ctl.loop.TrainLoop, 1 step per call
   engine:N        the same, --steps_per_loop steps per call
-  bare            a bare tf.function GradientTape step
+  bare            a bare tf.function GradientTape step, called per step
+  bare:N          the same step in a tf.range loop of N steps per call
   fit:1, fit:N    Keras model.fit with steps_per_execution 1 or N
   engine:N+bf16   modifiers: bf16, fp16 (precision), xla
 
@@ -26,8 +27,8 @@ class Variant:
 
   Attributes:
     kind: one of KINDS.
-    steps_per_call: steps per host call (engine: steps_per_loop; fit:
-      steps_per_execution; bare: 1).
+    steps_per_call: steps per host call (engine and bare: steps_per_loop;
+      fit: steps_per_execution).
     precision: "none", "bf16" or "fp16".
     xla: whether the forward and backward pass are compiled with XLA.
   """
@@ -39,7 +40,8 @@ class Variant:
   @property
   def name(self) -> str:
     label = {"engine": f"engine spl={self.steps_per_call}",
-             "bare": "bare step",
+             "bare": ("bare step" if self.steps_per_call == 1 else
+                      f"bare loop spl={self.steps_per_call}"),
              "fit": f"fit spe={self.steps_per_call}"}[self.kind]
     if self.precision != "none":
       label += f" +{self.precision}"
@@ -58,11 +60,11 @@ def parse(spec: str, *, steps_per_loop: int, precision: str,
   head, *modifiers = spec.strip().split("+")
   kind, _, steps = head.partition(":")
   unknown = [m for m in modifiers if m not in _MODIFIERS]
-  if kind not in KINDS or unknown or (kind == "bare" and steps):
+  if kind not in KINDS or unknown:
     raise ValueError(
-        f"Bad variant {spec!r}: use engine:K, bare or fit:K (K a number or "
-        f"N for --steps_per_loop), then optional +bf16, +fp16 or +xla.")
-  if kind == "bare":
+        f"Bad variant {spec!r}: use engine:K, bare[:K] or fit:K (K a number "
+        f"or N for --steps_per_loop), then optional +bf16, +fp16 or +xla.")
+  if kind == "bare" and not steps:
     steps_per_call = 1
   elif steps in ("", "N"):
     steps_per_call = steps_per_loop

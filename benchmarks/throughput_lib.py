@@ -1,0 +1,365 @@
+"""Training throughput: our engine against a bare step and Keras `model.fit`.
+
+Every variant trains the same model on the same in-memory synthetic batch
+under the same one-device strategy. Each is warmed up (traced, compiled, run
+once), then the variants are timed INTERLEAVED in rounds, each over the same
+number of images per round, so machine noise hits all of them alike; each
+round starts one step further along the list (A B C, B C A, C A B, ...) so
+that no variant always runs first.
+The report gives images/s per variant (median and min-max over rounds), the
+ratios between variants (median of the per-round ratios, min-max), model
+FLOPs utilisation against the device's measured matmul rate, and PASS/MISS
+for the targets given. The app is `benchmarks/throughput.py`.
+"""
+
+import dataclasses
+import time
+from typing import Callable
+
+from absl import logging
+import tensorflow as tf
+
+from benchmarks import device as device_lib
+from benchmarks import flops as flops_lib
+from benchmarks import peak_lib
+from benchmarks import report as report_lib
+from benchmarks import runners
+from benchmarks import stats
+from benchmarks import variants as variants_lib
+
+DEFAULT_VARIANTS = ("engine:1", "engine:N", "bare", "fit:1")
+DEFAULT_RATIOS = (
+    "engine:N/bare", "engine:N/fit:1", "engine:1/bare", "engine:1/fit:1",
+    "engine:N/engine:1", "engine:N/bare:N", "fit:N/fit:1", "bare/fit:1",
+    "engine:N+bf16/engine:N", "engine:N+fp16/engine:N",
+    "engine:N+xla/engine:N", "engine:N+xla/fit:1+xla")
+# What --extras=auto adds, if the device supports the precision.
+_AUTO_EXTRAS = {"cpu": ("engine:N+bf16", "engine:N+fp16", "engine:N+xla"),
+                "gpu": ("engine:N+fp16", "engine:N+bf16", "engine:N+xla",
+                        "fit:1+xla")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """One throughput run; fields mirror the flags of `throughput.py`."""
+  model: str = "resnet50"
+  image_size: int = 224
+  batch_size: int = 16
+  steps: int = 3
+  steps_per_loop: int = 3
+  repeats: int = 3
+  precision: str = "none"
+  xla: bool = False
+  variants: tuple[str, ...] = DEFAULT_VARIANTS
+  extras: tuple[str, ...] = ("auto",)
+  ratios: tuple[str, ...] = DEFAULT_RATIOS
+  targets: tuple[str, ...] = ()
+  optimizer: str = "adam"
+  measure_peak: bool = True
+  peak_size: int = 0
+  peak_chain: int = 0
+  device: str = "auto"
+  title: str = ""
+  section: str = "throughput"
+
+
+def run(config: Config,
+        progress: Callable[[dict], None] | None = None) -> dict:
+  """Runs the benchmark; returns {section: body} (plus "limits" with MFU).
+
+  Args:
+    config: what to run.
+    progress: called with the sections so far after every round (status
+      "partial", then "ok" after the last), so a run stopped at a time
+      limit keeps its rounds, and the final results are out before the
+      models and traced functions are freed when this returns (which took
+      5 to 60 s of CPU on a 2-core machine).
+
+  Returns:
+    {config.section: body}, plus {"limits": body} when the peak is measured.
+
+  Raises:
+    ValueError: a bad spec or sizes that do not fit together.
+    RuntimeError: every variant failed to build or warm up.
+  """
+  device = device_lib.resolve(config.device)
+  defaults = dict(steps_per_loop=config.steps_per_loop,
+                  precision=config.precision, xla=config.xla)
+  notes = []
+  chosen = _choose_variants(config, device, defaults, notes)
+  setup = _Setup(config, device, chosen, notes)
+  meters = {precision: peak_lib.MatmulMeter(
+      device=device, precision=precision, size=config.peak_size,
+      chain=config.peak_chain) for precision in setup.groups} if (
+          config.measure_peak) else {}
+  seconds = {variant: [] for variant in setup.runners}
+  peak_rates = {precision: [] for precision in meters}
+  order = list(setup.runners)
+  for round_index in range(config.repeats):
+    for variant in _rotated(order, round_index, config.repeats):
+      seconds[variant].append(setup.runners[variant].run(config.steps))
+    for precision, meter in meters.items():  # The peak is one more variant.
+      peak_rates[precision].append(meter.rate())
+    peaks = {precision: meters[precision].row(rates)
+             for precision, rates in peak_rates.items()}
+    logging.info("round %d of %d done", round_index + 1, config.repeats)
+    last = round_index + 1 == config.repeats
+    sections = _sections(config, device, defaults, setup, peaks, seconds,
+                         notes, status="ok" if last else "partial")
+    if progress:
+      progress(sections)
+  return sections
+
+
+def _rotated(order: list, round_index: int, rounds: int) -> list:
+  """The round's order: A B C, then B C A, then C A B, ...
+
+  Each round starts further along, so no variant is always the first after
+  the matmul-peak measurement or always behind the same neighbour (on the
+  2-core CPU here, ResNet50's engine read 0.95x the bare step when it always
+  ran first, 1.03x when it always ran third).
+  """
+  start = round_index * len(order) // max(rounds, 1)
+  return order[start:] + order[:start]
+
+
+class _Setup:
+  """Models, runners and first-call times of the chosen variants.
+
+  A variant that fails to build or warm up (an op XLA cannot compile, say)
+  is left out with a note rather than costing the others.
+  """
+
+  def __init__(self, config, device, chosen, notes):
+    strategy = tf.distribute.OneDeviceStrategy(device.name)
+    dataset, num_classes = runners.synthetic_batch(
+        image_size=config.image_size, batch_size=config.batch_size)
+    self.groups, self.runners, self.first_call = {}, {}, {}
+    loops = {}
+    for variant in chosen:
+      try:
+        if variant.precision not in self.groups:
+          self.groups[variant.precision] = runners.build_group(
+              strategy=strategy, model_name=config.model,
+              image_size=config.image_size, num_classes=num_classes,
+              precision=variant.precision, optimizer=config.optimizer)
+        group = self.groups[variant.precision]
+        if variant.kind == "engine":
+          key = (variant.precision, variant.xla)
+          if key not in loops:
+            loops[key] = runners.train_loop(
+                strategy=strategy, group=group,
+                global_batch_size=config.batch_size, xla=variant.xla,
+                steps_per_loop=max(v.steps_per_call for v in chosen
+                                   if v.kind == "engine" and
+                                   (v.precision, v.xla) == key))
+          runner = runners.EngineRunner(
+              strategy=strategy, loop=loops[key], dataset=dataset,
+              steps_per_loop=variant.steps_per_call)
+        elif variant.kind == "bare":
+          runner = runners.BareRunner(
+              strategy=strategy, group=group, dataset=dataset,
+              global_batch_size=config.batch_size, xla=variant.xla,
+              steps_per_loop=variant.steps_per_call)
+        else:
+          runner = runners.FitRunner(
+              strategy=strategy, group=group, dataset=dataset,
+              steps_per_execution=variant.steps_per_call, xla=variant.xla)
+        start = time.perf_counter()
+        runner.run(runner.warmup_steps)
+        self.first_call[variant] = time.perf_counter() - start
+        self.runners[variant] = runner
+        logging.info("%s: first call %.1f s", variant.name,
+                     self.first_call[variant])
+      except Exception as e:  # pylint: disable=broad-except
+        logging.exception("%s failed", variant.name)
+        notes.append(f"{variant.name} failed and was left out: "
+                     f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    if not self.runners:
+      raise RuntimeError("Every variant failed: " + " ".join(notes))
+    self.train_flops = flops_lib.training_flops_per_example(
+        next(iter(self.groups.values())).model)
+
+
+def _sections(config, device, defaults, setup, peaks, seconds, notes, *,
+              status) -> dict:
+  """The report sections from the rounds timed so far."""
+  rounds = len(next(iter(seconds.values())))
+  images = config.steps * config.batch_size
+  rows, rates = [], {}
+  for variant, times in seconds.items():
+    rates[variant] = [images / s for s in times]
+    row = _row(variant, rates[variant], times, images,
+               setup.first_call[variant])
+    peak = peaks.get(variant.precision)
+    if peak:
+      row["mfu_percent"] = 100 * setup.train_flops * row[
+          "images_per_second"] / peak["peak_flops_per_second"]
+    rows.append(row)
+  notes = list(notes)
+  targets = _targets(config.targets, defaults, rates, notes)
+  notes += _overhead_notes(defaults, seconds, config.steps)
+  notes += _standard_notes(config, device, images, setup.train_flops,
+                           list(seconds), rounds)
+  body = report_lib.section(
+      title=config.title or (f"{config.model} {config.image_size}x"
+                             f"{config.image_size}, batch {config.batch_size}:"
+                             " training throughput"),
+      rows=rows, ratios=_ratios(config.ratios, defaults, rates),
+      targets=targets, notes=notes, status=status,
+      columns=["name", "images_per_second",
+               *(["mfu_percent"] if peaks else []), "first_call_seconds"],
+      config={"model": config.model, "image_size": config.image_size,
+              "batch_size": config.batch_size, "steps": config.steps,
+              "steps_per_loop": config.steps_per_loop,
+              "repeats": config.repeats, "rounds_done": rounds,
+              "precision": config.precision, "xla": config.xla,
+              "optimizer": config.optimizer, "device": device.description,
+              "training_flops_per_image": setup.train_flops})
+  sections = {config.section: body}
+  if peaks:
+    sections["limits"] = _limits_section(peaks, rows, setup.train_flops,
+                                         config, status)
+  return sections
+
+
+def _choose_variants(config, device, defaults, notes):
+  """The variants to run, in order, without duplicates or unsupported ones."""
+  specs = list(config.variants)
+  for extra in config.extras:
+    if extra == "auto":
+      specs += _AUTO_EXTRAS[device.kind]
+    elif extra != "none":
+      specs.append(extra)
+  chosen = []
+  for spec in specs:
+    variant = variants_lib.parse(spec, **defaults)
+    if variant in chosen:
+      continue
+    supported, reason = device.supports(variant.precision)
+    if not supported:
+      notes.append(f"{variant.name} skipped: {reason}")
+      continue
+    if config.steps % variant.steps_per_call:
+      raise ValueError(f"--steps={config.steps} must be a multiple of the "
+                       f"steps per call of {variant.name} "
+                       f"({variant.steps_per_call}).")
+    chosen.append(variant)
+  return chosen
+
+
+def _row(variant, rates, times, images, first_call) -> dict:
+  summary = stats.spread(rates)
+  return {
+      "name": variant.name,
+      "kind": variant.kind,
+      "steps_per_loop": variant.steps_per_call,
+      "precision": variant.precision,
+      "xla": variant.xla,
+      "images_per_second": summary["median"],
+      "images_per_second_min": summary["min"],
+      "images_per_second_max": summary["max"],
+      "images_per_second_per_round": rates,
+      "seconds_per_round": times,
+      "images_per_round": images,
+      "first_call_seconds": first_call,
+  }
+
+
+def _ratios(specs, defaults, rates) -> list[dict]:
+  ratios = []
+  for spec in specs:
+    numerator, denominator = variants_lib.parse_ratio(spec, **defaults)
+    if numerator in rates and denominator in rates and (
+        numerator != denominator):
+      ratios.append(stats.ratio(
+          name=f"{numerator.name} / {denominator.name}",
+          numerator=numerator.name, denominator=denominator.name,
+          numerator_values=rates[numerator],
+          denominator_values=rates[denominator]))
+  return ratios
+
+
+def _targets(specs, defaults, rates, notes) -> list[dict]:
+  targets = []
+  for spec in specs:
+    numerator, denominator, threshold = variants_lib.parse_target(
+        spec, **defaults)
+    name = f"{numerator.name} >= {threshold:g}x {denominator.name}"
+    missing = [v.name for v in (numerator, denominator) if v not in rates]
+    if missing:
+      targets.append(stats.not_measured(name=name, threshold=threshold))
+      notes.append(f"Target {name} was not measured: {', '.join(missing)} "
+                   "did not run.")
+      continue
+    targets.append(stats.verdict(stats.ratio(
+        name=f"{numerator.name} / {denominator.name}",
+        numerator=numerator.name, denominator=denominator.name,
+        numerator_values=rates[numerator],
+        denominator_values=rates[denominator]), threshold=threshold,
+                                 name=name))
+  return targets
+
+
+def _overhead_notes(defaults, seconds, steps) -> list[str]:
+  """Splits a step's time into in-loop work and per-call host overhead."""
+  one = variants_lib.parse("engine:1", **defaults)
+  many = variants_lib.parse("engine:N", **defaults)
+  if one not in seconds or many not in seconds or one == many:
+    return []
+  per_step_one = stats.spread(seconds[one])["median"] / steps
+  per_step_many = stats.spread(seconds[many])["median"] / steps
+  host = per_step_one - per_step_many
+  return [f"Engine: {_duration(per_step_many)} per step inside the "
+          f"compiled loop ({many.name}); {_duration(host, sign=True)} per "
+          f"step when the host is called every step ({one.name}). "
+          "steps_per_loop can remove only the second part."]
+
+
+def _duration(seconds: float, sign: bool = False) -> str:
+  """0.0042 -> "4.2 ms"; 3.5 -> "3.5 s" (with sign: "+4.2 ms")."""
+  text = (f"{seconds * 1e3:.3g} ms" if abs(seconds) < 1 else
+          f"{seconds:.3g} s")
+  return ("+" + text) if sign and seconds >= 0 else text
+
+
+def _standard_notes(config, device, images, train_flops, measured,
+                    rounds) -> list[str]:
+  notes = [
+      f"Each variant was warmed up, then timed over {config.steps} steps "
+      f"({images} images) per round, {rounds} round{'s' * (rounds > 1)}"
+      f"{f' of {config.repeats}' if rounds < config.repeats else ''}, "
+      "interleaved, each round starting further along the list.",
+      "Ratios are medians of per-round ratios (min-max in brackets).",
+      "fit is timed from its first batch to the end of its epoch, without "
+      "the setup of each fit call, which favours fit.",
+      "Engine variants of one precision share a compiled loop (the step "
+      "count is a tensor), so only the first of them pays for tracing.",
+      f"Training FLOPs per image: {train_flops:.3g} (3 x forward, conv and "
+      "dense layers at 2 FLOPs per multiply-add).",
+  ]
+  if any(variant.xla for variant in measured):
+    notes.append("XLA variants compile the forward and backward pass (as "
+                 "ctl.loop.TrainLoop(jit_compile=True) does); Keras compiles "
+                 "the whole fit step.")
+  if device.kind == "gpu":
+    notes.append("Keras fit defaults to jit_compile='auto', which is XLA on a "
+                 "GPU when no tf.distribute strategy is used: compare "
+                 "'fit spe=1 +xla' for that case.")
+  return notes
+
+
+def _limits_section(peaks, rows, train_flops, config, status) -> dict:
+  notes = [f"Model FLOPs utilisation (MFU) = {train_flops:.3g} training FLOPs"
+           f" per image ({config.model}, {config.image_size}x"
+           f"{config.image_size}) x images/s / the peak matmul rate of the "
+           "variant's precision: the best of the rounds, measured once per "
+           "round between the variants, so under the same machine noise."]
+  notes += [f"MFU of {row['name']}: {row['mfu_percent']:.1f}%"
+            for row in rows if "mfu_percent" in row]
+  return report_lib.section(
+      title="Limits: dense matmul peak and model FLOPs utilisation",
+      rows=list(peaks.values()), chart_key="peak_flops_per_second",
+      columns=["name", "peak_flops_per_second", "flops_per_second", "size",
+               "chain"], notes=notes, status=status,
+      config={"repeats": config.repeats})
