@@ -285,8 +285,12 @@ class _Run:
                              "w") as f:
         json.dump(summary, f, indent=2)
     self._close()
-    logging.info("Done at step %d: eval accuracy %s, fingerprint %s.", step,
-                 summary["eval_accuracy"], summary["weights_fingerprint"][:16])
+    accuracy = summary["eval_accuracy"]
+    logging.info(
+        "Done at step %d: eval accuracy %s, weights fingerprint %s; summary "
+        "in %s.", step, "n/a" if accuracy is None else f"{accuracy:.4f}",
+        summary["weights_fingerprint"][:16],
+        os.path.join(options.model_dir, "train_summary.json"))
     return summary
 
   def _publish(self, location) -> None:
