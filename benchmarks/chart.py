@@ -5,6 +5,7 @@ Each section with rows carrying its `chart_key` gets a horizontal bar chart
 ratio against its threshold, green for PASS and red for MISS.
 """
 
+import textwrap
 from typing import Any, Mapping
 
 import matplotlib
@@ -37,7 +38,7 @@ def write(report: Mapping[str, Any], path: str) -> str:
     axes[0].text(0.5, 0.5, "no measurements in this run", ha="center")
     axes[0].axis("off")
   figure.suptitle(f"ctl benchmarks {report.get('created', '')}")
-  figure.tight_layout()
+  figure.tight_layout(rect=(0, 0, 1, 0.985))  # Room for the suptitle.
   figure.savefig(path, dpi=100)
   plt.close(figure)
   return path
@@ -61,9 +62,12 @@ def _draw_section(axis, name, body) -> None:
   axis.set_yticks(list(positions), [row["name"] for row in rows])
   axis.invert_yaxis()
   axis.set_xlabel(key.replace("_", " "))
-  axis.set_title(f"{body.get('title', name)} ({name})", fontsize=10)
-  for position, value in zip(positions, values):
-    axis.text(value, position, f" {_short(value)}", va="center", fontsize=8)
+  axis.set_title(textwrap.fill(f"{body.get('title', name)} ({name})", 70),
+                 fontsize=9)
+  for position, value, whisker in zip(positions, values, high):
+    axis.text(value + whisker, position, f" {_short(value)}", va="center",
+              fontsize=8)
+  axis.set_xlim(0, max(v + w for v, w in zip(values, high)) * 1.15 or 1)
 
 
 def _draw_targets(axis, targets) -> None:

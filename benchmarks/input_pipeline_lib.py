@@ -54,12 +54,12 @@ def write_jpegs(directory: str, *, count: int, width: int, height: int,
     image = tf.image.resize(coarse, (height, width), method="bicubic")
     image += rng.normal(0, 12, size=(height, width, 3)).astype(np.float32)
     encoded = tf.io.encode_jpeg(
-        tf.cast(tf.clip_by_value(image, 0, 255), tf.uint8), quality=90)
+        tf.cast(tf.clip_by_value(image, 0, 255), tf.uint8), quality=90).numpy()
     class_dir = os.path.join(directory, f"class_{index % 2}")
     os.makedirs(class_dir, exist_ok=True)
     with open(os.path.join(class_dir, f"{index:05d}.jpg"), "wb") as f:
-      f.write(encoded.numpy())
-    total += len(encoded.numpy())
+      f.write(encoded)
+    total += len(encoded)
   return total
 
 

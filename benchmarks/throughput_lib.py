@@ -82,6 +82,9 @@ def run(config: Config,
     ValueError: a bad spec or sizes that do not fit together.
     RuntimeError: every variant failed to build or warm up.
   """
+  if config.repeats < 1 or config.steps < 1:
+    raise ValueError(f"repeats and steps must be >= 1, got {config.repeats} "
+                     f"and {config.steps}.")
   device = device_lib.resolve(config.device)
   defaults = dict(steps_per_loop=config.steps_per_loop,
                   precision=config.precision, xla=config.xla)
@@ -114,10 +117,9 @@ def run(config: Config,
 def _rotated(order: list, round_index: int, rounds: int) -> list:
   """The round's order: A B C, then B C A, then C A B, ...
 
-  Each round starts further along, so no variant is always the first after
-  the matmul-peak measurement or always behind the same neighbour (on the
-  2-core CPU here, ResNet50's engine read 0.95x the bare step when it always
-  ran first, 1.03x when it always ran third).
+  Each round starts further along, so whatever slows the start of a round
+  (the matmul-peak measurement before it, say) is not always charged to the
+  same variant, and no variant always runs behind the same neighbour.
   """
   start = round_index * len(order) // max(rounds, 1)
   return order[start:] + order[:start]
