@@ -9,6 +9,9 @@ Loss contract (DESIGN.md): the per-example loss is averaged over the *global*
 batch with `tf.nn.compute_average_loss`, regularization losses are scaled by
 1/replicas, gradients are summed across replicas by the optimizer, and the
 reported loss is `strategy.reduce(SUM, ...)` of the per-replica averages.
+That reduce happens once per loop, not per step: each replica accumulates its
+per-step losses and correct counts locally (sync-on-read variables), so the
+only per-step communication is the gradient all-reduce.
 """
 
 import dataclasses
