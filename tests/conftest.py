@@ -8,6 +8,7 @@ the pytest process.
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -48,6 +49,17 @@ def run_trainer(*flags, env=None, timeout=300,
     raise AssertionError(f"trainer exited {result.returncode}:\n"
                          f"{result.stderr[-4000:]}")
   return result
+
+
+def free_ports(count: int) -> list[int]:
+  """Loopback ports nothing listens on now (all held open while chosen)."""
+  sockets = [socket.socket() for _ in range(count)]
+  for s in sockets:
+    s.bind(("localhost", 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
 
 
 def read_summary(model_dir) -> dict:

@@ -6,7 +6,6 @@ real emulator it starts itself. No speed is asserted: only that every number
 the report shows is there and is what the measured numbers say.
 """
 
-import json
 import os
 import statistics
 import subprocess

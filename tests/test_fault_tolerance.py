@@ -10,15 +10,14 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 
 import psutil
 import pytest
 
-from tests.conftest import (FAST_FLAGS, REPO, read_summary, run_trainer,
-                            trainer_command, trainer_env)
+from tests.conftest import (FAST_FLAGS, REPO, free_ports, read_summary,
+                            run_trainer, trainer_command, trainer_env)
 
 STEPS = 60
 FLAGS = (*FAST_FLAGS, "--deterministic", f"--train_steps={STEPS}",
@@ -120,18 +119,8 @@ def test_nan_at_every_step_stops_without_saving_it(model_dir):
   assert not os.path.exists(os.path.join(model_dir, "saved_model"))
 
 
-def _free_ports(count):
-  sockets = [socket.socket() for _ in range(count)]
-  for s in sockets:
-    s.bind(("localhost", 0))
-  ports = [s.getsockname()[1] for s in sockets]
-  for s in sockets:
-    s.close()
-  return ports
-
-
 def test_sigterm_to_one_worker_saves_both_at_one_step(model_dir):
-  ports = _free_ports(2)
+  ports = free_ports(2)
   cluster = {"worker": [f"localhost:{p}" for p in ports]}
   flags = (*FLAGS, "--train_steps=2000", "--checkpoint_every_steps=1000",
            f"--model_dir={model_dir}")

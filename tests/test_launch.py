@@ -1,7 +1,6 @@
 """Tests for ctl.launch with real worker processes and real signals."""
 
 import json
-import os
 import pathlib
 import signal
 import subprocess

@@ -9,14 +9,14 @@ swapped for offline ones (later flags win over the flagfile).
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import yaml
 from dockerfile_parse import DockerfileParser
 
-from tests.conftest import REPO, read_scalars, run_trainer, trainer_env
+from tests.conftest import (REPO, free_ports, read_scalars, run_trainer,
+                            trainer_env)
 
 OFFLINE = ("--dataset=digits", "--model=small_cnn", "--weights=none",
            "--image_size=16", "--per_replica_batch_size=16", "--epochs=1",
@@ -33,16 +33,6 @@ def _entrypoint() -> list[str]:
   return [sys.executable, *entrypoint[1:]]
 
 
-def _free_ports(count):
-  sockets = [socket.socket() for _ in range(count)]
-  for s in sockets:
-    s.bind(("localhost", 0))
-  ports = [s.getsockname()[1] for s in sockets]
-  for s in sockets:
-    s.close()
-  return ports
-
-
 def test_two_replicas_write_where_vertex_expects(tmp_path):
   with open(os.path.join(REPO, "configs/vertex/multiworker_v100.yaml")) as f:
     spec = yaml.safe_load(f)
@@ -51,7 +41,7 @@ def test_two_replicas_write_where_vertex_expects(tmp_path):
   aip = {"AIP_MODEL_DIR": f"{bucket}/model/",
          "AIP_CHECKPOINT_DIR": f"{bucket}/checkpoints/",
          "AIP_TENSORBOARD_LOG_DIR": f"{bucket}/logs/"}
-  ports = _free_ports(2)
+  ports = free_ports(2)
   cluster = {"chief": [f"localhost:{ports[0]}"],
              "worker": [f"localhost:{ports[1]}"]}
   processes = []
