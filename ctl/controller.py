@@ -24,6 +24,7 @@ from ctl import export
 from ctl import loop as loop_lib
 from ctl import outputs as outputs_lib
 from ctl import preemption
+from ctl import progress as progress_lib
 from ctl import summaries
 from ctl.options import RunOptions, Task
 
@@ -33,7 +34,8 @@ class TrainingDiverged(Exception):
 
 
 def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
-        eval_callbacks: Sequence[Callable[[int, dict], None]] = ()) -> dict:
+        eval_callbacks: Sequence[Callable[[int, dict], None]] = (),
+        progress_listeners: Sequence[progress_lib.Listener] = ()) -> dict:
   """Trains to `options.train_steps`, resuming from the latest checkpoint.
 
   Args:
@@ -42,6 +44,8 @@ def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
     strategy: the distribution strategy (one device, mirrored, multi-worker).
     eval_callbacks: called as `fn(step, eval_metrics)` after each evaluation
       (e.g. to report a hyperparameter-tuning metric).
+    progress_listeners: called with every `ctl.progress.Mark` (each phase's
+      start and end), after the controller's own listeners.
 
   Returns:
     The summary also written to `<model_dir>/train_summary.json` (chief).
@@ -53,18 +57,29 @@ def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
     TrainingDiverged: the loss stayed non-finite; nothing bad was saved.
   """
   options.validate()
-  return _Run(task, options, strategy, eval_callbacks).train()
+  return _Run(task, options, strategy, eval_callbacks,
+              progress_listeners).train()
 
 
 class _Run:
   """The state of one `run` call; split out so each phase reads on its own."""
 
-  def __init__(self, task, options, strategy, eval_callbacks):
+  def __init__(self, task, options, strategy, eval_callbacks,
+               progress_listeners):
     self._task = task
     self._options = options
     self._strategy = strategy
     self._eval_callbacks = eval_callbacks
     self._process_start = time.time()
+    self._global_step = None
+    self._progress = progress_lib.Progress(
+        current_step=lambda: 0 if self._global_step is None else self._step,
+        listeners=tuple(progress_listeners))
+    self._first_loop_done = False
+
+  def _build(self) -> None:
+    """Opens the outputs and builds the model, optimizer and loops."""
+    task, options, strategy = self._task, self._options, self._strategy
     self._outputs = outputs_lib.open_outputs(
         outputs_lib.OutputDirs(
             model_dir=options.model_dir, checkpoint_dir=options.checkpoint_dir,
@@ -92,7 +107,7 @@ class _Run:
         checkpoint=checkpoint, directory=checkpoints.local_path,
         is_chief=options.is_chief, keep=options.keep_checkpoints,
         async_save=options.async_checkpoint,
-        on_saved=lambda: checkpoints.publish(commit_file="checkpoint"))
+        on_saved=lambda: self._upload(checkpoints))
     self._loop = loop_lib.TrainLoop(
         strategy=strategy, model=self._model, optimizer=self._optimizer,
         global_step=self._global_step,
@@ -138,14 +153,23 @@ class _Run:
     self._last_save_step = self._step
     logging.info("Restored step %d from %s.", self._step, path)
 
+  def _upload(self, checkpoints) -> None:
+    if not checkpoints.mirrored:
+      return
+    with self._progress.phase(progress_lib.CHECKPOINT_UPLOAD):
+      checkpoints.publish(commit_file="checkpoint")
+
   def _save(self) -> None:
-    self._checkpointer.save(self._step)
+    with self._progress.phase(progress_lib.CHECKPOINT_SAVE):
+      self._checkpointer.save(self._step)
     self._last_save_step = self._step
     self._last_save_time = time.time()
 
   def train(self) -> dict:
     options = self._options
-    self._restore()
+    with self._progress.phase(progress_lib.STARTUP):
+      self._build()
+      self._restore()
     start_step = self._step
     if start_step >= options.train_steps:
       logging.info("Step %d reaches --train_steps=%d: nothing to train.",
@@ -156,10 +180,14 @@ class _Run:
         num_steps = min(options.steps_per_loop,
                         options.train_steps - self._step)
         started = time.time()
-        output = self._loop.train(
-            iterator, num_steps, nan_step=self._nan_step_for_loop(),
-            stop_requested=stop.requested,
-            save_requested=self._save_due())
+        phase = (progress_lib.TRAIN_LOOP if self._first_loop_done else
+                 progress_lib.FIRST_LOOP)
+        with self._progress.phase(phase):
+          output = self._loop.train(
+              iterator, num_steps, nan_step=self._nan_step_for_loop(),
+              stop_requested=stop.requested,
+              save_requested=self._save_due())
+        self._first_loop_done = True
         seconds = time.time() - started
         if not np.all(np.isfinite(output.step_losses)):
           self._roll_back(output.step_losses)
@@ -239,7 +267,8 @@ class _Run:
   def _evaluate(self, step: int) -> None:
     if self._eval_data is None:
       return
-    metrics = self._loop.evaluate(self._eval_data)
+    with self._progress.phase(progress_lib.EVALUATION):
+      metrics = self._loop.evaluate(self._eval_data)
     self._eval_metrics = metrics
     logging.info("eval at step %d: loss %.4f  accuracy %.4f  (%d examples)",
                  step, metrics["loss"], metrics["accuracy"],
@@ -258,10 +287,11 @@ class _Run:
       self._save()
     export_location = self._outputs.export
     if trained or not _exists(export_location):
-      export.export_saved_model(
-          model=self._model, image_shape=self._task.image_shape,
-          export_dir=export_location and export_location.local_path)
-      self._publish(export_location)
+      with self._progress.phase(progress_lib.EXPORT):
+        export.export_saved_model(
+            model=self._model, image_shape=self._task.image_shape,
+            export_dir=export_location and export_location.local_path)
+        self._publish(export_location)
     summary = {
         "final_step": step,
         "train_loss": self._train_metrics.get("train/loss"),
