@@ -1,10 +1,10 @@
 """The trainer with gs:// outputs, killed, cut off and resumed, end to end.
 
 Every test runs the real command line (`python -m trainer.task`) in a
-subprocess. The gcsfs route talks to a real gcp-storage-emulator process (see
-gcs_emulator.py), which a test can stop in the middle of an upload and start
-again; the FUSE route's mount is a local directory, as Cloud Storage FUSE
-presents one. Each trainer process gets its own TMPDIR, so its staging
+subprocess. The gcsfs route talks to a real gcp-storage-emulator process
+(see ctl/testing/gcs_emulator.py), which a test can stop in the middle of an
+upload and start again; the FUSE route's mount is a local directory, as Cloud
+Storage FUSE presents one. Each trainer process gets its own TMPDIR, so its staging
 directories are its own: a re-run with a fresh TMPDIR has no local copy of
 anything and must read its checkpoint back from the bucket.
 """
@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import (FAST_FLAGS, read_scalars, read_summary,
                             run_trainer, trainer_command, trainer_env)
-from tests.gcs_emulator import GcsEmulator
+from ctl.testing.gcs_emulator import GcsEmulator
 from tests.test_fault_tolerance import finish, start, wait_for_step
 
 BUCKET = GcsEmulator.BUCKET

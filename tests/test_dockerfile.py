@@ -18,7 +18,9 @@ from dockerfile_parse import DockerfileParser
 from packaging import requirements
 import pytest
 
-_ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests.conftest import REPO
+
+_ROOT = pathlib.Path(REPO)
 
 
 @pytest.fixture(name="dockerfile", scope="module")

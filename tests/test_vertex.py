@@ -16,8 +16,9 @@ import yaml
 
 from ctl import errors
 from ctl import vertex
+from tests.conftest import REPO
 
-_ROOT = pathlib.Path(__file__).resolve().parent.parent
+_ROOT = pathlib.Path(REPO)
 _CONFIGS = sorted((_ROOT / "configs" / "vertex").glob("*.yaml"))
 _IMAGE = "us-docker.pkg.dev/PROJECT/ctl/trainer:latest"
 
