@@ -27,48 +27,36 @@ Variants run interleaved, A B C A B C ..., so machine noise hits them alike;
 the report gives medians with min-max over rounds, and ratios as the median
 of per-round ratios.
 
-  python -m benchmarks.checkpointing                  # as in `make bench`
-  python -m benchmarks.checkpointing --io_model=small_cnn --io_image_size=16 \
-      --cost_train_steps=20 --cost_checkpoint_every=10 \
-      --cost_steps_per_loop=5 --repeats=2              # a smoke run
-
-This file is both the app and its library; its flags have prefixes so that
-it can be imported beside the other benchmark apps.
+The emulator is `ctl.testing.gcs_emulator`, the one the tests use. The app
+is `benchmarks/checkpointing.py`.
 """
 
-import contextlib
 import dataclasses
 import datetime
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-import urllib.request
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
-from absl import app
-from absl import flags
 from absl import logging
 import keras
 import tensorflow as tf
 
-from benchmarks import cli
 from benchmarks import device as device_lib
 from benchmarks import report as report_lib
 from benchmarks import stats
 from ctl import checkpointing
 from ctl import storage
+from ctl.testing import gcs_emulator
 from trainer import model as model_lib
+from trainer import testing as trainer_testing
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = "ctl-bench"
-_EMULATOR_START_SECS = 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,31 +92,9 @@ RATIOS = (("local", "none"), ("local_async", "none"), ("gcsfs", "none"),
           ("gcsfs_async", "none"), ("local_async", "local"),
           ("gcsfs", "local"), ("gcsfs_async", "gcsfs"))
 
-flags.DEFINE_enum("io_model", "resnet50", ["resnet50", "small_cnn"],
-                  "The trainer's model whose checkpoint save/restore is "
-                  "timed.")
-flags.DEFINE_integer("io_image_size", 224, "Input side of --io_model.")
-flags.DEFINE_enum("cost_model", "small_cnn", ["resnet50", "small_cnn"],
-                  "Trainer --model for the training-cost runs.")
-flags.DEFINE_integer("cost_image_size", 16, "Trainer --image_size.")
-flags.DEFINE_integer("cost_batch_size", 32, "Trainer "
-                     "--per_replica_batch_size.")
-flags.DEFINE_integer("cost_train_steps", 240, "Steps each round trains.")
-flags.DEFINE_integer("cost_checkpoint_every", 20, "Trainer "
-                     "--checkpoint_every_steps and --log_every_steps.")
-flags.DEFINE_integer("cost_steps_per_loop", 10, "Trainer --steps_per_loop.")
-flags.DEFINE_list("cost_variants", list(DEFAULT_VARIANTS), "Training "
-                  "variants to run, the first being the baseline of the "
-                  "cost column; from " + ", ".join(_BY_KEY) + ".")
-flags.DEFINE_integer("trainer_timeout_secs", 180, "Limit for one trainer "
-                     "run.")
-
-FLAGS = flags.FLAGS
-
-
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """One checkpointing benchmark run; fields mirror the flags above."""
+  """One checkpointing benchmark run; fields mirror the flags of the app."""
   io_model: str = "resnet50"
   io_image_size: int = 224
   io_num_classes: int = 5  # Cassava's.
@@ -180,69 +146,18 @@ def run(config: Config,
   training = f"{config.section}_training"
   report = progress or (lambda sections: None)
   with tempfile.TemporaryDirectory(prefix="ctl_bench_ckpt_") as workdir, \
-      storage_emulator(os.path.join(workdir, "emulator")) as endpoint:
+      gcs_emulator.serve(data_dir=os.path.join(workdir, "emulator"),
+                         bucket=BUCKET) as emulator:
     io = io_section(config, *measure_checkpoint_io(
         config, os.path.join(workdir, "io")))
     report({config.section: io, training: report_lib.placeholder(
         title=training, status="partial",
         note="No training round had finished.")})
     runs = measure_training(
-        config, os.path.join(workdir, "train"), endpoint=endpoint,
+        config, os.path.join(workdir, "train"), endpoint=emulator.endpoint,
         after_round=lambda runs: report({config.section: io, training: (
             training_section(config, runs, status="partial"))}))
   return {config.section: io, training: training_section(config, runs)}
-
-
-# --- Cloud Storage: the emulator -------------------------------------------
-
-
-@contextlib.contextmanager
-def storage_emulator(data_dir: str) -> Iterator[str]:
-  """Runs gcp-storage-emulator with bucket BUCKET; yields its endpoint.
-
-  The endpoint goes into `STORAGE_EMULATOR_HOST` for this process (ctl.storage
-  reads it when a location is opened) while the emulator runs.
-  """
-  with socket.socket() as sock:
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-  endpoint = f"http://127.0.0.1:{port}"
-  os.makedirs(data_dir, exist_ok=True)
-  # Its own output goes nowhere: an inherited pipe would outlive a crash.
-  process = subprocess.Popen(
-      [sys.executable, "-m", "gcp_storage_emulator", "--data-dir", data_dir,
-       "start", "--host=127.0.0.1", f"--port={port}",
-       f"--default-bucket={BUCKET}", "--quiet"],
-      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST",
-                                          "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")}
-  try:
-    deadline = time.monotonic() + _EMULATOR_START_SECS
-    while not _answers(endpoint):
-      if process.poll() is not None or time.monotonic() > deadline:
-        raise RuntimeError(f"gcp-storage-emulator did not start on "
-                           f"{endpoint}.")
-      time.sleep(0.05)
-    os.environ["STORAGE_EMULATOR_HOST"] = endpoint
-    # gcsfs would otherwise probe each bucket over gRPC (see the README).
-    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
-    yield endpoint
-  finally:
-    process.kill()
-    process.wait()
-    for key, value in saved.items():
-      if value is None:
-        os.environ.pop(key, None)
-      else:
-        os.environ[key] = value
-
-
-def _answers(endpoint: str) -> bool:
-  try:
-    with urllib.request.urlopen(f"{endpoint}/", timeout=1):
-      return True
-  except OSError:
-    return False
 
 
 # --- Checkpoint I/O ----------------------------------------------------------
@@ -252,7 +167,8 @@ def measure_checkpoint_io(config: Config,
                           workdir: str) -> tuple[dict, float, str]:
   """Times saves and restores of the model's checkpoint, local vs gcsfs.
 
-  Runs inside `storage_emulator()`, whose bucket the gs:// saves use.
+  Runs inside `gcs_emulator.serve()`, whose bucket BUCKET the gs:// saves
+  use.
 
   Returns:
     ({measurement: [seconds per round]}, checkpoint size in MB, device).
@@ -502,16 +418,11 @@ def measure_training(
                    else os.path.join(workdir, "runs", key))
       tmpdir = os.path.join(workdir, "tmp", f"{key}-{round_index}")
       os.makedirs(tmpdir)
-      env = dict(os.environ, STORAGE_EMULATOR_HOST=endpoint,
-                 GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false", TMPDIR=tmpdir,
-                 TF_CPP_MIN_LOG_LEVEL="2",
-                 PYTHONPATH=os.pathsep.join(
-                     p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
-      env.pop("TF_CONFIG", None)
-      env.pop("CLUSTER_SPEC", None)
-      command = [sys.executable, "-m", "trainer.task",
-                 *trainer_flags(config, variant, model_dir=model_dir,
-                                round_index=round_index)]
+      env = trainer_testing.trainer_env(
+          STORAGE_EMULATOR_HOST=endpoint,
+          GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false", TMPDIR=tmpdir)
+      command = trainer_testing.trainer_command(*trainer_flags(
+          config, variant, model_dir=model_dir, round_index=round_index))
       run_ = _run_trainer(command, env=env, config=config)
       expected = round_index * config.train_steps or None
       if run_.restored_step != expected:
@@ -531,7 +442,7 @@ def _run_trainer(command: list[str], *, env: dict,
                  config: Config) -> TrainerRun:
   """Runs the trainer, timestamping its output lines as they arrive."""
   start = time.perf_counter()
-  process = subprocess.Popen(command, cwd=REPO, env=env,
+  process = subprocess.Popen(command, cwd=trainer_testing.REPO, env=env,
                              stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
   timer = threading.Timer(config.trainer_timeout_secs, process.kill)
@@ -662,21 +573,3 @@ def _spread_fields(key: str, values: Sequence[float]) -> dict:
   summary = stats.spread(values)
   return {key: summary["median"], f"{key}_min": summary["min"],
           f"{key}_max": summary["max"]}
-
-
-def main(argv):
-  del argv  # Unused.
-  cli.emit(run(Config(
-      io_model=FLAGS.io_model, io_image_size=FLAGS.io_image_size,
-      model=FLAGS.cost_model, image_size=FLAGS.cost_image_size,
-      batch_size=FLAGS.cost_batch_size, train_steps=FLAGS.cost_train_steps,
-      checkpoint_every=FLAGS.cost_checkpoint_every,
-      steps_per_loop=FLAGS.cost_steps_per_loop,
-      variants=tuple(FLAGS.cost_variants), repeats=FLAGS.repeats,
-      trainer_timeout_secs=FLAGS.trainer_timeout_secs, device=FLAGS.device,
-      section=cli.section_name("checkpointing")),
-      progress=cli.emit if FLAGS.output else None))
-
-
-if __name__ == "__main__":
-  app.run(main)
