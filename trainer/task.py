@@ -111,13 +111,13 @@ def main(argv):
   from ctl import preemption  # pylint: disable=g-import-not-at-top
   from ctl.controller import TrainingDiverged  # pylint: disable=g-import-not-at-top
   from ctl.errors import USER_ERROR_EXIT_CODE, UserError  # pylint: disable=g-import-not-at-top
-  from trainer import setup  # pylint: disable=g-import-not-at-top
+  from trainer import job  # pylint: disable=g-import-not-at-top
   config = types.SimpleNamespace(**FLAGS.flag_values_dict())
   try:
     if FLAGS.dry_run:
-      print(json.dumps(setup.describe(config), indent=2))
+      print(json.dumps(job.describe(config), indent=2))
       return
-    setup.build_job(config).run()
+    job.build_job(config).run()
   except UserError as e:
     _fail(str(e), USER_ERROR_EXIT_CODE)
   except preemption.Preempted as e:
