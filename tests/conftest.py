@@ -8,11 +8,15 @@ readers of a run's files in `ctl/testing/`. Tests import them from this module
 
 import pytest
 
-from ctl.cluster import free_ports  # pylint: disable=unused-import
+from ctl.cluster import free_ports
 from ctl.testing import gcs_emulator as gcs_emulator_lib
-from ctl.testing.run_files import read_scalars, read_summary  # pylint: disable=unused-import
-from trainer.testing import (FAST_FLAGS, REPO, run_trainer,  # pylint: disable=unused-import
-                             trainer_command, trainer_env)
+from ctl.testing.run_files import read_scalars, read_summary
+from trainer.testing import (FAST_FLAGS, REPO, run_trainer, trainer_command,
+                             trainer_env)
+
+# What tests import from here (the fixtures below come by name).
+__all__ = ["FAST_FLAGS", "REPO", "free_ports", "read_scalars", "read_summary",
+           "run_trainer", "trainer_command", "trainer_env"]
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Helpers to run the reference trainer as a user does, for tests and benchmarks.
+"""Helpers that run the reference trainer as a user does (tests, benchmarks).
 
 Tests and benchmarks drive the real command line (`python -m trainer.task`) in
 a subprocess: that is what users, the container and Vertex AI run, and it keeps

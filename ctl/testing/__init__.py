@@ -5,6 +5,6 @@ TensorFlow at module level, so `tests/` and `benchmarks/` can share it (the
 benchmarks must not import `tests/`). What is specific to the reference
 trainer (its command line, environment and flags) is in `trainer/testing.py`.
 
-  gcs_emulator  a real Cloud Storage server (gcp-storage-emulator) in a process
-  run_files     reading what a run wrote: train_summary.json, TensorBoard scalars
+  gcs_emulator  a real Cloud Storage server (gcp-storage-emulator), a process
+  run_files     what a run wrote: train_summary.json, TensorBoard scalars
 """
