@@ -39,6 +39,16 @@ def trainer_env(**extra: str) -> dict[str, str]:
   return env
 
 
+def vertex_output_env(base: str) -> dict[str, str]:
+  """The AIP_* directories Vertex AI sets for a job whose base output is `base`.
+
+  As Vertex AI writes them: below `base`, each ending with a slash.
+  """
+  return {"AIP_MODEL_DIR": f"{base}/model/",
+          "AIP_CHECKPOINT_DIR": f"{base}/checkpoints/",
+          "AIP_TENSORBOARD_LOG_DIR": f"{base}/logs/"}
+
+
 def trainer_command(*flags: str) -> list[str]:
   """`python -m trainer.task FLAGS` with this process's interpreter."""
   return [sys.executable, "-m", "trainer.task", *flags]
