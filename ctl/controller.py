@@ -26,11 +26,8 @@ from ctl import outputs as outputs_lib
 from ctl import preemption
 from ctl import progress as progress_lib
 from ctl import summaries
+from ctl.errors import Preempted, TrainingDiverged
 from ctl.options import RunOptions, Task
-
-
-class TrainingDiverged(Exception):
-  """The loss stayed non-finite after every allowed rollback."""
 
 
 def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
@@ -52,8 +49,8 @@ def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
 
   Raises:
     UserError: bad options or an incompatible checkpoint.
-    preemption.Preempted: a stop was requested; the checkpoint at the agreed
-      step was written before raising.
+    Preempted: a stop was requested; the checkpoint at the agreed step was
+      written before raising.
     TrainingDiverged: the loss stayed non-finite; nothing bad was saved.
   """
   options.validate()
@@ -197,7 +194,7 @@ class _Run:
         if output.stop_requested:
           self._save()
           self._close()
-          raise preemption.Preempted(self._step)
+          raise Preempted(self._step)
     return self._finish(trained=self._step > start_step)
 
   def _nan_step_for_loop(self) -> int | None:

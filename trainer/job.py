@@ -148,11 +148,7 @@ def _check(config) -> None:
   if config.hypertune_metric not in ("", "accuracy", "loss"):
     raise UserError("--hypertune_metric must be accuracy or loss, got "
                     f"{config.hypertune_metric!r}.")
-  if config.model == "resnet50" and config.weights not in ("none",
-                                                           "imagenet"):
-    if not os.path.isfile(config.weights):
-      raise UserError(f"Weights file {config.weights} not found; pass "
-                      "--weights=none, imagenet or the path of a local file.")
+  model_lib.check_weights(name=config.model, weights=config.weights)
 
 
 def _train_steps(config, source: data_lib.Source, global_batch: int) -> int:
