@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -11,8 +12,8 @@ import urllib.request
 import numpy as np
 import pytest
 
-from tests.conftest import (FAST_FLAGS, free_ports, read_scalars, read_summary,
-                            run_trainer, trainer_env)
+from tests.conftest import (FAST_FLAGS, REPO, free_ports, read_scalars,
+                            read_summary, run_trainer, trainer_env)
 
 
 def test_quickstart_reaches_95_percent(model_dir):
@@ -198,6 +199,27 @@ def test_hparams_dashboard_lists_the_run_with_its_final_metric(
   assert values["validation", "accuracy"]["trainingStep"] == 60
   assert values["train", "loss"]["value"] == pytest.approx(
       summary["train_loss"], abs=1e-6)
+
+
+@pytest.mark.skipif(
+    not all(map(shutil.which, ("chromium", "chromedriver"))),
+    reason="needs a browser: apt-get install -y chromium chromium-driver")
+def test_a_browser_draws_train_and_validation_in_one_chart(continued_run,
+                                                           tmp_path):
+  """Headless Chromium on TensorBoard's time-series page (the README's PNG)."""
+  out = tmp_path / "tensorboard.png"
+  result = subprocess.run(
+      [sys.executable, "scripts/tensorboard_screenshot.py",
+       f"--logdir={os.path.join(continued_run[0], 'tensorboard')}",
+       f"--out={out}"], cwd=REPO, env=trainer_env(), capture_output=True,
+      text=True, timeout=600, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  cards = json.loads(out.with_suffix(".json").read_text())["cards"]
+  assert sorted(card["title"] for card in cards) == ["accuracy", "loss"]
+  for card in cards:  # One chart per tag, a line of each run in it.
+    assert card["runs"] == ["train", "validation"], card
+    assert card["colors"] == 2, card
+  assert out.read_bytes().startswith(b"\x89PNG")
 
 
 def test_saved_model_predicts_what_the_model_predicts(short_run):
