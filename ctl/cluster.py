@@ -47,6 +47,7 @@ class ClusterInfo:
       tutorial shape, where worker 0 is the chief).
     workers: Addresses of the `worker` tasks, in index order.
     trial: Hyperparameter-tuning trial id set by Vertex AI, or None.
+    has_evaluator: Whether the cluster has a side-car evaluator task.
   """
 
   task_type: str = "chief"
@@ -54,6 +55,7 @@ class ClusterInfo:
   chief: tuple[str, ...] = ()
   workers: tuple[str, ...] = ()
   trial: str | None = None
+  has_evaluator: bool = False
 
   @property
   def num_workers(self) -> int:
@@ -199,6 +201,7 @@ def _parse(var: str, text: str) -> ClusterInfo:
       chief=jobs.get("chief", ()),
       workers=jobs.get("worker", ()),
       trial=None if trial is None else str(trial),
+      has_evaluator="evaluator" in jobs or task_type == "evaluator",
   )
 
 

@@ -147,13 +147,14 @@ def test_sigkill_then_resume_from_the_bucket(reference, route, tmp_path):
   assert "checkpoints/checkpoint" in names
   assert bucket.latest_checkpoint_step("run/checkpoints") == STEPS
   # One events file per process; together they hold the whole run.
-  assert len([n for n in names if n.startswith("tensorboard/") and
+  assert len([n for n in names if n.startswith("tensorboard/train/") and
               "tfevents" in n]) == 2
-  scalars = read_scalars(str(tmp_path / "downloaded" / "tensorboard"))
-  assert max(step for step, _ in scalars["train/loss"]) == STEPS
-  assert max(step for step, _ in scalars["eval/accuracy"]) == STEPS
-  assert {step for step, _ in scalars["train/loss"]} >= set(
-      range(5, STEPS + 1, 5))
+  board = tmp_path / "downloaded" / "tensorboard"
+  train = read_scalars(str(board / "train"))
+  validation = read_scalars(str(board / "validation"))
+  assert max(step for step, _ in train["loss"]) == STEPS
+  assert max(step for step, _ in validation["accuracy"]) == STEPS
+  assert {step for step, _ in train["loss"]} >= set(range(5, STEPS + 1, 5))
 
 
 def test_upload_cut_by_an_outage_is_retried(reference, gcs_emulator,
@@ -237,7 +238,7 @@ def test_vertex_directories_alone_place_every_output(gcs_emulator, tmp_path):
           "train_summary.json"} <= names
   assert bucket.latest_checkpoint_step("aip/checkpoints") == 20
   logs = bucket.download("aip/logs", str(tmp_path / "logs"))
-  assert "train/loss" in read_scalars(logs)
+  assert "loss" in read_scalars(os.path.join(logs, "train"))
   assert all(name.startswith("aip/") for name in bucket.names(""))
 
 

@@ -90,6 +90,12 @@ flags.DEFINE_string("inject_nan", "none", "Testing hook: none, always, or a "
 flags.DEFINE_string("hypertune_metric", "", "Report this eval metric "
                     "(accuracy or loss) to Vertex AI hyperparameter tuning "
                     "after each evaluation.")
+flags.DEFINE_string("profile_steps", "", "START,END: capture a TensorFlow "
+                    "profiler trace of global steps START to END on the "
+                    "chief, into <tensorboard_dir>/train/plugins/profile "
+                    "(TensorBoard's Profile tab). Steps run steps_per_loop "
+                    "at a time in one tf.function call, so the trace covers "
+                    "every whole call that overlaps the range.")
 flags.DEFINE_bool("dry_run", False, "Validate the flags, print the resolved "
                   "configuration and exit.")
 
