@@ -4,8 +4,9 @@ Stands in for cassava (a TFDS dataset with `image` and `label` features and
 `train` / `validation` splits) in the input-at-scale benchmark and in tests:
 the same reader reads it, in ArrayRecord (by index) or TFRecord (streamed)
 format. Image `i` has the colour of its class (`i % num_classes`) plus noise,
-so a model can learn it; JPEGs are encoded with PIL, which is fast enough to
-generate 50,000 in seconds.
+so a model can learn it. A bank of at most 64 JPEGs per class is encoded
+(PIL) and reused, so 50,000 records take seconds, most of it TFDS's own
+writing.
 """
 
 import io

@@ -91,8 +91,11 @@ class PipelineOptions:
   """tf.data settings of every input pipeline.
 
   Attributes:
-    parallel_fetches: concurrent `fetch` calls (each a step's share of
-      records); AUTOTUNE lets tf.data choose.
+    records_per_fetch: at least this many records per `fetch` call (whole
+      steps' shares): a call has a fixed cost (a Python call, a thread pool
+      in ArrayRecord's reader, a round trip to Cloud Storage) that larger
+      calls spread; `benchmarks/input_scale.py` measures it.
+    parallel_fetches: concurrent `fetch` calls; AUTOTUNE lets tf.data choose.
     parallel_decodes: concurrent decodes; AUTOTUNE lets tf.data choose.
     private_threads: size of a thread pool private to the pipeline; 0 uses
       TensorFlow's shared pool. On a GPU host, a private pool keeps input work
@@ -101,6 +104,7 @@ class PipelineOptions:
       (`distribute_datasets_from_function` then copies each batch to its
       device ahead of the step.)
   """
+  records_per_fetch: int = 256
   parallel_fetches: int = tf.data.AUTOTUNE
   parallel_decodes: int = tf.data.AUTOTUNE
   private_threads: int = 0
@@ -161,7 +165,7 @@ def train_dataset(*, records: IndexedRecords | tf.data.Dataset,
         records, pipelines=pipelines,
         pipeline_id=input_context.input_pipeline_id,
         global_batch_size=global_batch_size, seed=seed, start_step=start_step,
-        parallel_fetches=options.parallel_fetches)
+        options=options)
   else:
     dataset = _streamed_train_records(
         records, pipelines=pipelines,
@@ -197,7 +201,7 @@ def eval_dataset(*, records: IndexedRecords | tf.data.Dataset,
   pipeline_id = input_context.input_pipeline_id
   if isinstance(records, IndexedRecords):
     dataset = tf.data.Dataset.range(pipeline_id, records.size, pipelines)
-    dataset = dataset.batch(per_replica).map(
+    dataset = dataset.batch(options.records_per_fetch).map(
         records.fetch, num_parallel_calls=options.parallel_fetches,
         deterministic=True).unbatch()
   else:
@@ -230,17 +234,22 @@ def train_indices(*, step, num_records: int, global_batch_size: int,
 def _indexed_train_records(records: IndexedRecords, *, pipelines: int,
                            pipeline_id: int, global_batch_size: int,
                            seed: int, start_step: int,
-                           parallel_fetches: int) -> tf.data.Dataset:
-  """Each step's share of records, fetched by index."""
+                           options: PipelineOptions) -> tf.data.Dataset:
+  """Each step's share of records, fetched by index, a few steps per call."""
+  share = global_batch_size // pipelines
+  steps_per_fetch = max(1, -(-options.records_per_fetch // share))
 
-  def indices(step):
-    return train_indices(step=step, num_records=records.size,
-                         global_batch_size=global_batch_size, seed=seed,
-                         pipelines=pipelines, pipeline_id=pipeline_id)
+  def indices(first_step):
+    steps = first_step + tf.range(steps_per_fetch, dtype=tf.int64)
+    return tf.reshape(tf.map_fn(
+        lambda step: train_indices(
+            step=step, num_records=records.size,
+            global_batch_size=global_batch_size, seed=seed,
+            pipelines=pipelines, pipeline_id=pipeline_id), steps), [-1])
 
-  return tf.data.Dataset.range(start_step, 2**62).map(indices).map(
-      records.fetch, num_parallel_calls=parallel_fetches,
-      deterministic=True).unbatch()
+  return tf.data.Dataset.range(start_step, 2**62, steps_per_fetch).map(
+      indices).map(records.fetch, num_parallel_calls=options.parallel_fetches,
+                   deterministic=True).unbatch()
 
 
 def _streamed_train_records(records: tf.data.Dataset, *, pipelines: int,

@@ -213,13 +213,16 @@ def test_each_pipeline_fetches_only_its_share(tmp_path, start_step):
     share = {tuple(input_lib.train_indices(
         step=step, num_records=num_records, global_batch_size=global_batch,
         seed=7, pipelines=2, pipeline_id=pipeline_id).numpy().tolist()): step
-             for step in range(start_step, start_step + 2 * spe)}
-    steps = [share[call] for call in source.calls]  # KeyError: not its share.
+             for step in range(start_step, start_step + 8 * spe)}
+    size = global_batch // 2  # A call reads the shares of whole steps.
+    reads = [call[i:i + size] for call in source.calls
+             for i in range(0, len(call), size)]
+    steps = [share[read] for read in reads]  # KeyError: not its share.
     assert len(steps) == len(set(steps))  # No step read twice.
     assert min(steps) == start_step  # Nothing before the position.
     wanted = range(start_step, (start_step // spe + 1) * spe)  # The epoch.
     assert set(wanted) <= set(steps)
-    fetched = sum((list(c) for c in source.calls if share[c] in wanted), [])
+    fetched = sum((list(r) for r in reads if share[r] in wanted), [])
     assert len(fetched) == len(set(fetched)) == len(wanted) * global_batch // 2
     epoch_records.append(set(fetched))
   assert not epoch_records[0] & epoch_records[1]
