@@ -70,6 +70,25 @@ def prepare(config: Config) -> tuple[dict[str, str], float]:
   return dirs, time.perf_counter() - start
 
 
+def _load(data_dir: str, config: Config) -> data_lib.Source:
+  return data_lib.load("cassava", image_size=config.image_size,
+                       data_dir=data_dir)
+
+
+def _pipeline(source: data_lib.Source, config: Config, *, records=None,
+              decode_fn=None, start_step: int = 0, pipelines: int = 1,
+              pipeline_id: int = 0) -> tf.data.Dataset:
+  """The trainer's training pipeline over `source` (or other records)."""
+  return input_lib.train_dataset(
+      records=records or source.train_records, num_records=source.num_train,
+      decode_fn=decode_fn or source.decode_fn,
+      input_context=tf.distribute.InputContext(
+          num_input_pipelines=pipelines, input_pipeline_id=pipeline_id,
+          num_replicas_in_sync=pipelines),
+      global_batch_size=config.global_batch, seed=0, start_step=start_step,
+      shuffle_buffer=source.shuffle_buffer)
+
+
 def records_read(data_dir: str, config: Config, *,
                  pipelines: int) -> list[int]:
   """Records each of `pipelines` pipelines reads per epoch.
@@ -78,21 +97,15 @@ def records_read(data_dir: str, config: Config, *,
   between the counts after two epochs of steps and after one, so that the
   pipeline's read-ahead (parallel fetches, prefetch) cancels out.
   """
-  source = data_lib.load("cassava", image_size=config.image_size,
-                         data_dir=data_dir)
+  source = _load(data_dir, config)
   steps = input_lib.steps_per_epoch(source.num_train, config.global_batch)
   counts = []
   for pipeline_id in range(pipelines):
     counter = _Counter()
-    dataset = input_lib.train_dataset(
-        records=counter.wrap(source.train_records),
-        num_records=source.num_train, decode_fn=lambda *record: 0,
-        input_context=tf.distribute.InputContext(
-            num_input_pipelines=pipelines, input_pipeline_id=pipeline_id,
-            num_replicas_in_sync=pipelines),
-        global_batch_size=config.global_batch, seed=0, start_step=0,
-        shuffle_buffer=source.shuffle_buffer)
-    iterator = iter(dataset)
+    iterator = iter(_pipeline(
+        source, config, records=counter.wrap(source.train_records),
+        decode_fn=_no_decode, pipelines=pipelines,
+        pipeline_id=pipeline_id))
     after = []
     for _ in range(2):
       for _ in range(steps):
@@ -107,15 +120,9 @@ def first_batch_seconds(data_dir: str, config: Config, *,
                         fraction: float) -> float:
   """Seconds from opening the dataset to the first batch, resuming mid-epoch."""
   start = time.perf_counter()
-  source = data_lib.load("cassava", image_size=config.image_size,
-                         data_dir=data_dir)
+  source = _load(data_dir, config)
   steps = input_lib.steps_per_epoch(source.num_train, config.global_batch)
-  dataset = input_lib.train_dataset(
-      records=source.train_records, num_records=source.num_train,
-      decode_fn=source.decode_fn, input_context=tf.distribute.InputContext(),
-      global_batch_size=config.global_batch, seed=0,
-      start_step=int(fraction * steps), shuffle_buffer=source.shuffle_buffer)
-  next(iter(dataset))
+  next(iter(_pipeline(source, config, start_step=int(fraction * steps))))
   seconds = time.perf_counter() - start
   gc.collect()  # Stops the iterator's background threads before the next.
   return seconds
@@ -123,14 +130,7 @@ def first_batch_seconds(data_dir: str, config: Config, *,
 
 def decode_rate(data_dir: str, config: Config) -> float:
   """Images/s of the whole pipeline (read, decode, resize, batch)."""
-  source = data_lib.load("cassava", image_size=config.image_size,
-                         data_dir=data_dir)
-  dataset = input_lib.train_dataset(
-      records=source.train_records, num_records=source.num_train,
-      decode_fn=source.decode_fn, input_context=tf.distribute.InputContext(),
-      global_batch_size=config.global_batch, seed=0, start_step=0,
-      shuffle_buffer=source.shuffle_buffer)
-  iterator = iter(dataset)
+  iterator = iter(_pipeline(_load(data_dir, config), config))
   for _ in range(5):
     next(iterator)
   start = time.perf_counter()
@@ -272,6 +272,12 @@ def run(config: Config) -> dict:
                  "round."],
           config={"entry_records": config.entry_records}),
   }
+
+
+def _no_decode(*record):
+  """Counting needs only the reads."""
+  del record  # Unused.
+  return tf.constant(0)
 
 
 def _spread(values, key) -> dict:

@@ -125,8 +125,7 @@ def test_streamed_blocks_are_permuted_in_place():
   assert set(first) == set(range(8)) and first != sorted(first)
 
 
-@pytest.mark.parametrize("start_step", [1, STEPS_PER_EPOCH - 1,
-                                        STEPS_PER_EPOCH,
+@pytest.mark.parametrize("start_step", [1, STEPS_PER_EPOCH,
                                         2 * STEPS_PER_EPOCH + 2])
 def test_starting_at_a_step_continues_the_same_stream(batches_of, start_step):
   total = 3 * STEPS_PER_EPOCH
@@ -157,7 +156,7 @@ def test_two_pipelines_with_half_the_batch_see_the_same_examples(batches_of,
   assert all(sum(step.values()) == len(step) for step in two)  # Disjoint.
 
 
-@pytest.mark.parametrize("before,after", [(2, 1), (1, 2), (2, 4)])
+@pytest.mark.parametrize("before,after", [(2, 1), (1, 2)])
 def test_a_position_reached_on_n_pipelines_continues_on_m(batches_of, before,
                                                           after):
   """Elastic resume: the checkpoint holds only the step; the order goes on."""
