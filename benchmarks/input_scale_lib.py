@@ -94,25 +94,30 @@ def records_read(data_dir: str, config: Config, *,
   """Records each of `pipelines` pipelines reads per epoch.
 
   Counted where records leave the source (before decoding), as the difference
-  between the counts after two epochs of steps and after one, so that the
-  pipeline's read-ahead (parallel fetches, prefetch) cancels out.
+  between two counts a whole number of fetch calls apart, taken after a first
+  epoch, so that the pipeline's read-ahead (parallel fetches, prefetch)
+  cancels out; scaled to one epoch.
   """
   source = _load(data_dir, config)
   steps = input_lib.steps_per_epoch(source.num_train, config.global_batch)
+  per_call = (input_lib.fetch_steps(global_batch_size=config.global_batch,
+                                    pipelines=pipelines)
+              if isinstance(source.train_records, input_lib.IndexedRecords)
+              else 1)
+  measured = -(-steps // per_call) * per_call
   counts = []
   for pipeline_id in range(pipelines):
     counter = _Counter()
     iterator = iter(_pipeline(
         source, config, records=counter.wrap(source.train_records),
-        decode_fn=_no_decode, pipelines=pipelines,
-        pipeline_id=pipeline_id))
+        decode_fn=_no_decode, pipelines=pipelines, pipeline_id=pipeline_id))
     after = []
-    for _ in range(2):
-      for _ in range(steps):
+    for run in (steps, measured):
+      for _ in range(run):
         next(iterator)
       after.append(counter.count)
     del iterator
-    counts.append(after[1] - after[0])
+    counts.append(round((after[1] - after[0]) * steps / measured))
   return counts
 
 
@@ -246,8 +251,8 @@ def run(config: Config) -> dict:
       f"{prepare_seconds:.0f} s. Global batch {config.global_batch}; "
       f"{total:,} records used per epoch.",
       "Records read are counted as they leave the source, for every pipeline "
-      "of N, over the second epoch (so read-ahead cancels out, to within one "
-      "fetch call of 256 records); the streamed "
+      "of N, over a whole number of fetch calls after the first epoch (so "
+      "read-ahead cancels out), scaled to one epoch; the streamed "
       "path reads the whole stream in every pipeline and skips to the resume "
       "position record by record.",
       f"Resume: a fresh pipeline per measurement (open the dataset, build, "

@@ -231,13 +231,20 @@ def train_indices(*, step, num_records: int, global_batch_size: int,
       max_index=num_records - 1)
 
 
+def fetch_steps(*, global_batch_size: int, pipelines: int,
+                options: PipelineOptions = PipelineOptions()) -> int:
+  """How many steps' shares one `fetch` call of a training pipeline reads."""
+  share = global_batch_size // pipelines
+  return max(1, -(-options.records_per_fetch // share))
+
+
 def _indexed_train_records(records: IndexedRecords, *, pipelines: int,
                            pipeline_id: int, global_batch_size: int,
                            seed: int, start_step: int,
                            options: PipelineOptions) -> tf.data.Dataset:
   """Each step's share of records, fetched by index, a few steps per call."""
-  share = global_batch_size // pipelines
-  steps_per_fetch = max(1, -(-options.records_per_fetch // share))
+  steps_per_fetch = fetch_steps(global_batch_size=global_batch_size,
+                                pipelines=pipelines, options=options)
 
   def indices(first_step):
     steps = first_step + tf.range(steps_per_fetch, dtype=tf.int64)
