@@ -10,7 +10,6 @@ which is streamed.
 """
 
 import dataclasses
-import os
 import posixpath
 import re
 from typing import Callable
