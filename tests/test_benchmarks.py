@@ -18,6 +18,7 @@ import pytest
 
 from benchmarks import chart
 from benchmarks import input_pipeline_lib
+from benchmarks import input_scale_lib
 from benchmarks import markdown
 from benchmarks import report as report_lib
 from benchmarks import scaling_lib
@@ -228,6 +229,25 @@ def test_input_pipeline_on_tiny_settings():
   assert model["images_per_second"] == 50.0
   _check_ratios_follow_from_rows(body)
   assert any("pixel-count estimate" in note for note in body["notes"])
+
+
+def test_input_scale_on_tiny_settings(tmp_path):
+  config = input_scale_lib.Config(
+      num_records=200, jpeg_size=8, image_size=8, global_batch=16,
+      pipelines=(1, 2), resume_points=(0.1, 0.9), decode_batches=2,
+      entry_records=64, repeats=1, cache_dir=str(tmp_path))
+  sections = input_scale_lib.run(config)
+  body = sections["input_scale"]
+  _check_section(body)
+  rows = {row["name"]: row for row in body["rows"]}
+  for n in (1, 2):  # Counted reads are exact: the share by index, all streamed.
+    row = rows[f"records read per pipeline, N={n} (max)"]
+    assert row[input_scale_lib.INDEXED] == row["target"] == 192 // n
+    assert row[input_scale_lib.STREAMED] == 200
+  assert [t["status"] for t in body["targets"]][:2] == ["PASS", "PASS"]
+  entry = sections["input_scale_entry"]
+  _check_section(entry, ("name", "records_per_second"))
+  assert len(entry["rows"]) == 4
 
 
 _STAND_IN_WORKER = textwrap.dedent("""\

@@ -224,13 +224,15 @@ def test_a_browser_draws_train_and_validation_in_one_chart(continued_run,
 
 def test_saved_model_predicts_what_the_model_predicts(short_run):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from ctl import input as input_lib  # pylint: disable=g-import-not-at-top
   from trainer import data, model  # pylint: disable=g-import-not-at-top
   model_dir = short_run
 
   source = data.load("digits", image_size=16)
-  images = np.stack([image for image, _ in
-                     source.eval_records.map(source.decode_fn).take(8)
-                     .as_numpy_iterator()])
+  images, _ = next(iter(input_lib.eval_dataset(
+      records=source.eval_records, decode_fn=source.decode_fn,
+      input_context=tf.distribute.InputContext(), global_batch_size=8)))
+  images = images.numpy()
   trained = model.build_model(name="small_cnn", num_classes=10,
                               image_shape=(16, 16, 3), dropout=0.1)
   tf.train.Checkpoint(model=trained).restore(tf.train.latest_checkpoint(

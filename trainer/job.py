@@ -76,7 +76,10 @@ def build_job(config: Any, environ=os.environ) -> Job:
                cluster.task_index, cluster.num_workers)
   keras.mixed_precision.set_global_policy(_POLICIES[config.mixed_precision])
   source = data_lib.load(config.dataset, image_size=config.image_size,
-                         data_dir=config.data_dir)
+                         data_dir=config.data_dir, storage=config.storage,
+                         fuse_root=config.fuse_root,
+                         manifest_dir=dirs.checkpoint_dir,
+                         is_chief=cluster.is_chief)
   global_batch = config.per_replica_batch_size * strategy.num_replicas_in_sync
   train_steps = _train_steps(config, source, global_batch)
   options = RunOptions(

@@ -40,7 +40,8 @@ flags.DEFINE_string("fuse_root", "/gcs", "Where Cloud Storage FUSE mounts "
 flags.DEFINE_enum("dataset", "digits", ["synthetic", "digits", "cassava",
                                         "files"], "What to train on.")
 flags.DEFINE_string("data_dir", "", "TFDS data dir (cassava) or image root "
-                    "(files: class_name/*.jpg|png).")
+                    "(files: class_name/*.jpg|png); local, /gcs/... or "
+                    "gs://.")
 flags.DEFINE_integer("image_size", 32, "Side of the square model input.")
 flags.DEFINE_enum("model", "small_cnn", ["resnet50", "small_cnn"], "Model.")
 flags.DEFINE_float("dropout", 0.0, "Dropout rate before the last layer.")
