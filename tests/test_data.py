@@ -12,7 +12,7 @@ from benchmarks import tfds_jpegs
 from ctl import datafiles
 from ctl import input as input_lib
 from ctl.errors import UserError
-from tests.gcs_emulator import GcsEmulator
+from ctl.testing.gcs_emulator import GcsEmulator
 from trainer import data
 
 
