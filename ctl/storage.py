@@ -31,6 +31,7 @@ import os
 import posixpath
 import tempfile
 
+import fsspec
 from fsspec.implementations import local as fsspec_local
 
 from ctl import mirror as mirror_lib
@@ -155,6 +156,17 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
           fs=fs, remote_dir=remote_dir, url=url, local_dir=local_dir,
           retry_policy=retry_policy or retry.RetryPolicy(),
           is_transient=is_transient, read_only=read_only))
+
+
+def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+  """An fsspec filesystem and path that read `url` directly, without staging.
+
+  gs:// urls are read with gcsfs (the emulator when STORAGE_EMULATOR_HOST is
+  set); anything else is a local path (a FUSE mount included).
+  """
+  if url.startswith("gs://"):
+    return _gcs_filesystem(), url[len("gs://"):].rstrip("/")
+  return fsspec_local.LocalFileSystem(), url
 
 
 def _parse_cloud_url(url: str, *, fuse_root: str) -> tuple[str, str] | None:

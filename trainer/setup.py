@@ -86,7 +86,8 @@ def build_job(config: Any, environ=os.environ) -> Job:
       log_every_steps=config.log_every_steps,
       eval_every_steps=config.eval_every_steps,
       checkpoint_every_steps=config.checkpoint_every_steps,
-      checkpoint_every_secs=config.checkpoint_every_secs,
+      checkpoint_every_secs=_every_secs(config.checkpoint_every_secs),
+      expected_mtbf_secs=config.expected_mtbf_secs,
       keep_checkpoints=config.keep_checkpoints,
       async_checkpoint=config.async_checkpoint,
       seed=config.seed,
@@ -153,6 +154,17 @@ def _check(config) -> None:
     if not os.path.isfile(config.weights):
       raise UserError(f"Weights file {config.weights} not found; pass "
                       "--weights=none, imagenet or the path of a local file.")
+
+
+def _every_secs(value: str) -> float | str:
+  """--checkpoint_every_secs: "auto" or a number of seconds."""
+  if value == "auto":
+    return value
+  try:
+    return float(value)
+  except ValueError:
+    raise UserError("--checkpoint_every_secs must be auto or a number of "
+                    f"seconds, got {value!r}.") from None
 
 
 def _train_steps(config, source: data_lib.Source, global_batch: int) -> int:
