@@ -6,6 +6,7 @@ SIGSTOP first, so what the test reads is what the process had done), and
 checks the ledger's accounting against what it did.
 """
 
+import json
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ import pytest
 from ctl import goodput
 from ctl import ledger
 from ctl import report
+from ctl import storage
 from tests.conftest import (FAST_FLAGS, REPO, read_scalars, read_summary,
                             run_trainer, trainer_command, trainer_env)
 from tests.gcs_emulator import GcsEmulator
@@ -156,12 +158,19 @@ def test_report_without_a_ledger_exits_2_in_one_sentence(tmp_path, make):
 
 def test_ledger_on_cloud_storage(gcs_emulator, tmp_path, capsys):
   model_dir = f"gs://{GcsEmulator.BUCKET}/run"
-  run_trainer(*FAST_FLAGS, "--train_steps=20", "--storage=gcsfs",
-              f"--model_dir={model_dir}",
-              env=trainer_env(TMPDIR=str(tmp_path),
-                              STORAGE_EMULATOR_HOST=gcs_emulator.endpoint))
+  result = run_trainer(
+      *FAST_FLAGS, "--train_steps=20", "--storage=gcsfs",
+      "--checkpoint_every_secs=auto", "--expected_mtbf_secs=3600",
+      f"--model_dir={model_dir}",
+      env=trainer_env(TMPDIR=str(tmp_path),
+                      STORAGE_EMULATOR_HOST=gcs_emulator.endpoint))
   [events] = _attempts(model_dir)
   assert events[-1]["event"] == "end" and events[-1]["step"] == 20
+  fs, path = storage.filesystem(model_dir)
+  chosen = json.loads(fs.cat_file(f"{path}/train_summary.json"))[
+      "checkpoint_every_secs"]
+  assert 0 < chosen["seconds"] < 3600 and "3600 s" in chosen["why"]
+  assert "checkpoint_every_secs=auto: every" in result.stderr
   report.main([model_dir, "--png="])  # In this process: TF loads once.
   assert "  done" in capsys.readouterr().out
 
