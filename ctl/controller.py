@@ -183,7 +183,8 @@ class _Run:
     seconds, why = goodput.checkpoint_interval(
         self._ledger and self._ledger.accounting(),
         expected_mtbf_secs=self._options.expected_mtbf_secs)
-    if why != self._every_why:
+    previous = self._every_secs
+    if previous is None or abs(seconds - previous) > 0.1 * previous:
       logging.info("checkpoint_every_secs=auto: every %.0f s: %s.", seconds,
                    why)
     self._every_secs, self._every_why = seconds, why
