@@ -19,6 +19,13 @@ flags.DEFINE_integer("batch_size", 32, "Global batch.")
 flags.DEFINE_float("backoff_secs", 1.0, "Wait before the first restart; "
                    "doubles every restart (both systems).")
 flags.DEFINE_integer("run_timeout_secs", 300, "Limit for one run.")
+flags.DEFINE_enum("restart_model", "resnet50", ["resnet50", "small_cnn",
+                                                "none"],
+                  "Model whose restart cost (process start to the first "
+                  "resumed step) is split into imports, build, restore and "
+                  "tracing; none skips it.")
+flags.DEFINE_integer("restart_image_size", 224, "Image side for it.")
+flags.DEFINE_integer("restart_batch_size", 8, "Batch for it.")
 
 FLAGS = flags.FLAGS
 
@@ -31,6 +38,9 @@ def main(argv):
       image_size=FLAGS.image_size, batch_size=FLAGS.batch_size,
       backoff_secs=FLAGS.backoff_secs,
       run_timeout_secs=FLAGS.run_timeout_secs,
+      restart_model=FLAGS.restart_model,
+      restart_image_size=FLAGS.restart_image_size,
+      restart_batch_size=FLAGS.restart_batch_size,
       section=cli.section_name("goodput"))))
 
 

@@ -49,6 +49,7 @@ class Config:
     kills: K, the number of SIGKILLs.
     kill_seed: seed of the kill schedule.
     backoff_secs: wait before the first restart; doubles every restart.
+    restart_model: the model whose restart cost is split ("none": skip).
   """
   epochs: int = 4
   checkpoint_every: int = 20
@@ -58,6 +59,9 @@ class Config:
   batch_size: int = 32
   backoff_secs: float = 1.0
   run_timeout_secs: int = 300
+  restart_model: str = "resnet50"
+  restart_image_size: int = 224
+  restart_batch_size: int = 8
   section: str = "goodput"
 
 
@@ -205,6 +209,51 @@ def _check_alive(process, log, started: float, config: Config, *,
                        f"were done: {log.read()[-1500:]}")
 
 
+def restart_cost(config: Config, root: str) -> dict:
+  """Process start to the first resumed step of a restarted run, split.
+
+  Trains 2 steps (one checkpoint at the end), then runs the same command to
+  step 4: the second process restores step 2 and trains two one-step loops.
+  Its ledger splits its start: imports (process start to `ctl.run`: the
+  interpreter, TensorFlow, flags, strategy, data source), build (outputs,
+  model, optimizer), restore, and tracing (the first loop less one step at
+  the second loop's speed).
+  """
+  model_dir = os.path.join(root, "restart")
+  flags = ["--dataset=synthetic", f"--model={config.restart_model}",
+           f"--image_size={config.restart_image_size}",
+           f"--per_replica_batch_size={config.restart_batch_size}",
+           "--steps_per_loop=1", "--log_every_steps=1",
+           "--checkpoint_every_steps=0", "--checkpoint_every_secs=0",
+           "--max_nan_recoveries=0", f"--model_dir={model_dir}"]
+  for steps in (2, 4):
+    subprocess.run([sys.executable, "-m", "trainer.task", *flags,
+                    f"--train_steps={steps}"], env=_env(), check=True,
+                   capture_output=True, timeout=config.run_timeout_secs)
+  events = ledger.read(ledger.ledger_dir(model_dir))[-1]
+  phases = {}
+  for e in events:
+    if e["event"] == "phase":
+      phases.setdefault(e["phase"], e)
+  start = events[0]["time"]
+  run_at = next(e["time"] for e in events if e["event"] == "run")
+  restore = phases["restore"]["t1"] - phases["restore"]["t0"]
+  first = phases["first_loop"]
+  second = phases["train_loop"]
+  step = second["busy"] / (second["step"] - second["step0"])
+  parts = {
+      "imports": run_at - start,
+      "build": phases["startup"]["t1"] - run_at - restore,
+      "restore": restore,
+      "tracing": max(0.0, first["t1"] - first["t0"] - step),
+      "first step": min(step, first["t1"] - first["t0"]),
+  }
+  parts["other (input iterator, bookkeeping)"] = (
+      first["t1"] - start - sum(parts.values()))
+  return {"parts": parts, "total": first["t1"] - start,
+          "restored_step": phases["startup"]["step"], "step_seconds": step}
+
+
 def _row(name: str, faulty: dict, clean: dict) -> dict:
   useful = faulty["steps"] * faulty["step_seconds"]
   return {
@@ -240,6 +289,8 @@ def run(config: Config) -> dict:
             if system == "ctl" else
             run_keras(config, kills=schedule, root=directory))
         logging.info("%s %s: %s", system, name, results[system, name])
+    restart = (restart_cost(config, root) if config.restart_model != "none"
+               else None)
   ctl_row = _row("ctl engine + ctl.launch", results["ctl", "faulty"],
                  results["ctl", "clean"])
   keras_row = _row("Keras fit + BackupAndRestore", results["keras", "faulty"],
@@ -265,7 +316,7 @@ def run(config: Config) -> dict:
       "ctl's wall time also includes what Keras fit does not do here: a "
       "checkpoint at step 0, the final evaluation and the SavedModel export; "
       "ctl runs 5 steps per tf.function call, fit one."]
-  return {config.section: report_lib.section(
+  sections = {config.section: report_lib.section(
       title=f"Goodput under faults: {config.kills} SIGKILLs, ctl vs Keras "
             "BackupAndRestore",
       rows=[ctl_row, keras_row], chart_key="goodput_percent", notes=notes,
@@ -273,3 +324,22 @@ def run(config: Config) -> dict:
                "goodput_percent", "steps_redone",
                "same_weights_as_uninterrupted", "starts"],
       config=dataclasses.asdict(config) | {"steps": steps, "kills_at": kills})}
+  if restart:
+    size = config.restart_image_size
+    sections[f"{config.section}_restart"] = report_lib.section(
+        title=f"Restart cost: {config.restart_model} {size}x{size}, process "
+              "start to the first resumed step",
+        rows=[{"name": name, "seconds": round(seconds, 2)}
+              for name, seconds in restart["parts"].items()],
+        chart_key="seconds", columns=["name", "seconds"],
+        notes=[f"A re-run restoring step {restart['restored_step']}: "
+               f"{restart['total']:.1f} s from process start to the end of "
+               "its first step, read from its run ledger. imports: process "
+               "start to ctl.run (interpreter, TensorFlow, flags, strategy, "
+               "data source); build: outputs, model and optimizer; tracing: "
+               "the first loop less one step at the second loop's speed "
+               f"({restart['step_seconds']:.2f} s). Synthetic data, batch "
+               f"{config.restart_batch_size}, local disk."],
+        config={"model": config.restart_model, "image_size": size,
+                "batch_size": config.restart_batch_size})
+  return sections

@@ -139,8 +139,9 @@ BENCHMARKS = (
         ("--epochs=8", "--image_size=32", "--kills=2",
          "--checkpoint_every=20"),
         ("--epochs=2", "--image_size=16", "--kills=1",
-         "--checkpoint_every=10"),
-        timeout_secs=420),
+         "--checkpoint_every=10", "--restart_model=small_cnn",
+         "--restart_image_size=16"),
+        timeout_secs=480),
 )
 
 

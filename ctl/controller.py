@@ -197,7 +197,8 @@ class _Run:
     options = self._options
     with self._progress.phase(progress_lib.STARTUP):
       self._build()
-      self._restore()
+      with self._progress.phase(progress_lib.RESTORE):
+        self._restore()
     self._choose_interval()
     start_step = self._step
     if start_step >= options.train_steps:

@@ -5,7 +5,10 @@ attempt's end. Every moment of it falls in exactly one category, so the
 categories add up to the total:
 
   goodput             train loops whose steps count toward the final model
-  startup             process start (imports included) until the restore
+  startup             process start (imports included) to the end of the
+                      restore, less the restore itself
+  restore             reading the newest checkpoint (on the gcsfs and FUSE
+                      routes its download is part of start-up)
   first_loop_tracing  the first loop of an attempt minus its steps at the
                       attempt's median step time (tracing, compilation)
   checkpoint_save     writing checkpoints (without their upload)
@@ -29,6 +32,7 @@ from typing import Sequence
 
 GOODPUT = "goodput"
 STARTUP = "startup"
+RESTORE = "restore"
 TRACING = "first_loop_tracing"
 CHECKPOINT_SAVE = "checkpoint_save"
 CHECKPOINT_UPLOAD = "checkpoint_upload"
@@ -37,16 +41,18 @@ EXPORT = "export"
 LOST = "progress_lost"
 RESTART_GAP = "restart_gap"
 OTHER = "other"
-CATEGORIES = (GOODPUT, STARTUP, TRACING, CHECKPOINT_SAVE, CHECKPOINT_UPLOAD,
+CATEGORIES = (GOODPUT, STARTUP, RESTORE, TRACING, CHECKPOINT_SAVE, CHECKPOINT_UPLOAD,
               EVALUATION, EXPORT, LOST, RESTART_GAP, OTHER)
 
-# Phase -> (category, priority): a nested phase (a save inside start-up, an
-# upload inside a save) outranks the one around it.
+# Phase -> (category, priority): a nested phase (a restore inside start-up,
+# a save inside the restore of a new run, an upload inside a save) outranks
+# the one around it.
 _PHASES = {
     "startup": (STARTUP, 1), "first_loop": (GOODPUT, 1),
     "train_loop": (GOODPUT, 1), "evaluation": (EVALUATION, 1),
-    "export": (EXPORT, 1), "checkpoint_save": (CHECKPOINT_SAVE, 2),
-    "checkpoint_upload": (CHECKPOINT_UPLOAD, 3),
+    "export": (EXPORT, 1), "restore": (RESTORE, 2),
+    "checkpoint_save": (CHECKPOINT_SAVE, 3),
+    "checkpoint_upload": (CHECKPOINT_UPLOAD, 4),
 }
 _CLEAN_ENDS = ("done", "Preempted")
 

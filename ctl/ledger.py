@@ -106,6 +106,8 @@ class Ledger:
   def __call__(self, mark: progress_lib.Mark) -> None:
     """Records a phase's end (the listener interface)."""
     if mark.started:
+      if mark.phase == progress_lib.RUN:  # Imports end here.
+        self._events.append({"event": "run", "time": round(mark.time, 3)})
       return
     if mark.phase == progress_lib.RUN:
       self.record("end", step=mark.step,

@@ -7,8 +7,9 @@ stall watchdog (a phase that runs past its limit) and the run ledger (what
 each phase cost) are listeners, so the places that mark progress exist once
 and neither touches the compiled step.
 
-Phases nest in three cases: `run` spans the whole `ctl.run` call and
-encloses every other phase (its end mark says how the run ended); the first
+Phases nest in four cases: `run` spans the whole `ctl.run` call and
+encloses every other phase (its end mark says how the run ended); `restore`
+(reading the newest checkpoint) is part of start-up; the first
 save of a new run is part of start-up;
 and a checkpoint upload (only for directories mirrored
 to Cloud Storage) runs inside the save that wrote the checkpoint, or, with
@@ -30,13 +31,14 @@ from absl import logging
 # The phases a run goes through, in the order a run meets them.
 RUN = "run"  # The whole `ctl.run` call; encloses all the others.
 STARTUP = "startup"  # From the start of `ctl.run` until the restore is done.
+RESTORE = "restore"  # Restoring the newest checkpoint, inside start-up.
 FIRST_LOOP = "first_loop"  # The first train-loop call: includes tracing.
 TRAIN_LOOP = "train_loop"  # Every later train-loop call.
 EVALUATION = "evaluation"
 CHECKPOINT_SAVE = "checkpoint_save"  # Writing the checkpoint's files.
 CHECKPOINT_UPLOAD = "checkpoint_upload"  # Publishing them (gcsfs / FUSE).
 EXPORT = "export"  # The SavedModel at the end.
-PHASES = (RUN, STARTUP, FIRST_LOOP, TRAIN_LOOP, EVALUATION, CHECKPOINT_SAVE,
+PHASES = (RUN, STARTUP, RESTORE, FIRST_LOOP, TRAIN_LOOP, EVALUATION, CHECKPOINT_SAVE,
           CHECKPOINT_UPLOAD, EXPORT)
 
 

@@ -24,7 +24,8 @@ PNG_NAME = "goodput_timeline.png"
 
 _LABELS = {
     goodput.GOODPUT: "training (goodput)",
-    goodput.STARTUP: "start-up (imports, build, restore)",
+    goodput.STARTUP: "start-up (imports, build)",
+    goodput.RESTORE: "restore",
     goodput.TRACING: "first-loop tracing",
     goodput.CHECKPOINT_SAVE: "checkpoint save",
     goodput.CHECKPOINT_UPLOAD: "checkpoint upload",
@@ -36,6 +37,7 @@ _LABELS = {
 }
 _COLORS = {
     goodput.GOODPUT: "#2ca02c", goodput.STARTUP: "#1f77b4",
+    goodput.RESTORE: "#aec7e8",
     goodput.TRACING: "#9467bd", goodput.CHECKPOINT_SAVE: "#ff7f0e",
     goodput.CHECKPOINT_UPLOAD: "#e6c229", goodput.EVALUATION: "#17becf",
     goodput.EXPORT: "#8c564b", goodput.LOST: "#d62728",
