@@ -20,8 +20,10 @@ Why a file per attempt: Cloud Storage objects cannot be appended to, and a
 restarted job may run on a fresh machine. Each attempt rewrites only its own
 file (atomically where the filesystem allows: a temporary file and a rename),
 after every phase, through the same storage routes as the checkpoints: local
-and FUSE paths and the tf route directly; the gcsfs route through a staging
-directory uploaded after each checkpoint save and at the end. A reader
+paths directly; the gcsfs and FUSE routes through a staging directory
+uploaded after each checkpoint save and at the end (a restart on the same
+machine uploads what a crash left there); the tf route writes the bucket at
+those moments only. A reader
 concatenates all attempts in start order. Consecutive train loops are merged
 into one event, so a file grows with checkpoints and evaluations, not with
 steps. A file damaged by a crash in the middle of a write loses only its
@@ -169,7 +171,9 @@ class Ledger:
         from ctl import storage  # pylint: disable=g-import-not-at-top
         self._location = storage.open_location(
             self._directory, storage=self._storage, fuse_root=self._fuse_root)
-      _write_file(posixpath.join(self._location.local_path, self._name), text)
+      path = posixpath.join(self._location.local_path, self._name)
+      if upload or "://" not in path:  # The tf route writes the bucket.
+        _write_file(path, text)
       if upload:
         self._location.publish()
     except Exception:  # pylint: disable=broad-except

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from benchmarks import goodput_lib
 from ctl import goodput
 from ctl import ledger
 from ctl import report
@@ -202,3 +203,11 @@ def test_auto_interval_is_the_young_daly_formula():
   assert seconds == pytest.approx((2 * 2.0 * 200.0)**0.5)
   assert "1 failure(s)" in why
   assert goodput.checkpoint_interval(None, expected_mtbf_secs=600.0)[0] == 0
+
+
+def test_kill_schedule_is_seeded_increasing_and_an_epoch_apart():
+  config = goodput_lib.Config(epochs=8, kills=2, kill_seed=3,
+                              checkpoint_every=20)
+  kills = goodput_lib.kill_schedule(config, steps_per_epoch=44)
+  assert kills == goodput_lib.kill_schedule(config, steps_per_epoch=44)
+  assert 20 < kills[0] and kills[0] + 44 < kills[1] < 8 * 44
