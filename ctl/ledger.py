@@ -77,7 +77,7 @@ class Ledger:
   def __init__(self, *, directory: str, storage: str = "auto",
                fuse_root: str = "/gcs",
                environ: Mapping[str, str] = os.environ):
-    """Starts the record of this attempt (written at the first mark).
+    """Starts the record of this attempt (written from the end of start-up).
 
     Args:
       directory: the ledger directory, `ledger_dir(model_dir)` (a local
@@ -91,6 +91,8 @@ class Ledger:
     self._storage = storage
     self._fuse_root = fuse_root
     self._location = None
+    self._writing = False  # Until start-up ends: see __call__.
+    self._discarded = False
     started = process_start_time()
     self._name = (time.strftime("attempt-%Y%m%dT%H%M%S", time.gmtime(started))
                   + f"-{int(started * 1000) % 1000:03d}-{os.getpid()}"
@@ -111,6 +113,12 @@ class Ledger:
       if mark.phase == progress_lib.RUN:  # Imports end here.
         self._events.append({"event": "run", "time": round(mark.time, 3)})
       return
+    if mark.phase == progress_lib.STARTUP:
+      # Nothing is written before start-up ends, and nothing at all when it
+      # ends by a user error (a bad checkpoint, an unreachable bucket): such
+      # a command must leave the run's files as they were.
+      self._discarded = mark.error == "UserError"
+      self._writing = not self._discarded
     if mark.phase == progress_lib.RUN:
       self.record("end", step=mark.step,
                   outcome="done" if mark.ok else mark.error or "error")
@@ -136,9 +144,10 @@ class Ledger:
   def record(self, kind: str, **fields) -> None:
     """Adds an event now, e.g. `record("stall", phase=..., step=...)`.
 
-    Written and uploaded at once: such events often come right before the
-    process exits.
+    Written and uploaded at once, even during start-up: such events often
+    come right before the process exits.
     """
+    self._writing = not self._discarded
     self._events.append({"event": kind, "time": round(time.time(), 3),
                          **fields})
     self._write(upload=True)
@@ -164,6 +173,8 @@ class Ledger:
       self._location = None
 
   def _write(self, *, upload: bool) -> None:
+    if not self._writing:
+      return
     text = "".join(json.dumps(event) + "\n" for event in self._events)
     try:
       if self._location is None:

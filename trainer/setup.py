@@ -146,6 +146,7 @@ def _check(config) -> None:
   if config.learning_rate <= 0:
     raise UserError(f"--learning_rate must be > 0, got "
                     f"{config.learning_rate}.")
+  _every_secs(config.checkpoint_every_secs)
   if config.hypertune_metric not in ("", "accuracy", "loss"):
     raise UserError("--hypertune_metric must be accuracy or loss, got "
                     f"{config.hypertune_metric!r}.")
