@@ -61,7 +61,8 @@ def main(argv):
 
     def __init__(self):
       super().__init__()
-      self._file = open(FLAGS.progress, "a")  # pylint: disable=consider-using-with
+      # Open for the whole fit; closed when the process exits.
+      self._file = open(FLAGS.progress, "a")
       self._epoch = 0
       self._began = 0.0
 

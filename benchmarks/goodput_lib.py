@@ -296,6 +296,7 @@ def run(config: Config) -> dict:
   keras_row = _row("Keras fit + BackupAndRestore", results["keras", "faulty"],
                    results["keras", "clean"])
   ledger_split = results["ctl", "faulty"]["ledger_seconds"]
+  ledger_percent = results["ctl", "faulty"]["ledger_goodput_percent"]
   notes = [
       f"{steps} steps ({config.epochs} epochs of {steps_per_epoch}), batch "
       f"{config.batch_size}, small_cnn on digits {config.image_size}x"
@@ -305,7 +306,7 @@ def run(config: Config) -> dict:
       f"restarts after {config.backoff_secs:g} s, doubling.",
       "goodput_percent = steps x the system's median step time / wall time, "
       "the same formula for both. The ctl run ledger's own accounting of "
-      f"the faulty run: goodput {results['ctl', 'faulty']['ledger_goodput_percent']:.1f}%, "
+      f"the faulty run: goodput {ledger_percent:.1f}%, "
       + ", ".join(f"{k} {v:.1f} s" for k, v in ledger_split.items() if v),
       "Keras 3's BackupAndRestore saves the epoch and batch but restores "
       "only the epoch: a restarted fit begins that epoch again (from its "

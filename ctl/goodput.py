@@ -41,8 +41,8 @@ EXPORT = "export"
 LOST = "progress_lost"
 RESTART_GAP = "restart_gap"
 OTHER = "other"
-CATEGORIES = (GOODPUT, STARTUP, RESTORE, TRACING, CHECKPOINT_SAVE, CHECKPOINT_UPLOAD,
-              EVALUATION, EXPORT, LOST, RESTART_GAP, OTHER)
+CATEGORIES = (GOODPUT, STARTUP, RESTORE, TRACING, CHECKPOINT_SAVE,
+              CHECKPOINT_UPLOAD, EVALUATION, EXPORT, LOST, RESTART_GAP, OTHER)
 
 # Phase -> (category, priority): a nested phase (a restore inside start-up,
 # a save inside the restore of a new run, an upload inside a save) outranks

@@ -38,8 +38,8 @@ EVALUATION = "evaluation"
 CHECKPOINT_SAVE = "checkpoint_save"  # Writing the checkpoint's files.
 CHECKPOINT_UPLOAD = "checkpoint_upload"  # Publishing them (gcsfs / FUSE).
 EXPORT = "export"  # The SavedModel at the end.
-PHASES = (RUN, STARTUP, RESTORE, FIRST_LOOP, TRAIN_LOOP, EVALUATION, CHECKPOINT_SAVE,
-          CHECKPOINT_UPLOAD, EXPORT)
+PHASES = (RUN, STARTUP, RESTORE, FIRST_LOOP, TRAIN_LOOP, EVALUATION,
+          CHECKPOINT_SAVE, CHECKPOINT_UPLOAD, EXPORT)
 
 
 @dataclasses.dataclass(frozen=True)
