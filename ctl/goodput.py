@@ -1,8 +1,10 @@
 """Goodput: where a job's wall time went, from its run ledger (ctl.ledger).
 
 The job's wall time runs from the first attempt's process start to the last
-attempt's end. Every moment of it falls in exactly one category, so the
-categories add up to the total:
+attempt's end, less the time between a run that finished and a later command
+that continues it (a re-run with a larger --train_steps is not a restart).
+Every moment of it falls in exactly one category, so the categories add up
+to the total:
 
   goodput             train loops whose steps count toward the final model
   startup             process start (imports included) to the end of the
@@ -99,7 +101,8 @@ class Accounting:
   """Where the wall time of a job went.
 
   Attributes:
-    total_seconds: first process start to last end.
+    total_seconds: first process start to last end, less idle time after
+      a finished run.
     seconds: seconds per category (CATEGORIES); they sum to total_seconds.
     goodput_percent: 100 x seconds[GOODPUT] / total_seconds.
     final_step: the last step recorded.
@@ -157,7 +160,7 @@ def account(attempts: Sequence[Sequence[dict]], *,
   floor = infos[0].start
   for info, events in zip(infos, attempts):
     start = max(info.start, floor)
-    if start > floor:
+    if start > floor and infos[info.index - 1].outcome != "done":
       segments.append(Segment(info.index, RESTART_GAP, floor, start))
     end = max(info.end, start)
     cut = (None if info.index == len(infos) - 1 else
@@ -167,7 +170,7 @@ def account(attempts: Sequence[Sequence[dict]], *,
   seconds = dict.fromkeys(CATEGORIES, 0.0)
   for segment in segments:
     seconds[segment.category] += segment.end - segment.start
-  total = floor - infos[0].start
+  total = sum(seconds.values())
   return Accounting(
       total_seconds=total, seconds=seconds,
       goodput_percent=100.0 * seconds[GOODPUT] / total if total > 0 else 0.0,

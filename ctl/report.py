@@ -103,7 +103,8 @@ def timeline(accounting: goodput.Accounting, path: str, *,
        if a.restored_step is not None else f"start {a.index + 1}"
        for a in reversed(attempts)])
   axes.set_ylim(-0.7, len(attempts) - 0.3)
-  axes.set_xlim(0, accounting.total_seconds * 1.3)
+  span = max(segment.end for segment in accounting.segments) - origin
+  axes.set_xlim(0, span * 1.3)
   axes.set_xlabel("seconds since the job's first process started")
   axes.grid(axis="x", alpha=0.3)
   used = [c for c in goodput.CATEGORIES if accounting.seconds[c] > 0]

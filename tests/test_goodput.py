@@ -211,3 +211,19 @@ def test_kill_schedule_is_seeded_increasing_and_an_epoch_apart():
   kills = goodput_lib.kill_schedule(config, steps_per_epoch=44)
   assert kills == goodput_lib.kill_schedule(config, steps_per_epoch=44)
   assert 20 < kills[0] and kills[0] + 44 < kills[1] < 8 * 44
+
+
+def test_time_between_a_finished_run_and_its_continuation_is_not_counted():
+  def attempt(start, end, outcome):
+    return [{"event": "start", "time": start},
+            {"event": "end", "time": end, "step": 0, "outcome": outcome}]
+
+  continued = goodput.account([attempt(0.0, 10.0, "done"),
+                               attempt(1000.0, 1010.0, "done")])
+  assert continued.total_seconds == pytest.approx(20.0)
+  assert continued.seconds[goodput.RESTART_GAP] == 0
+  preempted = goodput.account([attempt(0.0, 10.0, "Preempted"),
+                               attempt(15.0, 25.0, "done")])
+  assert preempted.total_seconds == pytest.approx(25.0)
+  assert preempted.seconds[goodput.RESTART_GAP] == pytest.approx(5.0)
+  assert preempted.failures == 0
