@@ -139,6 +139,14 @@ BENCHMARKS = (
          "--cost_train_steps=20", "--cost_checkpoint_every=10",
          "--cost_steps_per_loop=5", "--repeats=2",
          "--cost_variants=none,gcsfs_async"), timeout_secs=240),
+    Benchmark(
+        "goodput", "benchmarks.goodput",
+        ("--epochs=8", "--image_size=32", "--kills=2",
+         "--checkpoint_every=20"),
+        ("--epochs=2", "--image_size=16", "--kills=1",
+         "--checkpoint_every=10", "--restart_model=small_cnn",
+         "--restart_image_size=16"),
+        timeout_secs=480),
 )
 
 

@@ -21,6 +21,8 @@ import tensorflow as tf
 
 from ctl import checkpointing
 from ctl import export
+from ctl import goodput
+from ctl import ledger as ledger_lib
 from ctl import loop as loop_lib
 from ctl import outputs as outputs_lib
 from ctl import preemption
@@ -56,7 +58,7 @@ def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
   """
   options.validate()
   return _Run(task, options, strategy, eval_callbacks,
-              progress_listeners).train()
+              progress_listeners).run()
 
 
 class _Run:
@@ -70,9 +72,14 @@ class _Run:
     self._eval_callbacks = eval_callbacks
     self._process_start = time.time()
     self._global_step = None
+    # The chief keeps the run ledger (ctl.ledger), a listener of every mark.
+    self._ledger = options.is_chief and ledger_lib.Ledger(
+        directory=ledger_lib.ledger_dir(options.model_dir),
+        storage=options.storage, fuse_root=options.fuse_root)
     self._progress = progress_lib.Progress(
         current_step=lambda: 0 if self._global_step is None else self._step,
-        listeners=tuple(progress_listeners))
+        listeners=(*([self._ledger] if self._ledger else []),
+                   *progress_listeners))
     self._first_loop_done = False
 
   def _build(self) -> None:
@@ -126,6 +133,7 @@ class _Run:
                       int(options.inject_nan))
     self._last_save_step = None
     self._last_save_time = time.time()
+    self._every_secs, self._every_why = None, None
     self._eval_metrics = {}
     self._train_metrics = {}
     self._window = _Window()
@@ -165,13 +173,35 @@ class _Run:
       self._checkpointer.save(self._step)
     self._last_save_step = self._step
     self._last_save_time = time.time()
+    self._choose_interval()
+
+  def _choose_interval(self) -> None:
+    """Sets the time-based checkpoint interval (None: none)."""
+    every = self._options.checkpoint_every_secs
+    if every != "auto":
+      self._every_secs = float(every) or None
+      return
+    seconds, why = goodput.checkpoint_interval(
+        self._ledger and self._ledger.accounting(),
+        expected_mtbf_secs=self._options.expected_mtbf_secs)
+    previous = self._every_secs
+    if previous is None or abs(seconds - previous) > 0.1 * previous:
+      logging.info("checkpoint_every_secs=auto: every %.0f s: %s.", seconds,
+                   why)
+    self._every_secs, self._every_why = seconds, why
+
+  def run(self) -> dict:
+    with self._progress.phase(progress_lib.RUN):
+      return self.train()
 
   def train(self) -> dict:
     options = self._options
     with self._progress.phase(progress_lib.STARTUP):
       self._build()
-      self._restore()
+      with self._progress.phase(progress_lib.RESTORE):
+        self._restore()
       self._writer.write_hparams(options.hparams)
+    self._choose_interval()
     start_step = self._step
     if start_step >= options.train_steps:
       logging.info("Step %d reaches --train_steps=%d: nothing to train.",
@@ -209,8 +239,8 @@ class _Run:
     return self._nan_step
 
   def _save_due(self) -> bool:
-    every = self._options.checkpoint_every_secs
-    return bool(self._options.is_chief and every and
+    every = self._every_secs
+    return bool(self._options.is_chief and every is not None and
                 time.time() - self._last_save_time >= every)
 
   def _roll_back(self, losses: np.ndarray) -> None:
@@ -313,6 +343,17 @@ class _Run:
         "weights_fingerprint": checkpointing.weights_fingerprint(
             self._model, self._optimizer),
     }
+    if self._every_why:
+      summary["checkpoint_every_secs"] = {"seconds": self._every_secs,
+                                          "why": self._every_why}
+    if self._ledger:
+      accounting = self._ledger.accounting()
+      summary["goodput"] = accounting.summary()
+      self._writer.write(step, {"goodput/percent": accounting.goodput_percent})
+      logging.info("Goodput %.1f%% of %.1f s over %d start(s) (ctl-report %s "
+                   "shows where the rest went).", accounting.goodput_percent,
+                   accounting.total_seconds, len(accounting.attempts),
+                   options.model_dir)
     if self._outputs.model:
       model_dir = self._outputs.model.local_path
       tf.io.gfile.makedirs(model_dir)

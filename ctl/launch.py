@@ -8,7 +8,11 @@ cluster, and prefixes every output line with `[worker i] `. When a worker
 fails, MultiWorkerMirroredStrategy cannot go on without it, so the launcher
 stops the others at once and, if restarts are left, starts the whole cluster
 again after an exponential backoff (the trainer resumes from its checkpoint;
-it can read the restart number from `CTL_RESTART_COUNT`). SIGINT and SIGTERM
+it can read the restart number from `CTL_RESTART_COUNT`, and how the previous
+start ended from `CTL_PREVIOUS_EXIT`: the failed worker's exit code, or -N
+when signal N killed it, as `subprocess` reports it, plus
+`CTL_PREVIOUS_EXIT_TIME`, when that was, in seconds since the epoch; the run
+ledger records both). SIGINT and SIGTERM
 are forwarded to every worker, and whatever has not exited after a grace
 period is killed, so no worker process outlives the launcher.
 """
@@ -29,6 +33,8 @@ from ctl import cluster
 from ctl.errors import USER_ERROR_EXIT_CODE, UserError
 
 RESTART_COUNT_ENV = "CTL_RESTART_COUNT"
+PREVIOUS_EXIT_ENV = "CTL_PREVIOUS_EXIT"
+PREVIOUS_EXIT_TIME_ENV = "CTL_PREVIOUS_EXIT_TIME"
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _MAX_BACKOFF_SECS = 300.0
 _OUTPUT_LOCK = threading.Lock()  # Keeps lines from different workers whole.
@@ -107,9 +113,13 @@ def run(options: LaunchOptions) -> int:
 def _supervise(options: LaunchOptions, events: queue.SimpleQueue) -> int:
   """Starts the cluster and restarts it as `options` allow."""
   restart = 0
+  previous_exit = {}
   while True:
-    workers = _Workers(options, restart_count=restart, events=events)
+    workers = _Workers(options, restart_count=restart, events=events,
+                       previous_exit=previous_exit)
     index, code, signum = workers.wait_for_failure()
+    previous_exit = {PREVIOUS_EXIT_ENV: str(code),
+                     PREVIOUS_EXIT_TIME_ENV: f"{time.time():.3f}"}
     signum = (workers.stop(signum or signal.SIGTERM, options.grace_secs) or
               signum)
     if signum:
@@ -144,7 +154,7 @@ class _Workers:
   """
 
   def __init__(self, options: LaunchOptions, *, restart_count: int,
-               events: queue.SimpleQueue):
+               events: queue.SimpleQueue, previous_exit: dict[str, str]):
     self._events = events
     self._generation = restart_count  # Tells our events from older ones.
     self._procs = []
@@ -158,6 +168,7 @@ class _Workers:
     for index in range(options.num_workers):
       env = dict(os.environ, PYTHONUNBUFFERED="1")  # Lines as they come.
       env[RESTART_COUNT_ENV] = str(restart_count)
+      env.update(previous_exit)
       env["TF_CONFIG"] = json.dumps({
           "cluster": {"worker": addresses},
           "task": {"type": "worker", "index": index},

@@ -55,7 +55,10 @@ class RunOptions:
     eval_every_steps: evaluation interval; 0 evaluates only at the end.
     checkpoint_every_steps: checkpoint interval; 0 disables step-based saves.
     checkpoint_every_secs: time-based checkpoints (chief's clock, agreed by
-      all workers); 0 disables them.
+      all workers); 0 disables them; "auto" picks the Young/Daly interval
+      from the measured save cost and failure rate (ctl.goodput).
+    expected_mtbf_secs: the mean time between failures "auto" assumes while
+      the run ledger has seen no failure.
     keep_checkpoints: how many checkpoints to keep.
     async_checkpoint: write checkpoints in the background.
     seed: seed of the data order (and of initialization, set by the caller).
@@ -85,7 +88,8 @@ class RunOptions:
   log_every_steps: int = 100
   eval_every_steps: int = 0
   checkpoint_every_steps: int = 1000
-  checkpoint_every_secs: float = 1800.0
+  checkpoint_every_secs: float | str = 1800.0
+  expected_mtbf_secs: float = 86400.0
   keep_checkpoints: int = 3
   async_checkpoint: bool = False
   seed: int = 0
@@ -124,8 +128,14 @@ class RunOptions:
           "checkpoint is never deleted before its successor is written), "
           f"got {self.keep_checkpoints}." if self.async_checkpoint else
           f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}.")
-    if self.checkpoint_every_secs < 0:
+    if isinstance(self.checkpoint_every_secs, str):
+      if self.checkpoint_every_secs != "auto":
+        raise UserError("checkpoint_every_secs must be auto or a number of "
+                        f"seconds, got {self.checkpoint_every_secs!r}.")
+    elif self.checkpoint_every_secs < 0:
       raise UserError("checkpoint_every_secs must be >= 0.")
+    if not self.expected_mtbf_secs > 0:
+      raise UserError("expected_mtbf_secs must be > 0.")
     if self.max_nan_recoveries < 0:
       raise UserError("max_nan_recoveries must be >= 0.")
     if self.profile_steps is not None:

@@ -7,7 +7,10 @@ stall watchdog (a phase that runs past its limit) and the run ledger (what
 each phase cost) are listeners, so the places that mark progress exist once
 and neither touches the compiled step.
 
-Phases nest in two cases: the first save of a new run is part of start-up;
+Phases nest in four cases: `run` spans the whole `ctl.run` call and
+encloses every other phase (its end mark says how the run ended); `restore`
+(reading the newest checkpoint) is part of start-up; the first
+save of a new run is part of start-up;
 and a checkpoint upload (only for directories mirrored
 to Cloud Storage) runs inside the save that wrote the checkpoint, or, with
 async saves, inside the next save or the end of the run; its seconds are
@@ -26,15 +29,17 @@ from typing import Callable, Iterator
 from absl import logging
 
 # The phases a run goes through, in the order a run meets them.
+RUN = "run"  # The whole `ctl.run` call; encloses all the others.
 STARTUP = "startup"  # From the start of `ctl.run` until the restore is done.
+RESTORE = "restore"  # Restoring the newest checkpoint, inside start-up.
 FIRST_LOOP = "first_loop"  # The first train-loop call: includes tracing.
 TRAIN_LOOP = "train_loop"  # Every later train-loop call.
 EVALUATION = "evaluation"
 CHECKPOINT_SAVE = "checkpoint_save"  # Writing the checkpoint's files.
 CHECKPOINT_UPLOAD = "checkpoint_upload"  # Publishing them (gcsfs / FUSE).
 EXPORT = "export"  # The SavedModel at the end.
-PHASES = (STARTUP, FIRST_LOOP, TRAIN_LOOP, EVALUATION, CHECKPOINT_SAVE,
-          CHECKPOINT_UPLOAD, EXPORT)
+PHASES = (RUN, STARTUP, RESTORE, FIRST_LOOP, TRAIN_LOOP, EVALUATION,
+          CHECKPOINT_SAVE, CHECKPOINT_UPLOAD, EXPORT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +53,7 @@ class Mark:
     seconds: how long the phase took; None on the mark that starts it.
     steps: training steps the phase ran (train loops; 0 otherwise).
     ok: False when the phase ended by an exception.
+    error: the name of that exception's type (e.g. "Preempted"), else None.
   """
   phase: str
   step: int
@@ -55,6 +61,7 @@ class Mark:
   seconds: float | None = None
   steps: int = 0
   ok: bool = True
+  error: str | None = None
 
   @property
   def started(self) -> bool:
@@ -89,16 +96,19 @@ class Progress:
     start_step = self._current_step()
     started = time.time()
     self._emit(Mark(phase=name, step=start_step, time=started))
-    ok = False
+    ok, error = False, None
     try:
       yield
       ok = True
+    except BaseException as e:
+      error = type(e).__name__
+      raise
     finally:
       ended = time.time()
       end_step = self._current_step()
       self._emit(Mark(phase=name, step=end_step, time=ended,
                       seconds=ended - started, steps=end_step - start_step,
-                      ok=ok))
+                      ok=ok, error=error))
 
   def _emit(self, mark: Mark) -> None:
     for listener in self._listeners:

@@ -233,7 +233,7 @@ def test_vertex_directories_alone_place_every_output(gcs_emulator, tmp_path):
   bucket = _Bucket.emulated(gcs_emulator)
   names = bucket.names("aip")
   assert {name.split("/")[0] for name in names} == {
-      "checkpoints", "logs", "model", "train_summary.json"}
+      "checkpoints", "ledger", "logs", "model", "train_summary.json"}
   assert {"checkpoints/checkpoint", "model/saved_model.pb",
           "train_summary.json"} <= names
   assert bucket.latest_checkpoint_step("aip/checkpoints") == 20

@@ -62,9 +62,10 @@ def test_progress_listeners_see_every_phase_of_a_run_in_order(tmp_path):
   ends = [(m.phase, m.step) for m in marks if not m.started]
   # The step-0 save (the divergence guard's rollback target) is part of
   # start-up.
-  assert ends == [("checkpoint_save", 0), ("startup", 0), ("first_loop", 2), ("train_loop", 4),
+  assert ends == [("checkpoint_save", 0), ("restore", 0), ("startup", 0), ("first_loop", 2), ("train_loop", 4),
                   ("checkpoint_save", 4), ("train_loop", 6),
-                  ("evaluation", 6), ("checkpoint_save", 6), ("export", 6)]
+                  ("evaluation", 6), ("checkpoint_save", 6), ("export", 6),
+                  ("run", 6)]  # The whole run encloses every other phase.
   assert all(m.ok for m in marks)
   assert [m.steps for m in marks if m.phase.endswith("loop") and
           not m.started] == [2, 2, 2]

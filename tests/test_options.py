@@ -56,6 +56,11 @@ _RULES = [
      "keep_checkpoints must be >= 2 with async_checkpoint"),
     (dict(checkpoint_every_secs=-1.0), dict(checkpoint_every_secs=0.0),
      "checkpoint_every_secs must be >= 0."),
+    (dict(checkpoint_every_secs="often"), dict(checkpoint_every_secs="auto"),
+     "checkpoint_every_secs must be auto or a number of seconds, got "
+     "'often'."),
+    (dict(expected_mtbf_secs=0.0), dict(expected_mtbf_secs=60.0),
+     "expected_mtbf_secs must be > 0."),
     (dict(max_nan_recoveries=-1), dict(max_nan_recoveries=0),
      "max_nan_recoveries must be >= 0."),
     (dict(inject_nan="sometimes"), dict(inject_nan="always"),

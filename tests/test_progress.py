@@ -30,6 +30,7 @@ def test_a_phase_that_raises_ends_not_ok_and_the_error_propagates():
       raise KeyError("disk")
   assert [m.ok for m in marks] == [True, False]
   assert not marks[1].started
+  assert (marks[0].error, marks[1].error) == (None, "KeyError")
 
 
 def test_a_failing_listener_does_not_stop_the_others():

@@ -89,7 +89,8 @@ def build_job(config: Any, environ=os.environ) -> Job:
       log_every_steps=config.log_every_steps,
       eval_every_steps=config.eval_every_steps,
       checkpoint_every_steps=config.checkpoint_every_steps,
-      checkpoint_every_secs=config.checkpoint_every_secs,
+      checkpoint_every_secs=_every_secs(config.checkpoint_every_secs),
+      expected_mtbf_secs=config.expected_mtbf_secs,
       keep_checkpoints=config.keep_checkpoints,
       async_checkpoint=config.async_checkpoint,
       seed=config.seed,
@@ -152,6 +153,7 @@ def _check(config) -> None:
     raise UserError(f"--learning_rate must be > 0, got "
                     f"{config.learning_rate}.")
   _profile_steps(config.profile_steps)
+  _every_secs(config.checkpoint_every_secs)
   if config.hypertune_metric not in ("", "accuracy", "loss"):
     raise UserError("--hypertune_metric must be accuracy or loss, got "
                     f"{config.hypertune_metric!r}.")
@@ -181,6 +183,17 @@ def _hparams(config, global_batch: int, train_steps: int) -> dict:
       "mixed_precision", "xla", "steps_per_loop", "seed")}
   return {**hparams, "global_batch_size": global_batch,
           "train_steps": train_steps}
+
+
+def _every_secs(value: str) -> float | str:
+  """--checkpoint_every_secs: "auto" or a number of seconds."""
+  if value == "auto":
+    return value
+  try:
+    return float(value)
+  except ValueError:
+    raise UserError("--checkpoint_every_secs must be auto or a number of "
+                    f"seconds, got {value!r}.") from None
 
 
 def _train_steps(config, source: data_lib.Source, global_batch: int) -> int:

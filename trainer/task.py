@@ -59,8 +59,12 @@ flags.DEFINE_integer("eval_every_steps", 0, "Evaluation interval (0: only at "
                      "the end).")
 flags.DEFINE_integer("checkpoint_every_steps", 1000, "Checkpoint interval in "
                      "steps (0: none).")
-flags.DEFINE_float("checkpoint_every_secs", 1800, "Checkpoint interval in "
-                   "seconds (0: none).")
+flags.DEFINE_string("checkpoint_every_secs", "1800", "Checkpoint interval "
+                    "in seconds (0: none), or auto: the Young/Daly interval "
+                    "sqrt(2 x save seconds x MTBF) from the run ledger.")
+flags.DEFINE_float("expected_mtbf_secs", 86400, "Mean time between failures "
+                   "that --checkpoint_every_secs=auto assumes until the run "
+                   "ledger has seen a failure.")
 flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints to keep.")
 flags.DEFINE_bool("async_checkpoint", False, "Write checkpoints in the "
                   "background.")

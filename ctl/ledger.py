@@ -1,0 +1,261 @@
+"""The run ledger: what each start of a job did and when, across restarts.
+
+The chief keeps one small JSON-lines file per start of the job ("attempt")
+in `<model_dir>/ledger/`, next to the checkpoints (`<model_dir>/checkpoints`
+by default) and `train_summary.json`:
+
+  {"event": "start", "time": ..., "pid": ..., "restart": 1,
+   "previous_exit": -9, "previous_exit_time": ...}
+  {"event": "phase", "phase": "startup", "t0": ..., "t1": ..., "step0": 0,
+   "step": 40, "ok": true}
+  {"event": "phase", "phase": "train_loop", ..., "loops": 12, "busy": 3.1}
+  {"event": "end", "time": ..., "step": 60, "outcome": "done"}
+
+Events come from the `ctl.progress` marks (the ledger is a listener; it adds
+no timing of its own) plus `start`, whose time is when the process started
+(from /proc, so interpreter and TensorFlow imports count as start-up), and
+events other modules add with `record` (e.g. a stall).
+
+Why a file per attempt: Cloud Storage objects cannot be appended to, and a
+restarted job may run on a fresh machine. Each attempt rewrites only its own
+file (atomically where the filesystem allows: a temporary file and a rename),
+after every phase, through the same storage routes as the checkpoints: local
+paths directly; the gcsfs and FUSE routes through a staging directory
+uploaded after each checkpoint save and at the end (a restart on the same
+machine uploads what a crash left there); the tf route writes the bucket at
+those moments only. A reader
+concatenates all attempts in start order. Consecutive train loops are merged
+into one event, so a file grows with checkpoints and evaluations, not with
+steps. A file damaged by a crash in the middle of a write loses only its
+unreadable lines (a truncated last line is skipped).
+"""
+
+import json
+import os
+import posixpath
+import socket
+import tempfile
+import time
+from typing import Mapping
+
+from absl import logging
+
+from ctl import goodput
+from ctl import launch
+from ctl import progress as progress_lib
+
+SUBDIR = "ledger"
+_SUFFIX = ".jsonl"
+_IMPORTED = time.time()
+
+
+def process_start_time() -> float:
+  """When this process started (seconds since the epoch), to about 10 ms.
+
+  Read from /proc (Linux); elsewhere, when this module was imported.
+  """
+  try:
+    with open("/proc/self/stat") as f:
+      stat = f.read()
+    with open("/proc/uptime") as f:
+      uptime = float(f.read().split()[0])
+    # Field 22 (starttime, in clock ticks after boot); the command name in
+    # field 2 may hold spaces, so count from its closing parenthesis.
+    ticks = int(stat[stat.rindex(")") + 2:].split()[19])
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+  except (OSError, ValueError, IndexError):
+    return _IMPORTED
+
+
+class Ledger:
+  """The chief's record of this attempt; a `ctl.progress` listener.
+
+  Never raises into training: a write that fails is logged and retried at the
+  next event.
+  """
+
+  def __init__(self, *, directory: str, storage: str = "auto",
+               fuse_root: str = "/gcs",
+               environ: Mapping[str, str] = os.environ):
+    """Starts the record of this attempt (written from the end of start-up).
+
+    Args:
+      directory: the ledger directory, `ledger_dir(model_dir)` (a local
+        path, gs:// or a FUSE path).
+      storage: the route for gs:// urls (ctl.storage.ROUTES).
+      fuse_root: where Cloud Storage FUSE mounts buckets.
+      environ: the environment, for what ctl.launch says of the previous
+        start (CTL_RESTART_COUNT, CTL_PREVIOUS_EXIT, CTL_PREVIOUS_EXIT_TIME).
+    """
+    self._directory = directory
+    self._storage = storage
+    self._fuse_root = fuse_root
+    self._location = None
+    self._writing = False  # Until start-up ends: see __call__.
+    self._discarded = False
+    started = process_start_time()
+    self._name = (time.strftime("attempt-%Y%m%dT%H%M%S", time.gmtime(started))
+                  + f"-{int(started * 1000) % 1000:03d}-{os.getpid()}"
+                  + _SUFFIX)
+    previous_exit = environ.get(launch.PREVIOUS_EXIT_ENV)
+    previous_time = environ.get(launch.PREVIOUS_EXIT_TIME_ENV)
+    self._events = [{
+        "event": "start", "time": round(started, 3), "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "restart": int(environ.get(launch.RESTART_COUNT_ENV, "0") or 0),
+        "previous_exit": int(previous_exit) if previous_exit else None,
+        "previous_exit_time": float(previous_time) if previous_time else None,
+    }]
+
+  def __call__(self, mark: progress_lib.Mark) -> None:
+    """Records a phase's end (the listener interface)."""
+    if mark.started:
+      if mark.phase == progress_lib.RUN:  # Imports end here.
+        self._events.append({"event": "run", "time": round(mark.time, 3)})
+      return
+    if mark.phase == progress_lib.STARTUP:
+      # Nothing is written before start-up ends, and nothing at all when it
+      # ends by a user error (a bad checkpoint, an unreachable bucket): such
+      # a command must leave the run's files as they were.
+      self._discarded = mark.error == "UserError"
+      self._writing = not self._discarded
+    if mark.phase == progress_lib.RUN:
+      self.record("end", step=mark.step,
+                  outcome="done" if mark.ok else mark.error or "error")
+      self.close()
+      return
+    event = {"event": "phase", "phase": mark.phase,
+             "t0": round(mark.time - mark.seconds, 3),
+             "t1": round(mark.time, 3), "step0": mark.step - mark.steps,
+             "step": mark.step, "ok": mark.ok}
+    last = self._events[-1]
+    if (mark.phase == progress_lib.TRAIN_LOOP and
+        last.get("phase") == progress_lib.TRAIN_LOOP and
+        last["step"] == event["step0"]):
+      last.update(t1=event["t1"], step=event["step"], ok=event["ok"],
+                  loops=last["loops"] + 1,
+                  busy=round(last["busy"] + mark.seconds, 3))
+    else:
+      if mark.phase == progress_lib.TRAIN_LOOP:
+        event.update(loops=1, busy=round(mark.seconds, 3))
+      self._events.append(event)
+    self._write(upload=mark.phase == progress_lib.CHECKPOINT_SAVE)
+
+  def record(self, kind: str, **fields) -> None:
+    """Adds an event now, e.g. `record("stall", phase=..., step=...)`.
+
+    Written and uploaded at once, even during start-up: such events often
+    come right before the process exits.
+    """
+    self._writing = not self._discarded
+    self._events.append({"event": kind, "time": round(time.time(), 3),
+                         **fields})
+    self._write(upload=True)
+
+  def attempts(self) -> list[list[dict]]:
+    """Every attempt's events so far, this one as it is in memory."""
+    others = [events for name, events in _read_files(self._directory)
+              if name != self._name]
+    return sorted([*others, list(self._events)], key=_start_time)
+
+  def accounting(self) -> goodput.Accounting:
+    """Where the job's time went so far, until now."""
+    return goodput.account(self.attempts(), now=time.time())
+
+  def close(self) -> None:
+    """Uploads the file a last time and releases the staging directory."""
+    self._write(upload=True)
+    if self._location is not None:
+      try:
+        self._location.close()
+      except Exception:  # pylint: disable=broad-except
+        logging.exception("Could not upload the run ledger.")
+      self._location = None
+
+  def _write(self, *, upload: bool) -> None:
+    if not self._writing:
+      return
+    text = "".join(json.dumps(event) + "\n" for event in self._events)
+    try:
+      if self._location is None:
+        # Imported here: ctl.storage loads TensorFlow; readers need not.
+        from ctl import storage  # pylint: disable=g-import-not-at-top
+        self._location = storage.open_location(
+            self._directory, storage=self._storage, fuse_root=self._fuse_root)
+      path = posixpath.join(self._location.local_path, self._name)
+      if upload or "://" not in path:  # The tf route writes the bucket.
+        _write_file(path, text)
+      if upload:
+        self._location.publish()
+    except Exception:  # pylint: disable=broad-except
+      logging.exception("Could not write the run ledger in %s.",
+                        self._directory)
+
+
+def ledger_dir(model_dir: str) -> str:
+  return posixpath.join(model_dir.rstrip("/"), SUBDIR)
+
+
+def read(directory: str) -> list[list[dict]]:
+  """Every attempt's events from a ledger directory, in start order.
+
+  Args:
+    directory: a ledger directory (local, FUSE or gs://).
+
+  Returns:
+    One list of events per attempt; empty when there is no ledger.
+  """
+  return sorted((events for _, events in _read_files(directory)),
+                key=_start_time)
+
+
+def parse(text: str) -> list[dict]:
+  """The events of one attempt's file; unreadable lines are skipped."""
+  events = []
+  for line in text.splitlines():
+    try:
+      event = json.loads(line)
+    except ValueError:
+      continue  # E.g. the last line of a write a crash cut short.
+    if isinstance(event, dict) and "event" in event:
+      events.append(event)
+  return events
+
+
+def _read_files(directory: str) -> list[tuple[str, list[dict]]]:
+  if directory.startswith("gs://"):
+    from ctl import storage  # pylint: disable=g-import-not-at-top
+    fs, path = storage.filesystem(directory)
+  else:
+    import fsspec  # pylint: disable=g-import-not-at-top
+    fs, path = fsspec.filesystem("file"), directory
+  try:
+    names = fs.ls(path, detail=False)
+  except FileNotFoundError:
+    return []
+  found = []
+  for name in sorted(names):
+    if name.endswith(_SUFFIX):
+      events = parse(fs.cat_file(name).decode("utf-8", errors="replace"))
+      if events and events[0]["event"] == "start":
+        found.append((posixpath.basename(name), events))
+  return found
+
+
+def _start_time(events: list[dict]) -> float:
+  return events[0]["time"]
+
+
+def _write_file(path: str, text: str) -> None:
+  """Replaces `path` with `text`: atomically on local disks."""
+  if "://" in path:  # TensorFlow's own filesystem (the tf route).
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    with tf.io.gfile.GFile(path, "w") as f:
+      f.write(text)
+    return
+  directory = os.path.dirname(path)
+  os.makedirs(directory, exist_ok=True)
+  with tempfile.NamedTemporaryFile("w", dir=directory, suffix=".tmp",
+                                   delete=False) as f:
+    f.write(text)
+  os.replace(f.name, path)

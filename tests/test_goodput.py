@@ -1,0 +1,229 @@
+"""The run ledger and goodput accounting on real runs, kills and restarts.
+
+One job runs under `ctl.launch --max_restarts=2`; the test SIGKILLs its
+trainer twice at steps it reads from the ledger (the worker is frozen with
+SIGSTOP first, so what the test reads is what the process had done), and
+checks the ledger's accounting against what it did.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from benchmarks import goodput_lib
+from ctl import goodput
+from ctl import ledger
+from ctl import report
+from ctl import storage
+from tests.conftest import (FAST_FLAGS, REPO, read_scalars, read_summary,
+                            run_trainer, trainer_command, trainer_env)
+from tests.gcs_emulator import GcsEmulator
+
+STEPS = 200
+FLAGS = (*FAST_FLAGS, "--deterministic", f"--train_steps={STEPS}",
+         "--steps_per_loop=5", "--log_every_steps=5",
+         "--checkpoint_every_steps=20", "--eval_every_steps=0",
+         "--checkpoint_every_secs=0")
+KILL_AT = (35, 110)
+_LATEST = re.compile(r'^model_checkpoint_path: "ckpt-(\d+)"', re.MULTILINE)
+
+
+def _attempts(model_dir):
+  return ledger.read(ledger.ledger_dir(model_dir))
+
+
+def _wait_for_attempt(model_dir, index, step, launcher, timeout=240):
+  """Waits until attempt `index` has recorded `step`; returns its events."""
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    attempts = _attempts(model_dir)
+    if len(attempts) > index:
+      steps = [e["step"] for e in attempts[index] if e["event"] == "phase"]
+      if steps and max(steps) >= step:
+        return attempts[index]
+    assert launcher.poll() is None, launcher.communicate()[0][-3000:]
+    time.sleep(0.02)
+  raise AssertionError(f"attempt {index} never reached step {step}")
+
+
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory):
+  """A job killed at KILL_AT and resumed by the launcher; what the test saw."""
+  model_dir = str(tmp_path_factory.mktemp("killed") / "run")
+  started = time.time()
+  launcher = subprocess.Popen(
+      [sys.executable, "-m", "ctl.launch", "--num_workers=1",
+       "--max_restarts=2", "--restart_backoff_secs=0.5", "--",
+       *trainer_command(*FLAGS, f"--model_dir={model_dir}")],
+      cwd=REPO, env=trainer_env(), stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True)
+  expected_lost = []
+  for index, kill_at in enumerate(KILL_AT):
+    events = _wait_for_attempt(model_dir, index, kill_at, launcher)
+    pid = events[0]["pid"]
+    os.kill(pid, signal.SIGSTOP)  # Frozen: the ledger and disk stay as read.
+    recorded = max(e["step"] for e in _attempts(model_dir)[index]
+                   if e["event"] == "phase")
+    with open(os.path.join(model_dir, "checkpoints", "checkpoint")) as f:
+      checkpointed = int(_LATEST.search(f.read()).group(1))
+    expected_lost.append(recorded - checkpointed)
+    os.kill(pid, signal.SIGKILL)
+  output, _ = launcher.communicate(timeout=300)
+  wall = time.time() - started
+  assert launcher.returncode == 0, output[-3000:]
+  return dict(model_dir=model_dir, expected_lost=expected_lost, wall=wall)
+
+
+def test_killed_twice_the_accounting_adds_up(killed_run):
+  attempts = _attempts(killed_run["model_dir"])
+  accounting = goodput.account(attempts)
+  assert len(accounting.attempts) == 3
+  assert accounting.failures == 2
+  assert [a.outcome for a in accounting.attempts] == [
+      "killed by SIGKILL", "killed by SIGKILL", "done"]
+  assert [a.lost_steps for a in accounting.attempts[:2]] == (
+      killed_run["expected_lost"])
+  assert accounting.lost_steps == sum(killed_run["expected_lost"])
+  assert accounting.final_step == STEPS
+  categories = sum(accounting.seconds.values())
+  assert categories == pytest.approx(accounting.total_seconds, rel=0.02)
+  # The ledger's span (first process start to the last end event) is the
+  # job as seen from outside, less the launcher's own start and the last
+  # process's exit.
+  assert 0.8 * killed_run["wall"] < accounting.total_seconds <= (
+      killed_run["wall"])
+  for category in (goodput.GOODPUT, goodput.STARTUP, goodput.RESTART_GAP,
+                   goodput.CHECKPOINT_SAVE, goodput.TRACING):
+    assert accounting.seconds[category] > 0, category
+  if accounting.lost_steps:
+    assert accounting.seconds[goodput.LOST] > 0
+
+
+def test_summary_and_tensorboard_carry_goodput(killed_run):
+  model_dir = killed_run["model_dir"]
+  summary = read_summary(model_dir)["goodput"]
+  assert summary["failures"] == 2
+  assert summary["lost_steps"] == sum(killed_run["expected_lost"])
+  scalars = read_scalars(os.path.join(model_dir, "tensorboard"))
+  [(step, percent)] = scalars["goodput/percent"]
+  assert step == STEPS and percent == pytest.approx(
+      summary["goodput_percent"], abs=0.01)
+
+
+def test_a_line_cut_short_by_a_crash_is_skipped(killed_run, tmp_path):
+  directory = str(tmp_path / "ledger")
+  shutil.copytree(ledger.ledger_dir(killed_run["model_dir"]), directory)
+  before = ledger.read(directory)
+  last = os.path.join(directory, sorted(os.listdir(directory))[-1])
+  with open(last, "a") as f:
+    f.write('{"event": "phase", "phase": "train_lo')
+  after = ledger.read(directory)
+  assert after == before
+  assert goodput.account(after).failures == 2
+
+
+def test_report_prints_the_table_and_draws_the_timeline(killed_run, tmp_path):
+  png = str(tmp_path / "timeline.png")
+  result = subprocess.run(
+      [sys.executable, "-m", "ctl.report", killed_run["model_dir"],
+       f"--png={png}"], cwd=REPO, env=trainer_env(), capture_output=True,
+      text=True, timeout=120, check=False)
+  assert result.returncode == 0, result.stderr
+  assert "killed by SIGKILL" in result.stdout
+  assert "progress lost" in result.stdout and "restart gap" in result.stdout
+  with open(png, "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("make", [None, "empty"])
+def test_report_without_a_ledger_exits_2_in_one_sentence(tmp_path, make):
+  model_dir = tmp_path / "run"
+  if make:
+    (model_dir / "ledger").mkdir(parents=True)
+  result = subprocess.run(
+      [sys.executable, "-m", "ctl.report", str(model_dir)], cwd=REPO,
+      env=trainer_env(), capture_output=True, text=True, timeout=120,
+      check=False)
+  assert result.returncode == 2
+  assert result.stdout == ""
+  [line] = result.stderr.splitlines()
+  assert line.startswith("error: no run ledger in ") and line.endswith(".")
+
+
+def test_ledger_on_cloud_storage(gcs_emulator, tmp_path, capsys):
+  model_dir = f"gs://{GcsEmulator.BUCKET}/run"
+  result = run_trainer(
+      *FAST_FLAGS, "--train_steps=20", "--storage=gcsfs",
+      "--checkpoint_every_secs=auto", "--expected_mtbf_secs=3600",
+      f"--model_dir={model_dir}",
+      env=trainer_env(TMPDIR=str(tmp_path),
+                      STORAGE_EMULATOR_HOST=gcs_emulator.endpoint))
+  [events] = _attempts(model_dir)
+  assert events[-1]["event"] == "end" and events[-1]["step"] == 20
+  fs, path = storage.filesystem(model_dir)
+  chosen = json.loads(fs.cat_file(f"{path}/train_summary.json"))[
+      "checkpoint_every_secs"]
+  assert 0 < chosen["seconds"] < 3600 and "3600 s" in chosen["why"]
+  assert "checkpoint_every_secs=auto: every" in result.stderr
+  report.main([model_dir, "--png="])  # In this process: TF loads once.
+  assert "  done" in capsys.readouterr().out
+
+
+def test_auto_interval_is_the_young_daly_formula():
+  assert goodput.young_daly_interval(save_seconds=2.0,
+                                     mtbf_seconds=3600.0) == pytest.approx(
+                                         120.0)
+
+  def attempt(start, saves, end=None):
+    events = [{"event": "start", "time": start}]
+    for t0, seconds in saves:
+      events.append({"event": "phase", "phase": "checkpoint_save", "t0": t0,
+                     "t1": t0 + seconds, "step0": 0, "step": 0, "ok": True})
+    if end:
+      events.append({"event": "end", "time": end, "step": 0,
+                     "outcome": "done"})
+    return events
+
+  never_failed = goodput.account([attempt(0.0, [(1.0, 3.0)], end=100.0)])
+  seconds, why = goodput.checkpoint_interval(never_failed,
+                                             expected_mtbf_secs=600.0)
+  assert seconds == pytest.approx((2 * 3.0 * 600.0)**0.5)
+  assert "expected_mtbf_secs" in why
+  failed_once = goodput.account([attempt(0.0, [(1.0, 1.0), (10.0, 3.0)]),
+                                 attempt(50.0, [], end=200.0)])
+  seconds, why = goodput.checkpoint_interval(failed_once,
+                                             expected_mtbf_secs=600.0)
+  assert seconds == pytest.approx((2 * 2.0 * 200.0)**0.5)
+  assert "1 failure(s)" in why
+  assert goodput.checkpoint_interval(None, expected_mtbf_secs=600.0)[0] == 0
+
+
+def test_kill_schedule_is_seeded_increasing_and_an_epoch_apart():
+  config = goodput_lib.Config(epochs=8, kills=2, kill_seed=3,
+                              checkpoint_every=20)
+  kills = goodput_lib.kill_schedule(config, steps_per_epoch=44)
+  assert kills == goodput_lib.kill_schedule(config, steps_per_epoch=44)
+  assert 20 < kills[0] and kills[0] + 44 < kills[1] < 8 * 44
+
+
+def test_time_between_a_finished_run_and_its_continuation_is_not_counted():
+  def attempt(start, end, outcome):
+    return [{"event": "start", "time": start},
+            {"event": "end", "time": end, "step": 0, "outcome": outcome}]
+
+  continued = goodput.account([attempt(0.0, 10.0, "done"),
+                               attempt(1000.0, 1010.0, "done")])
+  assert continued.total_seconds == pytest.approx(20.0)
+  assert continued.seconds[goodput.RESTART_GAP] == 0
+  preempted = goodput.account([attempt(0.0, 10.0, "Preempted"),
+                               attempt(15.0, 25.0, "done")])
+  assert preempted.total_seconds == pytest.approx(25.0)
+  assert preempted.seconds[goodput.RESTART_GAP] == pytest.approx(5.0)
+  assert preempted.failures == 0
