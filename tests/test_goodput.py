@@ -24,7 +24,7 @@ from ctl import report
 from ctl import storage
 from tests.conftest import (FAST_FLAGS, REPO, read_scalars, read_summary,
                             run_trainer, trainer_command, trainer_env)
-from tests.gcs_emulator import GcsEmulator
+from ctl.testing.gcs_emulator import GcsEmulator
 
 STEPS = 200
 FLAGS = (*FAST_FLAGS, "--deterministic", f"--train_steps={STEPS}",
@@ -111,7 +111,7 @@ def test_summary_and_tensorboard_carry_goodput(killed_run):
   summary = read_summary(model_dir)["goodput"]
   assert summary["failures"] == 2
   assert summary["lost_steps"] == sum(killed_run["expected_lost"])
-  scalars = read_scalars(os.path.join(model_dir, "tensorboard"))
+  scalars = read_scalars(os.path.join(model_dir, "tensorboard", "train"))
   [(step, percent)] = scalars["goodput/percent"]
   assert step == STEPS and percent == pytest.approx(
       summary["goodput_percent"], abs=0.01)
