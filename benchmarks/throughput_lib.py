@@ -147,14 +147,17 @@ class _Setup:
               precision=variant.precision, optimizer=config.optimizer)
         group = self.groups[variant.precision]
         if variant.kind == "engine":
-          key = (variant.precision, variant.xla)
+          # A loop of one step is traced without a tf.range loop, as
+          # TrainLoop(steps_per_loop=1) is for users; longer ones share one.
+          key = (variant.precision, variant.xla, variant.steps_per_call == 1)
           if key not in loops:
             loops[key] = runners.train_loop(
                 strategy=strategy, group=group,
                 global_batch_size=config.batch_size, xla=variant.xla,
                 steps_per_loop=max(v.steps_per_call for v in chosen
                                    if v.kind == "engine" and
-                                   (v.precision, v.xla) == key))
+                                   (v.precision, v.xla,
+                                    v.steps_per_call == 1) == key))
           runner = runners.EngineRunner(
               strategy=strategy, loop=loops[key], dataset=dataset,
               steps_per_loop=variant.steps_per_call)
@@ -335,8 +338,10 @@ def _standard_notes(config, device, images, train_flops, measured,
       "Ratios are medians of per-round ratios (min-max in brackets).",
       "fit is timed from its first batch to the end of its epoch, without "
       "the setup of each fit call, which favours fit.",
-      "Engine variants of one precision share a compiled loop (the step "
-      "count is a tensor), so only the first of them pays for tracing.",
+      "Engine variants of one precision with more than one step per call "
+      "share a compiled loop (the step count is a tensor), so only the "
+      "first of them pays for tracing; spl=1 has its own (no tf.range "
+      "loop).",
       f"Training FLOPs per image: {train_flops:.3g} (3 x forward, conv and "
       "dense layers at 2 FLOPs per multiply-add).",
   ]

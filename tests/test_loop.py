@@ -81,6 +81,18 @@ def test_each_step_reports_the_mean_loss_plus_regularization():
   assert not np.allclose(before[0], model.trainable_variables[0].numpy())
 
 
+def test_a_new_iterator_is_read_from_its_first_batch():
+  # The loop keeps the trace it called last; a new iterator must be used.
+  model = _model()
+  loop, _ = _loop(model)
+  images, labels = _data(2 * BATCH)
+  loop.train(_iterator(images, labels), 1)
+  other_images, other_labels = _data(BATCH, seed=7)
+  expected, _ = _expected_loss_and_accuracy(model, other_images, other_labels)
+  output = loop.train(_iterator(other_images, other_labels), 1)
+  np.testing.assert_allclose(output.step_losses[0], expected, rtol=1e-5)
+
+
 def test_a_call_runs_at_most_steps_per_loop_steps():
   loop, _ = _loop(_model())
   with pytest.raises(ValueError, match="num_steps"):
