@@ -87,12 +87,14 @@ def build_group(*, strategy: tf.distribute.Strategy, model_name: str,
 
 
 def train_loop(*, strategy, group: ModelGroup, global_batch_size: int,
-               steps_per_loop: int, xla: bool) -> loop_lib.TrainLoop:
+               steps_per_loop: int, xla: bool,
+               train_accuracy: bool = True) -> loop_lib.TrainLoop:
   """The engine's compiled loops for `group`, up to `steps_per_loop` a call."""
   return loop_lib.TrainLoop(
       strategy=strategy, model=group.model, optimizer=group.optimizer,
       global_step=group.global_step, global_batch_size=global_batch_size,
-      steps_per_loop=steps_per_loop, jit_compile=xla)
+      steps_per_loop=steps_per_loop, jit_compile=xla,
+      train_accuracy=train_accuracy)
 
 
 class EngineRunner:

@@ -30,7 +30,8 @@ from benchmarks import variants as variants_lib
 DEFAULT_VARIANTS = ("engine:1", "engine:N", "bare", "fit:1")
 DEFAULT_RATIOS = (
     "engine:N/bare", "engine:N/fit:1", "engine:1/bare", "engine:1/fit:1",
-    "engine:N/engine:1", "engine:N/bare:N", "fit:N/fit:1", "bare/fit:1",
+    "engine:N/engine:1", "engine:N/bare:N", "engine:N+noacc/bare:N",
+    "engine:1+noacc/bare", "fit:N/fit:1", "bare/fit:1",
     "engine:N+bf16/engine:N", "engine:N+fp16/engine:N",
     "engine:N+xla/engine:N", "engine:N+xla/fit:1+xla")
 # What --extras=auto adds, if the device supports the precision.
@@ -149,15 +150,15 @@ class _Setup:
         if variant.kind == "engine":
           # A loop of one step is traced without a tf.range loop, as
           # TrainLoop(steps_per_loop=1) is for users; longer ones share one.
-          key = (variant.precision, variant.xla, variant.steps_per_call == 1)
+          key = _loop_key(variant)
           if key not in loops:
             loops[key] = runners.train_loop(
                 strategy=strategy, group=group,
                 global_batch_size=config.batch_size, xla=variant.xla,
+                train_accuracy=variant.train_accuracy,
                 steps_per_loop=max(v.steps_per_call for v in chosen
                                    if v.kind == "engine" and
-                                   (v.precision, v.xla,
-                                    v.steps_per_call == 1) == key))
+                                   _loop_key(v) == key))
           runner = runners.EngineRunner(
               strategy=strategy, loop=loops[key], dataset=dataset,
               steps_per_loop=variant.steps_per_call)
@@ -184,6 +185,12 @@ class _Setup:
       raise RuntimeError("Every variant failed: " + " ".join(notes))
     self.train_flops = flops_lib.training_flops_per_example(
         next(iter(self.groups.values())).model)
+
+
+def _loop_key(variant) -> tuple:
+  """Engine variants with the same key share one compiled TrainLoop."""
+  return (variant.precision, variant.xla, variant.train_accuracy,
+          variant.steps_per_call == 1)
 
 
 def _sections(config, device, defaults, setup, peaks, seconds, notes, *,
