@@ -17,8 +17,9 @@ Host cost per call is kept small (it is what `steps_per_loop=1` pays every
 step): the constant arguments of a call are made once, the traced function is
 called directly (no per-call matching of arguments to traces), one call
 returns one tensor (one device-to-host copy), and a loop of one step is not a
-`tf.range` loop (a while op costs host time per call). Counting correct predictions for
-the train accuracy can be switched off (`train_accuracy=False`).
+`tf.range` loop (a while op costs host time per call). Counting correct
+predictions for the train accuracy can be switched off
+(`train_accuracy=False`).
 """
 
 import dataclasses
@@ -100,9 +101,9 @@ class TrainLoop:
                                   jit_compile=True) if jit_compile else (
                                       self._loss_and_gradients)
     self._train = tf.function(self._train_loop)
+    self._traced = self._traced_for = None  # The trace; the iterator it read.
     # Arguments of `train` made once: a new tensor per call costs host time.
     self._num_steps = {}
-    self._traced = self._traced_for = None  # The trace; the iterator it read.
     self._controls = {(stop, save): tf.constant([float(stop), float(save)])
                       for stop in (False, True) for save in (False, True)}
     self._eval = tf.function(self._eval_loop)
