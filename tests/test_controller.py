@@ -66,9 +66,9 @@ def test_without_train_accuracy_a_run_logs_none_and_trains_the_same(
                              checkpoint_every_steps=0,
                              train_accuracy=train_accuracy),
         strategy=tf.distribute.get_strategy()))
-    tags = read_scalars(str(model_dir / "run" / "tensorboard"))
-    assert ("train/accuracy" in tags) == train_accuracy
-    assert [step for step, _ in tags["train/loss"]] == [2, 4]
+    tags = read_scalars(str(model_dir / "run" / "tensorboard" / "train"))
+    assert ("accuracy" in tags) == train_accuracy
+    assert [step for step, _ in tags["loss"]] == [2, 4]
   with_accuracy, without = summaries
   assert 0 <= with_accuracy["train_accuracy"] <= 1
   assert without["train_accuracy"] is None

@@ -62,6 +62,10 @@ _RULES = [
      "inject_nan must be none, always or a step number, got 'sometimes'."),
     (dict(inject_nan="-3"), dict(inject_nan="3"),
      "inject_nan must be none, always or a step number, got '-3'."),
+    (dict(profile_steps=(20, 10)), dict(profile_steps=(10, 20)),
+     "profile_steps must be START,END with 1 <= START <= END, got 20,10."),
+    (dict(profile_steps=(0, 5)), dict(profile_steps=(1, 5)),
+     "profile_steps must be START,END with 1 <= START <= END, got 0,5."),
 ]
 
 
