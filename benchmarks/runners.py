@@ -90,21 +90,25 @@ def build_group(*, strategy: tf.distribute.Strategy, model_name: str,
 
 
 def train_loop(*, strategy, group: ModelGroup, global_batch_size: int,
-               steps_per_loop: int, xla: bool) -> loop_lib.TrainLoop:
+               steps_per_loop: int, xla: bool,
+               train_accuracy: bool = True) -> loop_lib.TrainLoop:
   """The engine's compiled loops for `group`, up to `steps_per_loop` a call."""
   return loop_lib.TrainLoop(
       strategy=strategy, model=group.model, optimizer=group.optimizer,
       global_step=group.global_step, global_batch_size=global_batch_size,
-      steps_per_loop=steps_per_loop, jit_compile=xla)
+      steps_per_loop=steps_per_loop, jit_compile=xla,
+      train_accuracy=train_accuracy)
 
 
 class EngineRunner:
   """`ctl.loop.TrainLoop`: `steps_per_loop` steps per `tf.function` call.
 
-  Runners that differ only in `steps_per_loop` may share one `TrainLoop`
-  built for the largest: the step count of a call is a tensor argument, so
-  one trace serves them all (ResNet50 takes tens of seconds to trace on a
-  CPU); a call of fewer steps only leaves part of its loss buffer unused.
+  Runners that differ only in `steps_per_loop` (more than 1) may share one
+  `TrainLoop` built for the largest: the step count of a call is a tensor
+  argument, so one trace serves them all (ResNet50 takes tens of seconds to
+  trace on a CPU); a call of fewer steps only leaves part of its loss buffer
+  unused. `steps_per_loop=1` gets a `TrainLoop` of its own, traced without a
+  `tf.range` loop, as users get it.
   """
 
   def __init__(self, *, strategy, loop: loop_lib.TrainLoop, dataset,

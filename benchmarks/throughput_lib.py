@@ -30,7 +30,8 @@ from benchmarks import variants as variants_lib
 DEFAULT_VARIANTS = ("engine:1", "engine:N", "bare", "fit:1")
 DEFAULT_RATIOS = (
     "engine:N/bare", "engine:N/fit:1", "engine:1/bare", "engine:1/fit:1",
-    "engine:N/engine:1", "engine:N/bare:N", "fit:N/fit:1", "bare/fit:1",
+    "engine:N/engine:1", "engine:N/bare:N", "engine:N+noacc/bare:N",
+    "engine:1+noacc/bare", "fit:N/fit:1", "bare/fit:1",
     "engine:N+bf16/engine:N", "engine:N+fp16/engine:N",
     "engine:N+xla/engine:N", "engine:N+xla/fit:1+xla")
 # What --extras=auto adds, if the device supports the precision.
@@ -147,14 +148,17 @@ class _Setup:
               precision=variant.precision, optimizer=config.optimizer)
         group = self.groups[variant.precision]
         if variant.kind == "engine":
-          key = (variant.precision, variant.xla)
+          # A loop of one step is traced without a tf.range loop, as
+          # TrainLoop(steps_per_loop=1) is for users; longer ones share one.
+          key = _loop_key(variant)
           if key not in loops:
             loops[key] = runners.train_loop(
                 strategy=strategy, group=group,
                 global_batch_size=config.batch_size, xla=variant.xla,
+                train_accuracy=variant.train_accuracy,
                 steps_per_loop=max(v.steps_per_call for v in chosen
                                    if v.kind == "engine" and
-                                   (v.precision, v.xla) == key))
+                                   _loop_key(v) == key))
           runner = runners.EngineRunner(
               strategy=strategy, loop=loops[key], dataset=dataset,
               steps_per_loop=variant.steps_per_call)
@@ -181,6 +185,12 @@ class _Setup:
       raise RuntimeError("Every variant failed: " + " ".join(notes))
     self.train_flops = flops_lib.training_flops_per_example(
         next(iter(self.groups.values())).model)
+
+
+def _loop_key(variant) -> tuple:
+  """Engine variants with the same key share one compiled TrainLoop."""
+  return (variant.precision, variant.xla, variant.train_accuracy,
+          variant.steps_per_call == 1)
 
 
 def _sections(config, device, defaults, setup, peaks, seconds, notes, *,
@@ -335,8 +345,10 @@ def _standard_notes(config, device, images, train_flops, measured,
       "Ratios are medians of per-round ratios (min-max in brackets).",
       "fit is timed from its first batch to the end of its epoch, without "
       "the setup of each fit call, which favours fit.",
-      "Engine variants of one precision share a compiled loop (the step "
-      "count is a tensor), so only the first of them pays for tracing.",
+      "Engine variants of one precision with more than one step per call "
+      "share a compiled loop (the step count is a tensor), so only the "
+      "first of them pays for tracing; spl=1 has its own (no tf.range "
+      "loop).",
       f"Training FLOPs per image: {train_flops:.3g} (3 x forward, conv and "
       "dense layers at 2 FLOPs per multiply-add).",
   ]

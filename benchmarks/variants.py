@@ -8,6 +8,7 @@ A spec is `kind[:steps][+modifier...]`:
   bare:N          the same step in a tf.range loop of N steps per call
   fit:1, fit:N    Keras model.fit with steps_per_execution 1 or N
   engine:N+bf16   modifiers: bf16, fp16 (precision), xla
+  engine:1+noacc  the engine without train accuracy (train_accuracy=False)
 
 Ratios are `spec/spec` and targets `spec/spec>=threshold`, e.g.
 `engine:N/bare>=0.98`.
@@ -17,7 +18,7 @@ import dataclasses
 import re
 
 KINDS = ("engine", "bare", "fit")
-_MODIFIERS = ("bf16", "fp16", "xla")
+_MODIFIERS = ("bf16", "fp16", "xla", "noacc")
 _TARGET = re.compile(r"^(?P<ratio>[^>]+)>=(?P<threshold>[0-9.]+)$")
 
 
@@ -31,11 +32,13 @@ class Variant:
       fit: steps_per_execution).
     precision: "none", "bf16" or "fp16".
     xla: whether the forward and backward pass are compiled with XLA.
+    train_accuracy: whether the engine counts correct predictions.
   """
   kind: str
   steps_per_call: int
   precision: str
   xla: bool
+  train_accuracy: bool = True
 
   @property
   def name(self) -> str:
@@ -47,6 +50,8 @@ class Variant:
       label += f" +{self.precision}"
     if self.xla:
       label += " +xla"
+    if not self.train_accuracy:
+      label += " no accuracy"
     return label
 
 
@@ -60,10 +65,12 @@ def parse(spec: str, *, steps_per_loop: int, precision: str,
   head, *modifiers = spec.strip().split("+")
   kind, _, steps = head.partition(":")
   unknown = [m for m in modifiers if m not in _MODIFIERS]
-  if kind not in KINDS or unknown:
+  if kind not in KINDS or unknown or (kind != "engine" and
+                                      "noacc" in modifiers):
     raise ValueError(
         f"Bad variant {spec!r}: use engine:K, bare[:K] or fit:K (K a number "
-        f"or N for --steps_per_loop), then optional +bf16, +fp16 or +xla.")
+        f"or N for --steps_per_loop), then optional +bf16, +fp16 or +xla "
+        "(and +noacc for engine).")
   if kind == "bare" and not steps:
     steps_per_call = 1
   elif steps in ("", "N"):
@@ -76,7 +83,8 @@ def parse(spec: str, *, steps_per_loop: int, precision: str,
     if modifier in ("bf16", "fp16"):
       precision = modifier
   return Variant(kind=kind, steps_per_call=steps_per_call,
-                 precision=precision, xla=xla or "xla" in modifiers)
+                 precision=precision, xla=xla or "xla" in modifiers,
+                 train_accuracy="noacc" not in modifiers)
 
 
 def parse_ratio(spec: str, **defaults) -> tuple[Variant, Variant]:

@@ -71,13 +71,16 @@ class _Run:
     self._strategy = strategy
     self._eval_callbacks = eval_callbacks
     self._process_start = time.time()
-    self._global_step = None
+    # The global step as the host knows it: read from the variable after a
+    # restore, then advanced by the steps each loop runs, so bookkeeping and
+    # progress marks never wait on a device-to-host copy.
+    self._step = 0
     # The chief keeps the run ledger (ctl.ledger), a listener of every mark.
     self._ledger = options.is_chief and ledger_lib.Ledger(
         directory=ledger_lib.ledger_dir(options.model_dir),
         storage=options.storage, fuse_root=options.fuse_root)
     self._progress = progress_lib.Progress(
-        current_step=lambda: 0 if self._global_step is None else self._step,
+        current_step=lambda: self._step,
         listeners=(*([self._ledger] if self._ledger else []),
                    *progress_listeners))
     self._first_loop_done = False
@@ -118,7 +121,7 @@ class _Run:
         global_step=self._global_step,
         global_batch_size=task.global_batch_size,
         steps_per_loop=options.steps_per_loop, loss_fn=task.loss_fn,
-        jit_compile=options.xla)
+        jit_compile=options.xla, train_accuracy=options.train_accuracy)
     self._writer = summaries.ScalarWriter(
         logdir=self._outputs.tensorboard and
         self._outputs.tensorboard.local_path)
@@ -139,18 +142,19 @@ class _Run:
     self._window = _Window()
     self._throughput = []
 
-  @property
-  def _step(self) -> int:
-    return int(self._global_step.numpy())
-
   def _iterator(self):
     step, seed = self._step, int(self._data_seed.numpy())
     dataset = self._strategy.distribute_datasets_from_function(
         lambda context: self._task.train_dataset_fn(context, step, seed))
     return iter(dataset)
 
-  def _restore(self) -> None:
+  def _restore_latest(self) -> str | None:
     path = self._checkpointer.restore_latest()
+    self._step = int(self._global_step.numpy())
+    return path
+
+  def _restore(self) -> None:
+    path = self._restore_latest()
     if path is None:
       logging.info("No checkpoint in %s; starting at step 0.",
                    self._options.checkpoint_dir)
@@ -220,6 +224,7 @@ class _Run:
               iterator, num_steps, nan_step=self._nan_step_for_loop(),
               stop_requested=stop.requested,
               save_requested=self._save_due())
+          self._step += num_steps
         self._first_loop_done = True
         seconds = time.time() - started
         if not np.all(np.isfinite(output.step_losses)):
@@ -256,7 +261,7 @@ class _Run:
     logging.warning("Loss not finite at step %d; rolling back to the last "
                     "checkpoint (recovery %d of %d).", first_bad,
                     self._nan_recoveries, self._options.max_nan_recoveries)
-    self._checkpointer.restore_latest()
+    self._restore_latest()
     if self._options.reshuffle_on_nan:
       self._data_seed.assign_add(1)
 
@@ -281,11 +286,14 @@ class _Run:
     self._throughput.append(examples_per_second)
     remaining = (self._options.train_steps - step) / max(steps_per_second,
                                                          1e-9)
-    self._train_metrics = {"loss": window.mean_loss,
-                           "accuracy": window.accuracy}
+    self._train_metrics = {"loss": window.mean_loss}
+    accuracy = ""
+    if window.accuracy is not None:
+      self._train_metrics["accuracy"] = window.accuracy
+      accuracy = f"  accuracy {window.accuracy:.4f}"
     logging.info(
-        "step %d/%d  loss %.4f  accuracy %.4f  %.1f examples/s  ETA %s",
-        step, self._options.train_steps, window.mean_loss, window.accuracy,
+        "step %d/%d  loss %.4f%s  %.1f examples/s  ETA %s",
+        step, self._options.train_steps, window.mean_loss, accuracy,
         examples_per_second, time.strftime("%H:%M:%S", time.gmtime(remaining)))
     self._writer.write(step, {
         **self._train_metrics,
@@ -394,19 +402,23 @@ class _Window:
     self.steps = 0
     self.seconds = 0.0
     self.loss_sum = 0.0
-    self.correct_fraction_sum = 0.0
+    self.correct_fraction_sum = None  # None: the loop counts no accuracy.
 
   def add(self, output: loop_lib.LoopOutput, num_steps: int,
           seconds: float) -> None:
     self.steps += num_steps
     self.seconds += seconds
     self.loss_sum += float(np.sum(output.step_losses))
-    self.correct_fraction_sum += output.accuracy * num_steps
+    if output.accuracy is not None:
+      self.correct_fraction_sum = (self.correct_fraction_sum or 0.0) + (
+          output.accuracy * num_steps)
 
   @property
   def mean_loss(self) -> float:
     return self.loss_sum / max(self.steps, 1)
 
   @property
-  def accuracy(self) -> float:
+  def accuracy(self) -> float | None:
+    if self.correct_fraction_sum is None:
+      return None
     return self.correct_fraction_sum / max(self.steps, 1)

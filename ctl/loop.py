@@ -12,6 +12,14 @@ reported loss is `strategy.reduce(SUM, ...)` of the per-replica averages.
 That reduce happens once per loop, not per step: each replica accumulates its
 per-step losses and correct counts locally (sync-on-read variables), so the
 only per-step communication is the gradient all-reduce.
+
+Host cost per call is kept small (it is what `steps_per_loop=1` pays every
+step): the constant arguments of a call are made once, the traced function is
+called directly (no per-call matching of arguments to traces), one call
+returns one tensor (one device-to-host copy), and a loop of one step is not a
+`tf.range` loop (a while op costs host time per call). Counting correct
+predictions for the train accuracy can be switched off
+(`train_accuracy=False`).
 """
 
 import dataclasses
@@ -37,12 +45,13 @@ class LoopOutput:
 
   Attributes:
     step_losses: the reduced (global-batch) loss of every step that ran.
-    accuracy: training accuracy over the examples of this call.
+    accuracy: training accuracy over the examples of this call; None when
+      the loop does not count it (`train_accuracy=False`).
     stop_requested: some worker asked to stop (preemption) at this step.
     save_requested: the chief asked for a time-based checkpoint at this step.
   """
   step_losses: np.ndarray
-  accuracy: float
+  accuracy: float | None
   stop_requested: bool
   save_requested: bool
 
@@ -59,7 +68,7 @@ class TrainLoop:
                optimizer: keras.optimizers.Optimizer, global_step: tf.Variable,
                global_batch_size: int, steps_per_loop: int,
                loss_fn: Callable = sparse_softmax_cross_entropy,
-               jit_compile: bool = False):
+               jit_compile: bool = False, train_accuracy: bool = True):
     """Initializes the loop.
 
     Args:
@@ -73,6 +82,8 @@ class TrainLoop:
       jit_compile: compile the forward and backward pass with XLA. The
         optimizer update (which holds the cross-replica all-reduce) stays
         outside the XLA cluster, where collectives are always supported.
+      train_accuracy: count correct predictions at every step, for
+        `LoopOutput.accuracy`; False saves those few ops per step.
     """
     self._strategy = strategy
     self._model = model
@@ -83,12 +94,18 @@ class TrainLoop:
     self._loss_fn = loss_fn
     with strategy.scope():
       self._step_losses = _replica_accumulator([steps_per_loop])
-      self._correct = _replica_accumulator([])
+      self._correct = (_replica_accumulator([]) if train_accuracy else
+                       None)
       self._eval_sums = _replica_accumulator([3])
     self._gradients = tf.function(self._loss_and_gradients,
                                   jit_compile=True) if jit_compile else (
                                       self._loss_and_gradients)
     self._train = tf.function(self._train_loop)
+    self._traced = self._traced_for = None  # The trace; the iterator it read.
+    # Arguments of `train` made once: a new tensor per call costs host time.
+    self._num_steps = {}
+    self._controls = {(stop, save): tf.constant([float(stop), float(save)])
+                      for stop in (False, True) for save in (False, True)}
     self._eval = tf.function(self._eval_loop)
 
   def _loss_and_gradients(self, images, labels, inject_nan):
@@ -103,7 +120,8 @@ class TrainLoop:
       scaled_loss = self._optimizer.scale_loss(loss)
     variables = self._model.trainable_variables
     gradients = tape.gradient(scaled_loss, variables)
-    correct = _count_correct(labels, logits)
+    correct = (_count_correct(labels, logits) if self._correct is not None
+               else None)
     return loss, correct, gradients
 
   def _replica_step(self, batch, inject_nan, index):
@@ -114,12 +132,14 @@ class TrainLoop:
     # Local bookkeeping only: no communication per step beyond the gradients.
     self._step_losses.assign_add(tf.scatter_nd(  # Not one_hot * loss: NaN * 0.
         [[index]], [loss], [self._steps_per_loop]))
-    self._correct.assign_add(correct)
+    if self._correct is not None:
+      self._correct.assign_add(correct)
 
   def _train_loop(self, iterator, num_steps, nan_step, control):
     strategy = self._strategy
-    strategy.run(_zero, args=(self._step_losses, self._correct))
-    for i in tf.range(num_steps):
+    strategy.run(_zero, args=self._accumulators())
+    # One step needs no loop: a while op costs host time on every call.
+    for i in range(1) if self._steps_per_loop == 1 else tf.range(num_steps):
       inject_nan = tf.equal(self._global_step, nan_step)
       strategy.run(self._replica_step, args=(next(iterator), inject_nan, i))
       self._global_step.assign_add(1)
@@ -129,8 +149,12 @@ class TrainLoop:
     # same decision at the same step.
     return strategy.reduce("SUM", strategy.run(
         lambda: tf.concat([self._step_losses.read_value(),
-                           [self._correct.read_value()], control], 0)),
-                           axis=None)
+                           *([[self._correct.read_value()]] if self._correct
+                             is not None else []), control], 0)), axis=None)
+
+  def _accumulators(self) -> tuple[tf.Variable, ...]:
+    return (self._step_losses,) + (
+        (self._correct,) if self._correct is not None else ())
 
   def train(self, iterator, num_steps: int, *, nan_step: int | None = None,
             stop_requested: bool = False,
@@ -151,15 +175,24 @@ class TrainLoop:
     if not 0 < num_steps <= self._steps_per_loop:
       raise ValueError(f"num_steps must be in [1, {self._steps_per_loop}], "
                        f"got {num_steps}.")
-    control = tf.constant([float(stop_requested), float(save_requested)])
-    totals = self._train(
-        iterator, tf.constant(num_steps, tf.int32),
+    if num_steps not in self._num_steps:
+      self._num_steps[num_steps] = tf.constant(num_steps, tf.int32)
+    args = (
+        iterator, self._num_steps[num_steps],
         tf.constant(_NO_STEP if nan_step is None else nan_step, tf.int64),
-        control).numpy()
-    correct, stop, save = totals[self._steps_per_loop:]
+        self._controls[bool(stop_requested), bool(save_requested)])
+    if iterator is not self._traced_for:
+      # Called directly from now on, the trace skips tf.function's matching
+      # of every argument against its traces (about 0.1 ms a call).
+      self._traced = self._train.get_concrete_function(*args)
+      self._traced_for = iterator
+    totals = self._traced(*args).numpy()
+    stop, save = totals[-2:]
     return LoopOutput(
         step_losses=totals[:num_steps],
-        accuracy=float(correct) / (num_steps * self._global_batch_size),
+        accuracy=(None if self._correct is None else float(
+            totals[self._steps_per_loop]) / (
+                num_steps * self._global_batch_size)),
         stop_requested=bool(stop > 0), save_requested=bool(save > 0))
 
   def _replica_eval(self, batch):

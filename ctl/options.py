@@ -63,6 +63,8 @@ class RunOptions:
     async_checkpoint: write checkpoints in the background.
     seed: seed of the data order (and of initialization, set by the caller).
     xla: compile the forward and backward pass with XLA.
+    train_accuracy: count correct predictions at every step for the train
+      accuracy (logged and summarized); False saves those ops per step.
     max_nan_recoveries: rollbacks allowed after a non-finite loss.
     reshuffle_on_nan: use a new data order after a rollback.
     inject_nan: test hook: "none", "always", or a global step at which the
@@ -94,6 +96,7 @@ class RunOptions:
   async_checkpoint: bool = False
   seed: int = 0
   xla: bool = False
+  train_accuracy: bool = True
   max_nan_recoveries: int = 3
   reshuffle_on_nan: bool = False
   inject_nan: str = "none"

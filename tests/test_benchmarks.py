@@ -115,11 +115,14 @@ def test_variant_specs():
   assert variants_lib.parse("bare", **defaults).name == "bare step"
   assert variants_lib.parse("bare:N", **defaults).name == "bare loop spl=100"
   assert variants_lib.parse("fit:1", **defaults).name == "fit spe=1"
+  lean = variants_lib.parse("engine:1+noacc", **defaults)
+  assert (lean.train_accuracy, lean.name) == (False,
+                                              "engine spl=1 no accuracy")
   numerator, denominator, threshold = variants_lib.parse_target(
       "engine:N/fit:1>=2", **defaults)
   assert (numerator.steps_per_call, denominator.kind, threshold) == (
       100, "fit", 2.0)
-  for bad in ("keras:1", "engine:x", "engine:1+fp8"):
+  for bad in ("keras:1", "engine:x", "engine:1+fp8", "bare+noacc"):
     with pytest.raises(ValueError, match="Bad"):
       variants_lib.parse(bad, **defaults)
   with pytest.raises(ValueError, match="Bad target"):
@@ -312,7 +315,7 @@ def test_run_all_quick_writes_json_markdown_and_chart(tmp_path):
   small = report["sections"]["small_model"]
   _check_section(small, _ROW_FIELDS)
   _check_ratios_follow_from_rows(small)
-  assert [t["threshold"] for t in small["targets"]] == [1.5, 2.0]
+  assert [t["threshold"] for t in small["targets"]] == [1.0, 0.95, 1.5, 2.0]
   _check_ratios_follow_from_rows(report["sections"]["input_pipeline"])
   text = (latest / report_lib.REPORT_MD).read_text()
   for target in report_lib.all_targets(report):

@@ -12,6 +12,7 @@ import pytest
 from ctl import controller
 from ctl import options
 from ctl.errors import UserError
+from tests.conftest import read_scalars
 from tests.test_options import make_options
 
 
@@ -48,6 +49,31 @@ def _tiny_task():
       train_dataset_fn=dataset,
       eval_dataset_fn=lambda context: dataset(context, 0, 0).take(2),
       global_batch_size=8, image_shape=(8, 8, 3))
+
+
+def test_without_train_accuracy_a_run_logs_none_and_trains_the_same(
+    tmp_path):
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  summaries = []
+  for train_accuracy in (True, False):
+    keras.utils.set_random_seed(0)
+    model_dir = tmp_path / str(train_accuracy)
+    summaries.append(controller.run(
+        task=_tiny_task(),
+        options=make_options(model_dir, train_steps=4, steps_per_loop=2,
+                             log_every_steps=2, eval_every_steps=0,
+                             checkpoint_every_steps=0,
+                             train_accuracy=train_accuracy),
+        strategy=tf.distribute.get_strategy()))
+    tags = read_scalars(str(model_dir / "run" / "tensorboard" / "train"))
+    assert ("accuracy" in tags) == train_accuracy
+    assert [step for step, _ in tags["loss"]] == [2, 4]
+  with_accuracy, without = summaries
+  assert 0 <= with_accuracy["train_accuracy"] <= 1
+  assert without["train_accuracy"] is None
+  assert without["train_loss"] == pytest.approx(with_accuracy["train_loss"])
+  assert without["weights_fingerprint"] == with_accuracy["weights_fingerprint"]
 
 
 def test_progress_listeners_see_every_phase_of_a_run_in_order(tmp_path):

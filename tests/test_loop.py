@@ -35,14 +35,16 @@ def _data(count, seed=0):
   return images, labels
 
 
-def _loop(model):
+def _loop(model, steps_per_loop=4, train_accuracy=True):
   strategy = tf.distribute.get_strategy()
   optimizer = keras.optimizers.Adam(0.05)
   optimizer.build(model.trainable_variables)
   step = tf.Variable(0, dtype=tf.int64, trainable=False)
   loop = loop_lib.TrainLoop(strategy=strategy, model=model,
                             optimizer=optimizer, global_step=step,
-                            global_batch_size=BATCH, steps_per_loop=4)
+                            global_batch_size=BATCH,
+                            steps_per_loop=steps_per_loop,
+                            train_accuracy=train_accuracy)
   return loop, step
 
 
@@ -79,6 +81,18 @@ def test_each_step_reports_the_mean_loss_plus_regularization():
   assert not np.allclose(before[0], model.trainable_variables[0].numpy())
 
 
+def test_a_new_iterator_is_read_from_its_first_batch():
+  # The loop keeps the trace it called last; a new iterator must be used.
+  model = _model()
+  loop, _ = _loop(model)
+  images, labels = _data(2 * BATCH)
+  loop.train(_iterator(images, labels), 1)
+  other_images, other_labels = _data(BATCH, seed=7)
+  expected, _ = _expected_loss_and_accuracy(model, other_images, other_labels)
+  output = loop.train(_iterator(other_images, other_labels), 1)
+  np.testing.assert_allclose(output.step_losses[0], expected, rtol=1e-5)
+
+
 def test_a_call_runs_at_most_steps_per_loop_steps():
   loop, _ = _loop(_model())
   with pytest.raises(ValueError, match="num_steps"):
@@ -99,6 +113,34 @@ def test_several_steps_in_one_call_are_the_same_as_one_at_a_time():
   np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-6)
   for a, b in zip(results[0][1], results[1][1]):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("steps_per_loop,train_accuracy", [(1, True),
+                                                           (4, False)])
+def test_a_one_step_loop_and_a_loop_without_accuracy_train_the_same(
+    steps_per_loop, train_accuracy):
+  # steps_per_loop=1 traces one step without a tf.range loop; without train
+  # accuracy no correct predictions are counted. Neither changes training.
+  images, labels = _data(3 * BATCH)
+  results = []
+  for kwargs in ({}, dict(steps_per_loop=steps_per_loop,
+                          train_accuracy=train_accuracy)):
+    model = _model()
+    loop, step = _loop(model, **kwargs)
+    iterator = _iterator(images, labels)
+    outputs = [loop.train(iterator, 1, stop_requested=i == 2)
+               for i in range(3)]
+    assert int(step.numpy()) == 3
+    assert [o.stop_requested for o in outputs] == [False, False, True]
+    results.append((outputs, [w.numpy() for w in model.trainable_variables]))
+  (reference, reference_weights), (outputs, weights) = results
+  np.testing.assert_allclose([o.step_losses for o in outputs],
+                             [o.step_losses for o in reference], rtol=1e-6)
+  for a, b in zip(weights, reference_weights):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+  assert [o.accuracy for o in outputs] == (
+      [o.accuracy for o in reference] if train_accuracy else [None] * 3)
+  assert all(0 <= o.accuracy <= 1 for o in reference)
 
 
 def test_nan_hook_fires_at_its_global_step_only():

@@ -95,6 +95,7 @@ def build_job(config: Any, environ=os.environ) -> Job:
       async_checkpoint=config.async_checkpoint,
       seed=config.seed,
       xla=config.xla,
+      train_accuracy=config.train_accuracy,
       max_nan_recoveries=config.max_nan_recoveries,
       reshuffle_on_nan=config.reshuffle_on_nan,
       inject_nan=config.inject_nan,

@@ -83,6 +83,9 @@ flags.DEFINE_enum("collective", "auto", ["auto", "ring", "nccl"],
 flags.DEFINE_enum("mixed_precision", "none", ["none", "bf16", "fp16"],
                   "Compute dtype (variables and loss stay float32).")
 flags.DEFINE_bool("xla", False, "Compile the step with XLA.")
+flags.DEFINE_bool("train_accuracy", True, "Count correct predictions at every "
+                  "step for the logged train accuracy (off: a few ops fewer "
+                  "per step, no train accuracy).")
 flags.DEFINE_bool("deterministic", False, "Bitwise-repeatable ops "
                   "(tf.config.experimental.enable_op_determinism).")
 flags.DEFINE_integer("seed", 0, "Seed of initialization and data order.")
