@@ -243,10 +243,14 @@ def test_input_scale_on_tiny_settings(tmp_path):
   body = sections["input_scale"]
   _check_section(body)
   rows = {row["name"]: row for row in body["rows"]}
-  for n in (1, 2):  # Counted reads are exact: the share by index, all streamed.
+  for n in (1, 2):
     row = rows[f"records read per pipeline, N={n} (max)"]
+    # Read by index, the count is exact: the pipeline's share.
     assert row[input_scale_lib.INDEXED] == row["target"] == 192 // n
-    assert row[input_scale_lib.STREAMED] == 200
+    # Streamed, every pipeline reads the whole dataset, and on a dataset this
+    # tiny the read-ahead (a 1,024-record shuffle buffer) can add a share of
+    # the next epoch, depending on how far the background threads got.
+    assert row[input_scale_lib.STREAMED] >= 200
   assert [t["status"] for t in body["targets"]][:2] == ["PASS", "PASS"]
   entry = sections["input_scale_entry"]
   _check_section(entry, ("name", "records_per_second"))
