@@ -21,10 +21,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-# No global step reaches this; it means "inject a NaN at no step".
-_NO_STEP = np.iinfo(np.int64).max
-
-
 def sparse_softmax_cross_entropy(labels, logits):
   """Per-example cross entropy from float32 logits (mixed precision safe)."""
   return keras.losses.sparse_categorical_crossentropy(
@@ -59,7 +55,8 @@ class TrainLoop:
                optimizer: keras.optimizers.Optimizer, global_step: tf.Variable,
                global_batch_size: int, steps_per_loop: int,
                loss_fn: Callable = sparse_softmax_cross_entropy,
-               jit_compile: bool = False):
+               jit_compile: bool = False,
+               loss_hook: Callable | None = None):
     """Initializes the loop.
 
     Args:
@@ -73,6 +70,8 @@ class TrainLoop:
       jit_compile: compile the forward and backward pass with XLA. The
         optimizer update (which holds the cross-replica all-reduce) stays
         outside the XLA cluster, where collectives are always supported.
+      loss_hook: test hook, `(loss, global_step) -> loss` (see ctl.faults);
+        None keeps it out of the compiled step entirely.
     """
     self._strategy = strategy
     self._model = model
@@ -81,6 +80,7 @@ class TrainLoop:
     self._global_batch_size = global_batch_size
     self._steps_per_loop = steps_per_loop
     self._loss_fn = loss_fn
+    self._loss_hook = loss_hook
     with strategy.scope():
       self._step_losses = _replica_accumulator([steps_per_loop])
       self._correct = _replica_accumulator([])
@@ -91,7 +91,7 @@ class TrainLoop:
     self._train = tf.function(self._train_loop)
     self._eval = tf.function(self._eval_loop)
 
-  def _loss_and_gradients(self, images, labels, inject_nan):
+  def _loss_and_gradients(self, images, labels):
     with tf.GradientTape() as tape:
       logits = self._model(images, training=True)
       per_example = self._loss_fn(labels, logits)
@@ -99,16 +99,17 @@ class TrainLoop:
           per_example, global_batch_size=self._global_batch_size)
       if self._model.losses:
         loss += tf.nn.scale_regularization_loss(tf.add_n(self._model.losses))
-      loss = tf.where(inject_nan, tf.constant(np.nan, loss.dtype), loss)
+      if self._loss_hook:
+        loss = self._loss_hook(loss, self._global_step)
       scaled_loss = self._optimizer.scale_loss(loss)
     variables = self._model.trainable_variables
     gradients = tape.gradient(scaled_loss, variables)
     correct = _count_correct(labels, logits)
     return loss, correct, gradients
 
-  def _replica_step(self, batch, inject_nan, index):
+  def _replica_step(self, batch, index):
     images, labels = batch
-    loss, correct, gradients = self._gradients(images, labels, inject_nan)
+    loss, correct, gradients = self._gradients(images, labels)
     self._optimizer.apply_gradients(
         zip(gradients, self._model.trainable_variables))
     # Local bookkeeping only: no communication per step beyond the gradients.
@@ -116,12 +117,11 @@ class TrainLoop:
         [[index]], [loss], [self._steps_per_loop]))
     self._correct.assign_add(correct)
 
-  def _train_loop(self, iterator, num_steps, nan_step, control):
+  def _train_loop(self, iterator, num_steps, control):
     strategy = self._strategy
     strategy.run(_zero, args=(self._step_losses, self._correct))
     for i in tf.range(num_steps):
-      inject_nan = tf.equal(self._global_step, nan_step)
-      strategy.run(self._replica_step, args=(next(iterator), inject_nan, i))
+      strategy.run(self._replica_step, args=(next(iterator), i))
       self._global_step.assign_add(1)
     # The loop's one extra all-reduce: [step losses..., correct, requests].
     # Summing the requests tells every worker whether any worker was asked
@@ -132,8 +132,7 @@ class TrainLoop:
                            [self._correct.read_value()], control], 0)),
                            axis=None)
 
-  def train(self, iterator, num_steps: int, *, nan_step: int | None = None,
-            stop_requested: bool = False,
+  def train(self, iterator, num_steps: int, *, stop_requested: bool = False,
             save_requested: bool = False) -> LoopOutput:
     """Runs `num_steps` training steps in one `tf.function` call.
 
@@ -141,7 +140,6 @@ class TrainLoop:
       iterator: an iterator over a distributed dataset of (images, labels).
       num_steps: how many steps to run; a tensor argument, so changing it
         does not retrace.
-      nan_step: test hook: the global step whose loss is replaced by NaN.
       stop_requested: this worker was asked to stop (e.g. SIGTERM).
       save_requested: this worker wants a checkpoint now (chief's timer).
 
@@ -153,9 +151,7 @@ class TrainLoop:
                        f"got {num_steps}.")
     control = tf.constant([float(stop_requested), float(save_requested)])
     totals = self._train(
-        iterator, tf.constant(num_steps, tf.int32),
-        tf.constant(_NO_STEP if nan_step is None else nan_step, tf.int64),
-        control).numpy()
+        iterator, tf.constant(num_steps, tf.int32), control).numpy()
     correct, stop, save = totals[self._steps_per_loop:]
     return LoopOutput(
         step_losses=totals[:num_steps],

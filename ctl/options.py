@@ -62,8 +62,6 @@ class RunOptions:
     xla: compile the forward and backward pass with XLA.
     max_nan_recoveries: rollbacks allowed after a non-finite loss.
     reshuffle_on_nan: use a new data order after a rollback.
-    inject_nan: test hook: "none", "always", or a global step at which the
-      loss is made NaN once.
     is_chief: whether this worker owns the outputs.
     storage: how gs:// directories are reached (ctl.storage.ROUTES).
     fuse_root: where Cloud Storage FUSE mounts buckets.
@@ -85,7 +83,6 @@ class RunOptions:
   xla: bool = False
   max_nan_recoveries: int = 3
   reshuffle_on_nan: bool = False
-  inject_nan: str = "none"
   is_chief: bool = True
   storage: str = "auto"
   fuse_root: str = "/gcs"
@@ -117,7 +114,3 @@ class RunOptions:
       raise UserError("checkpoint_every_secs must be >= 0.")
     if self.max_nan_recoveries < 0:
       raise UserError("max_nan_recoveries must be >= 0.")
-    if self.inject_nan not in ("none", "always") and not (
-        self.inject_nan.isdigit()):
-      raise UserError("inject_nan must be none, always or a step number, "
-                      f"got {self.inject_nan!r}.")
