@@ -11,10 +11,11 @@ then the Python stacks of every thread (`faulthandler`), calls `on_stall`
 (best-effort, a few seconds at most), and ends the process with
 `STALL_EXIT_CODE` so a supervisor (`ctl.launch`, Vertex AI) restarts it.
 
-Limits: the first run of every phase (it traces or compiles) and start-up
-get `startup_timeout_secs`; later runs get `stall_timeout_secs` or, when that
-is None, `factor` times the slowest run of that phase so far and at least
-`floor_secs`. The controller's bookkeeping between phases gets the steady
+Limits: start-up, the first train loop and the first run of every other
+phase (each traces, compiles or first writes) get `startup_timeout_secs`;
+train loops after the first, and later runs of the others, get
+`stall_timeout_secs` or, when that is None, `factor` times the slowest run of
+that phase so far and at least `floor_secs`. The controller's bookkeeping between phases gets the steady
 limit (the start-up one before the first loop ended).
 
 Trade-off: the watchdog is a Python thread, which can write the line, call
@@ -146,6 +147,8 @@ class Watchdog:
     """Starts the watching thread (no-op when off or already started)."""
     if self._limits.enabled and self._thread is None:
       self._state = self._state._replace(since=time.monotonic())
+      faulthandler.dump_traceback_later(
+          self._state.limit + BACKSTOP_GRACE_SECS, exit=True, file=sys.stderr)
       self._thread = threading.Thread(target=self._watch, daemon=True,
                                       name="ctl-watchdog")
       self._thread.start()
@@ -185,7 +188,8 @@ class Watchdog:
       limit, flag = self._steady(None) if first_loop_done else (
           self._limits.startup_timeout_secs, _STARTUP_FLAG)
       phase = f"bookkeeping after {mark.phase}"
-    elif phase in _STARTUP_PHASES or phase not in self._slowest:
+    elif phase in _STARTUP_PHASES or (phase != progress.TRAIN_LOOP and
+                                      phase not in self._slowest):
       limit, flag = self._limits.startup_timeout_secs, _STARTUP_FLAG
     else:
       limit, flag = self._steady(phase)
