@@ -134,6 +134,10 @@ BENCHMARKS = (
          "--cost_train_steps=20", "--cost_checkpoint_every=10",
          "--cost_steps_per_loop=5", "--repeats=2",
          "--cost_variants=none,gcsfs_async"), timeout_secs=240),
+    Benchmark(
+        "stalls", "benchmarks.stalls", ("--repeats=2",),
+        ("--repeats=1", "--stall_timeout_secs=5", "--stall_step=10",
+         "--train_steps=20", "--cost_train_steps=100"), timeout_secs=300),
 )
 
 
