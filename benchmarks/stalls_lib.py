@@ -154,5 +154,5 @@ def run(config: Config) -> dict:
 
 def _spread(key: str, values: list[float]) -> dict:
   summary = stats.spread(values)
-  return {key: round(summary["median"], 2), f"{key}_min": summary["min"],
+  return {key: summary["median"], f"{key}_min": summary["min"],
           f"{key}_max": summary["max"]}
