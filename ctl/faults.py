@@ -141,6 +141,9 @@ class Injector:
     self._host = [f for f in faults if f.where not in (INPUT, "step")]
     self._input = [f for f in faults if f.where == INPUT]
     self._nan = [f for f in faults if f.kind == "nan"]
+    if len(self._nan) > 1:
+      raise UserError(f"{ENV_VAR} has {len(self._nan)} NaN faults for this "
+                      "worker; one at a time is supported.")
     self._fired = set()
     self._announced = set()
     self._nan_target = None
@@ -214,7 +217,6 @@ class Injector:
         fault not in self._fired):
       self._fired.add(fault)
       self._nan_target.assign(_NEVER)
-
 
   def _fire(self, fault: Fault, mark: progress.Mark) -> None:
     self._fired.add(fault)
