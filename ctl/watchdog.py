@@ -37,7 +37,6 @@ import dataclasses
 import faulthandler
 import json
 import os
-import sys
 import threading
 import time
 from typing import Callable, NamedTuple
@@ -51,6 +50,7 @@ BACKSTOP_GRACE_SECS = 10.0
 _STARTUP_PHASES = (progress.STARTUP, progress.FIRST_LOOP)
 _STARTUP_FLAG = "--startup_timeout_secs"
 _STALL_FLAG = "--stall_timeout_secs"
+_STDERR = 2  # The descriptor: sys.stderr may be a wrapper (pytest, notebooks).
 
 
 class Stalled(Exception):
@@ -148,7 +148,7 @@ class Watchdog:
     if self._limits.enabled and self._thread is None:
       self._state = self._state._replace(since=time.monotonic())
       faulthandler.dump_traceback_later(
-          self._state.limit + BACKSTOP_GRACE_SECS, exit=True, file=sys.stderr)
+          self._state.limit + BACKSTOP_GRACE_SECS, exit=True, file=_STDERR)
       self._thread = threading.Thread(target=self._watch, daemon=True,
                                       name="ctl-watchdog")
       self._thread.start()
@@ -212,7 +212,7 @@ class Watchdog:
         self._stalled(state, waited)
       # If this thread cannot run again, the C watchdog acts instead.
       faulthandler.dump_traceback_later(left + BACKSTOP_GRACE_SECS,
-                                        exit=True, file=sys.stderr)
+                                        exit=True, file=_STDERR)
       if self._heartbeat and state is not written:
         self._beat(state, deadline=time.time() + left)
         written = state
@@ -236,8 +236,8 @@ class Watchdog:
     stall = Stall(worker=self._worker, phase=state.phase, step=state.step,
                   seconds=waited, limit=state.limit, flag=state.flag)
     # os.write and faulthandler take no Python lock the stuck thread may hold.
-    os.write(sys.stderr.fileno(), f"{stall.message()}\n".encode())
-    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    os.write(_STDERR, f"{stall.message()}\n".encode())
+    faulthandler.dump_traceback(file=_STDERR, all_threads=True)
     if self._heartbeat:
       self._beat(state, deadline=time.time(), stalled=True)
     if self._on_stall:
