@@ -120,6 +120,11 @@ BENCHMARKS = (
          "--image_size=32", "--batch_size=4", "--batches=2", "--repeats=1"),
         timeout_secs=120, flags_from=_resnet50_rate),
     Benchmark(
+        "input_scale", "benchmarks.input_scale",
+        ("--num_records=50000", "--repeats=3"),
+        ("--num_records=2000", "--repeats=1", "--decode_batches=5",
+         "--entry_records=1024"), timeout_secs=420),
+    Benchmark(
         "scaling", "benchmarks.scaling",
         ("--train_steps=160", "--steps_per_loop=20", "--repeats=3"),
         ("--train_steps=4", "--steps_per_loop=2", "--image_size=8",

@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 
 from benchmarks import device as device_lib
+from ctl import input as input_lib
 from ctl import loop as loop_lib
 from trainer import data as data_lib
 from trainer import model as model_lib
@@ -61,8 +62,10 @@ def synthetic_batch(*, image_size: int,
     (dataset of (images, labels) batches, number of classes).
   """
   source = data_lib.load("synthetic", image_size=image_size)
-  batch = next(iter(source.train_records.take(batch_size).map(
-      source.decode_fn).batch(batch_size)))
+  batch = next(iter(input_lib.eval_dataset(
+      records=source.train_records, decode_fn=source.decode_fn,
+      input_context=tf.distribute.InputContext(),
+      global_batch_size=batch_size)))
   return tf.data.Dataset.from_tensors(batch).repeat(), source.num_classes
 
 

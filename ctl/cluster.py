@@ -12,6 +12,7 @@ with a `UserError` on anything MultiWorkerMirroredStrategy cannot run, and
 import dataclasses
 import json
 import os
+import socket
 from typing import Any, Mapping, MutableMapping
 
 from ctl.errors import UserError
@@ -46,6 +47,7 @@ class ClusterInfo:
       tutorial shape, where worker 0 is the chief).
     workers: Addresses of the `worker` tasks, in index order.
     trial: Hyperparameter-tuning trial id set by Vertex AI, or None.
+    has_evaluator: Whether the cluster has a side-car evaluator task.
   """
 
   task_type: str = "chief"
@@ -53,6 +55,7 @@ class ClusterInfo:
   chief: tuple[str, ...] = ()
   workers: tuple[str, ...] = ()
   trial: str | None = None
+  has_evaluator: bool = False
 
   @property
   def num_workers(self) -> int:
@@ -149,6 +152,23 @@ def install_tf_config(
   environ["TF_CONFIG"] = tf_config_json(info)
 
 
+def free_ports(count: int) -> list[int]:
+  """Returns `count` distinct loopback ports that nothing listened on just now.
+
+  All of them are held open while they are chosen, so they differ; another
+  process may still take one before the caller binds it, so use them at once
+  (a local cluster's workers, an emulator).
+  """
+  sockets = [socket.socket() for _ in range(count)]
+  try:
+    for s in sockets:
+      s.bind(("localhost", 0))
+    return [s.getsockname()[1] for s in sockets]
+  finally:
+    for s in sockets:
+      s.close()
+
+
 def _parse(var: str, text: str) -> ClusterInfo:
   """Parses the JSON text of environment variable `var`."""
   try:
@@ -181,6 +201,7 @@ def _parse(var: str, text: str) -> ClusterInfo:
       chief=jobs.get("chief", ()),
       workers=jobs.get("worker", ()),
       trial=None if trial is None else str(trial),
+      has_evaluator="evaluator" in jobs or task_type == "evaluator",
   )
 
 

@@ -25,13 +25,11 @@ from ctl import faults as faults_lib
 from ctl import loop as loop_lib
 from ctl import outputs as outputs_lib
 from ctl import preemption
+from ctl import profiler
 from ctl import progress as progress_lib
 from ctl import summaries
+from ctl.errors import Preempted, TrainingDiverged
 from ctl.options import RunOptions, Task
-
-
-class TrainingDiverged(Exception):
-  """The loss stayed non-finite after every allowed rollback."""
 
 
 def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
@@ -55,8 +53,8 @@ def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
 
   Raises:
     UserError: bad options or an incompatible checkpoint.
-    preemption.Preempted: a stop was requested; the checkpoint at the agreed
-      step was written before raising.
+    Preempted: a stop was requested; the checkpoint at the agreed step was
+      written before raising.
     TrainingDiverged: the loss stayed non-finite; nothing bad was saved.
   """
   options.validate()
@@ -126,6 +124,9 @@ class _Run:
     self._writer = summaries.ScalarWriter(
         logdir=self._outputs.tensorboard and
         self._outputs.tensorboard.local_path)
+    self._profiler = profiler.StepProfiler(
+        steps=options.profile_steps,
+        logdir=self._writer.run_dir(summaries.TRAIN))
     self._eval_data = (
         strategy.distribute_datasets_from_function(task.eval_dataset_fn)
         if task.eval_dataset_fn else None)
@@ -179,6 +180,7 @@ class _Run:
     with self._progress.phase(progress_lib.STARTUP):
       self._build()
       self._restore()
+      self._writer.write_hparams(options.hparams)
     start_step = self._step
     if start_step >= options.train_steps:
       logging.info("Step %d reaches --train_steps=%d: nothing to train.",
@@ -191,7 +193,8 @@ class _Run:
         started = time.time()
         phase = (progress_lib.TRAIN_LOOP if self._first_loop_done else
                  progress_lib.FIRST_LOOP)
-        with self._progress.phase(phase):
+        with self._progress.phase(phase), self._profiler.loop(
+            first_step=self._step + 1, last_step=self._step + num_steps):
           output = self._loop.train(
               iterator, num_steps, stop_requested=stop.requested,
               save_requested=self._save_due())
@@ -205,7 +208,7 @@ class _Run:
         if output.stop_requested:
           self._save()
           self._close()
-          raise preemption.Preempted(self._step)
+          raise Preempted(self._step)
     return self._finish(trained=self._step > start_step)
 
   def _save_due(self) -> bool:
@@ -250,8 +253,8 @@ class _Run:
     self._throughput.append(examples_per_second)
     remaining = (self._options.train_steps - step) / max(steps_per_second,
                                                          1e-9)
-    self._train_metrics = {"train/loss": window.mean_loss,
-                           "train/accuracy": window.accuracy}
+    self._train_metrics = {"loss": window.mean_loss,
+                           "accuracy": window.accuracy}
     logging.info(
         "step %d/%d  loss %.4f  accuracy %.4f  %.1f examples/s  ETA %s",
         step, self._options.train_steps, window.mean_loss, window.accuracy,
@@ -262,7 +265,7 @@ class _Run:
             self._optimizer.learning_rate)),
         "examples_per_second": examples_per_second,
         "steps_per_second": steps_per_second,
-    })
+    }, run=summaries.TRAIN)
     self._publish(self._outputs.tensorboard)
     self._window = _Window()
 
@@ -275,9 +278,11 @@ class _Run:
     logging.info("eval at step %d: loss %.4f  accuracy %.4f  (%d examples)",
                  step, metrics["loss"], metrics["accuracy"],
                  metrics["examples"])
-    self._writer.write(step, {"eval/loss": metrics["loss"],
-                              "eval/accuracy": metrics["accuracy"]})
-    self._publish(self._outputs.tensorboard)
+    if not self._options.evaluator_writes_validation:
+      self._writer.write(step, {"loss": metrics["loss"],
+                                "accuracy": metrics["accuracy"]},
+                         run=summaries.VALIDATION)
+      self._publish(self._outputs.tensorboard)
     for callback in self._eval_callbacks:
       callback(step, metrics)
 
@@ -296,8 +301,8 @@ class _Run:
         self._publish(export_location)
     summary = {
         "final_step": step,
-        "train_loss": self._train_metrics.get("train/loss"),
-        "train_accuracy": self._train_metrics.get("train/accuracy"),
+        "train_loss": self._train_metrics.get("loss"),
+        "train_accuracy": self._train_metrics.get("accuracy"),
         "eval_loss": self._eval_metrics.get("loss"),
         "eval_accuracy": self._eval_metrics.get("accuracy"),
         "examples_per_second": (float(np.median(self._throughput[1:] or
@@ -332,6 +337,7 @@ class _Run:
   def _close(self) -> None:
     """Finishes checkpoint writes, then publishes and releases outputs."""
     self._checkpointer.close()
+    self._profiler.stop()
     self._writer.close()
     self._outputs.close()
 

@@ -3,12 +3,14 @@
 Vertex AI and AI Platform can run an evaluator task beside the training
 workers (TF_CONFIG task type `evaluator`). It takes no part in training: it
 polls the checkpoint directory, evaluates each new checkpoint once, writes
-`eval/*` summaries into `<tensorboard_dir>/evaluator` (its own event files,
-so they never mix with the chief's), and stops after evaluating the final
-step, or when no new checkpoint appears for `timeout_secs`.
+`loss` and `accuracy` into `<tensorboard_dir>/validation`, the run dir the
+chief's in-loop evaluation writes when there is no evaluator (with one, the
+chief leaves that run dir to it: RunOptions.evaluator_writes_validation), and
+stops after evaluating the final step, or when no new checkpoint appears for
+`timeout_secs`.
 """
 
-import os
+import posixpath
 import time
 
 from absl import logging
@@ -40,7 +42,7 @@ def evaluate_checkpoints(*, task: Task, options: RunOptions,
       options.checkpoint_dir, storage=options.storage,
       fuse_root=options.fuse_root, read_only=True)
   board = storage.open_location(
-      os.path.join(options.tensorboard_dir, "evaluator"),
+      posixpath.join(options.tensorboard_dir, summaries.VALIDATION),
       storage=options.storage, fuse_root=options.fuse_root)
   with strategy.scope():
     model = task.build_model()
@@ -65,8 +67,9 @@ def evaluate_checkpoints(*, task: Task, options: RunOptions,
         results[step] = metrics
         logging.info("evaluator: step %d accuracy %.4f loss %.4f", step,
                      metrics["accuracy"], metrics["loss"])
-        writer.write(step, {"eval/loss": metrics["loss"],
-                            "eval/accuracy": metrics["accuracy"]})
+        writer.write(step, {"loss": metrics["loss"],
+                            "accuracy": metrics["accuracy"]},
+                     run="")  # `board` is the validation run dir itself.
         board.publish()
         last_path, waited_since = path, time.time()
         if step >= options.train_steps:

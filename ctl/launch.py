@@ -28,7 +28,6 @@ import json
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,8 +35,9 @@ import threading
 import time
 from typing import IO, Sequence, TextIO
 
+from ctl import cluster
 from ctl import watchdog
-from ctl.errors import USER_ERROR_EXIT_CODE, UserError
+from ctl.errors import STALL_EXIT_CODE, USER_ERROR_EXIT_CODE, UserError
 
 RESTART_COUNT_ENV = "CTL_RESTART_COUNT"
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -145,7 +145,7 @@ def _restart_loop(options: LaunchOptions, events: queue.SimpleQueue,
            "error (bad flag, environment or files) that a restart cannot fix")
       return code
     failure = f"exited with code {code}"
-    if code == watchdog.STALL_EXIT_CODE:
+    if code == STALL_EXIT_CODE:
       where = workers.stalled_at(index)
       stalls[where] += 1
       times = {1: "", 2: " twice"}.get(stalls[where],
@@ -187,7 +187,7 @@ class _Workers:
     self._heartbeat_grace_secs = options.heartbeat_grace_secs
     os.makedirs(heartbeat_dir)
     if options.port_base is None:
-      ports = _free_ports(options.num_workers)
+      ports = cluster.free_ports(options.num_workers)
     else:
       ports = range(options.port_base, options.port_base + options.num_workers)
     addresses = [f"localhost:{port}" for port in ports]
@@ -252,7 +252,7 @@ class _Workers:
       except queue.Empty:
         stalled = self._past_deadline()
         if stalled is not None:
-          return stalled, watchdog.STALL_EXIT_CODE, None
+          return stalled, STALL_EXIT_CODE, None
         continue
       if isinstance(exit_or_signum, int):
         return None, 0, exit_or_signum
@@ -363,18 +363,6 @@ def _sleep(events: queue.SimpleQueue, secs: float) -> int | None:
     if event[0] == "signal":
       return event[1]
   return None
-
-
-def _free_ports(count: int) -> list[int]:
-  """Returns `count` distinct ports that were free a moment ago."""
-  sockets = [socket.socket() for _ in range(count)]
-  try:
-    for s in sockets:
-      s.bind(("localhost", 0))
-    return [s.getsockname()[1] for s in sockets]
-  finally:
-    for s in sockets:
-      s.close()
 
 
 def _parse_args(argv: Sequence[str]) -> LaunchOptions:

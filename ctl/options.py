@@ -6,7 +6,7 @@ value fails in one sentence before anything is built or written.
 """
 
 import dataclasses
-from typing import Callable
+from typing import Callable, Mapping
 
 import keras
 import tensorflow as tf
@@ -66,6 +66,13 @@ class RunOptions:
     storage: how gs:// directories are reached (ctl.storage.ROUTES).
     fuse_root: where Cloud Storage FUSE mounts buckets.
     restarts: how many times a supervisor restarted the job (reported).
+    profile_steps: (first, last) global steps to capture a profiler trace
+      of (chief), or None; see ctl.profiler.
+    hparams: the run's hyperparameters, {name: bool, int, float or str},
+      written for TensorBoard's HParams dashboard (the caller chooses them).
+    evaluator_writes_validation: a side-car evaluator writes the validation
+      summaries, so the chief's own evaluations are logged and reported but
+      not written to TensorBoard (one writer per run dir).
   """
   model_dir: str
   checkpoint_dir: str
@@ -87,6 +94,10 @@ class RunOptions:
   storage: str = "auto"
   fuse_root: str = "/gcs"
   restarts: int = 0
+  profile_steps: tuple[int, int] | None = None
+  hparams: Mapping[str, bool | int | float | str] = dataclasses.field(
+      default_factory=dict)
+  evaluator_writes_validation: bool = False
 
   def validate(self) -> None:
     """Raises UserError with one sentence for the first bad option."""
@@ -114,3 +125,8 @@ class RunOptions:
       raise UserError("checkpoint_every_secs must be >= 0.")
     if self.max_nan_recoveries < 0:
       raise UserError("max_nan_recoveries must be >= 0.")
+    if self.profile_steps is not None:
+      first, last = self.profile_steps
+      if not 1 <= first <= last:
+        raise UserError("profile_steps must be START,END with 1 <= START <= "
+                        f"END, got {first},{last}.")

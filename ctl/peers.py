@@ -17,7 +17,7 @@ from typing import Callable
 from absl import logging
 
 from ctl import cluster as cluster_lib
-from ctl import watchdog
+from ctl.errors import Stalled
 
 _FLAG = "--startup_timeout_secs"
 
@@ -35,7 +35,7 @@ def wait_for_peers(info: cluster_lib.ClusterInfo, *, timeout_secs: float,
     log: where those lines go (`fn(format, *args)`).
 
   Raises:
-    watchdog.Stalled: a peer did not answer within `timeout_secs`.
+    Stalled: a peer did not answer within `timeout_secs`.
   """
   if not info.is_multi_worker:
     return
@@ -56,7 +56,7 @@ def wait_for_peers(info: cluster_lib.ClusterInfo, *, timeout_secs: float,
         return
       now = time.monotonic()
       if now - started >= timeout_secs:
-        raise watchdog.Stalled(
+        raise Stalled(
             f"gave up after {timeout_secs:g} s ({_FLAG}) waiting for "
             f"{', '.join(waiting)} of TF_CONFIG to start; start it or fix "
             "TF_CONFIG, then run again.")

@@ -2,17 +2,15 @@
 
 The handler only records the request; the train loop reads the flag at its
 next boundary and all workers agree on it through one all-reduce (see
-`TrainLoop.train`), so every worker saves at the same step and exits with
-`PREEMPTED_EXIT_CODE`. A non-zero code tells the platform (Vertex AI, the
-local launcher, Kubernetes) that the job is not done and must be restarted.
+`TrainLoop.train`), so every worker saves at the same step, `controller.run`
+raises `errors.Preempted`, and the process exits with
+`errors.PREEMPTED_EXIT_CODE`. A non-zero code tells the platform (Vertex AI,
+the local launcher, Kubernetes) that the job is not done and must be
+restarted.
 """
 
 import signal
 import threading
-
-# 128 + SIGTERM, the conventional status of a process stopped by SIGTERM.
-# ctl exits with it only after the checkpoint at the agreed step is written.
-PREEMPTED_EXIT_CODE = 143
 
 
 class StopRequest:
@@ -41,12 +39,3 @@ class StopRequest:
   @property
   def requested(self) -> bool:
     return self._event.is_set()
-
-
-class Preempted(Exception):
-  """Training stopped on request after saving at the agreed step."""
-
-  def __init__(self, step: int):
-    super().__init__(f"Stopped on request after saving the checkpoint at "
-                     f"step {step}; run the same command again to continue.")
-    self.step = step

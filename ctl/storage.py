@@ -157,6 +157,37 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
           is_transient=is_transient, read_only=read_only))
 
 
+def read_route(url: str, *, storage: str = "auto",
+               fuse_root: str = "/gcs") -> tuple[str, object | None]:
+  """How to read files under `url`: (root, None) or (root, gcsfs filesystem).
+
+  With None, TensorFlow reads `root` itself: a local directory, the FUSE
+  mount of the bucket, or gs:// through TensorFlow's own filesystem (tf
+  route). With a filesystem, `root` is BUCKET/PATH on it (gcsfs route).
+
+  Raises:
+    UserError: If `storage` is unknown, or the fuse route is asked for and the
+      bucket is not mounted.
+  """
+  if storage not in ROUTES:
+    raise UserError(f"storage must be one of {', '.join(ROUTES)}, not "
+                    f"{storage!r}.")
+  parsed = _parse_cloud_url(url, fuse_root=fuse_root)
+  if parsed is None:
+    return url, None
+  bucket, path = parsed
+  mount = os.path.join(fuse_root, bucket)
+  if storage == "tf":
+    return posixpath.join(f"gs://{bucket}", path).rstrip("/"), None
+  if storage == "fuse" or (storage == "auto" and os.path.isdir(mount)):
+    if not os.path.isdir(mount):
+      raise UserError(f"{url} is to be read through Cloud Storage FUSE, but "
+                      f"{mount} is not a directory; mount the bucket there or "
+                      f"use storage='gcsfs'.")
+    return posixpath.join(mount, path).rstrip("/"), None
+  return posixpath.join(bucket, path).rstrip("/"), _gcs_filesystem()
+
+
 def _parse_cloud_url(url: str, *, fuse_root: str) -> tuple[str, str] | None:
   """Splits a Cloud Storage url into (bucket, path); None for other urls."""
   fuse_prefix = fuse_root.rstrip("/") + "/"

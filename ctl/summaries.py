@@ -1,34 +1,90 @@
-"""TensorBoard scalars, written by the chief only.
+"""TensorBoard summaries, written by the chief only, one run dir per role.
 
-Other workers get a no-op writer so they never put event files in the run
-directory (which would show up as duplicate runs in TensorBoard).
+The layout is the one Keras' `TensorBoard` callback and Model Garden use, so
+TensorBoard draws train and validation curves of a tag in one chart:
+
+  <logdir>/train/        loss, accuracy, learning_rate, examples_per_second,
+                         steps_per_second (and the profiler's plugins/profile)
+  <logdir>/validation/   loss, accuracy
+  <logdir>/              the run's hyperparameters (HParams dashboard); the
+                         directory is the HParams "session", its metrics are
+                         the last values of the tags in train/ and validation/
+
+Other workers get no logdir, so they never put event files in the run
+directories (which would show up as duplicate runs in TensorBoard).
 """
 
+import posixpath
+from typing import Mapping
+
 import tensorflow as tf
+from tensorboard.plugins.hparams import api as hp
+
+TRAIN = "train"
+VALIDATION = "validation"
+
+# The columns of the HParams dashboard: (run, tag), final values.
+HPARAMS_METRICS = ((VALIDATION, "accuracy"), (VALIDATION, "loss"),
+                   (TRAIN, "accuracy"), (TRAIN, "loss"))
+
+HParamValue = bool | int | float | str
 
 
 class ScalarWriter:
-  """Writes `{tag: value}` scalars at a step; a no-op without a logdir.
+  """Writes `{tag: value}` scalars into named run dirs; a no-op without logdir.
 
-  The event file is created at the first write, so a run that fails before
-  it has anything to log (a bad flag, a checkpoint of another model) leaves
-  the TensorBoard directory as it was.
+  An event file is created at the first write into its run dir, so a run that
+  fails before it has anything to log (a bad flag, a checkpoint of another
+  model) leaves the TensorBoard directory as it was.
   """
 
   def __init__(self, *, logdir: str | None):
-    """Writes event files into `logdir`; pass None on non-chief workers."""
+    """Writes event files under `logdir`; pass None on non-chief workers."""
     self._logdir = logdir
-    self._writer = None if logdir else tf.summary.create_noop_writer()
+    self._writers = {}
 
-  def write(self, step: int, scalars: dict[str, float]) -> None:
-    """Writes the scalars and flushes, so readers see them at once."""
-    if self._writer is None:
-      self._writer = tf.summary.create_file_writer(self._logdir)
-    with self._writer.as_default(step=step):
+  def run_dir(self, run: str) -> str | None:
+    """Where run `run` ("" for the logdir itself) writes; None if nowhere."""
+    if not self._logdir:
+      return None
+    return posixpath.join(self._logdir, run) if run else self._logdir
+
+  def write(self, step: int, scalars: Mapping[str, float], *,
+            run: str = TRAIN) -> None:
+    """Writes the scalars into run `run` and flushes, so readers see them."""
+    with self._writer(run).as_default(step=step):
       for tag, value in scalars.items():
         tf.summary.scalar(tag, value)
-    self._writer.flush()
+    self._writers[run].flush()
+
+  def write_hparams(self, hparams: Mapping[str, HParamValue]) -> None:
+    """Records the hyperparameters of this run for the HParams dashboard.
+
+    Written into the logdir itself (the HParams session); the dashboard's
+    metric columns are HPARAMS_METRICS, read from the train and validation
+    runs below it, so runs whose logdirs share a parent line up as trials.
+
+    Args:
+      hparams: {name: value}, e.g. {"learning_rate": 1e-3, "model": "cnn"};
+        nothing is written when it is empty.
+    """
+    if not hparams:
+      return
+    with self._writer("").as_default(step=0):
+      hp.hparams_config(
+          hparams=[hp.HParam(name) for name in hparams],
+          metrics=[hp.Metric(tag, group=run, display_name=f"{run} {tag}")
+                   for run, tag in HPARAMS_METRICS])
+      hp.hparams(dict(hparams))
+    self._writers[""].flush()
+
+  def _writer(self, run: str):
+    if run not in self._writers:
+      self._writers[run] = (
+          tf.summary.create_file_writer(self.run_dir(run)) if self._logdir
+          else tf.summary.create_noop_writer())
+    return self._writers[run]
 
   def close(self) -> None:
-    if self._writer is not None:
-      self._writer.close()
+    for writer in self._writers.values():
+      writer.close()

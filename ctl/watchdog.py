@@ -42,19 +42,14 @@ import time
 from typing import Callable, NamedTuple
 
 from ctl import progress
-from ctl.errors import UserError
+from ctl.errors import STALL_EXIT_CODE, UserError
 
-STALL_EXIT_CODE = 75  # EX_TEMPFAIL: not done, try again.
 HEARTBEAT_DIR_ENV = "CTL_HEARTBEAT_DIR"
 BACKSTOP_GRACE_SECS = 10.0
 _STARTUP_PHASES = (progress.STARTUP, progress.FIRST_LOOP)
 _STARTUP_FLAG = "--startup_timeout_secs"
 _STALL_FLAG = "--stall_timeout_secs"
 _STDERR = 2  # The descriptor: sys.stderr may be a wrapper (pytest, notebooks).
-
-
-class Stalled(Exception):
-  """Start-up gave up waiting (e.g. for a peer); exit with STALL_EXIT_CODE."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,14 +18,14 @@ import pytest
 
 from benchmarks import chart
 from benchmarks import input_pipeline_lib
+from benchmarks import input_scale_lib
 from benchmarks import markdown
 from benchmarks import report as report_lib
 from benchmarks import scaling_lib
 from benchmarks import stats
 from benchmarks import throughput_lib
 from benchmarks import variants as variants_lib
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.conftest import REPO, trainer_env
 _ROW_FIELDS = ("name", "kind", "steps_per_loop", "precision", "xla",
                "images_per_second", "images_per_second_min",
                "images_per_second_max", "images_per_second_per_round",
@@ -231,6 +231,25 @@ def test_input_pipeline_on_tiny_settings():
   assert any("pixel-count estimate" in note for note in body["notes"])
 
 
+def test_input_scale_on_tiny_settings(tmp_path):
+  config = input_scale_lib.Config(
+      num_records=200, jpeg_size=8, image_size=8, global_batch=16,
+      pipelines=(1, 2), resume_points=(0.1, 0.9), decode_batches=2,
+      entry_records=64, repeats=1, cache_dir=str(tmp_path))
+  sections = input_scale_lib.run(config)
+  body = sections["input_scale"]
+  _check_section(body)
+  rows = {row["name"]: row for row in body["rows"]}
+  for n in (1, 2):  # Counted reads are exact: the share by index, all streamed.
+    row = rows[f"records read per pipeline, N={n} (max)"]
+    assert row[input_scale_lib.INDEXED] == row["target"] == 192 // n
+    assert row[input_scale_lib.STREAMED] == 200
+  assert [t["status"] for t in body["targets"]][:2] == ["PASS", "PASS"]
+  entry = sections["input_scale_entry"]
+  _check_section(entry, ("name", "records_per_second"))
+  assert len(entry["rows"]) == 4
+
+
 _STAND_IN_WORKER = textwrap.dedent("""\
     # Stands in for trainer.task: the chief writes a summary whose rate
     # depends on the number of workers in TF_CONFIG.
@@ -278,7 +297,7 @@ def test_run_all_quick_writes_json_markdown_and_chart(tmp_path):
       [sys.executable, "-m", "benchmarks.run_all", "--quick",
        f"--results_dir={results}", f"--only={','.join(only)}"],
       cwd=REPO, capture_output=True, text=True, timeout=240, check=False,
-      env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2"))
+      env=trainer_env())
   assert completed.returncode == 0, completed.stdout + completed.stderr
   latest = results / report_lib.LATEST
   assert os.path.islink(latest)

@@ -1,12 +1,12 @@
 """The trainer with gs:// outputs, killed, cut off and resumed, end to end.
 
 Every test runs the real command line (`python -m trainer.task`) in a
-subprocess. The gcsfs route talks to a real gcp-storage-emulator process (see
-gcs_emulator.py), which a test can stop in the middle of an upload and start
-again; the FUSE route's mount is a local directory, as Cloud Storage FUSE
-presents one. Each trainer process gets its own TMPDIR, so its staging
-directories are its own: a re-run with a fresh TMPDIR has no local copy of
-anything and must read its checkpoint back from the bucket.
+subprocess. The gcsfs route talks to a real gcp-storage-emulator process
+(see ctl/testing/gcs_emulator.py), which a test can stop in the middle of an
+upload and start again; the FUSE route's mount is a local directory, as Cloud
+Storage FUSE presents one. Each trainer process gets its own TMPDIR, so its
+staging directories are its own: a re-run with a fresh TMPDIR has no local
+copy of anything and must read its checkpoint back from the bucket.
 """
 
 import glob
@@ -21,8 +21,9 @@ import pytest
 
 from tests.conftest import (FAST_FLAGS, read_scalars, read_summary,
                             run_trainer, trainer_command, trainer_env)
-from tests.gcs_emulator import GcsEmulator
+from ctl.testing.gcs_emulator import GcsEmulator
 from tests.test_fault_tolerance import finish, start, wait_for_step
+from trainer.testing import vertex_output_env
 
 BUCKET = GcsEmulator.BUCKET
 STEPS = 60
@@ -146,13 +147,14 @@ def test_sigkill_then_resume_from_the_bucket(reference, route, tmp_path):
   assert "checkpoints/checkpoint" in names
   assert bucket.latest_checkpoint_step("run/checkpoints") == STEPS
   # One events file per process; together they hold the whole run.
-  assert len([n for n in names if n.startswith("tensorboard/") and
+  assert len([n for n in names if n.startswith("tensorboard/train/") and
               "tfevents" in n]) == 2
-  scalars = read_scalars(str(tmp_path / "downloaded" / "tensorboard"))
-  assert max(step for step, _ in scalars["train/loss"]) == STEPS
-  assert max(step for step, _ in scalars["eval/accuracy"]) == STEPS
-  assert {step for step, _ in scalars["train/loss"]} >= set(
-      range(5, STEPS + 1, 5))
+  board = tmp_path / "downloaded" / "tensorboard"
+  train = read_scalars(str(board / "train"))
+  validation = read_scalars(str(board / "validation"))
+  assert max(step for step, _ in train["loss"]) == STEPS
+  assert max(step for step, _ in validation["accuracy"]) == STEPS
+  assert {step for step, _ in train["loss"]} >= set(range(5, STEPS + 1, 5))
 
 
 def test_upload_cut_by_an_outage_is_retried(reference, gcs_emulator,
@@ -223,9 +225,7 @@ def test_checkpoint_cut_mid_upload_is_never_restored(reference, gcs_emulator,
 
 
 def test_vertex_directories_alone_place_every_output(gcs_emulator, tmp_path):
-  aip = {"AIP_MODEL_DIR": f"gs://{BUCKET}/aip/model/",
-         "AIP_CHECKPOINT_DIR": f"gs://{BUCKET}/aip/checkpoints/",
-         "AIP_TENSORBOARD_LOG_DIR": f"gs://{BUCKET}/aip/logs/"}
+  aip = vertex_output_env(f"gs://{BUCKET}/aip")
   # No mount at --fuse_root, so `auto` takes gcsfs wherever this runs.
   run_trainer(*FLAGS, "--train_steps=20", f"--fuse_root={tmp_path / 'gcs'}",
               env=_env(tmp_path, "run", **aip))
@@ -238,7 +238,7 @@ def test_vertex_directories_alone_place_every_output(gcs_emulator, tmp_path):
           "train_summary.json"} <= names
   assert bucket.latest_checkpoint_step("aip/checkpoints") == 20
   logs = bucket.download("aip/logs", str(tmp_path / "logs"))
-  assert "train/loss" in read_scalars(logs)
+  assert "loss" in read_scalars(os.path.join(logs, "train"))
   assert all(name.startswith("aip/") for name in bucket.names(""))
 
 

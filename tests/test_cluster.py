@@ -92,6 +92,17 @@ def test_evaluator_is_not_a_training_worker():
   assert info.num_workers == 2
 
 
+def test_the_chief_knows_whether_an_evaluator_writes_validation():
+  """With an evaluator, the chief leaves <tensorboard_dir>/validation to it."""
+  with_evaluator = _resolve(json.dumps({
+      "cluster": {"chief": ["c:1"], "evaluator": ["e:1"]},
+      "task": {"type": "chief", "index": 0}}))
+  assert with_evaluator.is_chief and with_evaluator.has_evaluator
+  assert not _resolve(json.dumps({
+      "cluster": {"chief": ["c:1"], "worker": ["w:1"]},
+      "task": {"type": "chief", "index": 0}})).has_evaluator
+
+
 def test_evaluator_may_be_missing_from_cluster():
   info = _resolve(json.dumps({"cluster": {"chief": ["c:1"], "worker": ["w:1"]},
                               "task": {"type": "evaluator", "index": 0}}))

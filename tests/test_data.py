@@ -1,22 +1,34 @@
 """trainer.data: each source yields cheap records that decode to images."""
 
+import logging
 import os
+import shutil
 
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_datasets as tfds
 
+from benchmarks import tfds_jpegs
+from ctl import datafiles
 from ctl import input as input_lib
 from ctl.errors import UserError
+from tests.gcs_emulator import GcsEmulator
 from trainer import data
 
 
+def _all_records(records):
+  """Every record of a source, in its fixed order, as numpy values."""
+  if isinstance(records, input_lib.IndexedRecords):
+    fetched = records.fetch(tf.range(records.size, dtype=tf.int64))
+    return list(tf.data.Dataset.from_tensor_slices(fetched)
+                .as_numpy_iterator())
+  return list(records.as_numpy_iterator())
+
+
 def _decoded(source, records, count=None):
-  dataset = records.map(source.decode_fn)
-  if count:
-    dataset = dataset.take(count)
-  return list(dataset.as_numpy_iterator())
+  pairs = _all_records(records)[:count]
+  return [tuple(np.asarray(t) for t in source.decode_fn(*(
+      pair if isinstance(pair, tuple) else (pair,)))) for pair in pairs]
 
 
 def _check_images(pairs, source):
@@ -28,43 +40,70 @@ def _check_images(pairs, source):
     assert np.issubdtype(np.asarray(label).dtype, np.integer)
 
 
-def test_cassava_records_stay_encoded_until_decode_fn(tmp_path):
-  with tfds.testing.mock_data(num_examples=6):
-    source = data.load("cassava", image_size=300, data_dir=str(tmp_path))
-    records = list(source.train_records.take(3).as_numpy_iterator())
-    pairs = _decoded(source, source.train_records, count=3)
-    eval_pairs = _decoded(source, source.eval_records, count=2)
-  assert source.num_train == 6
-  assert source.num_classes == 5
-  assert source.image_shape == (300, 300, 3)
-  assert source.shuffle_buffer  # Streamed: shuffled in blocks.
-  for encoded, label in records:
-    assert isinstance(encoded, bytes)
-    # Still an image file (the mock encodes PNG; the real data is JPEG).
-    assert encoded.startswith((b"\x89PNG", b"\xff\xd8")), encoded[:8]
-    assert 0 <= label < 5
-  _check_images(pairs + eval_pairs, source)
-  assert [label for _, label in pairs] == [label for _, label in records]
-  assert pairs[0][0].std() > 0  # A real (random) picture, not a blank.
+@pytest.fixture(scope="module")
+def tfds_dirs(tmp_path_factory):
+  """A tiny TFDS JPEG dataset prepared offline, as ArrayRecord and TFRecord."""
+  root = tmp_path_factory.mktemp("tfds")
+  return {file_format: tfds_jpegs.build(
+      str(root / file_format), file_format=file_format, num_train=24,
+      num_eval=6, image_size=20) for file_format in ("array_record",
+                                                       "tfrecord")}
 
 
-def test_cassava_through_the_resumable_pipeline(tmp_path):
-  with tfds.testing.mock_data(num_examples=8):
-    source = data.load("cassava", image_size=300, data_dir=str(tmp_path))
-    dataset = input_lib.train_dataset(
-        records=source.train_records, num_records=source.num_train,
-        decode_fn=source.decode_fn,
-        input_context=tf.distribute.InputContext(),
-        global_batch_size=4, seed=0, start_step=1,
-        shuffle_buffer=source.shuffle_buffer)
-    images, labels = next(iter(dataset))
-  assert images.shape == (4, 300, 300, 3) and images.dtype == tf.float32
+def _class_of(image):
+  """The class a generated JPEG was coloured with (see tfds_jpegs)."""
+  return int(np.argmin(np.abs(
+      tfds_jpegs.COLORS[:3] / 255 - image.reshape(-1, 3).mean(0)).sum(1)))
+
+
+def test_array_record_tfds_is_read_by_index_and_decoded_in_tf_data(tfds_dirs):
+  source = data.load("cassava", image_size=16,
+                     data_dir=tfds_dirs["array_record"])
+  assert isinstance(source.train_records, input_lib.IndexedRecords)
+  assert (source.num_train, source.eval_records.size) == (24, 6)
+  assert source.num_classes == 3 and source.shuffle_buffer is None
+  serialized = _all_records(source.train_records)
+  assert all(isinstance(record, bytes) for record in serialized)
+  pairs = _decoded(source, source.train_records)
+  _check_images(pairs + _decoded(source, source.eval_records), source)
+  assert [_class_of(image) for image, _ in pairs] == [
+      label for _, label in pairs]
+
+
+def test_tfrecord_tfds_is_streamed_and_says_how_to_convert(tfds_dirs, caplog):
+  with caplog.at_level(logging.INFO):
+    source = data.load("cassava", image_size=16,
+                       data_dir=tfds_dirs["tfrecord"])
+  assert isinstance(source.train_records, tf.data.Dataset)
+  assert source.shuffle_buffer and source.num_train == 24
+  assert "tfds convert_format" in caplog.text
+  assert "out_file_format=array_record" in caplog.text
+  pairs = _decoded(source, source.train_records, count=6)
+  _check_images(pairs, source)
+  records = _all_records(source.train_records)[:6]
+  assert all(encoded.startswith(b"\xff\xd8") for encoded, _ in records)
+
+
+def test_cassava_is_found_by_name_in_a_tfds_data_dir(tfds_dirs, tmp_path):
+  # DATA_DIR/cassava/<version>/, as `tfds build cassava` lays it out.
+  shutil.copytree(tfds_dirs["array_record"], tmp_path / "cassava" / "1.0.0")
+  source = data.load("cassava", image_size=16, data_dir=str(tmp_path))
+  assert source.num_train == 24
+  dataset = input_lib.train_dataset(
+      records=source.train_records, decode_fn=source.decode_fn,
+      input_context=tf.distribute.InputContext(), global_batch_size=4,
+      seed=0, start_step=3)
+  images, labels = next(iter(dataset))
+  assert images.shape == (4, 16, 16, 3) and images.dtype == tf.float32
   assert labels.dtype == tf.int64
 
 
-def test_cassava_without_data_dir_is_a_user_error():
+@pytest.mark.parametrize("data_dir", ["", "missing"])
+def test_cassava_without_a_prepared_dataset_is_a_user_error(data_dir,
+                                                            tmp_path):
   with pytest.raises(UserError, match="--data_dir"):
-    data.load("cassava", image_size=300, data_dir="")
+    data.load("cassava", image_size=300,
+              data_dir=data_dir and str(tmp_path / data_dir))
 
 
 def _write_image(path, color, size, channels):
@@ -81,9 +120,8 @@ def _write_image(path, color, size, channels):
 _COLORS = {"a_red": (255, 0, 0, 255), "b_blue": (0, 0, 255, 255)}
 
 
-@pytest.fixture
-def image_root(tmp_path):
-  root = tmp_path / "images"
+def _make_images(root):
+  """13 JPEG/PNG images in two classes, plus files that are not images."""
   for index in range(13):
     name = "a_red" if index < 7 else "b_blue"
     (root / name).mkdir(parents=True, exist_ok=True)
@@ -97,31 +135,106 @@ def image_root(tmp_path):
   return str(root)
 
 
+@pytest.fixture
+def image_root(tmp_path):
+  return _make_images(tmp_path / "images")
+
+
+def _check_colors(pairs, names):
+  for (image, label), name in zip(pairs, names):
+    assert image.shape == (16, 16, 3) and image.dtype == np.float32
+    red, _, blue = image.reshape(-1, 3).mean(axis=0)
+    if "gray" in name:
+      assert label == 0
+      np.testing.assert_allclose(image, 128 / 255, atol=0.01)
+    elif label == 0:
+      assert red > 0.9 and blue < 0.1, name
+    else:
+      assert label == 1 and blue > 0.9 and red < 0.1, name
+
+
 def test_files_decode_with_labels_and_hold_out_every_tenth(image_root):
   source = data.load("files", image_size=16, data_dir=image_root)
   files = [os.path.join(image_root, c, f) for c in sorted(_COLORS)
            for f in sorted(os.listdir(os.path.join(image_root, c)))
            if not f.endswith(".txt")]
   assert len(files) == 14
-  train = [p.decode() for p, _ in source.train_records.as_numpy_iterator()]
-  held_out = [p.decode() for p, _ in source.eval_records.as_numpy_iterator()]
+  train = [p.decode() for p, _ in _all_records(source.train_records)]
+  held_out = [p.decode() for p, _ in _all_records(source.eval_records)]
   assert held_out == [files[9]]
   assert train == files[:9] + files[10:]
   assert source.num_train == 13 and source.num_classes == 2
+  for records, names in ((source.train_records, train),
+                         (source.eval_records, held_out)):
+    _check_colors(_decoded(source, records), names)
 
-  for records in (source.train_records, source.eval_records):
-    for (path, label), (image, decoded_label) in zip(
-        records.as_numpy_iterator(), _decoded(source, records)):
-      assert decoded_label == label
-      assert image.shape == (16, 16, 3) and image.dtype == np.float32
-      red, _, blue = image.reshape(-1, 3).mean(axis=0)
-      if b"gray" in path:
-        assert label == 0
-        np.testing.assert_allclose(image, 128 / 255, atol=0.01)
-      elif label == 0:
-        assert red > 0.9 and blue < 0.1, path
-      else:
-        assert label == 1 and blue > 0.9 and red < 0.1, path
+
+def _add_image(write, name):
+  """A new red image whose name sorts first: it would shift every index."""
+  write(name,
+        tf.io.encode_jpeg(np.full((8, 8, 3), 250, np.uint8)).numpy())
+
+
+@pytest.mark.parametrize("form", ["mount_path", "gs_url"])
+def test_files_on_a_fuse_mount_keep_their_manifest(tmp_path, form):
+  fuse_root = tmp_path / "gcs"  # Stands in for /gcs, where buckets mount.
+  root = _make_images(fuse_root / "bucket" / "images")
+  data_dir = root if form == "mount_path" else "gs://bucket/images"
+
+  def load(manifest_dir):
+    return data.load("files", image_size=16, data_dir=data_dir,
+                     fuse_root=str(fuse_root), manifest_dir=manifest_dir)
+
+  checkpoints = f"{fuse_root}/bucket/run/checkpoints"
+  first = load(checkpoints)
+  names = _all_records(first.train_records)
+  assert os.path.exists(os.path.join(checkpoints, datafiles.MANIFEST))
+  _add_image(lambda name, data: (fuse_root / "bucket" / "images" / name)
+             .write_bytes(data), "a_red/000_added.jpg")
+  assert load(checkpoints).num_train == first.num_train
+  assert _all_records(load(checkpoints).train_records) == names
+  assert load("").num_train == first.num_train + 1  # Listed afresh.
+
+
+def test_files_on_cloud_storage_through_gcsfs(gcs_emulator, image_root):
+  fs = gcs_emulator.filesystem()
+  bucket = GcsEmulator.BUCKET
+  fs.put(image_root, f"{bucket}/images", recursive=True)
+
+  def load():
+    return data.load("files", image_size=16, data_dir=f"gs://{bucket}/images",
+                     storage="gcsfs",
+                     manifest_dir=f"gs://{bucket}/run/checkpoints")
+
+  source = load()
+  local = data.load("files", image_size=16, data_dir=image_root)
+  assert (source.num_train, source.num_classes) == (13, 2)
+  pairs = _decoded(source, source.train_records)
+  for (image, label), (local_image, local_label) in zip(
+      pairs, _decoded(local, local.train_records)):
+    np.testing.assert_array_equal(image, local_image)
+    assert label == local_label
+  assert fs.exists(f"{bucket}/run/checkpoints/{datafiles.MANIFEST}")
+  _add_image(lambda name, data: fs.pipe(f"{bucket}/images/{name}", data),
+             "a_red/000_added.jpg")
+  again = load()
+  assert again.num_train == 13
+  dataset = input_lib.train_dataset(
+      records=again.train_records, decode_fn=again.decode_fn,
+      input_context=tf.distribute.InputContext(), global_batch_size=13,
+      seed=0, start_step=0)
+  images, labels = next(iter(dataset))
+  assert sorted(labels.numpy().tolist()) == sorted(l for _, l in pairs)
+
+
+def test_a_manifest_of_another_data_dir_is_a_user_error(tmp_path, image_root):
+  other = _make_images(tmp_path / "other")
+  checkpoints = str(tmp_path / "checkpoints")
+  data.load("files", image_size=16, data_dir=image_root,
+            manifest_dir=checkpoints)
+  with pytest.raises(UserError, match="lists the files of"):
+    data.load("files", image_size=16, data_dir=other,
+              manifest_dir=checkpoints)
 
 
 @pytest.mark.parametrize("layout", ["missing", "one_class", "no_images"])
@@ -143,7 +256,7 @@ def _digit_split(seed):
   source = data.load("digits", image_size=8)
   return source, {
       name: sorted(image.tobytes() + bytes([label]) for image, label in
-                   records.as_numpy_iterator())
+                   _all_records(records))
       for name, records in (("train", source.train_records),
                             ("eval", source.eval_records))}
 

@@ -68,6 +68,16 @@ def test_bad_flag_values(model_dir, flag, words):
   assert words in _fails_cleanly(model_dir, flag)
 
 
+@pytest.mark.parametrize("flag,last", [
+    ("--profile_steps=30,20", "error: profile_steps must be START,END with "
+     "1 <= START <= END, got 30,20."),
+    ("--profile_steps=12", "error: --profile_steps must be START,END (two "
+     "step numbers, e.g. 100,110), got '12'."),
+])
+def test_bad_profile_range(model_dir, flag, last):
+  assert _fails_cleanly(model_dir, flag) == last
+
+
 def test_checkpoint_interval_not_a_multiple_of_the_loop(model_dir):
   last = _fails_cleanly(model_dir, "--steps_per_loop=10",
                         "--checkpoint_every_steps=25")

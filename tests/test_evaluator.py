@@ -26,13 +26,17 @@ def test_evaluator_follows_the_chief_to_the_last_checkpoint(model_dir):
     assert process.returncode == 0, outputs[role][-3000:]
 
   chief = read_summary(model_dir)
-  evaluator = read_scalars(os.path.join(model_dir, "tensorboard", "evaluator"))
-  evaluated = dict(evaluator["eval/accuracy"])
+  board = os.path.join(model_dir, "tensorboard")
+  validation = read_scalars(os.path.join(board, "validation"))
+  assert set(validation) == {"loss", "accuracy"}  # The chief's train tags.
+  assert {"loss", "accuracy"} < set(read_scalars(os.path.join(board, "train")))
+  evaluated = dict(validation["accuracy"])
   assert max(evaluated) == 40  # It stopped after the final checkpoint.
   assert evaluated[40] == pytest.approx(chief["eval_accuracy"], abs=1e-6)
   assert "evaluator: step 40" in outputs["evaluator"]
-  # The evaluator wrote no checkpoint, export or summary of its own.
-  assert "train/loss" not in evaluator
-  assert sorted(os.listdir(os.path.join(model_dir, "tensorboard"))) == [
-      "evaluator", *sorted(f for f in os.listdir(
-          os.path.join(model_dir, "tensorboard")) if "tfevents" in f)]
+  # The validation run dir is the evaluator's alone: the chief evaluated (its
+  # summary has the final accuracy) but wrote no validation event file.
+  events = os.listdir(os.path.join(board, "validation"))
+  assert len(events) == 1, events
+  assert events[0].rsplit(".", 3)[1] == str(processes["evaluator"].pid)
+  assert "eval at step 20" in outputs["chief"]

@@ -57,9 +57,9 @@ def test_two_workers_match_one_worker_step_for_step(one_and_two_workers):
   one, two, _, result = one_and_two_workers
   assert "[worker 1]" in result.stdout + result.stderr
   losses_one = [v for _, v in read_scalars(
-      os.path.join(one, "tensorboard"))["train/loss"]]
+      os.path.join(one, "tensorboard", "train"))["loss"]]
   losses_two = [v for _, v in read_scalars(
-      os.path.join(two, "tensorboard"))["train/loss"]]
+      os.path.join(two, "tensorboard", "train"))["loss"]]
   assert len(losses_one) == len(losses_two) == STEPS
   np.testing.assert_allclose(losses_two, losses_one, rtol=1e-5)
   assert losses_one[0] != losses_one[-1]  # It trained.
@@ -76,9 +76,12 @@ def test_only_the_chief_writes_outputs(one_and_two_workers):
   _, two, scratch, _ = one_and_two_workers
   assert sorted(os.listdir(two)) == ["checkpoints", "saved_model",
                                      "tensorboard", "train_summary.json"]
-  events = [f for f in os.listdir(os.path.join(two, "tensorboard"))
-            if "tfevents" in f]
-  assert len(events) == 1, events  # Worker 1 wrote no event file.
+  events = [f for _, _, files in os.walk(os.path.join(two, "tensorboard"))
+            for f in files if "tfevents" in f]
+  # Worker 1 wrote no event file: one each for the HParams session, train
+  # and validation, all from one process.
+  assert len(events) == 3, events
+  assert len({f.rsplit(".", 3)[1] for f in events}) == 1, events
   checkpoints = os.listdir(os.path.join(two, "checkpoints"))
   assert "checkpoint" in checkpoints
   assert {f.split(".")[0] for f in checkpoints if f != "checkpoint"} == {

@@ -57,6 +57,10 @@ _RULES = [
      "checkpoint_every_secs must be >= 0."),
     (dict(max_nan_recoveries=-1), dict(max_nan_recoveries=0),
      "max_nan_recoveries must be >= 0."),
+    (dict(profile_steps=(20, 10)), dict(profile_steps=(10, 20)),
+     "profile_steps must be START,END with 1 <= START <= END, got 20,10."),
+    (dict(profile_steps=(0, 5)), dict(profile_steps=(1, 5)),
+     "profile_steps must be START,END with 1 <= START <= END, got 0,5."),
 ]
 
 

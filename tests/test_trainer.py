@@ -1,11 +1,19 @@
 """End to end through the command line: train, resume, log, export, summarize."""
 
+import glob
+import json
 import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
 
 import numpy as np
 import pytest
 
-from tests.conftest import FAST_FLAGS, read_scalars, read_summary, run_trainer
+from tests.conftest import (FAST_FLAGS, REPO, free_ports, read_scalars,
+                            read_summary, run_trainer, trainer_env)
 
 
 def test_quickstart_reaches_95_percent(model_dir):
@@ -16,10 +24,31 @@ def test_quickstart_reaches_95_percent(model_dir):
   assert summary["eval_accuracy"] >= 0.95
 
 
-def test_train_rerun_continue_and_outputs(model_dir):
-  first = run_trainer(*FAST_FLAGS, "--train_steps=40",
+@pytest.fixture(scope="module")
+def continued_run(tmp_path_factory):
+  """Trained to 40 (steps 15-25 profiled), re-run, then continued to 60."""
+  model_dir = str(tmp_path_factory.mktemp("continued") / "run")
+  first = run_trainer(*FAST_FLAGS, "--train_steps=40", "--profile_steps=15,25",
                       f"--model_dir={model_dir}")
   summary = read_summary(model_dir)
+  again = run_trainer(*FAST_FLAGS, "--train_steps=40",
+                      f"--model_dir={model_dir}")
+  rerun_summary = read_summary(model_dir)
+  more = run_trainer(*FAST_FLAGS, "--train_steps=60",
+                     f"--model_dir={model_dir}")
+  return model_dir, (first, summary), (again, rerun_summary), more
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+  """20 steps with the default options (no --profile_steps)."""
+  model_dir = str(tmp_path_factory.mktemp("short") / "run")
+  run_trainer(*FAST_FLAGS, "--train_steps=20", f"--model_dir={model_dir}")
+  return model_dir
+
+
+def test_train_rerun_continue_and_outputs(continued_run):
+  model_dir, (first, summary), (again, rerun_summary), more = continued_run
   assert summary["final_step"] == 40
   assert summary["restores"] == 0
   for key in ("train_loss", "train_accuracy", "eval_accuracy", "eval_loss",
@@ -28,45 +57,182 @@ def test_train_rerun_continue_and_outputs(model_dir):
   assert "step 40/40" in first.stderr
 
   # Same command again: steps are targets, so nothing more is trained.
-  again = run_trainer(*FAST_FLAGS, "--train_steps=40",
-                      f"--model_dir={model_dir}")
   assert "Restored step 40" in again.stderr
   assert "nothing to train" in again.stderr
   assert "step 50/" not in again.stderr
-  assert read_summary(model_dir)["weights_fingerprint"] == (
+  assert rerun_summary["weights_fingerprint"] == (
       summary["weights_fingerprint"])
 
   # A larger target continues from the checkpoint.
-  more = run_trainer(*FAST_FLAGS, "--train_steps=60",
-                     f"--model_dir={model_dir}")
   assert "Restored step 40" in more.stderr
   assert "step 50/60" in more.stderr
   continued = read_summary(model_dir)
   assert continued["final_step"] == 60
   assert continued["restores"] >= 1
 
-  scalars = read_scalars(os.path.join(model_dir, "tensorboard"))
-  for tag in ("train/loss", "train/accuracy", "eval/loss", "eval/accuracy",
-              "learning_rate", "examples_per_second", "steps_per_second"):
-    assert tag in scalars, tag
-  assert [step for step, _ in scalars["train/loss"]] == [10, 20, 30, 40, 50,
-                                                         60]
-  eval_steps = sorted({step for step, _ in scalars["eval/accuracy"]})
-  assert {20, 40, 60} <= set(eval_steps)
-  final_eval = [v for s, v in scalars["eval/accuracy"] if s == 60][-1]
-  assert final_eval == pytest.approx(continued["eval_accuracy"], abs=1e-6)
-  assert np.isfinite([v for _, v in scalars["train/loss"]]).all()
+
+def test_train_and_validation_run_dirs_share_tag_names(continued_run):
+  """TensorBoard overlays train and validation: same tags, two run dirs."""
+  model_dir = continued_run[0]
+  board = os.path.join(model_dir, "tensorboard")
+  train = read_scalars(os.path.join(board, "train"))
+  validation = read_scalars(os.path.join(board, "validation"))
+  assert set(train) == {"loss", "accuracy", "learning_rate",
+                        "examples_per_second", "steps_per_second"}
+  assert set(validation) == {"loss", "accuracy"}
+  assert {d for d in os.listdir(board) if "tfevents" not in d} == {
+      "train", "validation"}
+  assert [step for step, _ in train["loss"]] == [10, 20, 30, 40, 50, 60]
+  assert {20, 40, 60} <= {step for step, _ in validation["accuracy"]}
+  assert np.isfinite([v for _, v in train["loss"]]).all()
+  # The last values are the run's final numbers in train_summary.json.
+  summary = read_summary(model_dir)
+  for tag, key, scalars in (("loss", "train_loss", train),
+                            ("accuracy", "train_accuracy", train),
+                            ("loss", "eval_loss", validation),
+                            ("accuracy", "eval_accuracy", validation)):
+    step, value = max(scalars[tag])
+    assert step == 60 and value == pytest.approx(summary[key], abs=1e-6), key
 
 
-def test_saved_model_predicts_what_the_model_predicts(model_dir):
+class _TensorBoard:
+  """A TensorBoard server process, asked over HTTP as its web app asks."""
+
+  def __init__(self, logdir):
+    self.port, = free_ports(1)
+    self.process = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", f"--logdir={logdir}",
+         "--host=127.0.0.1", f"--port={self.port}", "--reload_interval=1"],
+        env=trainer_env(), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+
+  def post(self, path, body, *, until, timeout=180):
+    """POSTs `body` as JSON until `until(answer)` holds; returns the answer."""
+    deadline, answer = time.time() + timeout, None
+    while time.time() < deadline:
+      assert self.process.poll() is None, "TensorBoard exited"
+      request = urllib.request.Request(
+          f"http://127.0.0.1:{self.port}{path}",
+          data=json.dumps(body).encode(),
+          headers={"Content-Type": "application/json"})
+      try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+          answer = json.load(response)
+        if until(answer):
+          return answer
+      except OSError:
+        pass  # Not listening yet.
+      time.sleep(1)
+    raise AssertionError(f"TensorBoard never answered as expected: {answer}")
+
+
+@pytest.fixture
+def tensorboard_server():
+  servers = []
+
+  def start(logdir):
+    servers.append(_TensorBoard(logdir))
+    return servers[-1]
+
+  yield start
+  for server in servers:
+    server.process.terminate()
+    server.process.wait(timeout=30)
+
+
+def _traces(model_dir) -> list[str]:
+  return glob.glob(os.path.join(model_dir, "tensorboard", "train", "plugins",
+                                "profile", "*", "*.xplane.pb"))
+
+
+def test_profile_steps_trace_the_loop_calls_over_the_range(continued_run):
+  traces = _traces(continued_run[0])
+  assert len(traces) == 1, traces  # The re-runs past step 25 traced nothing.
+  from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
+  space = xplane_pb2.XSpace()
+  with open(traces[0], "rb") as f:
+    space.ParseFromString(f.read())
+  steps = []
+  for plane in space.planes:
+    names = {i: m.name for i, m in plane.event_metadata.items()}
+    stats = {i: m.name for i, m in plane.stat_metadata.items()}
+    steps += [s.int64_value for line in plane.lines for e in line.events
+              if names[e.metadata_id] == "train" for s in e.stats
+              if stats[s.metadata_id] == "step_num"]
+  # steps_per_loop=10: steps 15-25 run inside the calls ending at 20 and 30.
+  assert sorted(steps) == [20, 30]
+
+
+def test_no_profile_trace_without_profile_steps(short_run):
+  assert os.path.isdir(os.path.join(short_run, "tensorboard", "train"))
+  assert not _traces(short_run)
+  assert not os.path.exists(os.path.join(short_run, "tensorboard", "train",
+                                         "plugins"))
+
+
+def test_hparams_dashboard_lists_the_run_with_its_final_metric(
+    continued_run, tensorboard_server):
+  """A real TensorBoard on the runs' parent dir, asked as its dashboard asks."""
+  model_dir = continued_run[0]
+  summary = read_summary(model_dir)
+  metrics = [{"metric": {"group": group, "tag": tag}}
+             for group, tag in (("validation", "accuracy"), ("train", "loss"))]
+  groups = tensorboard_server(os.path.dirname(model_dir)).post(
+      "/data/plugin/hparams/session_groups",
+      {"experimentName": "", "allowedStatuses": ["STATUS_UNKNOWN"],
+       "colParams": metrics, "startIndex": 0, "sliceSize": 10},
+      until=lambda answer: answer.get("sessionGroups"))["sessionGroups"]
+  assert len(groups) == 1
+  assert groups[0]["sessions"][0]["name"] == "run/tensorboard"
+  hparams = groups[0]["hparams"]
+  assert hparams["learning_rate"] == pytest.approx(0.003)
+  assert hparams["model"] == "small_cnn"
+  assert hparams["optimizer"] == "adam"
+  assert hparams["global_batch_size"] == 32
+  # A session keeps the options it started with (TensorBoard reads the
+  # first start record of a run dir): the first command's target.
+  assert hparams["train_steps"] == 40
+  values = {(v["name"]["group"], v["name"]["tag"]): v
+            for v in groups[0]["metricValues"]}
+  assert values["validation", "accuracy"]["value"] == pytest.approx(
+      summary["eval_accuracy"], abs=1e-6)
+  assert values["validation", "accuracy"]["trainingStep"] == 60
+  assert values["train", "loss"]["value"] == pytest.approx(
+      summary["train_loss"], abs=1e-6)
+
+
+@pytest.mark.skipif(
+    not all(map(shutil.which, ("chromium", "chromedriver"))),
+    reason="needs a browser: apt-get install -y chromium chromium-driver")
+def test_a_browser_draws_train_and_validation_in_one_chart(continued_run,
+                                                           tmp_path):
+  """Headless Chromium on TensorBoard's time-series page (the README's PNG)."""
+  out = tmp_path / "tensorboard.png"
+  result = subprocess.run(
+      [sys.executable, "scripts/tensorboard_screenshot.py",
+       f"--logdir={os.path.join(continued_run[0], 'tensorboard')}",
+       f"--out={out}"], cwd=REPO, env=trainer_env(), capture_output=True,
+      text=True, timeout=600, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  cards = json.loads(out.with_suffix(".json").read_text())["cards"]
+  assert sorted(card["title"] for card in cards) == ["accuracy", "loss"]
+  for card in cards:  # One chart per tag, a line of each run in it.
+    assert card["runs"] == ["train", "validation"], card
+    assert card["colors"] == 2, card
+  assert out.read_bytes().startswith(b"\x89PNG")
+
+
+def test_saved_model_predicts_what_the_model_predicts(short_run):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from ctl import input as input_lib  # pylint: disable=g-import-not-at-top
   from trainer import data, model  # pylint: disable=g-import-not-at-top
-  run_trainer(*FAST_FLAGS, "--train_steps=20", f"--model_dir={model_dir}")
+  model_dir = short_run
 
   source = data.load("digits", image_size=16)
-  images = np.stack([image for image, _ in
-                     source.eval_records.map(source.decode_fn).take(8)
-                     .as_numpy_iterator()])
+  images, _ = next(iter(input_lib.eval_dataset(
+      records=source.eval_records, decode_fn=source.decode_fn,
+      input_context=tf.distribute.InputContext(), global_batch_size=8)))
+  images = images.numpy()
   trained = model.build_model(name="small_cnn", num_classes=10,
                               image_shape=(16, 16, 3), dropout=0.1)
   tf.train.Checkpoint(model=trained).restore(tf.train.latest_checkpoint(

@@ -17,6 +17,7 @@ from dockerfile_parse import DockerfileParser
 
 from tests.conftest import (REPO, free_ports, read_scalars, run_trainer,
                             trainer_env)
+from trainer.testing import vertex_output_env
 
 OFFLINE = ("--dataset=digits", "--model=small_cnn", "--weights=none",
            "--image_size=16", "--per_replica_batch_size=16", "--epochs=1",
@@ -38,9 +39,7 @@ def test_two_replicas_write_where_vertex_expects(tmp_path):
     spec = yaml.safe_load(f)
   pools = spec["workerPoolSpecs"]
   bucket = tmp_path / "bucket"
-  aip = {"AIP_MODEL_DIR": f"{bucket}/model/",
-         "AIP_CHECKPOINT_DIR": f"{bucket}/checkpoints/",
-         "AIP_TENSORBOARD_LOG_DIR": f"{bucket}/logs/"}
+  aip = vertex_output_env(str(bucket))
   ports = free_ports(2)
   cluster = {"chief": [f"localhost:{ports[0]}"],
              "worker": [f"localhost:{ports[1]}"]}
@@ -62,8 +61,9 @@ def test_two_replicas_write_where_vertex_expects(tmp_path):
                                         "train_summary.json"]
   assert "checkpoint" in os.listdir(bucket / "checkpoints")
   assert "saved_model.pb" in os.listdir(bucket / "model")
-  assert "train/loss" in read_scalars(str(bucket / "logs"))
-  assert len([f for f in os.listdir(bucket / "logs") if "tfevents" in f]) == 1
+  assert "loss" in read_scalars(str(bucket / "logs" / "train"))
+  assert len([f for f in os.listdir(bucket / "logs" / "train")
+              if "tfevents" in f]) == 1
 
 
 def test_hypertune_metric_is_reported_after_each_evaluation(tmp_path):
@@ -74,7 +74,8 @@ def test_hypertune_metric_is_reported_after_each_evaluation(tmp_path):
               env=trainer_env(CLOUD_ML_HP_METRIC_FILE=str(metric_file),
                               CLOUD_ML_TRIAL_ID="7"))
   trial_dir = model_dir / "trial_7"  # The trial id keeps trials apart.
-  evals = dict(read_scalars(str(trial_dir / "tensorboard"))["eval/accuracy"])
+  evals = dict(read_scalars(
+      str(trial_dir / "tensorboard" / "validation"))["accuracy"])
   lines = [json.loads(line) for line in metric_file.read_text().splitlines()]
   reported = {int(line["global_step"]): float(line["accuracy"])
               for line in lines}

@@ -1,23 +1,31 @@
 """Data sources: synthetic, digits (offline default), cassava (TFDS), files.
 
-Each source is a finite stream of cheap records (an index, a file name, the
+Each source is a finite set of cheap records (an index, a file name, the
 encoded JPEG bytes) plus a `decode_fn` that turns a record into
-`(image, label)` with float32 images in [0, 1]. `ctl.input` shuffles, shards
-and skips the records deterministically and only then decodes, which is what
-makes an exact, cheap resume possible.
+`(image, label)` with float32 images in [0, 1]. `ctl.input` picks each
+worker's records for a step deterministically and only then decodes, which is
+what makes an exact, cheap resume possible. Every source is read by index
+(`ctl.input.IndexedRecords`) except a TFDS dataset prepared only as TFRecord,
+which is streamed.
 """
 
 import dataclasses
-import os
+import posixpath
+import re
 from typing import Callable
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from ctl import datafiles
+from ctl import input as input_lib
 from ctl.errors import UserError
 
 DATASETS = ("synthetic", "digits", "cassava", "files")
 _IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+
+Records = input_lib.IndexedRecords | tf.data.Dataset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,31 +33,40 @@ class Source:
   """A dataset as the trainer needs it.
 
   Attributes:
-    train_records: finite training records in a fixed order.
+    train_records: training records, read by index or streamed in a fixed
+      order.
     num_train: number of training records.
-    eval_records: finite validation records.
+    eval_records: validation records.
     decode_fn: record -> (float32 image in [0, 1], int64 label).
     num_classes: number of labels.
     image_shape: (height, width, 3) of a decoded image.
-    shuffle_buffer: None for a full permutation per epoch; a number for
-      sources too large to hold in memory as records.
+    shuffle_buffer: streamed sources only: records shuffled together.
   """
-  train_records: tf.data.Dataset
+  train_records: Records
   num_train: int
-  eval_records: tf.data.Dataset
+  eval_records: Records
   decode_fn: Callable
   num_classes: int
   image_shape: tuple[int, int, int]
   shuffle_buffer: int | None = None
 
 
-def load(name: str, *, image_size: int, data_dir: str = "") -> Source:
+def load(name: str, *, image_size: int, data_dir: str = "",
+         storage: str = "auto", fuse_root: str = "/gcs",
+         manifest_dir: str = "", is_chief: bool = True) -> Source:
   """Loads a source by name.
 
   Args:
     name: one of DATASETS.
     image_size: side of the square images the model sees.
-    data_dir: TFDS data directory (cassava) or image root (files).
+    data_dir: TFDS data directory (cassava) or image root (files); local,
+      FUSE_ROOT/BUCKET/PATH or gs://.
+    storage: the Cloud Storage route for `data_dir` and `manifest_dir` (see
+      `ctl.storage`).
+    fuse_root: where buckets are mounted.
+    manifest_dir: files only: where the file list is kept across restarts
+      (the checkpoint directory); empty lists the files every time.
+    is_chief: files only: this process writes the manifest.
 
   Returns:
     The `Source`.
@@ -66,7 +83,8 @@ def load(name: str, *, image_size: int, data_dir: str = "") -> Source:
   if name == "cassava":
     return _cassava(image_size, data_dir)
   if name == "files":
-    return _files(image_size, data_dir)
+    return _files(image_size, data_dir, storage=storage, fuse_root=fuse_root,
+                  manifest_dir=manifest_dir, is_chief=is_chief)
   raise UserError(
       f"Unknown dataset {name!r}; choose one of {', '.join(DATASETS)}.")
 
@@ -79,8 +97,8 @@ def _synthetic(image_size: int, num_classes: int = 5) -> Source:
   def decode(index):
     return bank[index % 16], index % num_classes
 
-  return Source(train_records=tf.data.Dataset.range(4096), num_train=4096,
-                eval_records=tf.data.Dataset.range(256), decode_fn=decode,
+  return Source(train_records=_in_memory(np.arange(4096)), num_train=4096,
+                eval_records=_in_memory(np.arange(256)), decode_fn=decode,
                 num_classes=num_classes,
                 image_shape=(image_size, image_size, 3))
 
@@ -104,11 +122,9 @@ def _digits(image_size: int) -> Source:
     return tf.tile(image, [1, 1, 3]), label
 
   return Source(
-      train_records=tf.data.Dataset.from_tensor_slices(
-          (images[train_idx], labels[train_idx])),
+      train_records=_in_memory((images[train_idx], labels[train_idx])),
       num_train=len(train_idx),
-      eval_records=tf.data.Dataset.from_tensor_slices(
-          (images[eval_idx], labels[eval_idx])),
+      eval_records=_in_memory((images[eval_idx], labels[eval_idx])),
       decode_fn=decode, num_classes=10,
       image_shape=(image_size, image_size, 3))
 
@@ -127,61 +143,120 @@ def _decode_encoded(image_size):
 
 
 def _cassava(image_size: int, data_dir: str) -> Source:
-  """TFDS cassava, records are the still-encoded JPEG bytes."""
+  """TFDS cassava (or any prepared TFDS image dataset), kept encoded.
+
+  ArrayRecord is read by index: the records are the serialized examples,
+  parsed and decoded in tf.data. A dataset prepared only as TFRecord is
+  streamed.
+  """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   if not data_dir:
     raise UserError("--dataset=cassava needs --data_dir, the TFDS data "
                     "directory that holds cassava.")
-  try:
-    splits, info = tfds.load(
-        "cassava", split=["train", "validation"], data_dir=data_dir,
-        download=False, as_supervised=True, with_info=True,
-        shuffle_files=False,
-        decoders={"image": tfds.decode.SkipDecoding()})
-  except Exception as e:  # TFDS raises several types for missing data.
-    raise UserError(
-        f"cassava is not prepared in --data_dir={data_dir} "
-        f"({type(e).__name__}); run `tfds build cassava --data_dir="
-        f"{data_dir}` on a machine with network access first.") from None
-  train, validation = splits
-  num_train = int(train.cardinality())
-  if num_train < 0:
-    num_train = info.splits["train"].num_examples
-  return Source(train_records=train, num_train=num_train,
-                eval_records=validation,
-                decode_fn=_decode_encoded(image_size),
-                num_classes=info.features["label"].num_classes,
-                image_shape=(image_size, image_size, 3), shuffle_buffer=1024)
-
-
-def _files(image_size: int, data_dir: str) -> Source:
-  """A directory of `class_name/*.jpg|png`; every 10th file validates."""
-  if not data_dir or not os.path.isdir(data_dir):
-    raise UserError(f"--data_dir={data_dir!r} is not a directory of "
-                    "class_name/*.jpg|png images.")
-  classes = sorted(d for d in os.listdir(data_dir)
-                   if os.path.isdir(os.path.join(data_dir, d)))
-  paths, labels = [], []
-  for label, name in enumerate(classes):
-    for file in sorted(os.listdir(os.path.join(data_dir, name))):
-      if file.lower().endswith(_IMAGE_EXTENSIONS):
-        paths.append(os.path.join(data_dir, name, file))
-        labels.append(label)
-  if len(classes) < 2 or not paths:
-    raise UserError(f"--data_dir={data_dir} must hold at least two class "
-                    "directories with .jpg or .png images.")
-  paths, labels = np.array(paths), np.array(labels, np.int64)
-  is_eval = np.arange(len(paths)) % 10 == 9
+  builder = tfds.builder_from_directory(_tfds_dataset_dir(data_dir))
+  info = builder.info
+  image_key, label_key = info.supervised_keys
+  keep_encoded = {image_key: tfds.decode.SkipDecoding()}
   decode_encoded = _decode_encoded(image_size)
+  common = dict(num_classes=info.features[label_key].num_classes,
+                image_shape=(image_size, image_size, 3))
+  if info.available_file_formats() & set(
+      tfds.core.FileFormat.with_random_access()):
+    train, validation = (
+        input_lib.IndexedRecords.from_source(split) for split in
+        builder.as_data_source(
+            split=["train", "validation"],
+            deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES))
 
-  def decode(path, label):
-    return decode_encoded(tf.io.read_file(path), label)
+    def decode(serialized):
+      example = info.features.deserialize_example(serialized,
+                                                  decoders=keep_encoded)
+      return decode_encoded(example[image_key], example[label_key])
 
-  return Source(
-      train_records=tf.data.Dataset.from_tensor_slices(
-          (paths[~is_eval], labels[~is_eval])),
-      num_train=int(np.sum(~is_eval)),
-      eval_records=tf.data.Dataset.from_tensor_slices(
-          (paths[is_eval], labels[is_eval])),
-      decode_fn=decode, num_classes=len(classes),
-      image_shape=(image_size, image_size, 3))
+    return Source(train_records=train, num_train=train.size,
+                  eval_records=validation, decode_fn=decode, **common)
+  logging.info(
+      "%s is stored as %s, so it is streamed: every worker reads all of it "
+      "each epoch and a resume reads up to its position; convert it once to "
+      "read only each worker's share: tfds convert_format "
+      "--dataset_version_dir=%s --out_file_format=array_record.",
+      info.full_name, info.file_format.value, builder.data_dir)
+  train, validation = builder.as_dataset(
+      split=["train", "validation"], as_supervised=True, shuffle_files=False,
+      decoders=keep_encoded)
+  return Source(train_records=train,
+                num_train=info.splits["train"].num_examples,
+                eval_records=validation, decode_fn=decode_encoded,
+                shuffle_buffer=1024, **common)
+
+
+def _tfds_dataset_dir(data_dir: str) -> str:
+  """DATA_DIR/cassava/<newest version>, or DATA_DIR if it is a prepared one."""
+  if tf.io.gfile.exists(posixpath.join(data_dir, "dataset_info.json")):
+    return data_dir
+  found = tf.io.gfile.glob(
+      posixpath.join(data_dir, "cassava", "*", "dataset_info.json"))
+  versions = [posixpath.dirname(path) for path in found
+              if re.fullmatch(r"\d+\.\d+\.\d+",
+                              posixpath.basename(posixpath.dirname(path)))]
+  if not versions:
+    raise UserError(
+        f"cassava is not prepared in --data_dir={data_dir}; run `tfds build "
+        f"cassava --data_dir={data_dir} --file_format=array_record` on a "
+        "machine with network access first.")
+  return max(versions, key=lambda path: [
+      int(part) for part in posixpath.basename(path).split(".")])
+
+
+def _files(image_size: int, data_dir: str, *, storage: str, fuse_root: str,
+           manifest_dir: str, is_chief: bool) -> Source:
+  """A directory of `class_name/*.jpg|png`; every 10th file validates."""
+  usage = (f"--data_dir={data_dir!r} is not a directory of "
+           "class_name/*.jpg|png images with at least two classes.")
+  if not data_dir:
+    raise UserError(usage)
+  files = datafiles.open_files(data_dir, storage=storage, fuse_root=fuse_root)
+  manifest = (datafiles.open_files(manifest_dir, storage=storage,
+                                   fuse_root=fuse_root)
+              if manifest_dir else None)
+  names = datafiles.load_manifest(files, manifest_dir=manifest)
+  fresh = names is None
+  if fresh:
+    names = [name for name in files.list() if name.count("/") == 1 and
+             name.lower().endswith(_IMAGE_EXTENSIONS)]
+  classes = sorted({name.split("/")[0] for name in names})
+  if len(classes) < 2:
+    raise UserError(usage)
+  if fresh and manifest and is_chief:
+    datafiles.save_manifest(files, manifest_dir=manifest, names=names)
+  labels = np.array([classes.index(name.split("/")[0]) for name in names],
+                    np.int64)
+  is_eval = np.arange(len(names)) % 10 == 9
+  decode_encoded = _decode_encoded(image_size)
+  if files.in_graph:
+    paths = np.array([files.path(name) for name in names])
+
+    def split(mask):
+      return _in_memory((paths[mask], labels[mask]))
+
+    def decode(path, label):
+      return decode_encoded(tf.io.read_file(path), label)
+  else:
+
+    def split(mask):
+      contents = files.records([n for n, m in zip(names, mask) if m])
+      chosen = tf.constant(labels[mask])
+      return input_lib.IndexedRecords(
+          size=contents.size,
+          fetch=lambda i: (contents.fetch(i), tf.gather(chosen, i)))
+
+    decode = decode_encoded
+  train = split(~is_eval)
+  return Source(train_records=train, num_train=train.size,
+                eval_records=split(is_eval), decode_fn=decode,
+                num_classes=len(classes),
+                image_shape=(image_size, image_size, 3))
+
+
+def _in_memory(arrays) -> input_lib.IndexedRecords:
+  return input_lib.IndexedRecords.from_tensors(arrays)

@@ -37,21 +37,36 @@ def build_model(*, name: str, num_classes: int,
   """
   if not 0.0 <= dropout < 1.0:
     raise UserError(f"--dropout must be in [0, 1), got {dropout}.")
+  if name not in MODELS:
+    raise UserError(
+        f"Unknown model {name!r}; choose one of {', '.join(MODELS)}.")
+  check_weights(name=name, weights=weights)
   if name == "resnet50":
     return _resnet50(num_classes, image_shape, weights, dropout)
-  if name == "small_cnn":
+  return _small_cnn(num_classes, image_shape, dropout)
+
+
+def check_weights(*, name: str, weights: str) -> None:
+  """Checks `weights` for model `name` without loading anything.
+
+  The trainer calls it up front, so a missing file fails before any data is
+  loaded; `build_model` calls it too.
+
+  Raises:
+    UserError: weights for a model other than resnet50, or a weights file
+      that does not exist.
+  """
+  if name != "resnet50":
     if weights != "none":
-      raise UserError("--weights applies to resnet50 only; small_cnn starts "
+      raise UserError(f"--weights applies to resnet50 only; {name} starts "
                       "from random weights.")
-    return _small_cnn(num_classes, image_shape, dropout)
-  raise UserError(f"Unknown model {name!r}; choose one of {', '.join(MODELS)}.")
+  elif weights not in ("none", "imagenet") and not os.path.isfile(weights):
+    raise UserError(f"Weights file {weights} not found; pass --weights=none, "
+                    "imagenet or the path of a local weights file.")
 
 
 def _resnet50(num_classes, image_shape, weights, dropout) -> keras.Model:
   """ResNet50 without top + global average pooling + Dense(1016) + Dense."""
-  if weights not in ("none", "imagenet") and not os.path.isfile(weights):
-    raise UserError(f"Weights file {weights} not found; pass --weights=none, "
-                    "imagenet or the path of a local weights file.")
   try:
     backbone = keras.applications.ResNet50(
         include_top=False, input_shape=image_shape,

@@ -42,7 +42,8 @@ flags.DEFINE_string("fuse_root", "/gcs", "Where Cloud Storage FUSE mounts "
 flags.DEFINE_enum("dataset", "digits", ["synthetic", "digits", "cassava",
                                         "files"], "What to train on.")
 flags.DEFINE_string("data_dir", "", "TFDS data dir (cassava) or image root "
-                    "(files: class_name/*.jpg|png).")
+                    "(files: class_name/*.jpg|png); local, /gcs/... or "
+                    "gs://.")
 flags.DEFINE_integer("image_size", 32, "Side of the square model input.")
 flags.DEFINE_enum("model", "small_cnn", ["resnet50", "small_cnn"], "Model.")
 flags.DEFINE_float("dropout", 0.0, "Dropout rate before the last layer.")
@@ -99,6 +100,12 @@ flags.DEFINE_float("startup_timeout_secs", 900, "Stall watchdog limit for "
 flags.DEFINE_string("hypertune_metric", "", "Report this eval metric "
                     "(accuracy or loss) to Vertex AI hyperparameter tuning "
                     "after each evaluation.")
+flags.DEFINE_string("profile_steps", "", "START,END: capture a TensorFlow "
+                    "profiler trace of global steps START to END on the "
+                    "chief, into <tensorboard_dir>/train/plugins/profile "
+                    "(TensorBoard's Profile tab). Steps run steps_per_loop "
+                    "at a time in one tf.function call, so the trace covers "
+                    "every whole call that overlaps the range.")
 flags.DEFINE_bool("dry_run", False, "Validate the flags, print the resolved "
                   "configuration and exit.")
 
@@ -117,26 +124,23 @@ def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments {argv[1:]}; all options are --flags.", 2)
   # Imported here so `--help` and bad flags answer before TensorFlow loads.
-  from ctl import preemption  # pylint: disable=g-import-not-at-top
-  from ctl.controller import TrainingDiverged  # pylint: disable=g-import-not-at-top
-  from ctl.errors import USER_ERROR_EXIT_CODE, UserError  # pylint: disable=g-import-not-at-top
-  from ctl import watchdog  # pylint: disable=g-import-not-at-top
-  from trainer import setup  # pylint: disable=g-import-not-at-top
+  from ctl import errors  # pylint: disable=g-import-not-at-top
+  from trainer import job  # pylint: disable=g-import-not-at-top
   config = types.SimpleNamespace(**FLAGS.flag_values_dict())
   try:
     if FLAGS.dry_run:
-      print(json.dumps(setup.describe(config), indent=2))
+      print(json.dumps(job.describe(config), indent=2))
       return
-    setup.build_job(config).run()
-  except UserError as e:
-    _fail(str(e), USER_ERROR_EXIT_CODE)
-  except preemption.Preempted as e:
+    job.build_job(config).run()
+  except errors.UserError as e:
+    _fail(str(e), errors.USER_ERROR_EXIT_CODE)
+  except errors.Preempted as e:
     logging.warning("%s", e)
-    sys.exit(preemption.PREEMPTED_EXIT_CODE)
-  except TrainingDiverged as e:
+    sys.exit(errors.PREEMPTED_EXIT_CODE)
+  except errors.TrainingDiverged as e:
     _fail(str(e), 1)
-  except watchdog.Stalled as e:
-    _fail(str(e), watchdog.STALL_EXIT_CODE)
+  except errors.Stalled as e:
+    _fail(str(e), errors.STALL_EXIT_CODE)
   except KeyboardInterrupt:
     _fail("interrupted (SIGINT).", 130)
 

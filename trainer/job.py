@@ -102,7 +102,10 @@ def build_job(config: Any, environ=os.environ) -> Job:
                cluster.task_index, cluster.num_workers)
   keras.mixed_precision.set_global_policy(_POLICIES[config.mixed_precision])
   source = data_lib.load(config.dataset, image_size=config.image_size,
-                         data_dir=config.data_dir)
+                         data_dir=config.data_dir, storage=config.storage,
+                         fuse_root=config.fuse_root,
+                         manifest_dir=dirs.checkpoint_dir,
+                         is_chief=cluster.is_chief)
   global_batch = config.per_replica_batch_size * strategy.num_replicas_in_sync
   train_steps = _train_steps(config, source, global_batch)
   options = RunOptions(
@@ -122,7 +125,10 @@ def build_job(config: Any, environ=os.environ) -> Job:
       is_chief=cluster.is_chief,
       storage=config.storage,
       fuse_root=config.fuse_root,
-      restarts=restarts)
+      restarts=restarts,
+      profile_steps=_profile_steps(config.profile_steps),
+      hparams=_hparams(config, global_batch, train_steps),
+      evaluator_writes_validation=cluster.has_evaluator)
   options.validate()
   task = _task(config, source, global_batch, train_steps)
   callbacks = []
@@ -178,14 +184,36 @@ def _check(config) -> None:
   if config.learning_rate <= 0:
     raise UserError(f"--learning_rate must be > 0, got "
                     f"{config.learning_rate}.")
+  _profile_steps(config.profile_steps)
   if config.hypertune_metric not in ("", "accuracy", "loss"):
     raise UserError("--hypertune_metric must be accuracy or loss, got "
                     f"{config.hypertune_metric!r}.")
-  if config.model == "resnet50" and config.weights not in ("none",
-                                                           "imagenet"):
-    if not os.path.isfile(config.weights):
-      raise UserError(f"Weights file {config.weights} not found; pass "
-                      "--weights=none, imagenet or the path of a local file.")
+  model_lib.check_weights(name=config.model, weights=config.weights)
+
+
+def _profile_steps(text: str) -> tuple[int, int] | None:
+  """Parses --profile_steps=START,END (checked further by RunOptions)."""
+  if not text:
+    return None
+  parts = text.split(",")
+  if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+    raise UserError("--profile_steps must be START,END (two step numbers, "
+                    f"e.g. 100,110), got {text!r}.")
+  return int(parts[0]), int(parts[1])
+
+
+def _hparams(config, global_batch: int, train_steps: int) -> dict:
+  """The options that make runs differ, for TensorBoard's HParams dashboard.
+
+  Names are the trainer's flag names (as hyperparameter tuning passes them),
+  plus the global batch and the resolved number of steps.
+  """
+  hparams = {name: getattr(config, name) for name in (
+      "model", "dataset", "image_size", "weights", "dropout", "optimizer",
+      "learning_rate", "lr_schedule", "warmup_steps", "per_replica_batch_size",
+      "mixed_precision", "xla", "steps_per_loop", "seed")}
+  return {**hparams, "global_batch_size": global_batch,
+          "train_steps": train_steps}
 
 
 def _train_steps(config, source: data_lib.Source, global_batch: int) -> int:
