@@ -15,7 +15,6 @@ with the watchdog on and off in interleaved rounds. The app is
 """
 
 import dataclasses
-import json
 import os
 import re
 import subprocess
@@ -27,6 +26,8 @@ from benchmarks import report as report_lib
 from benchmarks import stats
 from ctl import progress
 from ctl import watchdog
+from ctl.testing.run_files import read_summary
+from trainer.testing import trainer_command, trainer_env
 
 _STEP = re.compile(r"step (\d+)/")
 
@@ -44,10 +45,10 @@ class Config:
 
 
 def _trainer(model_dir: str, *flags: str) -> list[str]:
-  return [sys.executable, "-m", "trainer.task", "--dataset=digits",
-          "--model=small_cnn", "--image_size=8", "--per_replica_batch_size=8",
-          "--eval_every_steps=0", "--checkpoint_every_secs=0",
-          f"--model_dir={model_dir}", *flags]
+  return trainer_command(
+      "--dataset=digits", "--model=small_cnn", "--image_size=8",
+      "--per_replica_batch_size=8", "--eval_every_steps=0",
+      "--checkpoint_every_secs=0", f"--model_dir={model_dir}", *flags)
 
 
 def detection(config: Config, place: str, model_dir: str) -> dict:
@@ -59,7 +60,7 @@ def detection(config: Config, place: str, model_dir: str) -> dict:
                        "--checkpoint_every_steps=10",
                        f"--stall_timeout_secs={config.stall_timeout_secs}")]
   fault = f"stall@{config.stall_step}:{place}:attempt=0"
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CTL_FAULTS=fault)
+  env = trainer_env(CTL_FAULTS=fault)
   times = {}
   process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
@@ -103,9 +104,8 @@ def trainer_rate(config: Config, model_dir: str, *, watched: bool) -> float:
     flags.append("--stall_timeout_secs=0")
   subprocess.run(_trainer(model_dir, *flags), check=True,
                  capture_output=True, timeout=config.run_timeout_secs,
-                 env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-  with open(os.path.join(model_dir, "train_summary.json")) as f:
-    return float(json.load(f)["examples_per_second"])
+                 env=trainer_env())
+  return float(read_summary(model_dir)["examples_per_second"])
 
 
 def run(config: Config) -> dict:
