@@ -151,6 +151,10 @@ BENCHMARKS = (
          "--checkpoint_every=10", "--restart_model=small_cnn",
          "--restart_image_size=16"),
         timeout_secs=480),
+    Benchmark(
+        "stalls", "benchmarks.stalls", ("--repeats=2",),
+        ("--repeats=1", "--stall_timeout_secs=5", "--stall_step=10",
+         "--train_steps=20", "--cost_train_steps=100"), timeout_secs=300),
 )
 
 

@@ -8,7 +8,8 @@ Python objects and a strategy. What a user calls:
 which raises `ctl.UserError` (a mistake to fix), `ctl.Preempted` (stopped on
 request after saving; run again) or `ctl.TrainingDiverged`; entry points exit
 with `ctl.USER_ERROR_EXIT_CODE` and `ctl.PREEMPTED_EXIT_CODE` for the first
-two. The modules (`ctl.controller`, `ctl.options`, ...) stay importable by
+two, and with `ctl.STALL_EXIT_CODE` for `ctl.Stalled` (start-up gave up
+waiting; a stall watchdog, ctl.watchdog, exits with it too). The modules (`ctl.controller`, `ctl.options`, ...) stay importable by
 name.
 
 `run`, `Task` and `RunOptions` are loaded on first use: they import
@@ -18,14 +19,16 @@ pay for.
 
 import importlib
 
-from ctl.errors import (PREEMPTED_EXIT_CODE, USER_ERROR_EXIT_CODE, Preempted,
+from ctl.errors import (PREEMPTED_EXIT_CODE, STALL_EXIT_CODE,
+                        USER_ERROR_EXIT_CODE, Preempted, Stalled,
                         TrainingDiverged, UserError)
 
 _LAZY = {"run": "ctl.controller", "Task": "ctl.options",
          "RunOptions": "ctl.options"}
 
-__all__ = ["PREEMPTED_EXIT_CODE", "USER_ERROR_EXIT_CODE", "Preempted",
-           "RunOptions", "Task", "TrainingDiverged", "UserError", "run"]
+__all__ = ["PREEMPTED_EXIT_CODE", "STALL_EXIT_CODE", "USER_ERROR_EXIT_CODE",
+           "Preempted", "RunOptions", "Stalled", "Task", "TrainingDiverged",
+           "UserError", "run"]
 
 
 def __getattr__(name: str):

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from ctl import checkpointing
 from ctl import export
+from ctl import faults as faults_lib
 from ctl import goodput
 from ctl import ledger as ledger_lib
 from ctl import loop as loop_lib
@@ -35,7 +36,8 @@ from ctl.options import RunOptions, Task
 
 def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
         eval_callbacks: Sequence[Callable[[int, dict], None]] = (),
-        progress_listeners: Sequence[progress_lib.Listener] = ()) -> dict:
+        progress_listeners: Sequence[progress_lib.Listener] = (),
+        faults: Sequence[faults_lib.Fault] = ()) -> dict:
   """Trains to `options.train_steps`, resuming from the latest checkpoint.
 
   Args:
@@ -46,6 +48,7 @@ def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
       (e.g. to report a hyperparameter-tuning metric).
     progress_listeners: called with every `ctl.progress.Mark` (each phase's
       start and end), after the controller's own listeners.
+    faults: faults to inject (tests and benchmarks; see ctl.faults).
 
   Returns:
     The summary also written to `<model_dir>/train_summary.json` (chief).
@@ -57,15 +60,15 @@ def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
     TrainingDiverged: the loss stayed non-finite; nothing bad was saved.
   """
   options.validate()
-  return _Run(task, options, strategy, eval_callbacks,
-              progress_listeners).run()
+  return _Run(task, options, strategy, eval_callbacks, progress_listeners,
+              faults).run()
 
 
 class _Run:
   """The state of one `run` call; split out so each phase reads on its own."""
 
   def __init__(self, task, options, strategy, eval_callbacks,
-               progress_listeners):
+               progress_listeners, faults):
     self._task = task
     self._options = options
     self._strategy = strategy
@@ -79,10 +82,14 @@ class _Run:
     self._ledger = options.is_chief and ledger_lib.Ledger(
         directory=ledger_lib.ledger_dir(options.model_dir),
         storage=options.storage, fuse_root=options.fuse_root)
+    # Test machinery only when asked for: no listener, hook or wrapper else.
+    self._faults = faults_lib.Injector(tuple(faults)) if faults else None
+    listeners = (*([self._ledger] if self._ledger else []),
+                 *progress_listeners)
+    if self._faults:
+      listeners += (self._faults,)  # After a watchdog: it sees the phase.
     self._progress = progress_lib.Progress(
-        current_step=lambda: self._step,
-        listeners=(*([self._ledger] if self._ledger else []),
-                   *progress_listeners))
+        current_step=lambda: self._step, listeners=listeners)
     self._first_loop_done = False
 
   def _build(self) -> None:
@@ -104,6 +111,7 @@ class _Run:
       self._global_step = tf.Variable(0, name="global_step", **counter)
       self._data_seed = tf.Variable(options.seed, name="data_seed", **counter)
       self._restores = tf.Variable(0, name="restores", **counter)
+      loss_hook = self._faults and self._faults.loss_hook()
     checkpoint = tf.train.Checkpoint(
         model=self._model, optimizer=self._optimizer,
         global_step=self._global_step, data_seed=self._data_seed,
@@ -121,7 +129,8 @@ class _Run:
         global_step=self._global_step,
         global_batch_size=task.global_batch_size,
         steps_per_loop=options.steps_per_loop, loss_fn=task.loss_fn,
-        jit_compile=options.xla, train_accuracy=options.train_accuracy)
+        jit_compile=options.xla, train_accuracy=options.train_accuracy,
+        loss_hook=loss_hook)
     self._writer = summaries.ScalarWriter(
         logdir=self._outputs.tensorboard and
         self._outputs.tensorboard.local_path)
@@ -132,8 +141,6 @@ class _Run:
         strategy.distribute_datasets_from_function(task.eval_dataset_fn)
         if task.eval_dataset_fn else None)
     self._nan_recoveries = 0
-    self._nan_step = (None if options.inject_nan in ("none", "always") else
-                      int(options.inject_nan))
     self._last_save_step = None
     self._last_save_time = time.time()
     self._every_secs, self._every_why = None, None
@@ -144,9 +151,11 @@ class _Run:
 
   def _iterator(self):
     step, seed = self._step, int(self._data_seed.numpy())
-    dataset = self._strategy.distribute_datasets_from_function(
-        lambda context: self._task.train_dataset_fn(context, step, seed))
-    return iter(dataset)
+    dataset_fn = lambda context: self._task.train_dataset_fn(context, step,
+                                                             seed)
+    if self._faults:
+      dataset_fn = self._faults.wrap_dataset_fn(dataset_fn, start_step=step)
+    return iter(self._strategy.distribute_datasets_from_function(dataset_fn))
 
   def _restore_latest(self) -> str | None:
     path = self._checkpointer.restore_latest()
@@ -221,8 +230,7 @@ class _Run:
         with self._progress.phase(phase), self._profiler.loop(
             first_step=self._step + 1, last_step=self._step + num_steps):
           output = self._loop.train(
-              iterator, num_steps, nan_step=self._nan_step_for_loop(),
-              stop_requested=stop.requested,
+              iterator, num_steps, stop_requested=stop.requested,
               save_requested=self._save_due())
           self._step += num_steps
         self._first_loop_done = True
@@ -238,11 +246,6 @@ class _Run:
           raise Preempted(self._step)
     return self._finish(trained=self._step > start_step)
 
-  def _nan_step_for_loop(self) -> int | None:
-    if self._options.inject_nan == "always":
-      return self._step
-    return self._nan_step
-
   def _save_due(self) -> bool:
     every = self._every_secs
     return bool(self._options.is_chief and every is not None and
@@ -250,7 +253,6 @@ class _Run:
 
   def _roll_back(self, losses: np.ndarray) -> None:
     first_bad = self._step - len(losses) + int(np.argmin(np.isfinite(losses)))
-    self._nan_step = None  # The hook fires once; a real NaN would recur.
     self._nan_recoveries += 1
     if self._nan_recoveries > self._options.max_nan_recoveries:
       self._close()

@@ -11,6 +11,9 @@ USER_ERROR_EXIT_CODE = 2
 # ctl exits with it only after the checkpoint at the agreed step is written;
 # a non-zero code tells the platform the job is not done.
 PREEMPTED_EXIT_CODE = 143
+# EX_TEMPFAIL: a stall (ctl.watchdog) or a peer that never came; not done,
+# and worth a restart: the same command continues from the last checkpoint.
+STALL_EXIT_CODE = 75
 
 
 class UserError(Exception):
@@ -35,3 +38,7 @@ class Preempted(Exception):
 
 class TrainingDiverged(Exception):
   """The loss stayed non-finite after every allowed rollback."""
+
+
+class Stalled(Exception):
+  """Start-up gave up waiting (e.g. for a peer); exit with STALL_EXIT_CODE."""

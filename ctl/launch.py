@@ -15,9 +15,18 @@ when signal N killed it, as `subprocess` reports it, plus
 ledger records both). SIGINT and SIGTERM
 are forwarded to every worker, and whatever has not exited after a grace
 period is killed, so no worker process outlives the launcher.
+
+Stalls: a worker whose stall watchdog (ctl.watchdog) ended it is restarted
+like a crash, and said to have stalled, with its phase and step; a stall that
+comes back at the same place is reported as not transient. As a second line
+of defence the launcher reads each worker's heartbeat file (in the directory
+it passes as `CTL_HEARTBEAT_DIR`) and stops the cluster when a worker is
+past its watchdog's deadline by `--heartbeat_grace_secs` (a frozen process,
+or a watchdog that cannot run).
 """
 
 import argparse
+import collections
 import dataclasses
 import json
 import os
@@ -25,12 +34,14 @@ import queue
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import IO, Sequence, TextIO
 
 from ctl import cluster
-from ctl.errors import USER_ERROR_EXIT_CODE, UserError
+from ctl import watchdog
+from ctl.errors import STALL_EXIT_CODE, USER_ERROR_EXIT_CODE, UserError
 
 RESTART_COUNT_ENV = "CTL_RESTART_COUNT"
 PREVIOUS_EXIT_ENV = "CTL_PREVIOUS_EXIT"
@@ -38,6 +49,7 @@ PREVIOUS_EXIT_TIME_ENV = "CTL_PREVIOUS_EXIT_TIME"
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _MAX_BACKOFF_SECS = 300.0
 _OUTPUT_LOCK = threading.Lock()  # Keeps lines from different workers whole.
+_HEARTBEAT_POLL_SECS = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +65,8 @@ class LaunchOptions:
       exits abnormally (non-zero code or killed by a signal).
     restart_backoff_secs: Wait before the first restart; doubles every restart.
     grace_secs: How long stopped workers may take to exit before SIGKILL.
+    heartbeat_grace_secs: How long past its watchdog's deadline a worker's
+      heartbeat may be before the launcher treats the worker as stalled.
   """
 
   command: tuple[str, ...]
@@ -61,6 +75,7 @@ class LaunchOptions:
   max_restarts: int = 0
   restart_backoff_secs: float = 1.0
   grace_secs: float = 10.0
+  heartbeat_grace_secs: float = 30.0
 
   def __post_init__(self):
     if not self.command:
@@ -76,9 +91,10 @@ class LaunchOptions:
     if self.max_restarts < 0:
       raise UserError(
           f"--max_restarts must be 0 or more, got {self.max_restarts}.")
-    if self.restart_backoff_secs < 0 or self.grace_secs < 0:
-      raise UserError("--restart_backoff_secs and --grace_secs must be 0 or"
-                      " more.")
+    if min(self.restart_backoff_secs, self.grace_secs,
+           self.heartbeat_grace_secs) < 0:
+      raise UserError("--restart_backoff_secs, --grace_secs and"
+                      " --heartbeat_grace_secs must be 0 or more.")
 
 
 def run(options: LaunchOptions) -> int:
@@ -112,11 +128,19 @@ def run(options: LaunchOptions) -> int:
 
 def _supervise(options: LaunchOptions, events: queue.SimpleQueue) -> int:
   """Starts the cluster and restarts it as `options` allow."""
+  with tempfile.TemporaryDirectory(prefix="ctl-heartbeats-") as heartbeats:
+    return _restart_loop(options, events, heartbeats)
+
+
+def _restart_loop(options: LaunchOptions, events: queue.SimpleQueue,
+                  heartbeats: str) -> int:
   restart = 0
   previous_exit = {}
+  stalls = collections.Counter()  # "at step S in PHASE" -> times.
   while True:
     workers = _Workers(options, restart_count=restart, events=events,
-                       previous_exit=previous_exit)
+                       previous_exit=previous_exit,
+                       heartbeat_dir=os.path.join(heartbeats, str(restart)))
     index, code, signum = workers.wait_for_failure()
     previous_exit = {PREVIOUS_EXIT_ENV: str(code),
                      PREVIOUS_EXIT_TIME_ENV: f"{time.time():.3f}"}
@@ -130,8 +154,17 @@ def _supervise(options: LaunchOptions, events: queue.SimpleQueue) -> int:
       _log(f"not restarting: worker {index} exited with code {code}, a user "
            "error (bad flag, environment or files) that a restart cannot fix")
       return code
+    failure = f"exited with code {code}"
+    if code == STALL_EXIT_CODE:
+      where = workers.stalled_at(index)
+      stalls[where] += 1
+      times = {1: "", 2: " twice"}.get(stalls[where],
+                                       f" {stalls[where]} times")
+      failure = f"stalled{times}{where}"
+      _log(f"worker {index} {failure} (exit code {code})" +
+           ("; the stall is not transient" if stalls[where] > 1 else ""))
     if restart == options.max_restarts:
-      _log(f"giving up: worker {index} exited with code {code} and all"
+      _log(f"giving up: worker {index} {failure} and all"
            f" {options.max_restarts} restart(s) (--max_restarts) are used")
       return code if code > 0 else 128 - code
     restart += 1
@@ -154,12 +187,16 @@ class _Workers:
   """
 
   def __init__(self, options: LaunchOptions, *, restart_count: int,
-               events: queue.SimpleQueue, previous_exit: dict[str, str]):
+               events: queue.SimpleQueue, previous_exit: dict[str, str],
+               heartbeat_dir: str):
     self._events = events
     self._generation = restart_count  # Tells our events from older ones.
     self._procs = []
     self._pumps = []
     self._running = set()
+    self._heartbeat_dir = heartbeat_dir
+    self._heartbeat_grace_secs = options.heartbeat_grace_secs
+    os.makedirs(heartbeat_dir)
     if options.port_base is None:
       ports = cluster.free_ports(options.num_workers)
     else:
@@ -169,6 +206,7 @@ class _Workers:
       env = dict(os.environ, PYTHONUNBUFFERED="1")  # Lines as they come.
       env[RESTART_COUNT_ENV] = str(restart_count)
       env.update(previous_exit)
+      env[watchdog.HEARTBEAT_DIR_ENV] = heartbeat_dir
       env["TF_CONFIG"] = json.dumps({
           "cluster": {"worker": addresses},
           "task": {"type": "worker", "index": index},
@@ -221,13 +259,46 @@ class _Workers:
       (None, 0, None) when all exited 0, (None, 0, signum) for a signal.
     """
     while self._running:
-      exit_or_signum = self._next_exit()
+      try:
+        exit_or_signum = self._next_exit(timeout=_HEARTBEAT_POLL_SECS)
+      except queue.Empty:
+        stalled = self._past_deadline()
+        if stalled is not None:
+          return stalled, STALL_EXIT_CODE, None
+        continue
       if isinstance(exit_or_signum, int):
         return None, 0, exit_or_signum
       index, code = exit_or_signum
       if code:
         return index, code, None
     return None, 0, None
+
+  def _heartbeat(self, index: int) -> dict:
+    """Worker `index`'s last heartbeat ({} if none yet or unreadable)."""
+    path = os.path.join(self._heartbeat_dir, f"worker-{index}.json")
+    try:
+      with open(path) as f:
+        return json.load(f)
+    except (OSError, ValueError):
+      return {}
+
+  def _past_deadline(self) -> int | None:
+    """A running worker whose watchdog is overdue (it cannot act), or None."""
+    now = time.time()
+    for index in sorted(self._running):
+      beat = self._heartbeat(index)
+      if beat and now > beat["deadline"] + self._heartbeat_grace_secs:
+        _log(f"worker {index} made no progress for"
+             f" {now - beat['deadline'] + beat['limit']:.0f} s in"
+             f" {beat['phase']} at step {beat['step']} and its watchdog did"
+             " not act (a frozen process?)")
+        return index
+    return None
+
+  def stalled_at(self, index: int) -> str:
+    """Where worker `index` stalled, as " at step S in PHASE", or ""."""
+    beat = self._heartbeat(index)
+    return f" at step {beat['step']} in {beat['phase']}" if beat else ""
 
   def stop(self, signum: int, grace_secs: float) -> int | None:
     """Sends `signum` to every worker, then SIGKILL after the grace period.
@@ -322,6 +393,9 @@ def _parse_args(argv: Sequence[str]) -> LaunchOptions:
                       help="Wait before the first restart; doubles each time.")
   parser.add_argument("--grace_secs", type=float, default=10.0,
                       help="Time stopped workers get before SIGKILL.")
+  parser.add_argument("--heartbeat_grace_secs", type=float, default=30.0,
+                      help="A worker this long past its stall watchdog's"
+                      " deadline is stopped as stalled.")
   parser.add_argument("command", nargs=argparse.REMAINDER,
                       help="The worker command, after '--'.")
   args = parser.parse_args(argv)
@@ -333,6 +407,7 @@ def _parse_args(argv: Sequence[str]) -> LaunchOptions:
       max_restarts=args.max_restarts,
       restart_backoff_secs=args.restart_backoff_secs,
       grace_secs=args.grace_secs,
+      heartbeat_grace_secs=args.heartbeat_grace_secs,
   )
 
 

@@ -29,10 +29,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-# No global step reaches this; it means "inject a NaN at no step".
-_NO_STEP = np.iinfo(np.int64).max
-
-
 def sparse_softmax_cross_entropy(labels, logits):
   """Per-example cross entropy from float32 logits (mixed precision safe)."""
   return keras.losses.sparse_categorical_crossentropy(
@@ -68,7 +64,8 @@ class TrainLoop:
                optimizer: keras.optimizers.Optimizer, global_step: tf.Variable,
                global_batch_size: int, steps_per_loop: int,
                loss_fn: Callable = sparse_softmax_cross_entropy,
-               jit_compile: bool = False, train_accuracy: bool = True):
+               jit_compile: bool = False, train_accuracy: bool = True,
+               loss_hook: Callable | None = None):
     """Initializes the loop.
 
     Args:
@@ -84,6 +81,8 @@ class TrainLoop:
         outside the XLA cluster, where collectives are always supported.
       train_accuracy: count correct predictions at every step, for
         `LoopOutput.accuracy`; False saves those few ops per step.
+      loss_hook: test hook, `(loss, global_step) -> loss` (see ctl.faults);
+        None keeps it out of the compiled step entirely.
     """
     self._strategy = strategy
     self._model = model
@@ -92,6 +91,7 @@ class TrainLoop:
     self._global_batch_size = global_batch_size
     self._steps_per_loop = steps_per_loop
     self._loss_fn = loss_fn
+    self._loss_hook = loss_hook
     with strategy.scope():
       self._step_losses = _replica_accumulator([steps_per_loop])
       self._correct = (_replica_accumulator([]) if train_accuracy else
@@ -108,7 +108,7 @@ class TrainLoop:
                       for stop in (False, True) for save in (False, True)}
     self._eval = tf.function(self._eval_loop)
 
-  def _loss_and_gradients(self, images, labels, inject_nan):
+  def _loss_and_gradients(self, images, labels):
     with tf.GradientTape() as tape:
       logits = self._model(images, training=True)
       per_example = self._loss_fn(labels, logits)
@@ -116,7 +116,8 @@ class TrainLoop:
           per_example, global_batch_size=self._global_batch_size)
       if self._model.losses:
         loss += tf.nn.scale_regularization_loss(tf.add_n(self._model.losses))
-      loss = tf.where(inject_nan, tf.constant(np.nan, loss.dtype), loss)
+      if self._loss_hook:
+        loss = self._loss_hook(loss, self._global_step)
       scaled_loss = self._optimizer.scale_loss(loss)
     variables = self._model.trainable_variables
     gradients = tape.gradient(scaled_loss, variables)
@@ -124,9 +125,9 @@ class TrainLoop:
                else None)
     return loss, correct, gradients
 
-  def _replica_step(self, batch, inject_nan, index):
+  def _replica_step(self, batch, index):
     images, labels = batch
-    loss, correct, gradients = self._gradients(images, labels, inject_nan)
+    loss, correct, gradients = self._gradients(images, labels)
     self._optimizer.apply_gradients(
         zip(gradients, self._model.trainable_variables))
     # Local bookkeeping only: no communication per step beyond the gradients.
@@ -135,13 +136,12 @@ class TrainLoop:
     if self._correct is not None:
       self._correct.assign_add(correct)
 
-  def _train_loop(self, iterator, num_steps, nan_step, control):
+  def _train_loop(self, iterator, num_steps, control):
     strategy = self._strategy
     strategy.run(_zero, args=self._accumulators())
     # One step needs no loop: a while op costs host time on every call.
     for i in range(1) if self._steps_per_loop == 1 else tf.range(num_steps):
-      inject_nan = tf.equal(self._global_step, nan_step)
-      strategy.run(self._replica_step, args=(next(iterator), inject_nan, i))
+      strategy.run(self._replica_step, args=(next(iterator), i))
       self._global_step.assign_add(1)
     # The loop's one extra all-reduce: [step losses..., correct, requests].
     # Summing the requests tells every worker whether any worker was asked
@@ -156,8 +156,7 @@ class TrainLoop:
     return (self._step_losses,) + (
         (self._correct,) if self._correct is not None else ())
 
-  def train(self, iterator, num_steps: int, *, nan_step: int | None = None,
-            stop_requested: bool = False,
+  def train(self, iterator, num_steps: int, *, stop_requested: bool = False,
             save_requested: bool = False) -> LoopOutput:
     """Runs `num_steps` training steps in one `tf.function` call.
 
@@ -165,7 +164,6 @@ class TrainLoop:
       iterator: an iterator over a distributed dataset of (images, labels).
       num_steps: how many steps to run; a tensor argument, so changing it
         does not retrace.
-      nan_step: test hook: the global step whose loss is replaced by NaN.
       stop_requested: this worker was asked to stop (e.g. SIGTERM).
       save_requested: this worker wants a checkpoint now (chief's timer).
 
@@ -177,10 +175,8 @@ class TrainLoop:
                        f"got {num_steps}.")
     if num_steps not in self._num_steps:
       self._num_steps[num_steps] = tf.constant(num_steps, tf.int32)
-    args = (
-        iterator, self._num_steps[num_steps],
-        tf.constant(_NO_STEP if nan_step is None else nan_step, tf.int64),
-        self._controls[bool(stop_requested), bool(save_requested)])
+    args = (iterator, self._num_steps[num_steps],
+            self._controls[bool(stop_requested), bool(save_requested)])
     if iterator is not self._traced_for:
       # Called directly from now on, the trace skips tf.function's matching
       # of every argument against its traces (about 0.1 ms a call).

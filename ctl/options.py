@@ -67,8 +67,6 @@ class RunOptions:
       accuracy (logged and summarized); False saves those ops per step.
     max_nan_recoveries: rollbacks allowed after a non-finite loss.
     reshuffle_on_nan: use a new data order after a rollback.
-    inject_nan: test hook: "none", "always", or a global step at which the
-      loss is made NaN once.
     is_chief: whether this worker owns the outputs.
     storage: how gs:// directories are reached (ctl.storage.ROUTES).
     fuse_root: where Cloud Storage FUSE mounts buckets.
@@ -99,7 +97,6 @@ class RunOptions:
   train_accuracy: bool = True
   max_nan_recoveries: int = 3
   reshuffle_on_nan: bool = False
-  inject_nan: str = "none"
   is_chief: bool = True
   storage: str = "auto"
   fuse_root: str = "/gcs"
@@ -146,7 +143,3 @@ class RunOptions:
       if not 1 <= first <= last:
         raise UserError("profile_steps must be START,END with 1 <= START <= "
                         f"END, got {first},{last}.")
-    if self.inject_nan not in ("none", "always") and not (
-        self.inject_nan.isdigit()):
-      raise UserError("inject_nan must be none, always or a step number, "
-                      f"got {self.inject_nan!r}.")

@@ -1,5 +1,8 @@
 """A strategy name and the cluster -> a `tf.distribute.Strategy`."""
 
+import signal
+import threading
+
 import tensorflow as tf
 
 from ctl import cluster as cluster_lib
@@ -84,9 +87,15 @@ def make_strategy(
         devices=[d.name for d in devices],
         cross_device_ops=_CROSS_DEVICE_OPS[collective]())
   cluster_lib.install_tf_config(cluster)
-  return tf.distribute.MultiWorkerMirroredStrategy(
+  strategy = tf.distribute.MultiWorkerMirroredStrategy(
       communication_options=tf.distribute.experimental.CommunicationOptions(
           implementation=_IMPLEMENTATIONS[collective]))
+  # TensorFlow's coordination service installs a C++ SIGTERM handler that
+  # only records the signal: until the train loop's own handler takes over
+  # (ctl.preemption), SIGTERM must end a worker that is still starting.
+  if threading.current_thread() is threading.main_thread():
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  return strategy
 
 
 def describe(strategy: tf.distribute.Strategy) -> str:

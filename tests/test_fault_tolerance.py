@@ -99,7 +99,8 @@ def test_truncated_latest_checkpoint_restores_the_previous(model_dir):
 
 
 def test_nan_at_one_step_rolls_back_and_ends_identical(reference, model_dir):
-  result = run_trainer(*FLAGS, "--inject_nan=23", f"--model_dir={model_dir}")
+  result = run_trainer(*FLAGS, f"--model_dir={model_dir}",
+                       env=trainer_env(CTL_FAULTS="nan@23"))
   assert "Loss not finite at step 23" in result.stderr
   summary = read_summary(model_dir)
   assert summary["nan_recoveries"] == 1
@@ -108,8 +109,9 @@ def test_nan_at_one_step_rolls_back_and_ends_identical(reference, model_dir):
 
 
 def test_nan_at_every_step_stops_without_saving_it(model_dir):
-  result = run_trainer(*FLAGS, "--inject_nan=always", "--max_nan_recoveries=2",
-                       f"--model_dir={model_dir}", check=False)
+  result = run_trainer(*FLAGS, "--max_nan_recoveries=2",
+                       f"--model_dir={model_dir}", check=False,
+                       env=trainer_env(CTL_FAULTS="nan@*"))
   assert result.returncode == 1
   last = result.stderr.strip().splitlines()[-1]
   assert last.startswith("error: The loss was not finite") and "2 rollbacks" in last

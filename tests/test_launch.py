@@ -230,3 +230,23 @@ def test_user_errors_exit_2_with_one_line(argv, words):
   assert result.returncode == 2
   assert result.stderr.startswith("error: ") and words in result.stderr
   assert "Traceback" not in result.stderr
+
+
+def test_a_worker_past_its_heartbeat_deadline_is_stopped_as_stalled(tmp_path):
+  # Worker 1 writes the heartbeat of a watchdog that can no longer act.
+  result = _launch(["--num_workers=2", "--max_restarts=1",
+                    "--restart_backoff_secs=0", "--heartbeat_grace_secs=0"], """
+note(f"runs{index}", restart)
+if index == 1 and restart == 0:
+  beat = pathlib.Path(os.environ["CTL_HEARTBEAT_DIR"]) / "worker-1.json"
+  beat.write_text(json.dumps({"phase": "train_loop", "step": 340,
+                              "limit": 5, "deadline": time.time() - 1}))
+  time.sleep(600)
+""", tmp_path)
+  assert result.returncode == 0, result.stderr
+  assert ("[launcher] worker 1 made no progress for" in result.stderr and
+          "in train_loop at step 340 and its watchdog did not act"
+          in result.stderr)
+  assert ("[launcher] worker 1 stalled at step 340 in train_loop (exit code"
+          " 75)" in result.stderr)
+  assert (tmp_path / "runs1").read_text().split() == ["0", "1"]

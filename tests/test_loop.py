@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from ctl import faults
 from ctl import loop as loop_lib
 from tests.conftest import REPO, trainer_env
 
@@ -35,7 +36,7 @@ def _data(count, seed=0):
   return images, labels
 
 
-def _loop(model, steps_per_loop=4, train_accuracy=True):
+def _loop(model, steps_per_loop=4, train_accuracy=True, loss_hook=None):
   strategy = tf.distribute.get_strategy()
   optimizer = keras.optimizers.Adam(0.05)
   optimizer.build(model.trainable_variables)
@@ -44,7 +45,7 @@ def _loop(model, steps_per_loop=4, train_accuracy=True):
                             optimizer=optimizer, global_step=step,
                             global_batch_size=BATCH,
                             steps_per_loop=steps_per_loop,
-                            train_accuracy=train_accuracy)
+                            train_accuracy=train_accuracy, loss_hook=loss_hook)
   return loop, step
 
 
@@ -143,15 +144,35 @@ def test_a_one_step_loop_and_a_loop_without_accuracy_train_the_same(
   assert all(0 <= o.accuracy <= 1 for o in reference)
 
 
-def test_nan_hook_fires_at_its_global_step_only():
+def test_nan_fault_fires_at_its_global_step_only():
   model = _model()
-  loop, step = _loop(model)
-  images, labels = _data(8 * BATCH)
-  iterator = _iterator(images, labels)
+  injector = faults.Injector(faults.parse("nan@4"))
+  loop, _ = _loop(model, loss_hook=injector.loss_hook())
+  iterator = _iterator(*_data(8 * BATCH))
   loop.train(iterator, 2)
-  losses = loop.train(iterator, 4, nan_step=int(step.numpy()) + 2).step_losses
+  losses = loop.train(iterator, 4).step_losses
   assert np.isnan(losses).tolist() == [False, False, True, False]
   assert all(np.isfinite(w.numpy()).all() for w in model.trainable_variables)
+
+
+def _op_types(loop, iterator) -> set[str]:
+  """Every op type of the traced train loop, its functions included."""
+  graph = loop._train.get_concrete_function(  # pylint: disable=protected-access
+      iterator, tf.constant(1), tf.constant([0.0, 0.0])).graph.as_graph_def()
+  types = {node.op for node in graph.node}
+  for function in graph.library.function:
+    types.update(node.op for node in function.node_def)
+  return types
+
+
+def test_without_faults_the_compiled_step_holds_no_fault_op():
+  iterator = _iterator(*_data(BATCH))
+  plain = _op_types(_loop(_model())[0], iterator)
+  hooked = _op_types(_loop(_model(), loss_hook=faults.Injector(
+      faults.parse("nan@3")).loss_hook())[0], iterator)
+  assert {"SelectV2", "LogicalOr"} <= hooked - plain  # The NaN hook's ops.
+  assert not plain & {"SelectV2", "Select", "LogicalOr", "PyFunc",
+                      "EagerPyFunc"}
 
 
 @pytest.mark.parametrize("stop,save", [(True, False), (False, True),
@@ -193,6 +214,7 @@ tf.config.set_logical_device_configuration(
 import keras
 import numpy as np
 from ctl import input as input_lib
+from ctl import faults
 from ctl import loop as loop_lib
 from trainer import data as data_lib
 from trainer import model as model_lib

@@ -17,10 +17,13 @@ import tensorflow as tf
 from ctl import cluster as cluster_lib
 from ctl import controller
 from ctl import evaluator
+from ctl import faults as faults_lib
 from ctl import hypertune
 from ctl import input as input_lib
 from ctl import outputs
+from ctl import peers
 from ctl import strategies
+from ctl import watchdog as watchdog_lib
 from ctl.errors import UserError
 from ctl.options import RunOptions, Task
 from trainer import data as data_lib
@@ -38,14 +41,23 @@ class Job:
   strategy: tf.distribute.Strategy
   eval_callbacks: Sequence[Callable[[int, dict], None]] = ()
   is_evaluator: bool = False
+  watchdog: watchdog_lib.Watchdog | None = None  # Started; stopped by run.
+  faults: tuple[faults_lib.Fault, ...] = ()
 
   def run(self) -> dict:
     if self.is_evaluator:
       return evaluator.evaluate_checkpoints(
           task=self.task, options=self.options, strategy=self.strategy)
-    return controller.run(task=self.task, options=self.options,
-                          strategy=self.strategy,
-                          eval_callbacks=self.eval_callbacks)
+    try:
+      return controller.run(task=self.task, options=self.options,
+                            strategy=self.strategy,
+                            eval_callbacks=self.eval_callbacks,
+                            progress_listeners=tuple(filter(None, [
+                                self.watchdog])),
+                            faults=self.faults)
+    finally:
+      if self.watchdog:
+        self.watchdog.stop()
 
 
 def build_job(config: Any, environ=os.environ) -> Job:
@@ -62,11 +74,25 @@ def build_job(config: Any, environ=os.environ) -> Job:
     UserError: for the first thing in the configuration a user must fix.
   """
   _check(config)
+  limits = watchdog_lib.Limits(
+      stall_timeout_secs=config.stall_timeout_secs,
+      startup_timeout_secs=config.startup_timeout_secs)
+  limits.validate()
   cluster = cluster_lib.resolve(environ=environ)
+  restarts = int(environ.get("CTL_RESTART_COUNT", "0"))
+  rank = _rank(cluster)
+  faults = faults_lib.from_environ(environ, worker=rank, attempt=restarts)
   dirs = _output_dirs(config, environ)
   if config.deterministic:
     tf.config.experimental.enable_op_determinism()
   keras.utils.set_random_seed(config.seed)
+  watchdog = None
+  if not cluster.is_evaluator:
+    peers.wait_for_peers(cluster, timeout_secs=config.startup_timeout_secs)
+    if limits.enabled:  # From here on, start-up is watched.
+      watchdog = watchdog_lib.Watchdog(
+          limits=limits, worker=rank,
+          heartbeat_dir=environ.get(watchdog_lib.HEARTBEAT_DIR_ENV)).start()
   # An evaluator trains with no one, whatever strategy the workers use.
   strategy = strategies.make_strategy(
       name="auto" if cluster.is_evaluator else config.strategy,
@@ -98,11 +124,10 @@ def build_job(config: Any, environ=os.environ) -> Job:
       train_accuracy=config.train_accuracy,
       max_nan_recoveries=config.max_nan_recoveries,
       reshuffle_on_nan=config.reshuffle_on_nan,
-      inject_nan=config.inject_nan,
       is_chief=cluster.is_chief,
       storage=config.storage,
       fuse_root=config.fuse_root,
-      restarts=int(environ.get("CTL_RESTART_COUNT", "0")),
+      restarts=restarts,
       profile_steps=_profile_steps(config.profile_steps),
       hparams=_hparams(config, global_batch, train_steps),
       evaluator_writes_validation=cluster.has_evaluator)
@@ -117,7 +142,8 @@ def build_job(config: Any, environ=os.environ) -> Job:
                                               step))
   return Job(task=task, options=options, strategy=strategy,
              eval_callbacks=tuple(callbacks),
-             is_evaluator=cluster.is_evaluator)
+             is_evaluator=cluster.is_evaluator, watchdog=watchdog,
+             faults=faults)
 
 
 def describe(config: Any, environ=os.environ) -> dict:
@@ -130,6 +156,13 @@ def describe(config: Any, environ=os.environ) -> dict:
   return {"cluster": dataclasses.asdict(cluster),
           "output_dirs": dataclasses.asdict(_output_dirs(config, environ)),
           "flags": vars(config)}
+
+
+def _rank(cluster: cluster_lib.ClusterInfo) -> int:
+  """The worker number in logs and faults: the chief 0, then the workers."""
+  if cluster.task_type == "worker" and cluster.chief:
+    return cluster.task_index + 1
+  return cluster.task_index
 
 
 def _output_dirs(config, environ) -> outputs.OutputDirs:

@@ -6,7 +6,9 @@ container (`python -m trainer.task --flagfile=...`) and as a Vertex AI job:
   python -m trainer.task --flagfile=configs/quickstart.cfg --model_dir=runs/q
 
 Exit codes: 0 done; 2 a user error (one sentence on stderr); 143 stopped on
-request (SIGTERM) after saving, re-run to continue; 1 anything else.
+request (SIGTERM) after saving, re-run to continue; 75 stalled (the stall
+watchdog, or start-up gave up waiting for a peer), re-run to continue;
+130 interrupted (SIGINT); 1 anything else.
 """
 
 import json
@@ -93,8 +95,15 @@ flags.DEFINE_integer("max_nan_recoveries", 3, "Rollbacks allowed after a "
                      "non-finite loss.")
 flags.DEFINE_bool("reshuffle_on_nan", False, "Use a new data order after a "
                   "rollback.")
-flags.DEFINE_string("inject_nan", "none", "Testing hook: none, always, or a "
-                    "global step whose loss is made NaN once.")
+flags.DEFINE_float("stall_timeout_secs", None, "Stall watchdog: a phase "
+                   "(train loop, evaluation, checkpoint save or upload, "
+                   "export) that makes no progress this long ends the "
+                   "worker with exit code 75. Default: adaptive, 10x the "
+                   "slowest run of that phase so far, at least 120 s; 0 "
+                   "turns the watchdog off.", lower_bound=0)
+flags.DEFINE_float("startup_timeout_secs", 900, "Stall watchdog limit for "
+                   "start-up (waiting for peers, building, restoring) and "
+                   "the first run of each phase (tracing).", lower_bound=1)
 flags.DEFINE_string("hypertune_metric", "", "Report this eval metric "
                     "(accuracy or loss) to Vertex AI hyperparameter tuning "
                     "after each evaluation.")
@@ -137,6 +146,10 @@ def main(argv):
     sys.exit(errors.PREEMPTED_EXIT_CODE)
   except errors.TrainingDiverged as e:
     _fail(str(e), 1)
+  except errors.Stalled as e:
+    _fail(str(e), errors.STALL_EXIT_CODE)
+  except KeyboardInterrupt:
+    _fail("interrupted (SIGINT).", 130)
 
 
 def _parse_flags(argv):

@@ -1,0 +1,68 @@
+"""ctl.watchdog in a real process: a stuck main thread ends it, and says where.
+
+No TensorFlow here: the watchdog is fed marks by hand, so these run in a
+second or two each. End-to-end stalls of the trainer are in test_stalls.py.
+"""
+
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+PRELUDE = """
+import sys, time
+from ctl import progress, watchdog
+dog = watchdog.Watchdog(limits=watchdog.Limits(stall_timeout_secs=1,
+                                               startup_timeout_secs=60),
+                        worker=3, poll_secs=0.1,
+                        on_stall=lambda stall: print("recorded", stall.phase,
+                                                     flush=True))
+marks = progress.Progress(current_step=lambda: 40, listeners=(dog,))
+dog.start()
+with marks.phase(progress.FIRST_LOOP):
+  pass
+"""
+
+
+def _run(script: str) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-c", PRELUDE + script], cwd=REPO,
+                        capture_output=True, text=True, timeout=120)
+
+
+def test_a_stuck_phase_ends_the_process_with_the_stall_line_and_stacks():
+  result = _run("""
+def read_that_never_returns():
+  time.sleep(600)
+with marks.phase(progress.TRAIN_LOOP):
+  read_that_never_returns()
+""")
+  assert result.returncode == 75, result.stderr
+  line = result.stderr.splitlines()[0]
+  assert line.startswith("stall: worker 3 made no progress for ")
+  assert "in train_loop at step 40 (limit 1 s, --stall_timeout_secs)" in line
+  assert "in read_that_never_returns" in result.stderr  # The stuck stack.
+  assert result.stdout == "recorded train_loop\n"
+
+
+def test_progress_keeps_it_quiet_and_stop_ends_the_watch():
+  result = _run("""
+for _ in range(30):
+  with marks.phase(progress.TRAIN_LOOP):
+    time.sleep(0.1)
+dog.stop()
+time.sleep(2)
+print("done")
+""")
+  assert (result.returncode, result.stdout) == (0, "done\n"), result.stderr
+
+
+def test_a_call_that_holds_the_gil_meets_the_c_backstop():
+  # sum() over a range runs in C without releasing the GIL: the Python
+  # thread cannot run, faulthandler's C thread dumps and exits.
+  result = _run("""
+with marks.phase(progress.TRAIN_LOOP):
+  time.sleep(0.5)  # The watchdog re-arms the backstop every poll.
+  sum(range(10**13))
+""")
+  assert result.returncode == 1, result.stderr
+  assert "Timeout (0:00:" in result.stderr and "in <module>" in result.stderr
