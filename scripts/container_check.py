@@ -39,6 +39,7 @@ with the system Python before the project is installed anywhere.
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import pathlib
@@ -47,7 +48,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -96,6 +96,24 @@ runroot = "{workdir}/run"
 
 class CheckFailed(Exception):
   """A check saw the image misbehave; the message says how."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Context:
+  """What every check gets.
+
+  Attributes:
+    work: A directory for the check's mounted host directories.
+    host_uid: The host user that check 1 runs the trainer as (--user).
+    host_gid: Its group.
+    image_uid: The image's default user, as Vertex AI runs it.
+    image_gid: Its group.
+  """
+  work: pathlib.Path
+  host_uid: int
+  host_gid: int
+  image_uid: int
+  image_gid: int
 
 
 def _run(cmd, *, check=True, timeout=900, **kwargs):
@@ -157,8 +175,8 @@ def _make_base(mirror: str) -> None:
           "bookworm", root, mirror], timeout=1800)
     for cache in ("var/lib/apt/lists", "var/cache/apt/archives"):
       shutil.rmtree(root / cache, ignore_errors=True)
-    config = ["--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:"
-              "/usr/bin:/sbin:/bin", "--cmd", "/bin/bash"]
+    path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    config = ["--env", f"PATH={path}", "--cmd", "/bin/bash"]
     if CA_BUNDLE.is_file():
       shutil.copyfile(CA_BUNDLE, root / CA_BUNDLE.relative_to("/"))
       config += ["--env", f"PIP_CERT={CA_BUNDLE}",
@@ -204,17 +222,15 @@ def _code_change_context(workdir: pathlib.Path) -> pathlib.Path:
   return context
 
 
-def _podman_run(name, args, *, user=None, volumes=(), env=None,
-                network="none", entrypoint=None, timeout=900):
-  """`podman run --rm` of the image; returns the finished process."""
-  return _run(_podman_run_command(name, args, user=user, volumes=volumes,
-                                  env=env, network=network,
-                                  entrypoint=entrypoint),
-              check=False, timeout=timeout)
+def _podman_run(name, args, *, timeout=900, **options):
+  """`podman run --rm` of the image to its end; returns the process."""
+  return _run(_podman_run_command(name, args, **options), check=False,
+              timeout=timeout)
 
 
 def _podman_run_command(name, args, *, user=None, volumes=(), env=None,
-                        network="none", entrypoint=None):
+                        network="none", entrypoint=None) -> list[str]:
+  """The `podman run --rm` command line; no network unless asked for."""
   command = ["podman", "run", "--rm", f"--name={CONTAINER_PREFIX}{name}",
              f"--network={network}"]
   if user:
@@ -238,7 +254,7 @@ def _owners(root: pathlib.Path) -> set[tuple[int, int]]:
 
 def _train_steps(flagfile: str) -> int:
   text = (REPO / flagfile).read_text()
-  return int(re.search(r"^--train_steps=(\d+)$", text, re.M).group(1))
+  return int(re.search(r"^--train_steps=(\d+)$", text, re.MULTILINE).group(1))
 
 
 def _summary(model_dir: pathlib.Path) -> dict:
@@ -251,19 +267,20 @@ def _expect(condition: bool, message: str) -> None:
 
 
 def _image_user_ids() -> tuple[int, int]:
+  """The uid and gid of the image's default user."""
   ids = _podman_run("id", ["-c", "id -u; id -g"], entrypoint="sh").stdout
   uid, gid = map(int, ids.split())
   return uid, gid
 
 
-def check_quickstart(work, host_uid, host_gid, image_ids) -> str:
-  del image_ids
-  _expect(host_uid != 0, "the host user for --user must not be root")
-  out = _owned_dir(work / "quickstart", host_uid, host_gid)
+def check_quickstart(ctx: Context) -> str:
+  """Check 1: `configs/quickstart.cfg` as the host user, into a mount."""
+  _expect(ctx.host_uid != 0, "the host user for --user must not be root")
+  out = _owned_dir(ctx.work / "quickstart", ctx.host_uid, ctx.host_gid)
   result = _podman_run(
       "quickstart", ["--flagfile=configs/quickstart.cfg",
                      "--model_dir=/out/quickstart"],
-      user=f"{host_uid}:{host_gid}", volumes=[(out, "/out")])
+      user=f"{ctx.host_uid}:{ctx.host_gid}", volumes=[(out, "/out")])
   _expect(result.returncode == 0,
           f"exit {result.returncode}: {_tail(result)}")
   model_dir = out / "quickstart"
@@ -274,15 +291,15 @@ def check_quickstart(work, host_uid, host_gid, image_ids) -> str:
       "checkpoints", "saved_model", "tensorboard", "train_summary.json"],
           f"unexpected outputs {sorted(os.listdir(model_dir))}")
   owners = _owners(out)
-  _expect(owners == {(host_uid, host_gid)},
-          f"outputs owned by {owners}, not {host_uid}:{host_gid}")
-  return (f"uid {host_uid} trained to step {steps}; every output owned by "
-          f"{host_uid}:{host_gid}")
+  _expect(owners == {(ctx.host_uid, ctx.host_gid)},
+          f"outputs owned by {owners}, not {ctx.host_uid}:{ctx.host_gid}")
+  return (f"uid {ctx.host_uid} trained to step {steps}; every output owned by "
+          f"{ctx.host_uid}:{ctx.host_gid}")
 
 
-def check_stop_and_resume(work, host_uid, host_gid, image_ids) -> str:
-  del host_uid, host_gid
-  out = _owned_dir(work / "stop", *image_ids)
+def check_stop_and_resume(ctx: Context) -> str:
+  """Check 2: `podman stop` mid-training, then the same `podman run`."""
+  out = _owned_dir(ctx.work / "stop", ctx.image_uid, ctx.image_gid)
   command = _podman_run_command(
       "stop", ["--flagfile=configs/quickstart.cfg", "--model_dir=/out/run"],
       volumes=[(out, "/out")])
@@ -331,7 +348,8 @@ def _vertex_env(spec, pool_index, bucket_prefix, ports) -> dict:
   env = {"AIP_MODEL_DIR": f"{prefix}/model/",
          "AIP_CHECKPOINT_DIR": f"{prefix}/checkpoints/",
          "AIP_TENSORBOARD_LOG_DIR": f"{prefix}/logs/"}
-  _expect(prefix.startswith(bucket_prefix), f"{prefix} is not in {bucket_prefix}")
+  _expect(prefix.startswith(bucket_prefix),
+          f"{prefix} is not in {bucket_prefix}")
   pools = spec["workerPoolSpecs"]
   if len(pools) > 1:
     hosts = [f"localhost:{port}" for port in ports[:len(pools)]]
@@ -354,11 +372,11 @@ def _vertex_specs() -> dict:
           for path in sorted((REPO / "configs" / "vertex").glob("*.yaml"))}
 
 
-def check_cluster(work, host_uid, host_gid, image_ids) -> str:
-  del host_uid, host_gid
+def check_cluster(ctx: Context) -> str:
+  """Check 3: multiworker_v100.yaml's two pools as two containers."""
   name = "multiworker_v100.yaml"
   spec = _vertex_specs()[name]
-  bucket = _owned_dir(work / "bucket", *image_ids)
+  bucket = _owned_dir(ctx.work / "bucket", ctx.image_uid, ctx.image_gid)
   ports = _free_ports(2)
   processes = []
   for index, pool in enumerate(spec["workerPoolSpecs"]):
@@ -392,9 +410,9 @@ def check_cluster(work, host_uid, host_gid, image_ids) -> str:
           f"in gs://BUCKET/{base}/{{{','.join(VERTEX_OUTPUTS)}}}")
 
 
-def check_vertex_args(work, host_uid, host_gid, image_ids) -> str:
-  del host_uid, host_gid
-  bucket = _owned_dir(work / "dry_run_bucket", *image_ids)
+def check_vertex_args(ctx: Context) -> str:
+  """Check 4: every Vertex AI config's args, with --dry_run."""
+  bucket = _owned_dir(ctx.work / "dry_run_bucket", ctx.image_uid, ctx.image_gid)
   ports = _free_ports(2)
   runs = 0
   for name, spec in _vertex_specs().items():
@@ -425,8 +443,9 @@ def _outside(args) -> subprocess.CompletedProcess | None:
               env=dict(os.environ, PYTHONPATH=str(REPO)))
 
 
-def check_help_and_bad_flag(work, host_uid, host_gid, image_ids) -> str:
-  del work, host_uid, host_gid, image_ids
+def check_help_and_bad_flag(ctx: Context) -> str:
+  """Check 5: --help and a bad flag, compared with outside when possible."""
+  del ctx  # Nothing is mounted or written.
   bad = _podman_run("bad-flag", ["--no_such_flag=1"])
   lines = bad.stderr.strip().splitlines()
   _expect(bad.returncode == 2 and len(lines) == 1 and not bad.stdout and
@@ -449,14 +468,13 @@ def check_help_and_bad_flag(work, host_uid, host_gid, image_ids) -> str:
           f"{usage.returncode}; {compared}")
 
 
-def check_writable(work, host_uid, host_gid, image_ids) -> str:
-  del work, host_uid, host_gid
-  uid, _ = image_ids
+def check_writable(ctx: Context) -> str:
+  """Check 6: what the image's default user can write."""
+  uid = ctx.image_uid
   _expect(uid != 0, "the image's default user is root")
-  result = _podman_run("writable", [
-      "-c", "find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) "
-      "-prune -o -writable -print 2>/dev/null; echo HOME=$HOME"],
-                       entrypoint="sh")
+  find = ("find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) "
+          "-prune -o -writable -print 2>/dev/null; echo HOME=$HOME")
+  result = _podman_run("writable", ["-c", find], entrypoint="sh")
   lines = result.stdout.split()
   home = lines.pop()[len("HOME="):]
   allowed = (*ALLOWED_WRITABLE, home)
@@ -505,14 +523,17 @@ def _parse_args(argv):
   parser.add_argument(
       "--host_user", default=None,
       help="UID:GID that owns check 1's outputs (default: the sudo user, "
-      "else 1000:1000 standing in for a laptop's first user)")
+      "else 1234:1234, a uid the image does not know)")
   return parser.parse_args(argv)
 
 
 def _host_user(value: str | None) -> tuple[int, int]:
+  """The host user that check 1 runs the trainer as (--user)."""
   if value is None:
     uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
-    value = f"{uid}:{gid}" if uid and uid != "0" else "1000:1000"
+    # Run by root itself: a host uid the image does not know (no passwd
+    # entry, HOME=/), the harder case for the trainer.
+    value = f"{uid}:{gid}" if uid and uid != "0" else "1234:1234"
   uid, gid = value.split(":")
   return int(uid), int(gid)
 
@@ -541,9 +562,11 @@ def main(argv=None) -> int:
   failures = 0
   try:
     start = time.monotonic()
-    if not _image_exists(BASE_IMAGE):
+    kept = _image_exists(BASE_IMAGE)
+    if not kept:
       _make_base(args.mirror)
-    print(f"stand-in base {BASE_IMAGE}: {_seconds(start)}, "
+    print(f"stand-in base {BASE_IMAGE}: "
+          f"{'kept from a --keep run' if kept else _seconds(start)}, "
           f"{_image_size(BASE_IMAGE) / 1e6:.0f} MB", flush=True)
     start = time.monotonic()
     _build(REPO, IMAGE)
@@ -558,11 +581,13 @@ def main(argv=None) -> int:
     _run(["podman", "rmi", REBUILT_IMAGE])
     shutil.rmtree(context)
     failures += not reused
-    image_ids = _image_user_ids()
+    image_uid, image_gid = _image_user_ids()
+    ctx = Context(work=work, host_uid=host_uid, host_gid=host_gid,
+                  image_uid=image_uid, image_gid=image_gid)
     for number, (title, check) in enumerate(CHECKS, start=1):
       start = time.monotonic()
       try:
-        detail = check(work, host_uid, host_gid, image_ids)
+        detail = check(ctx)
         print(f"PASS {number}. {title} ({_seconds(start)}): {detail}",
               flush=True)
       except (CheckFailed, subprocess.TimeoutExpired, OSError,
