@@ -51,6 +51,10 @@ import sys
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+# Standard library only, like this script, so the system Python can import it.
+from trainer import testing  # pylint: disable=g-import-not-at-top
+
 APT_PACKAGES = ("buildah", "podman", "debootstrap", "runc", "python3-yaml")
 BASE_PACKAGES = "python3,python3-pip,python3-venv,python-is-python3"
 BASE_IMAGE = "localhost/ctl-standin-base:bookworm"
@@ -345,9 +349,7 @@ def _free_ports(count: int) -> list[int]:
 def _vertex_env(spec, pool_index, bucket_prefix, ports) -> dict:
   """What Vertex AI sets in the container of pool `pool_index`, replica 0."""
   prefix = spec["baseOutputDirectory"]["outputUriPrefix"].rstrip("/")
-  env = {"AIP_MODEL_DIR": f"{prefix}/model/",
-         "AIP_CHECKPOINT_DIR": f"{prefix}/checkpoints/",
-         "AIP_TENSORBOARD_LOG_DIR": f"{prefix}/logs/"}
+  env = testing.vertex_output_env(prefix)
   _expect(prefix.startswith(bucket_prefix),
           f"{prefix} is not in {bucket_prefix}")
   pools = spec["workerPoolSpecs"]
