@@ -523,21 +523,29 @@ def _parse_args(argv):
   parser.add_argument("--mirror", default="http://deb.debian.org/debian",
                       help="Debian mirror for the stand-in base")
   parser.add_argument(
-      "--host_user", default=None,
+      "--host_user", type=_uid_gid, default=None,
       help="UID:GID that owns check 1's outputs (default: the sudo user, "
       "else 1234:1234, a uid the image does not know)")
   return parser.parse_args(argv)
 
 
-def _host_user(value: str | None) -> tuple[int, int]:
+def _uid_gid(value: str) -> tuple[int, int]:
+  match = re.fullmatch(r"(\d+):(\d+)", value)
+  if not match:
+    raise argparse.ArgumentTypeError(f"{value!r} is not UID:GID")
+  return int(match.group(1)), int(match.group(2))
+
+
+def _host_user(value: tuple[int, int] | None) -> tuple[int, int]:
   """The host user that check 1 runs the trainer as (--user)."""
-  if value is None:
-    uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
-    # Run by root itself: a host uid the image does not know (no passwd
-    # entry, HOME=/), the harder case for the trainer.
-    value = f"{uid}:{gid}" if uid and uid != "0" else "1234:1234"
-  uid, gid = value.split(":")
-  return int(uid), int(gid)
+  if value is not None:
+    return value
+  uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
+  if uid and gid and uid != "0":
+    return int(uid), int(gid)
+  # Run by root itself: a host uid the image does not know (no passwd entry,
+  # HOME=/), the harder case for the trainer.
+  return 1234, 1234
 
 
 def _seconds(start: float) -> str:
