@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 MODEL_DIR ?= runs/quickstart
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench container-check clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ test: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-test
 	$(PY) -m benchmarks.run_all --results_dir=bench_results
+
+# Builds the Dockerfile with podman and checks the image in real containers
+# (as root on Debian; see README "Build and test the image locally").
+# CONTAINER_CHECK_FLAGS=--keep keeps the images and the store.
+container-check:
+	$(PYTHON) scripts/container_check.py $(CONTAINER_CHECK_FLAGS)
 
 clean:
 	rm -rf $(VENV) runs bench_results .pytest_cache

@@ -1,15 +1,18 @@
-"""Tests for the Dockerfile, read as Docker would, since no engine runs here.
+"""Fast static checks of the Dockerfile, read as Docker would.
 
-The image runs `python -m trainer.task <CMD>` in WORKDIR, which holds a copy
-of the repository root; the last test runs that same command line from the
-repository root, with the AIP_* directories Vertex AI sets, and --dry_run so
-that it checks the flags without training.
+The image runs `python -m trainer.task <CMD>` in WORKDIR, which holds the
+build context (the repository root less .dockerignore); the last test runs
+that same command line from the repository root, with the AIP_* directories
+Vertex AI sets, and --dry_run so that it checks the flags without training.
+The image itself is built and run by `make container-check`
+(scripts/container_check.py), which needs root and minutes, so not here.
 """
 
 import configparser
 import fnmatch
 import json
 import pathlib
+import re
 
 from dockerfile_parse import DockerfileParser
 from packaging import requirements
@@ -52,16 +55,37 @@ def _pinned_tensorflow_version():
 
 
 def test_base_image_has_the_pinned_tensorflow(dockerfile):
-  repository, tag = dockerfile.baseimage.split(":")
+  # FROM ${BASE_IMAGE}: the default is the GPU image of the pinned TensorFlow,
+  # by tag and, where it could be looked up, by digest.
+  assert _instructions(dockerfile, "FROM") == ["${BASE_IMAGE}"]
+  image, _, digest = dockerfile.baseimage.partition("@")
+  repository, tag = image.split(":")
 
   assert repository == "tensorflow/tensorflow"
   assert tag == f"{_pinned_tensorflow_version()}-gpu"
+  assert not digest or re.fullmatch(r"sha256:[0-9a-f]{64}", digest), digest
 
 
-def test_repository_root_is_copied_into_workdir(dockerfile):
+def test_dependencies_are_installed_before_the_code_is_copied(dockerfile):
+  # A code change then reuses the layer that holds TensorFlow.
+  steps = [(item["instruction"], item["value"]) for item in dockerfile.structure
+           if item["instruction"] in ("COPY", "RUN")]
   workdir = _instructions(dockerfile, "WORKDIR")[-1]
+  copies = [value for instruction, value in steps if instruction == "COPY"]
+  assert copies == [f"setup.cfg {workdir}/", f". {workdir}"]
+  code = steps.index(("COPY", f". {workdir}"))
+  assert any("pip install -r" in value for _, value in steps[:code])
+  assert all("--no-deps" in value for instruction, value in steps[code:]
+             if "pip install" in value)
 
-  assert _instructions(dockerfile, "COPY") == [f". {workdir}"]
+
+def test_the_trainer_runs_as_a_non_root_user(dockerfile):
+  structure = [item["instruction"] for item in dockerfile.structure]
+  user = _instructions(dockerfile, "USER")[-1]
+
+  assert user.split(":")[0] not in ("root", "0")
+  # Nothing runs as root after it.
+  assert "RUN" not in structure[structure.index("USER"):]
 
 
 def test_entrypoint_runs_the_trainer_module_in_exec_form(dockerfile):
@@ -75,8 +99,8 @@ def test_dockerignore_keeps_what_the_image_needs():
   patterns = [line.strip() for line in
               (_ROOT / ".dockerignore").read_text().splitlines()
               if line.strip() and not line.startswith("#")]
-  needed = ["setup.cfg", "ctl/errors.py", "trainer/task.py",
-            "configs/cassava_resnet50.cfg"]
+  needed = ["setup.cfg", "pyproject.toml", "README.md", "ctl/errors.py",
+            "trainer/task.py", "configs/cassava_resnet50.cfg"]
 
   for path in needed:
     parts = pathlib.PurePosixPath(path).parts
@@ -84,7 +108,7 @@ def test_dockerignore_keeps_what_the_image_needs():
     excluded = [p for p in patterns
                 if any(fnmatch.fnmatch(prefix, p) for prefix in prefixes)]
     assert not excluded, f".dockerignore drops {path} with {excluded}"
-  assert {".git", ".venv"} <= set(patterns)
+  assert {".git", ".venv", "tests", "benchmarks"} <= set(patterns)
 
 
 def test_default_cmd_is_accepted_by_the_trainer(dockerfile, tmp_path):
