@@ -10,6 +10,7 @@ Steps are targets: `train_steps=N` means "until the global step is N", so the
 same call after any interruption continues and ends at the same place.
 """
 
+import dataclasses
 import json
 import os
 import time
@@ -30,6 +31,7 @@ from ctl import preemption
 from ctl import profiler
 from ctl import progress as progress_lib
 from ctl import summaries
+from ctl import watchdog as watchdog_lib
 from ctl.errors import Preempted, TrainingDiverged
 from ctl.options import RunOptions, Task
 
@@ -37,7 +39,8 @@ from ctl.options import RunOptions, Task
 def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
         eval_callbacks: Sequence[Callable[[int, dict], None]] = (),
         progress_listeners: Sequence[progress_lib.Listener] = (),
-        faults: Sequence[faults_lib.Fault] = ()) -> dict:
+        faults: Sequence[faults_lib.Fault] = (),
+        watchdog: watchdog_lib.Watchdog | None = None) -> dict:
   """Trains to `options.train_steps`, resuming from the latest checkpoint.
 
   Args:
@@ -49,6 +52,9 @@ def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
     progress_listeners: called with every `ctl.progress.Mark` (each phase's
       start and end), after the controller's own listeners.
     faults: faults to inject (tests and benchmarks; see ctl.faults).
+    watchdog: a started stall watchdog (ctl.watchdog), or None. It sees every
+      phase first, and a stall it ends the process for is recorded in the
+      run ledger.
 
   Returns:
     The summary also written to `<model_dir>/train_summary.json` (chief).
@@ -60,8 +66,15 @@ def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
     TrainingDiverged: the loss stayed non-finite; nothing bad was saved.
   """
   options.validate()
-  return _Run(task, options, strategy, eval_callbacks, progress_listeners,
-              faults).run()
+  listeners = tuple(progress_listeners)
+  if watchdog:
+    listeners = (watchdog, *listeners)
+  run_state = _Run(task, options, strategy, eval_callbacks, listeners, faults)
+  if watchdog and run_state.ledger:
+    watchdog.add_stall_callback(
+        lambda stall: run_state.ledger.record("stall", **dataclasses.asdict(
+            stall)))
+  return run_state.run()
 
 
 class _Run:
@@ -91,6 +104,11 @@ class _Run:
     self._progress = progress_lib.Progress(
         current_step=lambda: self._step, listeners=listeners)
     self._first_loop_done = False
+
+  @property
+  def ledger(self) -> ledger_lib.Ledger | None:
+    """The run ledger (the chief's), or None on other workers."""
+    return self._ledger or None
 
   def _build(self) -> None:
     """Opens the outputs and builds the model, optimizer and loops."""

@@ -32,6 +32,8 @@ import signal
 import statistics
 from typing import Sequence
 
+from ctl.errors import STALL_EXIT_CODE
+
 GOODPUT = "goodput"
 STARTUP = "startup"
 RESTORE = "restore"
@@ -267,6 +269,8 @@ def _unrecorded_end(events, following: dict | None, *, last: bool) -> str:
   if any(e["event"] == "stall" for e in events):
     return "stalled"
   code = following and following.get("previous_exit")
+  if code == STALL_EXIT_CODE:  # The watchdog's record did not make it.
+    return "stalled"
   if code:
     if code < 0:
       try:

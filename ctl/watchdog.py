@@ -129,7 +129,7 @@ class Watchdog:
     self._worker = worker
     self._heartbeat = heartbeat_dir and os.path.join(
         heartbeat_dir, f"worker-{worker}.json")
-    self._on_stall = on_stall
+    self._on_stall = [on_stall] if on_stall else []
     self._poll_secs = poll_secs
     self._slowest = {}  # phase -> longest run seen.
     self._stack = []  # Phases in progress (saves nest in start-up).
@@ -137,6 +137,10 @@ class Watchdog:
                          limits.startup_timeout_secs, _STARTUP_FLAG)
     self._stop = threading.Event()
     self._thread = None
+
+  def add_stall_callback(self, callback: Callable[[Stall], None]) -> None:
+    """Also calls `callback(stall)` before exiting on a stall."""
+    self._on_stall.append(callback)
 
   def start(self) -> "Watchdog":
     """Starts the watching thread (no-op when off or already started)."""
@@ -236,8 +240,9 @@ class Watchdog:
     if self._heartbeat:
       self._beat(state, deadline=time.time(), stalled=True)
     if self._on_stall:
-      hook = threading.Thread(target=_call_quietly, args=(self._on_stall,
-                                                          stall), daemon=True)
+      hook = threading.Thread(
+          target=lambda: [_call_quietly(f, stall) for f in self._on_stall],
+          daemon=True)
       hook.start()
       hook.join(timeout=5.0)
     os._exit(STALL_EXIT_CODE)  # pylint: disable=protected-access

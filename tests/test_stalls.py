@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from ctl import ledger
+
 from tests.conftest import (FAST_FLAGS, REPO, free_ports, read_summary,
                             run_trainer, trainer_command, trainer_env)
 from tests.test_fault_tolerance import _worker_process, finish, start
@@ -108,7 +110,15 @@ def test_one_worker_stall_exits_75_repeats_are_reported_rerun_continues(
 
   rerun = run_trainer(*flags)
   assert "Restored step 10" in rerun.stderr
-  assert read_summary(model_dir)["final_step"] == STEPS
+  summary = read_summary(model_dir)
+  assert summary["final_step"] == STEPS
+  # The run ledger holds each stall where the watchdog saw it.
+  stalls = [event for attempt in ledger.read(ledger.ledger_dir(model_dir))
+            for event in attempt if event["event"] == "stall"]
+  assert [(e["phase"], e["step"], e["worker"]) for e in stalls] == [
+      ("train_loop", 15, 0)] * 3
+  assert [a["outcome"] for a in summary["goodput"]["attempts"]][:3] == [
+      "stalled"] * 3
 
 
 def test_a_peer_that_never_starts_is_named_awaited_and_given_up_on(tmp_path):

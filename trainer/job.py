@@ -52,9 +52,7 @@ class Job:
       return controller.run(task=self.task, options=self.options,
                             strategy=self.strategy,
                             eval_callbacks=self.eval_callbacks,
-                            progress_listeners=tuple(filter(None, [
-                                self.watchdog])),
-                            faults=self.faults)
+                            faults=self.faults, watchdog=self.watchdog)
     finally:
       if self.watchdog:
         self.watchdog.stop()
