@@ -78,7 +78,8 @@ def test_train_and_validation_run_dirs_share_tag_names(continued_run):
   train = read_scalars(os.path.join(board, "train"))
   validation = read_scalars(os.path.join(board, "validation"))
   assert set(train) == {"loss", "accuracy", "learning_rate",
-                        "examples_per_second", "steps_per_second"}
+                        "examples_per_second", "steps_per_second",
+                        "goodput/percent"}
   assert set(validation) == {"loss", "accuracy"}
   assert {d for d in os.listdir(board) if "tfevents" not in d} == {
       "train", "validation"}
