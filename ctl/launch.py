@@ -26,6 +26,7 @@ import threading
 import time
 from typing import IO, Sequence, TextIO
 
+from ctl import errors
 from ctl.errors import USER_ERROR_EXIT_CODE, UserError
 
 RESTART_COUNT_ENV = "CTL_RESTART_COUNT"
@@ -308,7 +309,7 @@ def _free_ports(count: int) -> list[int]:
 
 
 def _parse_args(argv: Sequence[str]) -> LaunchOptions:
-  parser = argparse.ArgumentParser(
+  parser = errors.ArgumentParser(
       prog="ctl-launch",
       description="Run a command as N workers of a loopback TF_CONFIG cluster.",
       usage="%(prog)s --num_workers=N [options] -- command [args...]")

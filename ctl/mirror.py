@@ -24,7 +24,6 @@ import uuid
 from typing import Callable
 
 import fsspec
-import tensorflow as tf
 
 from ctl import retry
 from ctl.errors import UserError
@@ -227,6 +226,7 @@ def _checkpoint_prefix(name: str) -> str | None:
 
 def _listed_checkpoints(state: bytes, *, where: str) -> set[str]:
   """The checkpoint prefixes a CheckpointManager state file lists."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top  (slow import)
   with tempfile.TemporaryDirectory() as parse_dir:
     with open(os.path.join(parse_dir, STATE_FILE), "wb") as f:
       f.write(state)

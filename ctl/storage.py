@@ -27,8 +27,10 @@ trains. Transient errors are retried under a `retry.RetryPolicy`.
 
 import errno
 import hashlib
+import ipaddress
 import os
 import posixpath
+import re
 import tempfile
 
 from fsspec.implementations import local as fsspec_local
@@ -41,6 +43,11 @@ ROUTES = ("auto", "fuse", "gcsfs", "tf")
 
 # OSError numbers that a FUSE mount reports for a backend hiccup.
 _TRANSIENT_ERRNOS = frozenset({errno.EIO, errno.EAGAIN, errno.ETIMEDOUT})
+
+# Cloud Storage bucket names: lowercase letters, digits, "-", "_" and ".",
+# starting and ending with a letter or digit; 3-63 characters, or up to 222
+# with dots when each dot-separated part has at most 63.
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
 
 
 class Location:
@@ -152,8 +159,44 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
           is_transient=is_transient, read_only=read_only))
 
 
+def check_url(url: str, *, fuse_root: str = "/gcs") -> None:
+  """Checks that a Cloud Storage url names a valid bucket; local paths pass.
+
+  Raises:
+    UserError: gs:// (or FUSE_ROOT/) without a bucket, or with a bucket name
+      that Cloud Storage does not allow.
+  """
+  _parse_cloud_url(url, fuse_root=fuse_root)
+
+
+def check_writable(url: str, *, fuse_root: str = "/gcs") -> None:
+  """Checks that this process can create or write a local directory `url`.
+
+  Cloud Storage urls pass (their check writes a probe; see `Mirror`).
+
+  Raises:
+    UserError: a part of the path is a file, or the nearest existing
+      directory is not writable by this process.
+  """
+  if _parse_cloud_url(url, fuse_root=fuse_root) is not None or "://" in url:
+    return
+  existing = os.path.abspath(url)
+  while not os.path.lexists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise UserError(f"Cannot use {url} as a directory: {existing} is a file, "
+                    "not a directory.")
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise UserError(f"Cannot write to {url}: this process (user id "
+                    f"{os.geteuid()}) may not write in {existing}.")
+
+
 def _parse_cloud_url(url: str, *, fuse_root: str) -> tuple[str, str] | None:
-  """Splits a Cloud Storage url into (bucket, path); None for other urls."""
+  """Splits a Cloud Storage url into (bucket, path); None for other urls.
+
+  Raises:
+    UserError: the url names no bucket or an invalid bucket name.
+  """
   fuse_prefix = fuse_root.rstrip("/") + "/"
   if url.startswith("gs://"):
     rest = url[len("gs://"):]
@@ -164,7 +207,28 @@ def _parse_cloud_url(url: str, *, fuse_root: str) -> tuple[str, str] | None:
   bucket, _, path = rest.partition("/")
   if not bucket:
     raise UserError(f"{url} names no bucket; write gs://BUCKET/PATH.")
+  if not _valid_bucket_name(bucket):
+    raise UserError(
+        f"{bucket} is not a valid bucket name (in {url}): use 3-63 lowercase "
+        "letters, digits, -, _ and ., starting and ending with a letter or "
+        "digit.")
   return bucket, path.strip("/")
+
+
+def _valid_bucket_name(name: str) -> bool:
+  """Whether Cloud Storage allows `name` (its "Bucket names" rules)."""
+  if not _BUCKET_NAME.fullmatch(name) or name.startswith("goog") or (
+      "google" in name):
+    return False
+  if any(len(part) > 63 or not part for part in name.split(".")):
+    return False
+  if "." not in name and len(name) > 63:
+    return False
+  try:
+    ipaddress.ip_address(name)
+  except ValueError:
+    return True
+  return False
 
 
 def _default_staging_dir(gs_url: str) -> str:

@@ -280,10 +280,12 @@ def test_staging_dir_is_used_by_one_process_at_a_time(tmp_path):
   first.close()
 
 
-def test_unparsable_remote_state_is_a_user_error(tmp_path):
+@pytest.mark.parametrize("content", [b"not a state", b"\x00\xff binary", b""],
+                         ids=["text", "binary", "empty"])
+def test_unparsable_remote_state_is_a_user_error(tmp_path, content):
   fuse_root = tmp_path / "gcs"
   (fuse_root / "bucket" / "run").mkdir(parents=True)
-  (fuse_root / "bucket" / "run" / "checkpoint").write_text("not a state")
+  (fuse_root / "bucket" / "run" / "checkpoint").write_bytes(content)
   location = _open(tmp_path, "staging", "gs://bucket/run",
                    fuse_root=str(fuse_root))
   with pytest.raises(UserError, match="cannot be parsed"):

@@ -19,10 +19,10 @@ from ctl import controller
 from ctl import evaluator
 from ctl import hypertune
 from ctl import input as input_lib
-from ctl import outputs
 from ctl import strategies
 from ctl.errors import UserError
 from ctl.options import RunOptions, Task
+from trainer import checks
 from trainer import data as data_lib
 from trainer import model as model_lib
 
@@ -61,9 +61,9 @@ def build_job(config: Any, environ=os.environ) -> Job:
   Raises:
     UserError: for the first thing in the configuration a user must fix.
   """
-  _check(config)
+  checks.check(config, environ)
   cluster = cluster_lib.resolve(environ=environ)
-  dirs = _output_dirs(config, environ)
+  dirs = checks.output_dirs(config, environ)
   if config.deterministic:
     tf.config.experimental.enable_op_determinism()
   keras.utils.set_random_seed(config.seed)
@@ -79,25 +79,8 @@ def build_job(config: Any, environ=os.environ) -> Job:
                          data_dir=config.data_dir)
   global_batch = config.per_replica_batch_size * strategy.num_replicas_in_sync
   train_steps = _train_steps(config, source, global_batch)
-  options = RunOptions(
-      **dataclasses.asdict(dirs),
-      train_steps=train_steps,
-      steps_per_loop=config.steps_per_loop,
-      log_every_steps=config.log_every_steps,
-      eval_every_steps=config.eval_every_steps,
-      checkpoint_every_steps=config.checkpoint_every_steps,
-      checkpoint_every_secs=config.checkpoint_every_secs,
-      keep_checkpoints=config.keep_checkpoints,
-      async_checkpoint=config.async_checkpoint,
-      seed=config.seed,
-      xla=config.xla,
-      max_nan_recoveries=config.max_nan_recoveries,
-      reshuffle_on_nan=config.reshuffle_on_nan,
-      inject_nan=config.inject_nan,
-      is_chief=cluster.is_chief,
-      storage=config.storage,
-      fuse_root=config.fuse_root,
-      restarts=int(environ.get("CTL_RESTART_COUNT", "0")))
+  options = checks.run_options(config, dirs, cluster=cluster, environ=environ,
+                               train_steps=train_steps)
   options.validate()
   task = _task(config, source, global_batch, train_steps)
   callbacks = []
@@ -117,42 +100,12 @@ def describe(config: Any, environ=os.environ) -> dict:
 
   Used by `--dry_run` (e.g. to check a container's default command).
   """
-  _check(config)
+  checks.check(config, environ)
   cluster = cluster_lib.resolve(environ=environ)
   return {"cluster": dataclasses.asdict(cluster),
-          "output_dirs": dataclasses.asdict(_output_dirs(config, environ)),
+          "output_dirs": dataclasses.asdict(checks.output_dirs(config,
+                                                               environ)),
           "flags": vars(config)}
-
-
-def _output_dirs(config, environ) -> outputs.OutputDirs:
-  return outputs.resolve_output_dirs(
-      model_dir=config.model_dir, checkpoint_dir=config.checkpoint_dir,
-      tensorboard_dir=config.tensorboard_dir, export_dir=config.export_dir,
-      job_dir=config.job_dir, environ=environ)
-
-
-def _check(config) -> None:
-  """Checks that need no TensorFlow, so mistakes fail in a second."""
-  if config.per_replica_batch_size <= 0:
-    raise UserError("--per_replica_batch_size must be > 0, got "
-                    f"{config.per_replica_batch_size}.")
-  if config.train_steps is None and config.epochs is None:
-    raise UserError("Set --train_steps or --epochs.")
-  if config.train_steps is not None and config.epochs is not None:
-    raise UserError("Set --train_steps or --epochs, not both.")
-  if config.epochs is not None and config.epochs <= 0:
-    raise UserError(f"--epochs must be > 0, got {config.epochs}.")
-  if config.learning_rate <= 0:
-    raise UserError(f"--learning_rate must be > 0, got "
-                    f"{config.learning_rate}.")
-  if config.hypertune_metric not in ("", "accuracy", "loss"):
-    raise UserError("--hypertune_metric must be accuracy or loss, got "
-                    f"{config.hypertune_metric!r}.")
-  if config.model == "resnet50" and config.weights not in ("none",
-                                                           "imagenet"):
-    if not os.path.isfile(config.weights):
-      raise UserError(f"Weights file {config.weights} not found; pass "
-                      "--weights=none, imagenet or the path of a local file.")
 
 
 def _train_steps(config, source: data_lib.Source, global_batch: int) -> int:

@@ -108,11 +108,16 @@ def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments {argv[1:]}; all options are --flags.", 2)
   # Imported here so `--help` and bad flags answer before TensorFlow loads.
+  from ctl.errors import USER_ERROR_EXIT_CODE, UserError  # pylint: disable=g-import-not-at-top
+  from trainer import checks  # pylint: disable=g-import-not-at-top
+  config = types.SimpleNamespace(**FLAGS.flag_values_dict())
+  try:
+    checks.check(config, os.environ)
+  except UserError as e:
+    _fail(str(e), USER_ERROR_EXIT_CODE)
   from ctl import preemption  # pylint: disable=g-import-not-at-top
   from ctl.controller import TrainingDiverged  # pylint: disable=g-import-not-at-top
-  from ctl.errors import USER_ERROR_EXIT_CODE, UserError  # pylint: disable=g-import-not-at-top
   from trainer import setup  # pylint: disable=g-import-not-at-top
-  config = types.SimpleNamespace(**FLAGS.flag_values_dict())
   try:
     if FLAGS.dry_run:
       print(json.dumps(setup.describe(config), indent=2))
