@@ -169,7 +169,7 @@ class _Run:
         if output.stop_requested:
           self._save()
           self._close()
-          raise preemption.Preempted(self._step)
+          raise preemption.Preempted(self._step, stop.signal)
     return self._finish(trained=self._step > start_step)
 
   def _nan_step_for_loop(self) -> int | None:

@@ -1,27 +1,32 @@
-"""Stop requests: SIGTERM (preemption, maintenance, `docker stop`) -> a flag.
+"""Stop requests: SIGTERM (preemption, maintenance, `docker stop`) and SIGINT
+(Ctrl-C) -> a flag.
 
 The handler only records the request; the train loop reads the flag at its
 next boundary and all workers agree on it through one all-reduce (see
 `TrainLoop.train`), so every worker saves at the same step and exits with
-`PREEMPTED_EXIT_CODE`. A non-zero code tells the platform (Vertex AI, the
-local launcher, Kubernetes) that the job is not done and must be restarted.
+128 + the signal's number (`PREEMPTED_EXIT_CODE` for SIGTERM, 130 for
+SIGINT). A non-zero code tells the platform (Vertex AI, the local launcher,
+Kubernetes) that the job is not done and must be restarted. A second SIGINT
+does not wait for the save: the process dies of it at once, as without us.
 """
 
+import os
 import signal
 import threading
 
 # 128 + SIGTERM, the conventional status of a process stopped by SIGTERM.
 # ctl exits with it only after the checkpoint at the agreed step is written.
-PREEMPTED_EXIT_CODE = 143
+PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
 
 
 class StopRequest:
-  """Records SIGTERM (and any other listed signals) instead of dying."""
+  """Records SIGTERM and SIGINT (or the listed signals) instead of dying."""
 
-  def __init__(self, signals=(signal.SIGTERM,)):
+  def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
     self._event = threading.Event()
     self._signals = signals
     self._previous = {}
+    self.signal = None  # The first signal received.
 
   def __enter__(self):
     if threading.current_thread() is threading.main_thread():
@@ -36,6 +41,12 @@ class StopRequest:
 
   def _handle(self, signum, frame):
     del frame  # Unused.
+    if signum == signal.SIGINT and self._event.is_set():
+      # Ctrl-C again: the user does not want to wait for the save.
+      signal.signal(signal.SIGINT, signal.SIG_DFL)
+      os.kill(os.getpid(), signal.SIGINT)
+    if self.signal is None:
+      self.signal = signum
     self._event.set()
 
   @property
@@ -46,7 +57,15 @@ class StopRequest:
 class Preempted(Exception):
   """Training stopped on request after saving at the agreed step."""
 
-  def __init__(self, step: int):
+  def __init__(self, step: int, signum: int | None = None):
+    """Records where training stopped and why.
+
+    Args:
+      step: the step of the checkpoint written before stopping.
+      signum: the signal this process got; None when another worker asked
+        (reported as SIGTERM).
+    """
     super().__init__(f"Stopped on request after saving the checkpoint at "
                      f"step {step}; run the same command again to continue.")
     self.step = step
+    self.exit_code = 128 + (signum or signal.SIGTERM)

@@ -187,3 +187,35 @@ def _worker_process(launcher_pid: int, *, index: int) -> psutil.Process:
         "trainer.task" in " ".join(child.cmdline())):
       return child
   raise AssertionError(f"no worker {index} under launcher {launcher_pid}")
+
+
+def test_ctrl_c_saves_at_the_next_loop_and_exits_130(model_dir):
+  flags = (*FLAGS, "--train_steps=100000", "--checkpoint_every_steps=1000",
+           f"--model_dir={model_dir}")
+  process = start(trainer_command(*flags))
+  wait_for_step(process, 10)
+  process.send_signal(signal.SIGINT)
+  code, output = finish(process)
+  assert code == 128 + signal.SIGINT, output[-3000:]
+  assert "Traceback" not in output and "KeyboardInterrupt" not in output
+  match = re.search(r"saving the checkpoint at step (\d+)", output)
+  assert match, output[-3000:]
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+  assert latest.endswith(f"ckpt-{match.group(1)}")
+
+
+def test_a_second_ctrl_c_exits_at_once(model_dir):
+  flags = (*FLAGS, "--train_steps=1000000", "--steps_per_loop=1000000",
+           "--log_every_steps=1000000", "--checkpoint_every_steps=0",
+           f"--model_dir={model_dir}")
+  process = start(trainer_command(*flags))
+  for line in process.stdout:  # Inside the first (endless) loop.
+    if "starting at step 0" in line:
+      break
+  process.send_signal(signal.SIGINT)
+  process.send_signal(signal.SIGINT)
+  code, output = finish(process, timeout=60)  # The loop takes much longer.
+  # Killed by the second SIGINT, or both came before training started.
+  assert code in (-signal.SIGINT, 128 + signal.SIGINT), output[-3000:]
+  assert "Traceback" not in output

@@ -5,8 +5,9 @@ container (`python -m trainer.task --flagfile=...`) and as a Vertex AI job:
 
   python -m trainer.task --flagfile=configs/quickstart.cfg --model_dir=runs/q
 
-Exit codes: 0 done; 2 a user error (one sentence on stderr); 143 stopped on
-request (SIGTERM) after saving, re-run to continue; 1 anything else.
+Exit codes: 0 done; 2 a user error (one sentence on stderr); 143 (SIGTERM) or
+130 (Ctrl-C) stopped on request after saving, re-run to continue; 1 anything
+else.
 """
 
 import json
@@ -127,7 +128,9 @@ def main(argv):
     _fail(str(e), USER_ERROR_EXIT_CODE)
   except preemption.Preempted as e:
     logging.warning("%s", e)
-    sys.exit(preemption.PREEMPTED_EXIT_CODE)
+    sys.exit(e.exit_code)
+  except KeyboardInterrupt:  # Ctrl-C outside the train loop.
+    _fail("interrupted; nothing was saved since the last checkpoint.", 130)
   except TrainingDiverged as e:
     _fail(str(e), 1)
 
