@@ -31,7 +31,10 @@ from ctl.errors import USER_ERROR_EXIT_CODE, UserError
 
 RESTART_COUNT_ENV = "CTL_RESTART_COUNT"
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_MAX_BACKOFF_SECS = 300.0
+MAX_BACKOFF_SECS = 300.0
+# The shortest pause between restarts, whatever --restart_backoff_secs says:
+# a worker that fails at once must not make the launcher spin.
+MIN_PAUSE_SECS = 0.5
 _OUTPUT_LOCK = threading.Lock()  # Keeps lines from different workers whole.
 
 
@@ -126,13 +129,24 @@ def _supervise(options: LaunchOptions, events: queue.SimpleQueue) -> int:
            f" {options.max_restarts} restart(s) (--max_restarts) are used")
       return code if code > 0 else 128 - code
     restart += 1
-    backoff = min(options.restart_backoff_secs * 2**(restart - 1),
-                  _MAX_BACKOFF_SECS)
+    backoff = restart_pause_secs(base_secs=options.restart_backoff_secs,
+                                 restart=restart)
     _log(f"restart {restart}/{options.max_restarts} after worker {index}"
          f" exited with code {code}; starting again in {backoff:g}s")
     signum = _sleep(events, backoff)
     if signum:
       return 128 + signum
+
+
+def restart_pause_secs(*, base_secs: float, restart: int) -> float:
+  """The pause before restart number `restart` (1, 2, ...).
+
+  `base_secs` doubles with every restart up to `MAX_BACKOFF_SECS`, and is
+  never below `MIN_PAUSE_SECS`; the exponent is capped, so any restart count
+  is fine.
+  """
+  doublings = min(restart - 1, 32)  # 2**32 times any base > 0 is past the cap.
+  return max(MIN_PAUSE_SECS, min(base_secs * 2**doublings, MAX_BACKOFF_SECS))
 
 
 class _Workers:
@@ -321,7 +335,9 @@ def _parse_args(argv: Sequence[str]) -> LaunchOptions:
   parser.add_argument("--max_restarts", type=int, default=0,
                       help="Restarts of the cluster after a worker fails.")
   parser.add_argument("--restart_backoff_secs", type=float, default=1.0,
-                      help="Wait before the first restart; doubles each time.")
+                      help="Wait before the first restart; doubles each"
+                      f" time, up to {MAX_BACKOFF_SECS:g}s (never under"
+                      f" {MIN_PAUSE_SECS:g}s).")
   parser.add_argument("--grace_secs", type=float, default=10.0,
                       help="Time stopped workers get before SIGKILL.")
   parser.add_argument("command", nargs=argparse.REMAINDER,

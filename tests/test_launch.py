@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from ctl import launch
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEADLINE_SECS = 60  # Generous bound for a busy 2-core machine; never reached.
 
@@ -228,3 +230,24 @@ def test_user_errors_exit_2_with_one_line(argv, words):
   assert result.returncode == 2
   assert result.stderr.startswith("error: ") and words in result.stderr
   assert "Traceback" not in result.stderr
+
+
+def test_many_restarts_with_no_backoff_pause_and_never_overflow():
+  assert launch.restart_pause_secs(base_secs=1.0, restart=10**6) == (
+      launch.MAX_BACKOFF_SECS)
+  assert launch.restart_pause_secs(base_secs=0.0, restart=10**6) == (
+      launch.MIN_PAUSE_SECS)
+  assert launch.restart_pause_secs(base_secs=2.0, restart=3) == 8.0
+  # A worker that always fails at once, restarted "for ever" with no backoff.
+  launcher = subprocess.Popen(
+      [sys.executable, "-m", "ctl.launch", "--num_workers=1",
+       "--max_restarts=1000000", "--restart_backoff_secs=0", "--", "false"],
+      cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True)
+  time.sleep(3)
+  launcher.send_signal(signal.SIGTERM)
+  _, stderr = launcher.communicate(timeout=DEADLINE_SECS)
+  assert launcher.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+  assert "Traceback" not in stderr
+  restarts = stderr.count("[launcher] restart ")
+  assert 1 <= restarts <= 3 / launch.MIN_PAUSE_SECS + 1, stderr[-3000:]
