@@ -20,7 +20,6 @@ import hashlib
 import os
 import re
 import shutil
-import tempfile
 import time
 from typing import Callable
 
@@ -32,6 +31,7 @@ import tensorflow as tf
 # differently for each kind of damage, and write absolute paths only.
 from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=g-direct-tensorflow-import
 
+from ctl import tempdirs
 from ctl.errors import UserError
 
 # Errors that mean "these files are damaged", as opposed to "wrong model"
@@ -98,7 +98,7 @@ class Checkpointer:
     if is_chief:
       self._scratch = None
     else:
-      self._scratch = tempfile.mkdtemp(prefix="ctl_worker_checkpoint_")
+      self._scratch = tempdirs.scratch_dir("ctl_worker_checkpoint_")
       self._manager = tf.train.CheckpointManager(
           checkpoint, self._scratch, max_to_keep=1)
     self._options = tf.train.CheckpointOptions(enable_async=async_save)

@@ -31,12 +31,12 @@ import ipaddress
 import os
 import posixpath
 import re
-import tempfile
 
 from fsspec.implementations import local as fsspec_local
 
 from ctl import mirror as mirror_lib
 from ctl import retry
+from ctl import tempdirs
 from ctl.errors import UserError
 
 ROUTES = ("auto", "fuse", "gcsfs", "tf")
@@ -107,13 +107,15 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
     storage: The route for Cloud Storage urls, one of `ROUTES`.
     fuse_root: Where buckets are mounted with Cloud Storage FUSE.
     staging_dir: The local directory for the fuse and gcsfs routes. The default
-      depends only on the url, so a restarted process finds it again.
-      Processes on one machine that open the same url need distinct ones.
+      is private to the user (see ctl.tempdirs), depends only on the url, so
+      a process restarted after a crash finds it again, and is removed on
+      `close`. Processes on one machine that open the same url need distinct
+      ones.
     retry_policy: How to retry transient Cloud Storage errors; the default
       retries for up to 10 minutes.
     read_only: This process only reads (a non-chief worker's checkpoints, an
-      evaluator): nothing is published, and the staging directory is private
-      (a fresh temporary one by default) and deleted on `close`.
+      evaluator): nothing is published, and the staging directory is a fresh
+      private one by default.
 
   Returns:
     The opened location.
@@ -148,7 +150,7 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
     remote_dir = posixpath.join(bucket, path).rstrip("/")
     is_transient = _is_transient_gcs_error
   if read_only:
-    local_dir = staging_dir or tempfile.mkdtemp(prefix="ctl_staging_")
+    local_dir = staging_dir or tempdirs.scratch_dir("ctl_staging_")
   else:
     local_dir = staging_dir or _default_staging_dir(gs_url)
   return Location(
@@ -156,7 +158,8 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
       mirror=mirror_lib.Mirror(
           fs=fs, remote_dir=remote_dir, url=url, local_dir=local_dir,
           retry_policy=retry_policy or retry.RetryPolicy(),
-          is_transient=is_transient, read_only=read_only))
+          is_transient=is_transient, read_only=read_only,
+          remove_on_close=not staging_dir))
 
 
 def check_url(url: str, *, fuse_root: str = "/gcs") -> None:
@@ -232,8 +235,9 @@ def _valid_bucket_name(name: str) -> bool:
 
 
 def _default_staging_dir(gs_url: str) -> str:
+  """`<tmp>/ctl-staging-<uid>/<hash of the url>`, in a private root."""
   digest = hashlib.sha256(gs_url.encode()).hexdigest()[:16]
-  return os.path.join(tempfile.gettempdir(), "ctl-staging", digest)
+  return os.path.join(tempdirs.private_root("ctl-staging"), digest)
 
 
 def _gcs_filesystem():
