@@ -31,6 +31,8 @@ import ipaddress
 import os
 import posixpath
 import re
+import socket
+import urllib.parse
 
 from fsspec.implementations import local as fsspec_local
 
@@ -43,6 +45,8 @@ ROUTES = ("auto", "fuse", "gcsfs", "tf")
 
 # OSError numbers that a FUSE mount reports for a backend hiccup.
 _TRANSIENT_ERRNOS = frozenset({errno.EIO, errno.EAGAIN, errno.ETIMEDOUT})
+
+_GCS_ENDPOINT = "https://storage.googleapis.com"
 
 # Cloud Storage bucket names: lowercase letters, digits, "-", "_" and ".",
 # starting and ending with a letter or digit; 3-63 characters, or up to 222
@@ -135,8 +139,7 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
   if storage == "tf":
     return Location(url=url, local_path=gs_url)
   mount = os.path.join(fuse_root, bucket)
-  if storage == "auto":
-    storage = "fuse" if os.path.isdir(mount) else "gcsfs"
+  storage = _route(storage, mount)
   if storage == "fuse":
     if not os.path.isdir(mount):
       raise UserError(f"{url} is to be written through Cloud Storage FUSE, but "
@@ -146,6 +149,7 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
     remote_dir = posixpath.join(mount, path).rstrip("/")
     is_transient = _is_transient_fuse_error
   else:
+    _check_resolvable(url)
     fs = _gcs_filesystem()
     remote_dir = posixpath.join(bucket, path).rstrip("/")
     is_transient = _is_transient_gcs_error
@@ -170,6 +174,20 @@ def check_url(url: str, *, fuse_root: str = "/gcs") -> None:
       that Cloud Storage does not allow.
   """
   _parse_cloud_url(url, fuse_root=fuse_root)
+
+
+def check_reachable(url: str, *, storage: str = "auto",
+                    fuse_root: str = "/gcs") -> None:
+  """Checks, in a moment, what `open_location` would otherwise find late.
+
+  Raises:
+    UserError: an invalid url, or (gcsfs route) a Cloud Storage host name
+      that does not resolve.
+  """
+  parsed = _parse_cloud_url(url, fuse_root=fuse_root)
+  if parsed and _route(storage, os.path.join(fuse_root, parsed[0])) == (
+      "gcsfs"):
+    _check_resolvable(url)
 
 
 def check_writable(url: str, *, fuse_root: str = "/gcs") -> None:
@@ -238,6 +256,33 @@ def _default_staging_dir(gs_url: str) -> str:
   """`<tmp>/ctl-staging-<uid>/<hash of the url>`, in a private root."""
   digest = hashlib.sha256(gs_url.encode()).hexdigest()[:16]
   return os.path.join(tempdirs.private_root("ctl-staging"), digest)
+
+
+def _route(storage: str, mount: str) -> str:
+  if storage == "auto":
+    return "fuse" if os.path.isdir(mount) else "gcsfs"
+  return storage
+
+
+def _check_resolvable(url: str) -> None:
+  """Fails at once when gcsfs's Cloud Storage host name does not resolve.
+
+  A name that does not resolve at start (no network, no DNS) is not a
+  hiccup: without this check gcsfs and the retry policy would retry it for
+  many minutes before the job says anything.
+
+  Raises:
+    UserError: the name does not resolve.
+  """
+  endpoint = os.environ.get("STORAGE_EMULATOR_HOST") or _GCS_ENDPOINT
+  parsed = urllib.parse.urlsplit(endpoint if "://" in endpoint else
+                                 f"http://{endpoint}")
+  try:
+    socket.getaddrinfo(parsed.hostname, parsed.port or 443)
+  except socket.gaierror as e:
+    raise UserError(f"Cannot reach Cloud Storage for {url}: the host name "
+                    f"{parsed.hostname} does not resolve ({e.strerror}); check "
+                    "the network and DNS.") from None
 
 
 def _gcs_filesystem():

@@ -16,7 +16,8 @@ import sys
 
 import pytest
 
-from tests.conftest import FAST_FLAGS, REPO, run_trainer, trainer_env
+from tests.conftest import (FAST_FLAGS, REPO, read_scalars, run_trainer,
+                            trainer_env)
 
 USER_ERROR_EXIT_CODE = 2
 
@@ -264,3 +265,34 @@ def test_a_model_dir_the_user_may_not_write(finished_run):
     assert checksum(model_dir) == before
   finally:
     shutil.rmtree(parent)
+
+
+@pytest.mark.parametrize("flags", [
+    ("--lr_schedule=cosine", "--warmup_steps=5"),
+    ("--learning_rate=0.001",),
+], ids=["schedule", "rate"])
+def test_the_learning_rate_is_not_state_a_resume_may_change_it(model_dir,
+                                                               flags):
+  result = run_trainer(*FAST_FLAGS, "--train_steps=20", *flags,
+                       f"--model_dir={model_dir}", check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "Restored step 10" in result.stderr
+  if flags == ("--learning_rate=0.001",):  # Not the restored 0.003.
+    rates = read_scalars(os.path.join(model_dir, "tensorboard"))
+    assert rates["learning_rate"][-1] == (20, pytest.approx(0.001))
+
+
+def test_cloud_storage_that_cannot_be_resolved_stops_at_once(tmp_path):
+  # Without the check, gcsfs and the retry policy retried for ten minutes.
+  env = trainer_env(STORAGE_EMULATOR_HOST="http://no-such-host.invalid:9",
+                    GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false")
+  result = subprocess.run(
+      [sys.executable, "-m", "trainer.task", *FAST_FLAGS, "--train_steps=20",
+       "--storage=gcsfs", "--model_dir=gs://test-bucket/run"], cwd=tmp_path,
+      env=env, capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == USER_ERROR_EXIT_CODE, result.stderr[-3000:]
+  assert "Traceback" not in result.stderr
+  last = result.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: Cannot reach Cloud Storage for "
+                         "gs://test-bucket/"), last
+  assert os.listdir(tmp_path) == []

@@ -325,3 +325,13 @@ def test_unparsable_remote_state_is_a_user_error(tmp_path, content):
                    fuse_root=str(fuse_root))
   with pytest.raises(UserError, match="cannot be parsed"):
     location.fetch()
+
+
+def test_a_host_name_that_does_not_resolve_fails_at_once(tmp_path,
+                                                         monkeypatch):
+  monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://no-such-host.invalid:9")
+  with pytest.raises(UserError, match="no-such-host.invalid does not "
+                     "resolve") as error:
+    _open(tmp_path, "staging", "gs://test-bucket/run", storage="gcsfs")
+  assert "\n" not in str(error.value)
+  assert not os.path.exists(tmp_path / "staging")

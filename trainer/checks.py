@@ -26,6 +26,11 @@ def check(config: Any, environ: Mapping[str, str]) -> None:
   check_flags(config)
   cluster = cluster_lib.resolve(environ=environ)
   dirs = output_dirs(config, environ)
+  for url in (dirs.checkpoint_dir, *(
+      (dirs.model_dir, dirs.tensorboard_dir, dirs.export_dir)
+      if cluster.is_chief else ())):
+    storage.check_reachable(url, storage=config.storage,
+                            fuse_root=config.fuse_root)
   if cluster.is_chief:
     outputs.check_writable(dirs, fuse_root=config.fuse_root)
   # With --epochs the step target is known once the data is loaded; any

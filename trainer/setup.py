@@ -131,14 +131,22 @@ def _task(config, source: data_lib.Source, global_batch: int,
 
   def build_optimizer():
     lr = config.learning_rate
+    schedule = _ConstantRate(lr)
     if config.lr_schedule == "cosine":
       warmup = min(config.warmup_steps, train_steps)
-      lr = keras.optimizers.schedules.CosineDecay(
+      schedule = keras.optimizers.schedules.CosineDecay(
           initial_learning_rate=0.0 if warmup else lr,
           decay_steps=max(train_steps - warmup, 1), warmup_target=(
               lr if warmup else None), warmup_steps=warmup)
     optimizer = (keras.optimizers.Adam(lr) if config.optimizer == "adam" else
                  keras.optimizers.SGD(lr, momentum=0.9))
+    # The rate is configuration, not state. Built with a float, every
+    # optimizer has the same variables (a rate variable included), so
+    # checkpoints match whatever the schedule; it then follows the schedule
+    # and never reads the (restored) rate variable, so a resume may change
+    # the rate, the schedule or the warmup. Keras' public setter would drop
+    # the variable from the tracked list, which checkpoints refuse.
+    optimizer._learning_rate = schedule  # pylint: disable=protected-access
     if config.mixed_precision == "fp16":
       optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
@@ -159,3 +167,17 @@ def _task(config, source: data_lib.Source, global_batch: int,
       build_model=build_model, build_optimizer=build_optimizer,
       train_dataset_fn=train_dataset_fn, eval_dataset_fn=eval_dataset_fn,
       global_batch_size=global_batch, image_shape=source.image_shape)
+
+
+class _ConstantRate(keras.optimizers.schedules.LearningRateSchedule):
+  """The same learning rate at every step."""
+
+  def __init__(self, rate: float):
+    self.rate = rate
+
+  def __call__(self, step):
+    del step  # Unused.
+    return self.rate
+
+  def get_config(self):
+    return {"rate": self.rate}
