@@ -44,7 +44,9 @@ def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
       (e.g. to report a hyperparameter-tuning metric).
 
   Returns:
-    The summary also written to `<model_dir>/train_summary.json` (chief).
+    The summary also written to `<model_dir>/train_summary.json` (chief);
+    `{"final_step": 0}` when train_steps is 0 and there is no checkpoint
+    (nothing is trained or written).
 
   Raises:
     UserError: bad options or an incompatible checkpoint.
@@ -125,18 +127,22 @@ class _Run:
         lambda context: self._task.train_dataset_fn(context, step, seed))
     return iter(dataset)
 
-  def _restore(self) -> None:
+  def _restore(self) -> bool:
+    """Restores the latest checkpoint; False when there is none."""
     path = self._checkpointer.restore_latest()
     if path is None:
+      if not self._options.train_steps:
+        return False
       logging.info("No checkpoint in %s; starting at step 0.",
                    self._options.checkpoint_dir)
       # A rollback target for the divergence guard, and a fixed start.
       if self._options.max_nan_recoveries:
         self._save()
-      return
+      return False
     self._restores.assign_add(1)
     self._last_save_step = self._step
     logging.info("Restored step %d from %s.", self._step, path)
+    return True
 
   def _save(self) -> None:
     self._checkpointer.save(self._step)
@@ -145,7 +151,12 @@ class _Run:
 
   def train(self) -> dict:
     options = self._options
-    self._restore()
+    if not self._restore() and not options.train_steps:
+      # Nothing to train: an untrained export or checkpoint helps no one.
+      logging.info("train_steps is 0 and %s holds no checkpoint: nothing to "
+                   "train, nothing written.", options.checkpoint_dir)
+      self._close()
+      return {"final_step": 0}
     start_step = self._step
     if start_step >= options.train_steps:
       logging.info("Step %d reaches --train_steps=%d: nothing to train.",

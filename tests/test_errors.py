@@ -296,3 +296,10 @@ def test_cloud_storage_that_cannot_be_resolved_stops_at_once(tmp_path):
   assert last.startswith("error: Cannot reach Cloud Storage for "
                          "gs://test-bucket/"), last
   assert os.listdir(tmp_path) == []
+
+
+def test_zero_train_steps_on_a_fresh_directory_writes_nothing(tmp_path):
+  fresh = tmp_path / "fresh"
+  result = run_trainer(*FAST_FLAGS, "--train_steps=0", f"--model_dir={fresh}")
+  assert "nothing to train, nothing written" in result.stderr
+  assert not fresh.exists()
