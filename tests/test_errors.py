@@ -130,7 +130,7 @@ BAD_INPUT = [
     ("trainer", ["--checkpoint_dir=gs://ab/ckpt"],
      "ab is not a valid bucket name", True),
     ("trainer", ["--dataset=cassava", "--data_dir=gs://-x-/tfds"],
-     "-x- is not a valid bucket name", True),
+     "-x- is not a valid bucket name", False),
     ("trainer", ["--model_dir={file}"], "is a file, not a directory", True),
     ("trainer", ["--tensorboard_dir={file}/tb"], "is a file, not a directory",
      True),

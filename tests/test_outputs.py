@@ -83,7 +83,7 @@ def test_no_model_dir_is_a_user_error():
 def test_only_the_chief_opens_outputs(tmp_path, monkeypatch):
   monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
   fuse_root = tmp_path / "gcs"
-  (fuse_root / "b").mkdir(parents=True)
+  (fuse_root / "bkt").mkdir(parents=True)
   dirs = _resolve(model_dir="gs://bkt/run")
   chief = outputs.open_outputs(dirs, is_chief=True,
                                fuse_root=str(fuse_root))

@@ -61,8 +61,6 @@ def check_flags(config: Any) -> None:
     if not os.path.isfile(config.weights):
       raise UserError(f"Weights file {config.weights} not found; pass "
                       "--weights=none, imagenet or the path of a local file.")
-  if config.data_dir:
-    storage.check_url(config.data_dir, fuse_root=config.fuse_root)
 
 
 def output_dirs(config: Any, environ: Mapping[str, str]) -> outputs.OutputDirs:

@@ -19,6 +19,7 @@ from ctl import controller
 from ctl import evaluator
 from ctl import hypertune
 from ctl import input as input_lib
+from ctl import storage
 from ctl import strategies
 from ctl.errors import UserError
 from ctl.options import RunOptions, Task
@@ -62,6 +63,8 @@ def build_job(config: Any, environ=os.environ) -> Job:
     UserError: for the first thing in the configuration a user must fix.
   """
   checks.check(config, environ)
+  if config.data_dir:  # Not in `checks`: --dry_run accepts placeholders.
+    storage.check_url(config.data_dir, fuse_root=config.fuse_root)
   cluster = cluster_lib.resolve(environ=environ)
   dirs = checks.output_dirs(config, environ)
   if config.deterministic:
