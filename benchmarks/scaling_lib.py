@@ -14,7 +14,6 @@ taken up, not a speed-up from more hardware. The app is
 """
 
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -26,6 +25,8 @@ from absl import logging
 
 from benchmarks import report as report_lib
 from benchmarks import stats
+from ctl.testing import run_files
+from trainer import testing as trainer_testing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Config:
   repeats: int = 3
   workers_on_cpu: bool = True
   run_timeout_secs: int = 300
-  worker_command: tuple[str, ...] = (sys.executable, "-m", "trainer.task")
+  worker_command: tuple[str, ...] = tuple(trainer_testing.trainer_command())
   section: str = "scaling"
 
 
@@ -71,7 +72,7 @@ def run_once(config: Config, workers: int, model_dir: str) -> dict:
   """
   command = [sys.executable, "-m", "ctl.launch", f"--num_workers={workers}",
              "--", *config.worker_command, *trainer_flags(config, model_dir)]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env = trainer_testing.trainer_env()
   if config.workers_on_cpu:
     env["CUDA_VISIBLE_DEVICES"] = "-1"
   with tempfile.TemporaryFile("w+") as log:
@@ -89,8 +90,7 @@ def run_once(config: Config, workers: int, model_dir: str) -> dict:
       log.seek(0)
       tail = log.read()[-1500:]
       raise RuntimeError(f"{workers} worker(s) exited with {code}: ...{tail}")
-  with open(os.path.join(model_dir, "train_summary.json")) as f:
-    return json.load(f)
+  return run_files.read_summary(model_dir)
 
 
 def run(config: Config) -> dict:

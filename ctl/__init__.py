@@ -1,5 +1,40 @@
 """ctl: a fault-tolerant custom-training-loop framework for TensorFlow.
 
 The framework knows nothing of models, datasets or absl flags: it takes plain
-Python objects (`options.Task`, `options.RunOptions`) and a strategy.
+Python objects and a strategy. What a user calls:
+
+  ctl.run(task=ctl.Task(...), options=ctl.RunOptions(...), strategy=...)
+
+which raises `ctl.UserError` (a mistake to fix), `ctl.Preempted` (stopped on
+request after saving; run again) or `ctl.TrainingDiverged`; entry points exit
+with `ctl.USER_ERROR_EXIT_CODE` and `ctl.PREEMPTED_EXIT_CODE` for the first
+two. The modules (`ctl.controller`, `ctl.options`, ...) stay importable by
+name.
+
+`run`, `Task` and `RunOptions` are loaded on first use: they import
+TensorFlow, which `import ctl` (and the command-line tools' `--help`) need not
+pay for.
 """
+
+import importlib
+
+from ctl.errors import (PREEMPTED_EXIT_CODE, USER_ERROR_EXIT_CODE, Preempted,
+                        TrainingDiverged, UserError)
+
+_LAZY = {"run": "ctl.controller", "Task": "ctl.options",
+         "RunOptions": "ctl.options"}
+
+__all__ = ["PREEMPTED_EXIT_CODE", "USER_ERROR_EXIT_CODE", "Preempted",
+           "RunOptions", "Task", "TrainingDiverged", "UserError", "run"]
+
+
+def __getattr__(name: str):
+  if name not in _LAZY:
+    raise AttributeError(f"module 'ctl' has no attribute {name!r}")
+  value = getattr(importlib.import_module(_LAZY[name]), name)
+  globals()[name] = value  # Found directly from now on.
+  return value
+
+
+def __dir__() -> list[str]:
+  return sorted(set(globals()) | set(__all__))

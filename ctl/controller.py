@@ -24,16 +24,15 @@ from ctl import export
 from ctl import loop as loop_lib
 from ctl import outputs as outputs_lib
 from ctl import preemption
+from ctl import progress as progress_lib
 from ctl import summaries
+from ctl.errors import Preempted, TrainingDiverged
 from ctl.options import RunOptions, Task
 
 
-class TrainingDiverged(Exception):
-  """The loss stayed non-finite after every allowed rollback."""
-
-
 def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
-        eval_callbacks: Sequence[Callable[[int, dict], None]] = ()) -> dict:
+        eval_callbacks: Sequence[Callable[[int, dict], None]] = (),
+        progress_listeners: Sequence[progress_lib.Listener] = ()) -> dict:
   """Trains to `options.train_steps`, resuming from the latest checkpoint.
 
   Args:
@@ -42,6 +41,8 @@ def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
     strategy: the distribution strategy (one device, mirrored, multi-worker).
     eval_callbacks: called as `fn(step, eval_metrics)` after each evaluation
       (e.g. to report a hyperparameter-tuning metric).
+    progress_listeners: called with every `ctl.progress.Mark` (each phase's
+      start and end), after the controller's own listeners.
 
   Returns:
     The summary also written to `<model_dir>/train_summary.json` (chief);
@@ -50,23 +51,34 @@ def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
 
   Raises:
     UserError: bad options or an incompatible checkpoint.
-    preemption.Preempted: a stop was requested; the checkpoint at the agreed
-      step was written before raising.
+    Preempted: a stop was requested; the checkpoint at the agreed step was
+      written before raising.
     TrainingDiverged: the loss stayed non-finite; nothing bad was saved.
   """
   options.validate()
-  return _Run(task, options, strategy, eval_callbacks).train()
+  return _Run(task, options, strategy, eval_callbacks,
+              progress_listeners).train()
 
 
 class _Run:
   """The state of one `run` call; split out so each phase reads on its own."""
 
-  def __init__(self, task, options, strategy, eval_callbacks):
+  def __init__(self, task, options, strategy, eval_callbacks,
+               progress_listeners):
     self._task = task
     self._options = options
     self._strategy = strategy
     self._eval_callbacks = eval_callbacks
     self._process_start = time.time()
+    self._global_step = None
+    self._progress = progress_lib.Progress(
+        current_step=lambda: 0 if self._global_step is None else self._step,
+        listeners=tuple(progress_listeners))
+    self._first_loop_done = False
+
+  def _build(self) -> None:
+    """Opens the outputs and builds the model, optimizer and loops."""
+    task, options, strategy = self._task, self._options, self._strategy
     self._outputs = outputs_lib.open_outputs(
         outputs_lib.OutputDirs(
             model_dir=options.model_dir, checkpoint_dir=options.checkpoint_dir,
@@ -94,7 +106,7 @@ class _Run:
         checkpoint=checkpoint, directory=checkpoints.local_path,
         is_chief=options.is_chief, keep=options.keep_checkpoints,
         async_save=options.async_checkpoint,
-        on_saved=lambda: checkpoints.publish(commit_file="checkpoint"))
+        on_saved=lambda: self._upload(checkpoints))
     self._loop = loop_lib.TrainLoop(
         strategy=strategy, model=self._model, optimizer=self._optimizer,
         global_step=self._global_step,
@@ -144,14 +156,24 @@ class _Run:
     logging.info("Restored step %d from %s.", self._step, path)
     return True
 
+  def _upload(self, checkpoints) -> None:
+    if not checkpoints.mirrored:
+      return
+    with self._progress.phase(progress_lib.CHECKPOINT_UPLOAD):
+      checkpoints.publish(commit_file="checkpoint")
+
   def _save(self) -> None:
-    self._checkpointer.save(self._step)
+    with self._progress.phase(progress_lib.CHECKPOINT_SAVE):
+      self._checkpointer.save(self._step)
     self._last_save_step = self._step
     self._last_save_time = time.time()
 
   def train(self) -> dict:
     options = self._options
-    if not self._restore() and not options.train_steps:
+    with self._progress.phase(progress_lib.STARTUP):
+      self._build()
+      restored = self._restore()
+    if not restored and not options.train_steps:
       # Nothing to train: an untrained export or checkpoint helps no one.
       logging.info("train_steps is 0 and %s holds no checkpoint: nothing to "
                    "train, nothing written.", options.checkpoint_dir)
@@ -167,10 +189,14 @@ class _Run:
         num_steps = min(options.steps_per_loop,
                         options.train_steps - self._step)
         started = time.time()
-        output = self._loop.train(
-            iterator, num_steps, nan_step=self._nan_step_for_loop(),
-            stop_requested=stop.requested,
-            save_requested=self._save_due())
+        phase = (progress_lib.TRAIN_LOOP if self._first_loop_done else
+                 progress_lib.FIRST_LOOP)
+        with self._progress.phase(phase):
+          output = self._loop.train(
+              iterator, num_steps, nan_step=self._nan_step_for_loop(),
+              stop_requested=stop.requested,
+              save_requested=self._save_due())
+        self._first_loop_done = True
         seconds = time.time() - started
         if not np.all(np.isfinite(output.step_losses)):
           self._roll_back(output.step_losses)
@@ -180,7 +206,7 @@ class _Run:
         if output.stop_requested:
           self._save()
           self._close()
-          raise preemption.Preempted(self._step, stop.signal)
+          raise Preempted(self._step, stop.signal)
     return self._finish(trained=self._step > start_step)
 
   def _nan_step_for_loop(self) -> int | None:
@@ -250,7 +276,8 @@ class _Run:
   def _evaluate(self, step: int) -> None:
     if self._eval_data is None:
       return
-    metrics = self._loop.evaluate(self._eval_data)
+    with self._progress.phase(progress_lib.EVALUATION):
+      metrics = self._loop.evaluate(self._eval_data)
     self._eval_metrics = metrics
     logging.info("eval at step %d: loss %.4f  accuracy %.4f  (%d examples)",
                  step, metrics["loss"], metrics["accuracy"],
@@ -269,10 +296,11 @@ class _Run:
       self._save()
     export_location = self._outputs.export
     if trained or not _exists(export_location):
-      export.export_saved_model(
-          model=self._model, image_shape=self._task.image_shape,
-          export_dir=export_location and export_location.local_path)
-      self._publish(export_location)
+      with self._progress.phase(progress_lib.EXPORT):
+        export.export_saved_model(
+            model=self._model, image_shape=self._task.image_shape,
+            export_dir=export_location and export_location.local_path)
+        self._publish(export_location)
     summary = {
         "final_step": step,
         "train_loss": self._train_metrics.get("train/loss"),

@@ -19,13 +19,13 @@ import json
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from typing import IO, Sequence, TextIO
 
+from ctl import cluster
 from ctl import errors
 from ctl.errors import USER_ERROR_EXIT_CODE, UserError
 
@@ -166,7 +166,7 @@ class _Workers:
     self._pumps = []
     self._running = set()
     if options.port_base is None:
-      ports = _free_ports(options.num_workers)
+      ports = cluster.free_ports(options.num_workers)
     else:
       ports = range(options.port_base, options.port_base + options.num_workers)
     addresses = [f"localhost:{port}" for port in ports]
@@ -308,18 +308,6 @@ def _sleep(events: queue.SimpleQueue, secs: float) -> int | None:
     if event[0] == "signal":
       return event[1]
   return None
-
-
-def _free_ports(count: int) -> list[int]:
-  """Returns `count` distinct ports that were free a moment ago."""
-  sockets = [socket.socket() for _ in range(count)]
-  try:
-    for s in sockets:
-      s.bind(("localhost", 0))
-    return [s.getsockname()[1] for s in sockets]
-  finally:
-    for s in sockets:
-      s.close()
 
 
 def _parse_args(argv: Sequence[str]) -> LaunchOptions:

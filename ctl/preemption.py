@@ -3,20 +3,17 @@
 
 The handler only records the request; the train loop reads the flag at its
 next boundary and all workers agree on it through one all-reduce (see
-`TrainLoop.train`), so every worker saves at the same step and exits with
-128 + the signal's number (`PREEMPTED_EXIT_CODE` for SIGTERM, 130 for
-SIGINT). A non-zero code tells the platform (Vertex AI, the local launcher,
-Kubernetes) that the job is not done and must be restarted. A second SIGINT
-does not wait for the save: the process dies of it at once, as without us.
+`TrainLoop.train`), so every worker saves at the same step, `controller.run`
+raises `errors.Preempted`, and the process exits with 128 + the signal's
+number (`errors.PREEMPTED_EXIT_CODE` for SIGTERM, 130 for SIGINT). A non-zero
+code tells the platform (Vertex AI, the local launcher, Kubernetes) that the
+job is not done and must be restarted. A second SIGINT does not wait for the
+save: the process dies of it at once, as without us.
 """
 
 import os
 import signal
 import threading
-
-# 128 + SIGTERM, the conventional status of a process stopped by SIGTERM.
-# ctl exits with it only after the checkpoint at the agreed step is written.
-PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
 
 
 class StopRequest:
@@ -52,20 +49,3 @@ class StopRequest:
   @property
   def requested(self) -> bool:
     return self._event.is_set()
-
-
-class Preempted(Exception):
-  """Training stopped on request after saving at the agreed step."""
-
-  def __init__(self, step: int, signum: int | None = None):
-    """Records where training stopped and why.
-
-    Args:
-      step: the step of the checkpoint written before stopping.
-      signum: the signal this process got; None when another worker asked
-        (reported as SIGTERM).
-    """
-    super().__init__(f"Stopped on request after saving the checkpoint at "
-                     f"step {step}; run the same command again to continue.")
-    self.step = step
-    self.exit_code = 128 + (signum or signal.SIGTERM)

@@ -73,6 +73,11 @@ class Location:
     self.local_path = local_path
     self._mirror = mirror
 
+  @property
+  def mirrored(self) -> bool:
+    """Whether `publish` uploads (gcsfs, FUSE) rather than doing nothing."""
+    return self._mirror is not None
+
   def fetch(self) -> None:
     """Copies the committed checkpoints from the bucket before a restore.
 

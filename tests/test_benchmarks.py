@@ -24,8 +24,7 @@ from benchmarks import scaling_lib
 from benchmarks import stats
 from benchmarks import throughput_lib
 from benchmarks import variants as variants_lib
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.conftest import REPO, trainer_env
 _ROW_FIELDS = ("name", "kind", "steps_per_loop", "precision", "xla",
                "images_per_second", "images_per_second_min",
                "images_per_second_max", "images_per_second_per_round",
@@ -278,7 +277,7 @@ def test_run_all_quick_writes_json_markdown_and_chart(tmp_path):
       [sys.executable, "-m", "benchmarks.run_all", "--quick",
        f"--results_dir={results}", f"--only={','.join(only)}"],
       cwd=REPO, capture_output=True, text=True, timeout=240, check=False,
-      env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2"))
+      env=trainer_env())
   assert completed.returncode == 0, completed.stdout + completed.stderr
   latest = results / report_lib.LATEST
   assert os.path.islink(latest)

@@ -6,7 +6,6 @@ real emulator it starts itself. No speed is asserted: only that every number
 the report shows is there and is what the measured numbers say.
 """
 
-import os
 import statistics
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import pytest
 
 from benchmarks import report as report_lib
 from benchmarks import run_all
-from tests.conftest import REPO
+from tests.conftest import REPO, trainer_env
 
 STEPS = 20  # Per round; the first round starts fresh, the second resumes.
 VARIANTS = ("none", "gcsfs_async")
@@ -49,10 +48,9 @@ def _check_ratio(ratio, numerator, denominator):
 @pytest.fixture(scope="module")
 def sections(tmp_path_factory):
   output = tmp_path_factory.mktemp("bench") / "checkpointing.json"
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
   result = subprocess.run(
       [sys.executable, "-m", "benchmarks.checkpointing", f"--output={output}",
-       "--section=ckpt", *TINY], cwd=REPO, env=env, capture_output=True,
+       "--section=ckpt", *TINY], cwd=REPO, env=trainer_env(), capture_output=True,
       text=True, timeout=300, check=False)
   assert result.returncode == 0, result.stderr[-4000:]
   return report_lib.read_sections(str(output))

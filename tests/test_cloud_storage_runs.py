@@ -1,12 +1,12 @@
 """The trainer with gs:// outputs, killed, cut off and resumed, end to end.
 
 Every test runs the real command line (`python -m trainer.task`) in a
-subprocess. The gcsfs route talks to a real gcp-storage-emulator process (see
-gcs_emulator.py), which a test can stop in the middle of an upload and start
-again; the FUSE route's mount is a local directory, as Cloud Storage FUSE
-presents one. Each trainer process gets its own TMPDIR, so its staging
-directories are its own: a re-run with a fresh TMPDIR has no local copy of
-anything and must read its checkpoint back from the bucket.
+subprocess. The gcsfs route talks to a real gcp-storage-emulator process
+(see ctl/testing/gcs_emulator.py), which a test can stop in the middle of an
+upload and start again; the FUSE route's mount is a local directory, as Cloud
+Storage FUSE presents one. Each trainer process gets its own TMPDIR, so its
+staging directories are its own: a re-run with a fresh TMPDIR has no local
+copy of anything and must read its checkpoint back from the bucket.
 """
 
 import glob
@@ -21,8 +21,9 @@ import pytest
 
 from tests.conftest import (FAST_FLAGS, read_scalars, read_summary,
                             run_trainer, trainer_command, trainer_env)
-from tests.gcs_emulator import GcsEmulator
+from ctl.testing.gcs_emulator import GcsEmulator
 from tests.test_fault_tolerance import finish, start, wait_for_step
+from trainer.testing import vertex_output_env
 
 BUCKET = GcsEmulator.BUCKET
 STEPS = 60
@@ -223,9 +224,7 @@ def test_checkpoint_cut_mid_upload_is_never_restored(reference, gcs_emulator,
 
 
 def test_vertex_directories_alone_place_every_output(gcs_emulator, tmp_path):
-  aip = {"AIP_MODEL_DIR": f"gs://{BUCKET}/aip/model/",
-         "AIP_CHECKPOINT_DIR": f"gs://{BUCKET}/aip/checkpoints/",
-         "AIP_TENSORBOARD_LOG_DIR": f"gs://{BUCKET}/aip/logs/"}
+  aip = vertex_output_env(f"gs://{BUCKET}/aip")
   # No mount at --fuse_root, so `auto` takes gcsfs wherever this runs.
   run_trainer(*FLAGS, "--train_steps=20", f"--fuse_root={tmp_path / 'gcs'}",
               env=_env(tmp_path, "run", **aip))

@@ -27,3 +27,44 @@ def test_run_rejects_bad_options_before_touching_anything(tmp_path):
                                                checkpoint_every_steps=15),
                    strategy=None)
   assert os.listdir(tmp_path) == []
+
+
+def _tiny_task():
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  def dataset(context, start_step, seed):
+    del context, start_step, seed
+    images = tf.random.stateless_uniform([64, 8, 8, 3], seed=[1, 2])
+    labels = tf.range(64, dtype=tf.int64) % 2
+    return tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(
+        8)
+
+  return options.Task(
+      build_model=lambda: keras.Sequential(
+          [keras.Input((8, 8, 3)), keras.layers.Flatten(),
+           keras.layers.Dense(2)]),
+      build_optimizer=lambda: keras.optimizers.SGD(0.1),
+      train_dataset_fn=dataset,
+      eval_dataset_fn=lambda context: dataset(context, 0, 0).take(2),
+      global_batch_size=8, image_shape=(8, 8, 3))
+
+
+def test_progress_listeners_see_every_phase_of_a_run_in_order(tmp_path):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  marks = []
+  controller.run(task=_tiny_task(),
+                 options=make_options(tmp_path, train_steps=6,
+                                      steps_per_loop=2, log_every_steps=2,
+                                      checkpoint_every_steps=4),
+                 strategy=tf.distribute.get_strategy(),
+                 progress_listeners=(marks.append,))
+  ends = [(m.phase, m.step) for m in marks if not m.started]
+  # The step-0 save (the divergence guard's rollback target) is part of
+  # start-up.
+  assert ends == [("checkpoint_save", 0), ("startup", 0), ("first_loop", 2), ("train_loop", 4),
+                  ("checkpoint_save", 4), ("train_loop", 6),
+                  ("evaluation", 6), ("checkpoint_save", 6), ("export", 6)]
+  assert all(m.ok for m in marks)
+  assert [m.steps for m in marks if m.phase.endswith("loop") and
+          not m.started] == [2, 2, 2]

@@ -9,16 +9,16 @@ that it checks the flags without training.
 import configparser
 import fnmatch
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
 from dockerfile_parse import DockerfileParser
 from packaging import requirements
 import pytest
 
-_ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests.conftest import REPO, run_trainer, trainer_env
+from trainer.testing import vertex_output_env
+
+_ROOT = pathlib.Path(REPO)
 
 
 @pytest.fixture(name="dockerfile", scope="module")
@@ -90,13 +90,7 @@ def test_dockerignore_keeps_what_the_image_needs():
 def test_default_cmd_is_accepted_by_the_trainer(dockerfile, tmp_path):
   cmd = _exec_form(dockerfile, "CMD")
   # The output directories Vertex AI sets for a job with baseOutputDirectory.
-  env = dict(os.environ,
-             AIP_MODEL_DIR=f"{tmp_path}/model/",
-             AIP_CHECKPOINT_DIR=f"{tmp_path}/checkpoints/",
-             AIP_TENSORBOARD_LOG_DIR=f"{tmp_path}/logs/")
-
-  result = subprocess.run(
-      [sys.executable, "-m", "trainer.task", *cmd, "--dry_run"],
-      cwd=_ROOT, env=env, capture_output=True, text=True, check=False)
+  result = run_trainer(*cmd, "--dry_run", check=False, env=trainer_env(
+      **vertex_output_env(str(tmp_path))))
 
   assert result.returncode == 0, result.stderr

@@ -10,8 +10,9 @@ import time
 import pytest
 
 from ctl import launch
+from tests.conftest import REPO
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+REPO_ROOT = pathlib.Path(REPO)
 DEADLINE_SECS = 60  # Generous bound for a busy 2-core machine; never reached.
 
 # Prepended to every worker script; the worker gets the output dir as argv[1].

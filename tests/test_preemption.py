@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from ctl import errors
 from ctl import preemption
 
 
@@ -51,9 +52,9 @@ def test_sigterm_sets_requested_and_the_old_handler_comes_back(
 
 def test_handler_is_restored_when_the_block_raises(previous_handler):
   handler, _ = previous_handler
-  with pytest.raises(preemption.Preempted):
+  with pytest.raises(errors.Preempted):
     with preemption.StopRequest():
-      raise preemption.Preempted(7)
+      raise errors.Preempted(7)
   assert signal.getsignal(signal.SIGTERM) is handler
 
 
@@ -82,8 +83,8 @@ def test_outside_the_main_thread_no_handler_is_installed(previous_handler):
 
 
 def test_preempted_says_where_it_stopped_and_how_to_continue():
-  error = preemption.Preempted(120)
+  error = errors.Preempted(120)
   assert error.step == 120
   assert "step 120" in str(error) and "again" in str(error)
   # The conventional status of a process ended by SIGTERM.
-  assert preemption.PREEMPTED_EXIT_CODE == 128 + signal.SIGTERM
+  assert errors.PREEMPTED_EXIT_CODE == 128 + signal.SIGTERM

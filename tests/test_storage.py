@@ -1,9 +1,10 @@
 """Tests for ctl.storage against a real emulator process and a stand-in mount.
 
-gcsfs routes talk to gcp-storage-emulator over HTTP (see gcs_emulator.py); the
-fuse route's mount is a local directory, as Cloud Storage FUSE presents one.
-Checkpoints are real `tf.train.CheckpointManager` checkpoints of a variable
-whose value is the step it was saved at.
+gcsfs routes talk to gcp-storage-emulator over HTTP (see
+ctl/testing/gcs_emulator.py); the fuse route's mount is a local directory, as
+Cloud Storage FUSE presents one. Checkpoints are real
+`tf.train.CheckpointManager` checkpoints of a variable whose value is the step
+it was saved at.
 """
 
 import concurrent.futures

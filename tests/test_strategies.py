@@ -2,7 +2,6 @@
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -12,8 +11,7 @@ import tensorflow as tf
 from ctl import cluster
 from ctl import strategies
 from ctl.errors import UserError
-
-REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests.conftest import REPO
 HAS_GPU = bool(tf.config.list_physical_devices("GPU"))
 LOCAL_DEVICE = "GPU:0" if HAS_GPU else "CPU:0"
 TWO_WORKERS = cluster.ClusterInfo(
@@ -45,7 +43,7 @@ def _python(*args):
   """Runs a fresh Python with `args` on CPU; returns its stdout lines."""
   env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
   result = subprocess.run(
-      [sys.executable, *args], cwd=REPO_ROOT, env=env,
+      [sys.executable, *args], cwd=REPO, env=env,
       capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
   return result.stdout.splitlines()

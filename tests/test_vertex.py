@@ -16,8 +16,10 @@ import yaml
 
 from ctl import errors
 from ctl import vertex
+from tests.conftest import REPO, run_trainer, trainer_env
+from trainer.testing import vertex_output_env
 
-_ROOT = pathlib.Path(__file__).resolve().parent.parent
+_ROOT = pathlib.Path(REPO)
 _CONFIGS = sorted((_ROOT / "configs" / "vertex").glob("*.yaml"))
 _IMAGE = "us-docker.pkg.dev/PROJECT/ctl/trainer:latest"
 
@@ -62,14 +64,8 @@ def _trainer_command_lines():
 def test_config_args_are_accepted_by_the_trainer(args, tmp_path):
   # As in the image, whose WORKDIR holds the repository root, and with the
   # directories Vertex AI derives from baseOutputDirectory.
-  env = dict(os.environ,
-             AIP_MODEL_DIR=f"{tmp_path}/model/",
-             AIP_CHECKPOINT_DIR=f"{tmp_path}/checkpoints/",
-             AIP_TENSORBOARD_LOG_DIR=f"{tmp_path}/logs/")
-
-  result = subprocess.run(
-      [sys.executable, "-m", "trainer.task", *args, "--dry_run"], cwd=_ROOT,
-      env=env, capture_output=True, text=True, check=False)
+  result = run_trainer(*args, "--dry_run", check=False, env=trainer_env(
+      **vertex_output_env(str(tmp_path))))
 
   assert result.returncode == 0, result.stderr
 

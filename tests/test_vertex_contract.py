@@ -17,6 +17,7 @@ from dockerfile_parse import DockerfileParser
 
 from tests.conftest import (REPO, free_ports, read_scalars, run_trainer,
                             trainer_env)
+from trainer.testing import vertex_output_env
 
 OFFLINE = ("--dataset=digits", "--model=small_cnn", "--weights=none",
            "--image_size=16", "--per_replica_batch_size=16", "--epochs=1",
@@ -38,9 +39,7 @@ def test_two_replicas_write_where_vertex_expects(tmp_path):
     spec = yaml.safe_load(f)
   pools = spec["workerPoolSpecs"]
   bucket = tmp_path / "bucket"
-  aip = {"AIP_MODEL_DIR": f"{bucket}/model/",
-         "AIP_CHECKPOINT_DIR": f"{bucket}/checkpoints/",
-         "AIP_TENSORBOARD_LOG_DIR": f"{bucket}/logs/"}
+  aip = vertex_output_env(str(bucket))
   ports = free_ports(2)
   cluster = {"chief": [f"localhost:{ports[0]}"],
              "worker": [f"localhost:{ports[1]}"]}

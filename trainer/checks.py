@@ -56,11 +56,26 @@ def check_flags(config: Any) -> None:
   if config.hypertune_metric not in ("", "accuracy", "loss"):
     raise UserError("--hypertune_metric must be accuracy or loss, got "
                     f"{config.hypertune_metric!r}.")
-  if config.model == "resnet50" and config.weights not in ("none",
-                                                           "imagenet"):
-    if not os.path.isfile(config.weights):
-      raise UserError(f"Weights file {config.weights} not found; pass "
-                      "--weights=none, imagenet or the path of a local file.")
+  check_weights(name=config.model, weights=config.weights)
+
+
+def check_weights(*, name: str, weights: str) -> None:
+  """Checks `weights` for model `name` without loading anything.
+
+  The trainer calls it up front, so a missing file fails before any data is
+  loaded; `trainer.model.build_model` calls it too.
+
+  Raises:
+    UserError: weights for a model other than resnet50, or a weights file
+      that does not exist.
+  """
+  if name != "resnet50":
+    if weights != "none":
+      raise UserError(f"--weights applies to resnet50 only; {name} starts "
+                      "from random weights.")
+  elif weights not in ("none", "imagenet") and not os.path.isfile(weights):
+    raise UserError(f"Weights file {weights} not found; pass --weights=none, "
+                    "imagenet or the path of a local weights file.")
 
 
 def output_dirs(config: Any, environ: Mapping[str, str]) -> outputs.OutputDirs:

@@ -10,6 +10,7 @@ import os
 import keras
 
 from ctl.errors import UserError
+from trainer import checks
 
 MODELS = ("resnet50", "small_cnn")
 
@@ -37,21 +38,17 @@ def build_model(*, name: str, num_classes: int,
   """
   if not 0.0 <= dropout < 1.0:
     raise UserError(f"--dropout must be in [0, 1), got {dropout}.")
+  if name not in MODELS:
+    raise UserError(
+        f"Unknown model {name!r}; choose one of {', '.join(MODELS)}.")
+  checks.check_weights(name=name, weights=weights)
   if name == "resnet50":
     return _resnet50(num_classes, image_shape, weights, dropout)
-  if name == "small_cnn":
-    if weights != "none":
-      raise UserError("--weights applies to resnet50 only; small_cnn starts "
-                      "from random weights.")
-    return _small_cnn(num_classes, image_shape, dropout)
-  raise UserError(f"Unknown model {name!r}; choose one of {', '.join(MODELS)}.")
+  return _small_cnn(num_classes, image_shape, dropout)
 
 
 def _resnet50(num_classes, image_shape, weights, dropout) -> keras.Model:
   """ResNet50 without top + global average pooling + Dense(1016) + Dense."""
-  if weights not in ("none", "imagenet") and not os.path.isfile(weights):
-    raise UserError(f"Weights file {weights} not found; pass --weights=none, "
-                    "imagenet or the path of a local weights file.")
   try:
     backbone = keras.applications.ResNet50(
         include_top=False, input_shape=image_shape,

@@ -109,29 +109,27 @@ def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments {argv[1:]}; all options are --flags.", 2)
   # Imported here so `--help` and bad flags answer before TensorFlow loads.
-  from ctl.errors import USER_ERROR_EXIT_CODE, UserError  # pylint: disable=g-import-not-at-top
+  from ctl import errors  # pylint: disable=g-import-not-at-top
   from trainer import checks  # pylint: disable=g-import-not-at-top
   config = types.SimpleNamespace(**FLAGS.flag_values_dict())
   try:
     checks.check(config, os.environ)
-  except UserError as e:
-    _fail(str(e), USER_ERROR_EXIT_CODE)
-  from ctl import preemption  # pylint: disable=g-import-not-at-top
-  from ctl.controller import TrainingDiverged  # pylint: disable=g-import-not-at-top
-  from trainer import setup  # pylint: disable=g-import-not-at-top
+  except errors.UserError as e:
+    _fail(str(e), errors.USER_ERROR_EXIT_CODE)
+  from trainer import job  # pylint: disable=g-import-not-at-top  (loads TF)
   try:
     if FLAGS.dry_run:
-      print(json.dumps(setup.describe(config), indent=2))
+      print(json.dumps(job.describe(config), indent=2))
       return
-    setup.build_job(config).run()
-  except UserError as e:
-    _fail(str(e), USER_ERROR_EXIT_CODE)
-  except preemption.Preempted as e:
+    job.build_job(config).run()
+  except errors.UserError as e:
+    _fail(str(e), errors.USER_ERROR_EXIT_CODE)
+  except errors.Preempted as e:
     logging.warning("%s", e)
     sys.exit(e.exit_code)
   except KeyboardInterrupt:  # Ctrl-C outside the train loop.
     _fail("interrupted; nothing was saved since the last checkpoint.", 130)
-  except TrainingDiverged as e:
+  except errors.TrainingDiverged as e:
     _fail(str(e), 1)
 
 

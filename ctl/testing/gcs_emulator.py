@@ -11,11 +11,11 @@ process exit, without answering or storing anything, when an upload of an
 object whose name ends with NAME arrives: the client's connection drops right
 before that object would land.
 
-Use the `gcs_emulator` fixture (tests/conftest.py imports it for every test):
-it starts the server with bucket `GcsEmulator.BUCKET`, points
+`serve(data_dir=..., bucket=...)` starts the server, creates the bucket, points
 `STORAGE_EMULATOR_HOST` at it for this process and its children, and stops it
-after the test. The server exits by itself when the process that started it
-dies.
+on leaving; the tests' `gcs_emulator` fixture (tests/conftest.py) and the
+checkpointing benchmark use it. The server exits by itself when the process
+that started it dies.
 
 Importing this module sets GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false (unless
 set): with it on, gcsfs's default class probes each bucket over gRPC, which an
@@ -23,18 +23,19 @@ HTTP emulator never answers, and every call waits about 60 s.
 """
 
 import argparse
+import contextlib
 import functools
 import http.server
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from typing import Iterator
 
-import pytest
+from ctl import cluster
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
@@ -42,18 +43,11 @@ _HOST = "127.0.0.1"
 _START_TIMEOUT_S = 30.0
 
 
-def _free_port() -> int:
-  """Returns a loopback TCP port that nothing listens on right now."""
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-    sock.bind((_HOST, 0))
-    return sock.getsockname()[1]
-
-
 class GcsEmulator:
   """One gcp-storage-emulator server process with its data on disk.
 
   Attributes:
-    BUCKET: The bucket the `gcs_emulator` fixture creates.
+    BUCKET: The bucket the tests' `gcs_emulator` fixture creates.
     port: The loopback port, the same across restarts.
     endpoint: The value for `STORAGE_EMULATOR_HOST`.
   """
@@ -68,7 +62,7 @@ class GcsEmulator:
     """
     self._data_dir = data_dir
     self._process = None
-    self.port = _free_port()
+    (self.port,) = cluster.free_ports(1)
     self.endpoint = f"http://{_HOST}:{self.port}"
 
   def start(self, *, exit_on_upload: str | None = None) -> None:
@@ -81,8 +75,8 @@ class GcsEmulator:
     Raises:
       RuntimeError: If the server does not answer within 30 s.
     """
-    command = [sys.executable, __file__, "--port", str(self.port),
-               "--data_dir", self._data_dir]
+    command = [sys.executable, "-m", "ctl.testing.gcs_emulator",
+               "--port", str(self.port), "--data_dir", self._data_dir]
     if exit_on_upload:
       command += ["--exit_on_upload", exit_on_upload]
     self._process = subprocess.Popen(command)
@@ -135,20 +129,33 @@ class GcsEmulator:
       return False
 
 
-@pytest.fixture
-def gcs_emulator(tmp_path, monkeypatch):
-  """A running `GcsEmulator` with bucket `GcsEmulator.BUCKET`, stopped after.
+@contextlib.contextmanager
+def serve(*, data_dir: str, bucket: str) -> Iterator[GcsEmulator]:
+  """Runs a `GcsEmulator` with `bucket` for the `with` block.
 
-  `STORAGE_EMULATOR_HOST` points at it for the test and any process it starts.
+  `STORAGE_EMULATOR_HOST` points at it meanwhile (ctl.storage and gcsfs read
+  it, in this process and in the processes it starts), and is put back after.
+
+  Args:
+    data_dir: An absolute directory where the server keeps its objects.
+    bucket: The bucket to create.
+
+  Yields:
+    The running emulator.
   """
-  emulator = GcsEmulator(data_dir=str(tmp_path / "gcs-emulator"))
+  emulator = GcsEmulator(data_dir=data_dir)
   emulator.start()
+  saved = os.environ.get("STORAGE_EMULATOR_HOST")
   try:
-    emulator.create_bucket(GcsEmulator.BUCKET)
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator.endpoint)
+    emulator.create_bucket(bucket)
+    os.environ["STORAGE_EMULATOR_HOST"] = emulator.endpoint
     yield emulator
   finally:
     emulator.stop()
+    if saved is None:
+      os.environ.pop("STORAGE_EMULATOR_HOST", None)
+    else:
+      os.environ["STORAGE_EMULATOR_HOST"] = saved
 
 
 def _serve(*, port: int, data_dir: str, exit_on_upload: str | None) -> None:

@@ -1,0 +1,108 @@
+"""Where a run is: the phase it is in and the step it has reached.
+
+The controller marks each phase of a run (start-up and restore, the first
+train loop with its tracing, later train loops, evaluation, checkpoint save
+and upload, export) once, here; every listener receives the same marks. The
+stall watchdog (a phase that runs past its limit) and the run ledger (what
+each phase cost) are listeners, so the places that mark progress exist once
+and neither touches the compiled step.
+
+Phases nest in two cases: the first save of a new run is part of start-up;
+and a checkpoint upload (only for directories mirrored
+to Cloud Storage) runs inside the save that wrote the checkpoint, or, with
+async saves, inside the next save or the end of the run; its seconds are
+part of the enclosing phase's.
+
+A listener is a plain callable `listener(mark)`. It is called on the thread
+that marks the phase, so it must be quick and must not raise; one that does
+is a bug, not a reason to stop training, so the error is logged and dropped.
+"""
+
+import contextlib
+import dataclasses
+import time
+from typing import Callable, Iterator
+
+from absl import logging
+
+# The phases a run goes through, in the order a run meets them.
+STARTUP = "startup"  # From the start of `ctl.run` until the restore is done.
+FIRST_LOOP = "first_loop"  # The first train-loop call: includes tracing.
+TRAIN_LOOP = "train_loop"  # Every later train-loop call.
+EVALUATION = "evaluation"
+CHECKPOINT_SAVE = "checkpoint_save"  # Writing the checkpoint's files.
+CHECKPOINT_UPLOAD = "checkpoint_upload"  # Publishing them (gcsfs / FUSE).
+EXPORT = "export"  # The SavedModel at the end.
+PHASES = (STARTUP, FIRST_LOOP, TRAIN_LOOP, EVALUATION, CHECKPOINT_SAVE,
+          CHECKPOINT_UPLOAD, EXPORT)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mark:
+  """A phase starting (`seconds` is None) or ending (`seconds` is set).
+
+  Attributes:
+    phase: one of PHASES.
+    step: the global step when the phase started or ended.
+    time: wall-clock time of the mark (`time.time()`).
+    seconds: how long the phase took; None on the mark that starts it.
+    steps: training steps the phase ran (train loops; 0 otherwise).
+    ok: False when the phase ended by an exception.
+  """
+  phase: str
+  step: int
+  time: float
+  seconds: float | None = None
+  steps: int = 0
+  ok: bool = True
+
+  @property
+  def started(self) -> bool:
+    return self.seconds is None
+
+
+Listener = Callable[[Mark], None]
+
+
+class Progress:
+  """Marks phases and hands each mark to every listener."""
+
+  def __init__(self, *, current_step: Callable[[], int],
+               listeners: tuple[Listener, ...] = ()):
+    """Initializes the tracker.
+
+    Args:
+      current_step: returns the global step now (read at each mark).
+      listeners: called with every `Mark`, in order.
+    """
+    self._current_step = current_step
+    self._listeners = list(listeners)
+
+  def add_listener(self, listener: Listener) -> None:
+    self._listeners.append(listener)
+
+  @contextlib.contextmanager
+  def phase(self, name: str) -> Iterator[None]:
+    """Marks the start of phase `name` now and its end when the block exits."""
+    if name not in PHASES:
+      raise ValueError(f"unknown phase {name!r}; expected one of {PHASES}.")
+    start_step = self._current_step()
+    started = time.time()
+    self._emit(Mark(phase=name, step=start_step, time=started))
+    ok = False
+    try:
+      yield
+      ok = True
+    finally:
+      ended = time.time()
+      end_step = self._current_step()
+      self._emit(Mark(phase=name, step=end_step, time=ended,
+                      seconds=ended - started, steps=end_step - start_step,
+                      ok=ok))
+
+  def _emit(self, mark: Mark) -> None:
+    for listener in self._listeners:
+      try:
+        listener(mark)
+      except Exception:  # pylint: disable=broad-except
+        logging.exception("Progress listener %r failed on %s.", listener, mark)

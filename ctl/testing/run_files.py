@@ -1,0 +1,26 @@
+"""Reading what a run wrote, as a test or a benchmark checks it."""
+
+import json
+import os
+
+
+def read_summary(model_dir: str) -> dict:
+  """The chief's `<model_dir>/train_summary.json` (a local directory)."""
+  with open(os.path.join(model_dir, "train_summary.json")) as f:
+    return json.load(f)
+
+
+def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
+  """Every scalar in the event files under `logdir`: {tag: [(step, value)]}.
+
+  TF2 summaries are stored as tensors, so they are read through the
+  accumulator's tensor API.
+  """
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  accumulator = event_accumulator.EventAccumulator(
+      logdir, size_guidance={event_accumulator.TENSORS: 0})
+  accumulator.Reload()
+  return {tag: [(e.step, float(tf.make_ndarray(e.tensor_proto)))
+                for e in accumulator.Tensors(tag)]
+          for tag in accumulator.Tags()["tensors"]}
