@@ -10,24 +10,37 @@ Integrity: `tf.train.CheckpointManager` writes the data and index files first
 and its state file ("checkpoint") last, so the state file is the commit point.
 On start the newest checkpoint that actually reads back is restored; a
 truncated or unreadable one is reported and skipped. A checkpoint written by a
-different model is a user error, not something to skip past.
+different model is a user error, not something to skip past. A damaged state
+file (garbage, binary, empty) never means "no checkpoint": the checkpoints are
+then found from their own files (`ckpt-N.index`), the newest readable one is
+restored, and only then is the state file rewritten.
 """
 
 import hashlib
+import os
+import re
 import shutil
-import tempfile
+import time
 from typing import Callable
 
 from absl import logging
+from google.protobuf import text_format
 import keras
 import tensorflow as tf
+# The state file's parser and writer; the public ones log and raise
+# differently for each kind of damage, and write absolute paths only.
+from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=g-direct-tensorflow-import
 
+from ctl import tempdirs
 from ctl.errors import UserError
 
 # Errors that mean "these files are damaged", as opposed to "wrong model"
 # (ValueError / AssertionError). The reader raises IndexError ("Read less
 # bytes than requested") for a truncated file.
 _DAMAGED = (tf.errors.OpError, IndexError)
+
+STATE_FILE = "checkpoint"  # The CheckpointManager's state file.
+_INDEX_FILE = re.compile(r"(?P<prefix>.+-(?P<number>\d+))\.index")
 
 
 def seed_generator_states(model: keras.Model) -> list:
@@ -80,15 +93,14 @@ class Checkpointer:
     self._async_save = async_save
     self._on_saved = on_saved if is_chief else lambda: None
     self._unpublished = False
-    self._reader = tf.train.CheckpointManager(checkpoint, directory,
-                                              max_to_keep=keep)
+    self._keep = keep
+    self._manager = None  # The chief's is made on first save.
     if is_chief:
       self._scratch = None
-      self._writer = self._reader
     else:
-      self._scratch = tempfile.mkdtemp(prefix="ctl_worker_checkpoint_")
-      self._writer = tf.train.CheckpointManager(checkpoint, self._scratch,
-                                                max_to_keep=1)
+      self._scratch = tempdirs.scratch_dir("ctl_worker_checkpoint_")
+      self._manager = tf.train.CheckpointManager(
+          checkpoint, self._scratch, max_to_keep=1)
     self._options = tf.train.CheckpointOptions(enable_async=async_save)
     if async_save:
       _let_async_checkpoints_copy_keras_variables()
@@ -108,10 +120,17 @@ class Checkpointer:
         checkpoint in the directory can be read.
     """
     self.sync()
-    state = tf.train.get_checkpoint_state(self._directory)
-    candidates = list(state.all_model_checkpoint_paths) if state else []
-    if state and state.model_checkpoint_path not in candidates:
-      candidates.append(state.model_checkpoint_path)
+    state_file = os.path.join(self._directory, STATE_FILE)
+    damaged = False
+    try:
+      state = _read_state(self._directory)
+    except _DamagedState:
+      damaged = True
+      candidates = _checkpoints_on_disk(self._directory)
+    else:
+      candidates = list(state.all_model_checkpoint_paths) if state else []
+      if state and state.model_checkpoint_path not in candidates:
+        candidates.append(state.model_checkpoint_path)
     for path in reversed(candidates):
       if not _files_present(path):
         logging.warning("Checkpoint %s is incomplete (files missing); "
@@ -128,8 +147,20 @@ class Checkpointer:
             f"The checkpoint {path} was written by a different model or "
             f"configuration ({_first_line(e)}); use another --checkpoint_dir "
             "or --model_dir.") from None
+      if damaged:
+        logging.warning(
+            "The checkpoint state file %s was damaged; restored %s, the "
+            "newest readable checkpoint among the files.", state_file, path)
+        if self._is_chief:
+          _rewrite_state(self._directory,
+                         candidates[:candidates.index(path) + 1])
       logging.info("Restored checkpoint %s.", path)
       return path
+    if damaged:
+      raise UserError(
+          f"The checkpoint state file {state_file} is damaged and no "
+          f"checkpoint file beside it can be read; move the directory away to "
+          "start over.")
     if candidates:
       raise UserError(f"No checkpoint in {self._directory} can be read; "
                       "move the directory away to start over.")
@@ -138,13 +169,21 @@ class Checkpointer:
   def save(self, step: int) -> str:
     """Saves at `step` (all workers must call it at the same step)."""
     self.sync()
-    path = self._writer.save(checkpoint_number=step, options=self._options)
+    path = self._writer().save(checkpoint_number=step, options=self._options)
     self._unpublished = True
     if not self._async_save:
       self.sync()
     logging.info("Saved checkpoint %s%s.", path,
                  " (writing in the background)" if self._async_save else "")
     return path
+
+  def _writer(self) -> tf.train.CheckpointManager:
+    """The manager that saves; the chief's reads the state file when made,
+    so it is made after `restore_latest` could repair a damaged one."""
+    if self._manager is None:
+      self._manager = tf.train.CheckpointManager(
+          self._checkpoint, self._directory, max_to_keep=self._keep)
+    return self._manager
 
   def sync(self) -> None:
     """Waits until the last save is written, then hands it to `on_saved`."""
@@ -179,6 +218,52 @@ def _let_async_checkpoints_copy_keras_variables() -> None:
     object_map[variable] = object_map[variable.value]
 
   core.Variable._copy_trackable_to_cpu = copy_to_cpu  # pylint: disable=protected-access
+
+
+class _DamagedState(Exception):
+  """The state file exists but does not parse as a checkpoint state."""
+
+
+def _read_state(directory: str):
+  """The directory's CheckpointState; None without a state file.
+
+  Raises:
+    _DamagedState: the state file holds no valid checkpoint state.
+  """
+  path = os.path.join(directory, STATE_FILE)
+  if not tf.io.gfile.exists(path):
+    return None
+  try:
+    with tf.io.gfile.GFile(path, "rb") as f:
+      text = f.read().decode("utf-8")
+    state = text_format.Parse(text, checkpoint_management.CheckpointState())
+  except (UnicodeDecodeError, text_format.ParseError) as e:
+    raise _DamagedState() from e
+  if not state.model_checkpoint_path:
+    raise _DamagedState()
+  return tf.train.get_checkpoint_state(directory)
+
+
+def _checkpoints_on_disk(directory: str) -> list[str]:
+  """The checkpoint prefixes that have an index file, oldest first."""
+  found = []
+  for index in tf.io.gfile.glob(os.path.join(directory, "*.index")):
+    match = _INDEX_FILE.fullmatch(os.path.basename(index))
+    if match:
+      found.append((int(match.group("number")),
+                    os.path.join(directory, match.group("prefix"))))
+  return [prefix for _, prefix in sorted(found)]
+
+
+def _rewrite_state(directory: str, prefixes: list[str]) -> None:
+  """Writes a state file that lists `prefixes`, the last one the latest."""
+  stamps = [tf.io.gfile.stat(prefix + ".index").mtime_nsec / 1e9
+            for prefix in prefixes]
+  checkpoint_management.update_checkpoint_state_internal(
+      save_dir=directory, model_checkpoint_path=prefixes[-1],
+      all_model_checkpoint_paths=prefixes, save_relative_paths=True,
+      all_model_checkpoint_timestamps=stamps,
+      last_preserved_timestamp=min(min(stamps), time.time()) - 1)
 
 
 def _files_present(prefix: str) -> bool:

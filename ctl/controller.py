@@ -57,7 +57,9 @@ def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
       run ledger.
 
   Returns:
-    The summary also written to `<model_dir>/train_summary.json` (chief).
+    The summary also written to `<model_dir>/train_summary.json` (chief);
+    `{"final_step": 0}` when train_steps is 0 and there is no checkpoint
+    (nothing is trained or written).
 
   Raises:
     UserError: bad options or an incompatible checkpoint.
@@ -180,18 +182,22 @@ class _Run:
     self._step = int(self._global_step.numpy())
     return path
 
-  def _restore(self) -> None:
+  def _restore(self) -> bool:
+    """Restores the latest checkpoint; False when there is none."""
     path = self._restore_latest()
     if path is None:
+      if not self._options.train_steps:
+        return False
       logging.info("No checkpoint in %s; starting at step 0.",
                    self._options.checkpoint_dir)
       # A rollback target for the divergence guard, and a fixed start.
       if self._options.max_nan_recoveries:
         self._save()
-      return
+      return False
     self._restores.assign_add(1)
     self._last_save_step = self._step
     logging.info("Restored step %d from %s.", self._step, path)
+    return True
 
   def _upload(self, checkpoints) -> None:
     if not checkpoints.mirrored:
@@ -230,7 +236,15 @@ class _Run:
     with self._progress.phase(progress_lib.STARTUP):
       self._build()
       with self._progress.phase(progress_lib.RESTORE):
-        self._restore()
+        restored = self._restore()
+      if not restored and not options.train_steps:
+        # Nothing to train: an untrained export or checkpoint helps no one.
+        logging.info("train_steps is 0 and %s holds no checkpoint: nothing to "
+                     "train, nothing written.", options.checkpoint_dir)
+        if self._ledger:
+          self._ledger.discard()
+        self._close()
+        return {"final_step": 0}
       self._writer.write_hparams(options.hparams)
     self._choose_interval()
     start_step = self._step
@@ -261,7 +275,7 @@ class _Run:
         if output.stop_requested:
           self._save()
           self._close()
-          raise Preempted(self._step)
+          raise Preempted(self._step, stop.signal)
     return self._finish(trained=self._step > start_step)
 
   def _save_due(self) -> bool:

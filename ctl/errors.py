@@ -2,15 +2,22 @@
 
 Entry points (`trainer/task.py`, `ctl.launch`, `ctl.vertex`) catch these and
 exit with the code given here; a supervisor (Vertex AI, `ctl.launch`) reads
-the code to decide whether to restart.
+the code to decide whether to restart. Also the argument parser of ctl's own
+command lines, whose mistakes are reported the same way: one `error: ...`
+line, exit 2.
 """
+
+import argparse
+import signal
+import sys
 
 # A mistake the user can fix: never worth a restart.
 USER_ERROR_EXIT_CODE = 2
 # 128 + SIGTERM, the conventional status of a process stopped by SIGTERM.
 # ctl exits with it only after the checkpoint at the agreed step is written;
-# a non-zero code tells the platform the job is not done.
-PREEMPTED_EXIT_CODE = 143
+# a non-zero code tells the platform the job is not done. Ctrl-C (SIGINT)
+# gives 130 the same way.
+PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
 # EX_TEMPFAIL: a stall (ctl.watchdog) or a peer that never came; not done,
 # and worth a restart: the same command continues from the last checkpoint.
 STALL_EXIT_CODE = 75
@@ -27,13 +34,22 @@ class UserError(Exception):
 class Preempted(Exception):
   """Training stopped on request after saving at the agreed step.
 
-  Entry points exit with `PREEMPTED_EXIT_CODE`; the same command continues.
+  Entry points exit with `exit_code` (128 + the signal: `PREEMPTED_EXIT_CODE`
+  for SIGTERM, 130 for SIGINT); the same command continues.
   """
 
-  def __init__(self, step: int):
+  def __init__(self, step: int, signum: int | None = None):
+    """Records where training stopped and why.
+
+    Args:
+      step: the step of the checkpoint written before stopping.
+      signum: the signal this process got; None when another worker asked
+        (reported as SIGTERM).
+    """
     super().__init__(f"Stopped on request after saving the checkpoint at "
                      f"step {step}; run the same command again to continue.")
     self.step = step
+    self.exit_code = 128 + (signum or signal.SIGTERM)
 
 
 class TrainingDiverged(Exception):
@@ -42,3 +58,11 @@ class TrainingDiverged(Exception):
 
 class Stalled(Exception):
   """Start-up gave up waiting (e.g. for a peer); exit with STALL_EXIT_CODE."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+  """argparse, with a bad command line reported as one line (no usage)."""
+
+  def error(self, message):
+    print(f"error: {message}; see {self.prog} --help.", file=sys.stderr)
+    sys.exit(USER_ERROR_EXIT_CODE)

@@ -40,6 +40,7 @@ import time
 from typing import IO, Sequence, TextIO
 
 from ctl import cluster
+from ctl import errors
 from ctl import watchdog
 from ctl.errors import STALL_EXIT_CODE, USER_ERROR_EXIT_CODE, UserError
 
@@ -47,7 +48,10 @@ RESTART_COUNT_ENV = "CTL_RESTART_COUNT"
 PREVIOUS_EXIT_ENV = "CTL_PREVIOUS_EXIT"
 PREVIOUS_EXIT_TIME_ENV = "CTL_PREVIOUS_EXIT_TIME"
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_MAX_BACKOFF_SECS = 300.0
+MAX_BACKOFF_SECS = 300.0
+# The shortest pause between restarts, whatever --restart_backoff_secs says:
+# a worker that fails at once must not make the launcher spin.
+MIN_PAUSE_SECS = 0.5
 _OUTPUT_LOCK = threading.Lock()  # Keeps lines from different workers whole.
 _HEARTBEAT_POLL_SECS = 1.0
 
@@ -168,13 +172,24 @@ def _restart_loop(options: LaunchOptions, events: queue.SimpleQueue,
            f" {options.max_restarts} restart(s) (--max_restarts) are used")
       return code if code > 0 else 128 - code
     restart += 1
-    backoff = min(options.restart_backoff_secs * 2**(restart - 1),
-                  _MAX_BACKOFF_SECS)
+    backoff = restart_pause_secs(base_secs=options.restart_backoff_secs,
+                                 restart=restart)
     _log(f"restart {restart}/{options.max_restarts} after worker {index}"
          f" exited with code {code}; starting again in {backoff:g}s")
     signum = _sleep(events, backoff)
     if signum:
       return 128 + signum
+
+
+def restart_pause_secs(*, base_secs: float, restart: int) -> float:
+  """The pause before restart number `restart` (1, 2, ...).
+
+  `base_secs` doubles with every restart up to `MAX_BACKOFF_SECS`, and is
+  never below `MIN_PAUSE_SECS`; the exponent is capped, so any restart count
+  is fine.
+  """
+  doublings = min(restart - 1, 32)  # 2**32 times any base > 0 is past the cap.
+  return max(MIN_PAUSE_SECS, min(base_secs * 2**doublings, MAX_BACKOFF_SECS))
 
 
 class _Workers:
@@ -378,7 +393,7 @@ def _sleep(events: queue.SimpleQueue, secs: float) -> int | None:
 
 
 def _parse_args(argv: Sequence[str]) -> LaunchOptions:
-  parser = argparse.ArgumentParser(
+  parser = errors.ArgumentParser(
       prog="ctl-launch",
       description="Run a command as N workers of a loopback TF_CONFIG cluster.",
       usage="%(prog)s --num_workers=N [options] -- command [args...]")
@@ -390,7 +405,9 @@ def _parse_args(argv: Sequence[str]) -> LaunchOptions:
   parser.add_argument("--max_restarts", type=int, default=0,
                       help="Restarts of the cluster after a worker fails.")
   parser.add_argument("--restart_backoff_secs", type=float, default=1.0,
-                      help="Wait before the first restart; doubles each time.")
+                      help="Wait before the first restart; doubles each"
+                      f" time, up to {MAX_BACKOFF_SECS:g}s (never under"
+                      f" {MIN_PAUSE_SECS:g}s).")
   parser.add_argument("--grace_secs", type=float, default=10.0,
                       help="Time stopped workers get before SIGKILL.")
   parser.add_argument("--heartbeat_grace_secs", type=float, default=30.0,

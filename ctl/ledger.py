@@ -152,6 +152,11 @@ class Ledger:
                          **fields})
     self._write(upload=True)
 
+  def discard(self) -> None:
+    """Writes nothing from now on (a run that turned out to do nothing)."""
+    self._discarded = True
+    self._writing = False
+
   def attempts(self) -> list[list[dict]]:
     """Every attempt's events so far, this one as it is in memory."""
     others = [events for name, events in _read_files(self._directory)

@@ -63,7 +63,7 @@ class TrainLoop:
   def __init__(self, *, strategy: tf.distribute.Strategy, model: keras.Model,
                optimizer: keras.optimizers.Optimizer, global_step: tf.Variable,
                global_batch_size: int, steps_per_loop: int,
-               loss_fn: Callable = sparse_softmax_cross_entropy,
+               loss_fn: Callable | None = None,
                jit_compile: bool = False, train_accuracy: bool = True,
                loss_hook: Callable | None = None):
     """Initializes the loop.
@@ -75,7 +75,8 @@ class TrainLoop:
       global_step: int64 variable incremented once per step.
       global_batch_size: examples per step summed over all replicas.
       steps_per_loop: the most steps one `train` call runs.
-      loss_fn: `(labels, logits) -> per-example loss`.
+      loss_fn: `(labels, logits) -> per-example loss`; None: sparse
+        softmax cross-entropy.
       jit_compile: compile the forward and backward pass with XLA. The
         optimizer update (which holds the cross-replica all-reduce) stays
         outside the XLA cluster, where collectives are always supported.
@@ -90,7 +91,7 @@ class TrainLoop:
     self._global_step = global_step
     self._global_batch_size = global_batch_size
     self._steps_per_loop = steps_per_loop
-    self._loss_fn = loss_fn
+    self._loss_fn = loss_fn or sparse_softmax_cross_entropy
     self._loss_hook = loss_hook
     with strategy.scope():
       self._step_losses = _replica_accumulator([steps_per_loop])

@@ -24,7 +24,6 @@ import uuid
 from typing import Callable
 
 import fsspec
-import tensorflow as tf
 
 from ctl import retry
 from ctl.errors import UserError
@@ -49,7 +48,7 @@ class Mirror:
   def __init__(self, *, fs: fsspec.AbstractFileSystem, remote_dir: str,
                url: str, local_dir: str, retry_policy: retry.RetryPolicy,
                is_transient: Callable[[Exception], bool],
-               read_only: bool = False):
+               read_only: bool = False, remove_on_close: bool = False):
     """Checks that the remote is writable, then creates and locks `local_dir`.
 
     The check writes and removes a probe object, so that a missing bucket or
@@ -66,6 +65,8 @@ class Mirror:
       read_only: Only fetch (non-chief workers, evaluators): no write check,
         `publish` does nothing, and `close` deletes the local directory,
         which must then be private to this mirror.
+      remove_on_close: `close` deletes the local directory (and its lock
+        file) after the last publish, also when not read-only.
 
     Raises:
       UserError: If the remote directory cannot be written, or another mirror
@@ -76,12 +77,13 @@ class Mirror:
     self._retry_policy = retry_policy
     self._is_transient = is_transient
     self._read_only = read_only
+    self._remove_on_close = read_only or remove_on_close
     if not read_only:
       self._check_writable(url)
     self._local_dir = local_dir
     self._published: dict[str, _Stamp] = {}
     self._commit_file = None
-    os.makedirs(local_dir, exist_ok=True)
+    os.makedirs(local_dir, mode=0o700, exist_ok=True)
     self._lock = _lock(local_dir)
 
   def fetch(self) -> None:
@@ -151,12 +153,12 @@ class Mirror:
       del self._published[name]
 
   def close(self) -> None:
-    """Publishes a last time and releases (read-only: deletes) the directory."""
+    """Publishes a last time and releases (or deletes) the directory."""
     try:
       self.publish()
     finally:
       self._lock.close()
-      if self._read_only:
+      if self._remove_on_close:
         shutil.rmtree(self._local_dir, ignore_errors=True)
         os.remove(self._local_dir.rstrip("/") + ".lock")
 
@@ -203,8 +205,17 @@ class Mirror:
 
 
 def _lock(directory: str):
-  """Holds an exclusive lock on `directory` until the returned file closes."""
-  handle = open(directory.rstrip("/") + ".lock", "w")
+  """Holds an exclusive lock on `directory` until the returned file closes.
+
+  The lock file is private (0600) and never reached through a link.
+  """
+  path = directory.rstrip("/") + ".lock"
+  try:
+    handle = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW |
+                               os.O_CLOEXEC, 0o600), "w")
+  except OSError as e:
+    raise UserError(f"Cannot lock the staging directory {directory}: {path} "
+                    f"cannot be opened ({e.strerror}).") from None
   try:
     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
@@ -227,6 +238,7 @@ def _checkpoint_prefix(name: str) -> str | None:
 
 def _listed_checkpoints(state: bytes, *, where: str) -> set[str]:
   """The checkpoint prefixes a CheckpointManager state file lists."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top  (slow import)
   with tempfile.TemporaryDirectory() as parse_dir:
     with open(os.path.join(parse_dir, STATE_FILE), "wb") as f:
       f.write(state)

@@ -2,17 +2,19 @@
 
 `Task` holds plain callables (ctl knows no model or dataset); `RunOptions`
 holds directories, intervals and switches, and checks them up front so a bad
-value fails in one sentence before anything is built or written.
+value fails in one sentence before anything is built or written. Importing
+this module does not import TensorFlow, so a command line can check its
+options in a fraction of a second.
 """
 
 import dataclasses
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
-import keras
-import tensorflow as tf
-
-from ctl import loop as loop_lib
 from ctl.errors import UserError
+
+if TYPE_CHECKING:
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,15 +30,16 @@ class Task:
     eval_dataset_fn: `(input_context) -> finite dataset`, or None.
     global_batch_size: examples per step over all replicas.
     image_shape: (height, width, channels) of one input image.
-    loss_fn: `(labels, logits) -> per-example loss`.
+    loss_fn: `(labels, logits) -> per-example loss`; None: sparse softmax
+      cross-entropy (ctl.loop's).
   """
-  build_model: Callable[[], keras.Model]
-  build_optimizer: Callable[[], keras.optimizers.Optimizer]
-  train_dataset_fn: Callable[..., tf.data.Dataset]
-  eval_dataset_fn: Callable[..., tf.data.Dataset] | None
+  build_model: Callable[[], "keras.Model"]
+  build_optimizer: Callable[[], "keras.optimizers.Optimizer"]
+  train_dataset_fn: Callable[..., "tf.data.Dataset"]
+  eval_dataset_fn: Callable[..., "tf.data.Dataset"] | None
   global_batch_size: int
   image_shape: tuple[int, int, int]
-  loss_fn: Callable = loop_lib.sparse_softmax_cross_entropy
+  loss_fn: Callable | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,7 @@ from ctl.errors import UserError
 CHECKPOINTS_SUBDIR = "checkpoints"
 TENSORBOARD_SUBDIR = "tensorboard"
 EXPORT_SUBDIR = "saved_model"
+_AIP_DIRS = ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +63,13 @@ def resolve_output_dirs(*, model_dir: str | None, checkpoint_dir: str | None,
     The directories, by the precedence in the module docstring.
 
   Raises:
-    UserError: If neither model_dir, job_dir nor AIP_MODEL_DIR is set.
+    UserError: If neither model_dir, job_dir nor AIP_MODEL_DIR is set, or a
+      gs:// url names no bucket or an invalid one.
   """
+  for url in (model_dir, checkpoint_dir, tensorboard_dir, export_dir, job_dir,
+              *(environ.get(name) for name in _AIP_DIRS)):
+    if url:
+      storage.check_url(url)  # Before "gs://" loses its slashes below.
   trial_id = environ.get("CLOUD_ML_TRIAL_ID")
 
   def from_flag(value: str | None) -> str | None:
@@ -126,6 +132,17 @@ class OpenedOutputs:
         location.close()
 
 
+def check_writable(dirs: OutputDirs, *, fuse_root: str = "/gcs") -> None:
+  """Checks, before anything is written, that local outputs can be written.
+
+  Raises:
+    UserError: a path that is a file or a directory this process may not
+      write (see `storage.check_writable`).
+  """
+  for url in dataclasses.astuple(dirs):
+    storage.check_writable(url, fuse_root=fuse_root)
+
+
 def open_outputs(dirs: OutputDirs, *, is_chief: bool,
                  storage_route: str = "auto",
                  fuse_root: str = "/gcs") -> OpenedOutputs:
@@ -145,8 +162,11 @@ def open_outputs(dirs: OutputDirs, *, is_chief: bool,
     The opened locations.
 
   Raises:
-    UserError: a bucket that cannot be reached or written.
+    UserError: a directory that cannot be created or written, or a bucket that
+      cannot be reached or written.
   """
+  if is_chief:
+    check_writable(dirs, fuse_root=fuse_root)
 
   def open_dir(url: str) -> storage.Location:
     return storage.open_location(url, storage=storage_route,

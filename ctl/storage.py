@@ -27,21 +27,32 @@ trains. Transient errors are retried under a `retry.RetryPolicy`.
 
 import errno
 import hashlib
+import ipaddress
 import os
 import posixpath
-import tempfile
+import re
+import socket
+import urllib.parse
 
 import fsspec
 from fsspec.implementations import local as fsspec_local
 
 from ctl import mirror as mirror_lib
 from ctl import retry
+from ctl import tempdirs
 from ctl.errors import UserError
 
 ROUTES = ("auto", "fuse", "gcsfs", "tf")
 
 # OSError numbers that a FUSE mount reports for a backend hiccup.
 _TRANSIENT_ERRNOS = frozenset({errno.EIO, errno.EAGAIN, errno.ETIMEDOUT})
+
+_GCS_ENDPOINT = "https://storage.googleapis.com"
+
+# Cloud Storage bucket names: lowercase letters, digits, "-", "_" and ".",
+# starting and ending with a letter or digit; 3-63 characters, or up to 222
+# with dots when each dot-separated part has at most 63.
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
 
 
 class Location:
@@ -106,13 +117,15 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
     storage: The route for Cloud Storage urls, one of `ROUTES`.
     fuse_root: Where buckets are mounted with Cloud Storage FUSE.
     staging_dir: The local directory for the fuse and gcsfs routes. The default
-      depends only on the url, so a restarted process finds it again.
-      Processes on one machine that open the same url need distinct ones.
+      is private to the user (see ctl.tempdirs), depends only on the url, so
+      a process restarted after a crash finds it again, and is removed on
+      `close`. Processes on one machine that open the same url need distinct
+      ones.
     retry_policy: How to retry transient Cloud Storage errors; the default
       retries for up to 10 minutes.
     read_only: This process only reads (a non-chief worker's checkpoints, an
-      evaluator): nothing is published, and the staging directory is private
-      (a fresh temporary one by default) and deleted on `close`.
+      evaluator): nothing is published, and the staging directory is a fresh
+      private one by default.
 
   Returns:
     The opened location.
@@ -132,8 +145,7 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
   if storage == "tf":
     return Location(url=url, local_path=gs_url)
   mount = os.path.join(fuse_root, bucket)
-  if storage == "auto":
-    storage = "fuse" if os.path.isdir(mount) else "gcsfs"
+  storage = _route(storage, mount)
   if storage == "fuse":
     if not os.path.isdir(mount):
       raise UserError(f"{url} is to be written through Cloud Storage FUSE, but "
@@ -143,11 +155,12 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
     remote_dir = posixpath.join(mount, path).rstrip("/")
     is_transient = _is_transient_fuse_error
   else:
+    _check_resolvable(url)
     fs = _gcs_filesystem()
     remote_dir = posixpath.join(bucket, path).rstrip("/")
     is_transient = _is_transient_gcs_error
   if read_only:
-    local_dir = staging_dir or tempfile.mkdtemp(prefix="ctl_staging_")
+    local_dir = staging_dir or tempdirs.scratch_dir("ctl_staging_")
   else:
     local_dir = staging_dir or _default_staging_dir(gs_url)
   return Location(
@@ -155,7 +168,54 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
       mirror=mirror_lib.Mirror(
           fs=fs, remote_dir=remote_dir, url=url, local_dir=local_dir,
           retry_policy=retry_policy or retry.RetryPolicy(),
-          is_transient=is_transient, read_only=read_only))
+          is_transient=is_transient, read_only=read_only,
+          remove_on_close=not staging_dir))
+
+
+def check_url(url: str, *, fuse_root: str = "/gcs") -> None:
+  """Checks that a Cloud Storage url names a valid bucket; local paths pass.
+
+  Raises:
+    UserError: gs:// (or FUSE_ROOT/) without a bucket, or with a bucket name
+      that Cloud Storage does not allow.
+  """
+  _parse_cloud_url(url, fuse_root=fuse_root)
+
+
+def check_reachable(url: str, *, storage: str = "auto",
+                    fuse_root: str = "/gcs") -> None:
+  """Checks, in a moment, what `open_location` would otherwise find late.
+
+  Raises:
+    UserError: an invalid url, or (gcsfs route) a Cloud Storage host name
+      that does not resolve.
+  """
+  parsed = _parse_cloud_url(url, fuse_root=fuse_root)
+  if parsed and _route(storage, os.path.join(fuse_root, parsed[0])) == (
+      "gcsfs"):
+    _check_resolvable(url)
+
+
+def check_writable(url: str, *, fuse_root: str = "/gcs") -> None:
+  """Checks that this process can create or write a local directory `url`.
+
+  Cloud Storage urls pass (their check writes a probe; see `Mirror`).
+
+  Raises:
+    UserError: a part of the path is a file, or the nearest existing
+      directory is not writable by this process.
+  """
+  if _parse_cloud_url(url, fuse_root=fuse_root) is not None or "://" in url:
+    return
+  existing = os.path.abspath(url)
+  while not os.path.lexists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise UserError(f"Cannot use {url} as a directory: {existing} is a file, "
+                    "not a directory.")
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise UserError(f"Cannot write to {url}: this process (user id "
+                    f"{os.geteuid()}) may not write in {existing}.")
 
 
 def read_route(url: str, *, storage: str = "auto",
@@ -201,7 +261,11 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
 
 
 def _parse_cloud_url(url: str, *, fuse_root: str) -> tuple[str, str] | None:
-  """Splits a Cloud Storage url into (bucket, path); None for other urls."""
+  """Splits a Cloud Storage url into (bucket, path); None for other urls.
+
+  Raises:
+    UserError: the url names no bucket or an invalid bucket name.
+  """
   fuse_prefix = fuse_root.rstrip("/") + "/"
   if url.startswith("gs://"):
     rest = url[len("gs://"):]
@@ -212,12 +276,61 @@ def _parse_cloud_url(url: str, *, fuse_root: str) -> tuple[str, str] | None:
   bucket, _, path = rest.partition("/")
   if not bucket:
     raise UserError(f"{url} names no bucket; write gs://BUCKET/PATH.")
+  if not _valid_bucket_name(bucket):
+    raise UserError(
+        f"{bucket} is not a valid bucket name (in {url}): use 3-63 lowercase "
+        "letters, digits, -, _ and ., starting and ending with a letter or "
+        "digit.")
   return bucket, path.strip("/")
 
 
+def _valid_bucket_name(name: str) -> bool:
+  """Whether Cloud Storage allows `name` (its "Bucket names" rules)."""
+  if not _BUCKET_NAME.fullmatch(name) or name.startswith("goog") or (
+      "google" in name):
+    return False
+  if any(len(part) > 63 or not part for part in name.split(".")):
+    return False
+  if "." not in name and len(name) > 63:
+    return False
+  try:
+    ipaddress.ip_address(name)
+  except ValueError:
+    return True
+  return False
+
+
 def _default_staging_dir(gs_url: str) -> str:
+  """`<tmp>/ctl-staging-<uid>/<hash of the url>`, in a private root."""
   digest = hashlib.sha256(gs_url.encode()).hexdigest()[:16]
-  return os.path.join(tempfile.gettempdir(), "ctl-staging", digest)
+  return os.path.join(tempdirs.private_root("ctl-staging"), digest)
+
+
+def _route(storage: str, mount: str) -> str:
+  if storage == "auto":
+    return "fuse" if os.path.isdir(mount) else "gcsfs"
+  return storage
+
+
+def _check_resolvable(url: str) -> None:
+  """Fails at once when gcsfs's Cloud Storage host name does not resolve.
+
+  A name that does not resolve at start (no network, no DNS) is not a
+  hiccup: without this check gcsfs and the retry policy would retry it for
+  many minutes before the job says anything.
+
+  Raises:
+    UserError: the name does not resolve.
+  """
+  endpoint = os.environ.get("STORAGE_EMULATOR_HOST") or _GCS_ENDPOINT
+  parsed = urllib.parse.urlsplit(endpoint if "://" in endpoint else
+                                 f"http://{endpoint}")
+  try:
+    socket.getaddrinfo(parsed.hostname, parsed.port or 443)
+  except socket.gaierror as e:
+    raise UserError(f"Cannot reach Cloud Storage for {url}: the host name "
+                    f"{parsed.hostname} does not resolve ({e.strerror}); check "
+                    "the network and DNS.") from None
 
 
 def _gcs_filesystem():

@@ -38,6 +38,7 @@ from google.protobuf import json_format
 import yaml
 
 from ctl import errors
+from ctl import storage
 
 if TYPE_CHECKING:
   from google.cloud import aiplatform_v1
@@ -84,12 +85,18 @@ def build_job_spec(
     The spec as a dict of camelCase fields, ready for YAML or JSON.
 
   Raises:
-    errors.UserError: If `num_workers` is below 1.
+    errors.UserError: If `num_workers` is below 1, or `base_output_dir` is
+      not a valid gs:// url.
   """
   if num_workers < 1:
     raise errors.UserError(
         f"num_workers counts the chief too, so it must be at least 1, not "
         f"{num_workers}.")
+  if base_output_dir:
+    if not base_output_dir.startswith("gs://"):
+      raise errors.UserError(f"base_output_dir must be a gs:// url, not "
+                             f"{base_output_dir}.")
+    storage.check_url(base_output_dir)
   if accelerator_type and accelerator_count is None:
     accelerator_count = _gpus_in_machine_type(machine_type) or 1
 
@@ -282,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
   """The `ctl-vertex` command line; trainer arguments follow `--`."""
-  parser = argparse.ArgumentParser(
+  parser = errors.ArgumentParser(
       prog="ctl-vertex",
       description="Build, check and optionally submit a Vertex AI custom job "
       "that runs the trainer image on one or more machines.",

@@ -117,6 +117,52 @@ def test_no_readable_checkpoint_is_a_user_error(saved):
   assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("content", [b"garbage text\n",
+                                     b"\x00\xff\xfe binary \x80", b""],
+                         ids=["text", "binary", "empty"])
+def test_damaged_state_file_restores_the_newest_checkpoint_file(
+    saved, caplog, content):
+  directory, first, second = saved
+  state_file = os.path.join(directory, "checkpoint")
+  with open(state_file, "wb") as f:
+    f.write(content)
+  with caplog.at_level(logging.WARNING):
+    path, model, step = _restore_into_new_state(directory)
+  assert path == second and int(step.numpy()) == 20
+  np.testing.assert_array_equal(_kernel(model).numpy(), 2.0)
+  said = [r.getMessage() for r in caplog.records
+          if "damaged" in r.getMessage()]
+  assert len(said) == 1 and state_file in said[0] and second in said[0], said
+  # Rewritten after the restore: both checkpoints listed, the newest latest.
+  state = tf.train.get_checkpoint_state(directory)
+  assert state.model_checkpoint_path == second
+  assert list(state.all_model_checkpoint_paths) == [first, second]
+
+
+def test_damaged_state_file_is_not_rewritten_by_a_failed_restore(saved):
+  directory, first, second = saved
+  state_file = os.path.join(directory, "checkpoint")
+  with open(state_file, "wb") as f:
+    f.write(b"garbage")
+  for prefix in (first, second):
+    with open(prefix + ".index", "r+b") as f:
+      f.truncate(10)
+  with pytest.raises(UserError, match="damaged") as error:
+    _restore_into_new_state(directory)
+  assert "\n" not in str(error.value)
+  with open(state_file, "rb") as f:
+    assert f.read() == b"garbage"
+
+
+def test_damaged_state_file_without_checkpoint_files_is_a_user_error(
+    tmp_path):
+  directory = tmp_path / "checkpoints"
+  directory.mkdir()
+  (directory / "checkpoint").write_bytes(b"\x00")
+  with pytest.raises(UserError, match="damaged"):
+    _restore_into_new_state(str(directory))
+
+
 def test_checkpoint_of_a_different_model_is_a_user_error(saved):
   directory, _, second = saved
   with pytest.raises(UserError) as error:

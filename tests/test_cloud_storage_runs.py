@@ -208,7 +208,7 @@ def test_checkpoint_cut_mid_upload_is_never_restored(reference, gcs_emulator,
     code, output = finish(process)
   assert code == -signal.SIGKILL, output[-3000:]
   # It was saved in the staging directory, and cut off on its way up.
-  assert glob.glob(str(tmp_path / "first" / "ctl-staging" / "*" /
+  assert glob.glob(str(tmp_path / "first" / "ctl-staging-*" / "*" /
                        f"ckpt-{cut}.index"))
   gcs_emulator.start()
   bucket = _Bucket.emulated(gcs_emulator)

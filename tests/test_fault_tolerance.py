@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -189,3 +190,41 @@ def _worker_process(launcher_pid: int, *, index: int) -> psutil.Process:
         "trainer.task" in " ".join(child.cmdline())):
       return child
   raise AssertionError(f"no worker {index} under launcher {launcher_pid}")
+
+
+def test_ctrl_c_saves_at_the_next_loop_and_exits_130(model_dir):
+  flags = (*FLAGS, "--train_steps=100000", "--checkpoint_every_steps=1000",
+           f"--model_dir={model_dir}")
+  process = start(trainer_command(*flags))
+  wait_for_step(process, 10)
+  process.send_signal(signal.SIGINT)
+  code, output = finish(process)
+  assert code == 128 + signal.SIGINT, output[-3000:]
+  assert "Traceback" not in output and "KeyboardInterrupt" not in output
+  match = re.search(r"saving the checkpoint at step (\d+)", output)
+  assert match, output[-3000:]
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+  assert latest.endswith(f"ckpt-{match.group(1)}")
+
+
+def test_a_second_ctrl_c_exits_at_once(model_dir):
+  # Loops of several seconds: the signals come while the compiled loop runs,
+  # when Python runs no signal handler.
+  flags = (*FLAGS, "--image_size=64", "--per_replica_batch_size=256",
+           "--train_steps=100000", "--steps_per_loop=10",
+           "--log_every_steps=10", "--checkpoint_every_steps=0",
+           f"--model_dir={model_dir}")
+  process = start(trainer_command(*flags))
+  wait_for_step(process, 10)
+  process.send_signal(signal.SIGINT)
+  time.sleep(0.2)  # Two signals sent at once would arrive as one.
+  process.send_signal(signal.SIGINT)
+  code, output = finish(process, timeout=60)
+  assert code == 128 + signal.SIGINT, output[-3000:]
+  assert output.strip().splitlines()[-1] == (
+      "error: interrupted twice; exiting without saving."), output[-3000:]
+  assert "Traceback" not in output and "saving the checkpoint" not in output
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+  assert latest.endswith("ckpt-0")  # The start; nothing saved on the way out.

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from ctl import launch
 from tests.conftest import REPO
 
 REPO_ROOT = pathlib.Path(REPO)
@@ -250,3 +251,24 @@ if index == 1 and restart == 0:
   assert ("[launcher] worker 1 stalled at step 340 in train_loop (exit code"
           " 75)" in result.stderr)
   assert (tmp_path / "runs1").read_text().split() == ["0", "1"]
+
+
+def test_many_restarts_with_no_backoff_pause_and_never_overflow():
+  assert launch.restart_pause_secs(base_secs=1.0, restart=10**6) == (
+      launch.MAX_BACKOFF_SECS)
+  assert launch.restart_pause_secs(base_secs=0.0, restart=10**6) == (
+      launch.MIN_PAUSE_SECS)
+  assert launch.restart_pause_secs(base_secs=2.0, restart=3) == 8.0
+  # A worker that always fails at once, restarted "for ever" with no backoff.
+  launcher = subprocess.Popen(
+      [sys.executable, "-m", "ctl.launch", "--num_workers=1",
+       "--max_restarts=1000000", "--restart_backoff_secs=0", "--", "false"],
+      cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True)
+  time.sleep(3)
+  launcher.send_signal(signal.SIGTERM)
+  _, stderr = launcher.communicate(timeout=DEADLINE_SECS)
+  assert launcher.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+  assert "Traceback" not in stderr
+  restarts = stderr.count("[launcher] restart ")
+  assert 1 <= restarts <= 3 / launch.MIN_PAUSE_SECS + 1, stderr[-3000:]

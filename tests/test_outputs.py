@@ -9,9 +9,9 @@ from ctl import outputs
 from ctl.errors import UserError
 
 _VERTEX = {
-    "AIP_MODEL_DIR": "gs://b/out/model/",
-    "AIP_CHECKPOINT_DIR": "gs://b/out/checkpoints/",
-    "AIP_TENSORBOARD_LOG_DIR": "gs://b/out/logs/",
+    "AIP_MODEL_DIR": "gs://bkt/out/model/",
+    "AIP_CHECKPOINT_DIR": "gs://bkt/out/checkpoints/",
+    "AIP_TENSORBOARD_LOG_DIR": "gs://bkt/out/logs/",
 }
 
 
@@ -30,19 +30,19 @@ def test_model_dir_gives_default_subdirectories():
 
 def test_vertex_variables_lose_their_trailing_slashes():
   assert _resolve(_VERTEX) == outputs.OutputDirs(
-      model_dir="gs://b/out", checkpoint_dir="gs://b/out/checkpoints",
-      tensorboard_dir="gs://b/out/logs", export_dir="gs://b/out/model")
+      model_dir="gs://bkt/out", checkpoint_dir="gs://bkt/out/checkpoints",
+      tensorboard_dir="gs://bkt/out/logs", export_dir="gs://bkt/out/model")
 
 
 def test_vertex_variable_missing_falls_back_to_a_subdirectory():
-  environ = {"AIP_MODEL_DIR": "gs://b/out/model/"}
-  assert _resolve(environ).checkpoint_dir == "gs://b/out/checkpoints"
+  environ = {"AIP_MODEL_DIR": "gs://bkt/out/model/"}
+  assert _resolve(environ).checkpoint_dir == "gs://bkt/out/checkpoints"
 
 
 def test_job_dir_is_the_model_dir():
-  dirs = _resolve(job_dir="gs://b/job/")
-  assert dirs.model_dir == "gs://b/job"
-  assert dirs.export_dir == "gs://b/job/saved_model"
+  dirs = _resolve(job_dir="gs://bkt/job/")
+  assert dirs.model_dir == "gs://bkt/job"
+  assert dirs.export_dir == "gs://bkt/job/saved_model"
 
 
 def test_explicit_flags_win_over_vertex_variables():
@@ -56,40 +56,40 @@ def test_explicit_flags_win_over_vertex_variables():
 def test_a_dir_flag_alone_wins_over_its_vertex_variable():
   dirs = _resolve(_VERTEX, checkpoint_dir="gs://mine/ckpt")
   assert dirs.checkpoint_dir == "gs://mine/ckpt"
-  assert dirs.export_dir == "gs://b/out/model"
+  assert dirs.export_dir == "gs://bkt/out/model"
 
 
 def test_trial_id_separates_directories_from_flags():
-  dirs = _resolve({"CLOUD_ML_TRIAL_ID": "7"}, job_dir="gs://b/job",
-                  export_dir="gs://b/export")
+  dirs = _resolve({"CLOUD_ML_TRIAL_ID": "7"}, job_dir="gs://bkt/job",
+                  export_dir="gs://bkt/export")
   assert dirs == outputs.OutputDirs(
-      model_dir="gs://b/job/trial_7",
-      checkpoint_dir="gs://b/job/trial_7/checkpoints",
-      tensorboard_dir="gs://b/job/trial_7/tensorboard",
-      export_dir="gs://b/export/trial_7")
+      model_dir="gs://bkt/job/trial_7",
+      checkpoint_dir="gs://bkt/job/trial_7/checkpoints",
+      tensorboard_dir="gs://bkt/job/trial_7/tensorboard",
+      export_dir="gs://bkt/export/trial_7")
 
 
 def test_trial_id_leaves_vertex_directories_alone():
   dirs = _resolve({**_VERTEX, "CLOUD_ML_TRIAL_ID": "7"})
-  assert dirs.checkpoint_dir == "gs://b/out/checkpoints"
-  assert dirs.model_dir == "gs://b/out"
+  assert dirs.checkpoint_dir == "gs://bkt/out/checkpoints"
+  assert dirs.model_dir == "gs://bkt/out"
 
 
 def test_no_model_dir_is_a_user_error():
   with pytest.raises(UserError, match="model_dir"):
-    _resolve({"AIP_CHECKPOINT_DIR": "gs://b/c/"}, checkpoint_dir="")
+    _resolve({"AIP_CHECKPOINT_DIR": "gs://bkt/c/"}, checkpoint_dir="")
 
 
 def test_only_the_chief_opens_outputs(tmp_path, monkeypatch):
   monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
   fuse_root = tmp_path / "gcs"
-  (fuse_root / "b").mkdir(parents=True)
-  dirs = _resolve(model_dir="gs://b/run")
+  (fuse_root / "bkt").mkdir(parents=True)
+  dirs = _resolve(model_dir="gs://bkt/run")
   chief = outputs.open_outputs(dirs, is_chief=True,
                                fuse_root=str(fuse_root))
   worker = outputs.open_outputs(dirs, is_chief=False,
                                 fuse_root=str(fuse_root))
-  assert chief.tensorboard.url == "gs://b/run/tensorboard"
+  assert chief.tensorboard.url == "gs://bkt/run/tensorboard"
   assert (worker.model, worker.tensorboard, worker.export) == (None,) * 3
   # Each worker reads checkpoints through a staging directory of its own.
   assert worker.checkpoints.local_path != chief.checkpoints.local_path

@@ -11,6 +11,7 @@ import concurrent.futures
 import errno
 import os
 import posixpath
+import stat
 import tempfile
 
 from fsspec.implementations import local as fsspec_local
@@ -75,14 +76,14 @@ def test_local_path_is_used_as_is(tmp_path):
 
 def test_tf_route_hands_tensorflow_the_gs_url():
   assert storage.open_location(
-      "/gcs/b/p/", storage="tf").local_path == "gs://b/p"
+      "/gcs/bkt/p/", storage="tf").local_path == "gs://bkt/p"
   assert storage.open_location(
-      "gs://b/p", storage="tf").local_path == "gs://b/p"
+      "gs://bkt/p", storage="tf").local_path == "gs://bkt/p"
 
 
 def test_unknown_storage_is_a_user_error():
   with pytest.raises(UserError, match="storage must be one of"):
-    storage.open_location("gs://b/p", storage="s3")
+    storage.open_location("gs://bkt/p", storage="s3")
 
 
 def test_gcsfs_checkpoint_round_trip(gcs_emulator, tmp_path):
@@ -205,6 +206,40 @@ def test_default_staging_dir_is_found_again_and_cleaned(tmp_path,
   again.close()
 
 
+def test_default_staging_dir_is_private_and_removed_on_close(tmp_path,
+                                                            monkeypatch):
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+  fuse_root = tmp_path / "gcs"
+  (fuse_root / "bucket").mkdir(parents=True)
+  location = storage.open_location("gs://bucket/run", fuse_root=str(fuse_root))
+  root = tmp_path / f"ctl-staging-{os.getuid()}"
+  assert os.path.dirname(location.local_path) == str(root)
+  lock = location.local_path + ".lock"
+  assert [stat.S_IMODE(os.stat(path).st_mode)
+          for path in (root, location.local_path, lock)] == [
+              0o700, 0o700, 0o600]
+  _save(location.local_path, step=1)
+  location.publish(commit_file="checkpoint")
+  location.close()
+  assert os.listdir(root) == []
+  assert "checkpoint" in os.listdir(fuse_root / "bucket" / "run")
+
+
+def test_a_planted_lock_link_is_not_followed(tmp_path, monkeypatch):
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+  fuse_root = tmp_path / "gcs"
+  (fuse_root / "bucket").mkdir(parents=True)
+  first = storage.open_location("gs://bucket/run", fuse_root=str(fuse_root))
+  lock = first.local_path + ".lock"
+  first.close()
+  target = tmp_path / "target"
+  target.write_text("precious")
+  os.symlink(target, lock)
+  with pytest.raises(UserError, match="cannot be opened"):
+    storage.open_location("gs://bucket/run", fuse_root=str(fuse_root))
+  assert target.read_text() == "precious"
+
+
 class _FailingMount(fsspec_local.LocalFileSystem):
   """A FUSE mount whose writes of the state file fail, as on a backend error."""
 
@@ -281,11 +316,23 @@ def test_staging_dir_is_used_by_one_process_at_a_time(tmp_path):
   first.close()
 
 
-def test_unparsable_remote_state_is_a_user_error(tmp_path):
+@pytest.mark.parametrize("content", [b"not a state", b"\x00\xff binary", b""],
+                         ids=["text", "binary", "empty"])
+def test_unparsable_remote_state_is_a_user_error(tmp_path, content):
   fuse_root = tmp_path / "gcs"
   (fuse_root / "bucket" / "run").mkdir(parents=True)
-  (fuse_root / "bucket" / "run" / "checkpoint").write_text("not a state")
+  (fuse_root / "bucket" / "run" / "checkpoint").write_bytes(content)
   location = _open(tmp_path, "staging", "gs://bucket/run",
                    fuse_root=str(fuse_root))
   with pytest.raises(UserError, match="cannot be parsed"):
     location.fetch()
+
+
+def test_a_host_name_that_does_not_resolve_fails_at_once(tmp_path,
+                                                         monkeypatch):
+  monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://no-such-host.invalid:9")
+  with pytest.raises(UserError, match="no-such-host.invalid does not "
+                     "resolve") as error:
+    _open(tmp_path, "staging", "gs://test-bucket/run", storage="gcsfs")
+  assert "\n" not in str(error.value)
+  assert not os.path.exists(tmp_path / "staging")

@@ -20,12 +20,13 @@ from ctl import evaluator
 from ctl import faults as faults_lib
 from ctl import hypertune
 from ctl import input as input_lib
-from ctl import outputs
 from ctl import peers
+from ctl import storage
 from ctl import strategies
 from ctl import watchdog as watchdog_lib
 from ctl.errors import UserError
 from ctl.options import RunOptions, Task
+from trainer import checks
 from trainer import data as data_lib
 from trainer import model as model_lib
 
@@ -71,16 +72,15 @@ def build_job(config: Any, environ=os.environ) -> Job:
   Raises:
     UserError: for the first thing in the configuration a user must fix.
   """
-  _check(config)
-  limits = watchdog_lib.Limits(
-      stall_timeout_secs=config.stall_timeout_secs,
-      startup_timeout_secs=config.startup_timeout_secs)
-  limits.validate()
+  checks.check(config, environ)
+  if config.data_dir:  # Not in `checks`: --dry_run accepts placeholders.
+    storage.check_url(config.data_dir, fuse_root=config.fuse_root)
+  limits = checks.watchdog_limits(config)
   cluster = cluster_lib.resolve(environ=environ)
   restarts = int(environ.get("CTL_RESTART_COUNT", "0"))
   rank = _rank(cluster)
   faults = faults_lib.from_environ(environ, worker=rank, attempt=restarts)
-  dirs = _output_dirs(config, environ)
+  dirs = checks.output_dirs(config, environ)
   if config.deterministic:
     tf.config.experimental.enable_op_determinism()
   keras.utils.set_random_seed(config.seed)
@@ -106,29 +106,9 @@ def build_job(config: Any, environ=os.environ) -> Job:
                          is_chief=cluster.is_chief)
   global_batch = config.per_replica_batch_size * strategy.num_replicas_in_sync
   train_steps = _train_steps(config, source, global_batch)
-  options = RunOptions(
-      **dataclasses.asdict(dirs),
-      train_steps=train_steps,
-      steps_per_loop=config.steps_per_loop,
-      log_every_steps=config.log_every_steps,
-      eval_every_steps=config.eval_every_steps,
-      checkpoint_every_steps=config.checkpoint_every_steps,
-      checkpoint_every_secs=_every_secs(config.checkpoint_every_secs),
-      expected_mtbf_secs=config.expected_mtbf_secs,
-      keep_checkpoints=config.keep_checkpoints,
-      async_checkpoint=config.async_checkpoint,
-      seed=config.seed,
-      xla=config.xla,
-      train_accuracy=config.train_accuracy,
-      max_nan_recoveries=config.max_nan_recoveries,
-      reshuffle_on_nan=config.reshuffle_on_nan,
-      is_chief=cluster.is_chief,
-      storage=config.storage,
-      fuse_root=config.fuse_root,
-      restarts=restarts,
-      profile_steps=_profile_steps(config.profile_steps),
-      hparams=_hparams(config, global_batch, train_steps),
-      evaluator_writes_validation=cluster.has_evaluator)
+  options = checks.run_options(config, dirs, cluster=cluster, environ=environ,
+                               train_steps=train_steps,
+                               global_batch=global_batch)
   options.validate()
   task = _task(config, source, global_batch, train_steps)
   callbacks = []
@@ -149,10 +129,11 @@ def describe(config: Any, environ=os.environ) -> dict:
 
   Used by `--dry_run` (e.g. to check a container's default command).
   """
-  _check(config)
+  checks.check(config, environ)
   cluster = cluster_lib.resolve(environ=environ)
   return {"cluster": dataclasses.asdict(cluster),
-          "output_dirs": dataclasses.asdict(_output_dirs(config, environ)),
+          "output_dirs": dataclasses.asdict(checks.output_dirs(config,
+                                                               environ)),
           "flags": vars(config)}
 
 
@@ -161,71 +142,6 @@ def _rank(cluster: cluster_lib.ClusterInfo) -> int:
   if cluster.task_type == "worker" and cluster.chief:
     return cluster.task_index + 1
   return cluster.task_index
-
-
-def _output_dirs(config, environ) -> outputs.OutputDirs:
-  return outputs.resolve_output_dirs(
-      model_dir=config.model_dir, checkpoint_dir=config.checkpoint_dir,
-      tensorboard_dir=config.tensorboard_dir, export_dir=config.export_dir,
-      job_dir=config.job_dir, environ=environ)
-
-
-def _check(config) -> None:
-  """Checks that need no TensorFlow, so mistakes fail in a second."""
-  if config.per_replica_batch_size <= 0:
-    raise UserError("--per_replica_batch_size must be > 0, got "
-                    f"{config.per_replica_batch_size}.")
-  if config.train_steps is None and config.epochs is None:
-    raise UserError("Set --train_steps or --epochs.")
-  if config.train_steps is not None and config.epochs is not None:
-    raise UserError("Set --train_steps or --epochs, not both.")
-  if config.epochs is not None and config.epochs <= 0:
-    raise UserError(f"--epochs must be > 0, got {config.epochs}.")
-  if config.learning_rate <= 0:
-    raise UserError(f"--learning_rate must be > 0, got "
-                    f"{config.learning_rate}.")
-  _profile_steps(config.profile_steps)
-  _every_secs(config.checkpoint_every_secs)
-  if config.hypertune_metric not in ("", "accuracy", "loss"):
-    raise UserError("--hypertune_metric must be accuracy or loss, got "
-                    f"{config.hypertune_metric!r}.")
-  model_lib.check_weights(name=config.model, weights=config.weights)
-
-
-def _profile_steps(text: str) -> tuple[int, int] | None:
-  """Parses --profile_steps=START,END (checked further by RunOptions)."""
-  if not text:
-    return None
-  parts = text.split(",")
-  if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-    raise UserError("--profile_steps must be START,END (two step numbers, "
-                    f"e.g. 100,110), got {text!r}.")
-  return int(parts[0]), int(parts[1])
-
-
-def _hparams(config, global_batch: int, train_steps: int) -> dict:
-  """The options that make runs differ, for TensorBoard's HParams dashboard.
-
-  Names are the trainer's flag names (as hyperparameter tuning passes them),
-  plus the global batch and the resolved number of steps.
-  """
-  hparams = {name: getattr(config, name) for name in (
-      "model", "dataset", "image_size", "weights", "dropout", "optimizer",
-      "learning_rate", "lr_schedule", "warmup_steps", "per_replica_batch_size",
-      "mixed_precision", "xla", "steps_per_loop", "seed")}
-  return {**hparams, "global_batch_size": global_batch,
-          "train_steps": train_steps}
-
-
-def _every_secs(value: str) -> float | str:
-  """--checkpoint_every_secs: "auto" or a number of seconds."""
-  if value == "auto":
-    return value
-  try:
-    return float(value)
-  except ValueError:
-    raise UserError("--checkpoint_every_secs must be auto or a number of "
-                    f"seconds, got {value!r}.") from None
 
 
 def _train_steps(config, source: data_lib.Source, global_batch: int) -> int:
@@ -251,14 +167,22 @@ def _task(config, source: data_lib.Source, global_batch: int,
 
   def build_optimizer():
     lr = config.learning_rate
+    schedule = _ConstantRate(lr)
     if config.lr_schedule == "cosine":
       warmup = min(config.warmup_steps, train_steps)
-      lr = keras.optimizers.schedules.CosineDecay(
+      schedule = keras.optimizers.schedules.CosineDecay(
           initial_learning_rate=0.0 if warmup else lr,
           decay_steps=max(train_steps - warmup, 1), warmup_target=(
               lr if warmup else None), warmup_steps=warmup)
     optimizer = (keras.optimizers.Adam(lr) if config.optimizer == "adam" else
                  keras.optimizers.SGD(lr, momentum=0.9))
+    # The rate is configuration, not state. Built with a float, every
+    # optimizer has the same variables (a rate variable included), so
+    # checkpoints match whatever the schedule; it then follows the schedule
+    # and never reads the (restored) rate variable, so a resume may change
+    # the rate, the schedule or the warmup. Keras' public setter would drop
+    # the variable from the tracked list, which checkpoints refuse.
+    optimizer._learning_rate = schedule  # pylint: disable=protected-access
     if config.mixed_precision == "fp16":
       optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
@@ -279,3 +203,17 @@ def _task(config, source: data_lib.Source, global_batch: int,
       build_model=build_model, build_optimizer=build_optimizer,
       train_dataset_fn=train_dataset_fn, eval_dataset_fn=eval_dataset_fn,
       global_batch_size=global_batch, image_shape=source.image_shape)
+
+
+class _ConstantRate(keras.optimizers.schedules.LearningRateSchedule):
+  """The same learning rate at every step."""
+
+  def __init__(self, rate: float):
+    self.rate = rate
+
+  def __call__(self, step):
+    del step  # Unused.
+    return self.rate
+
+  def get_config(self):
+    return {"rate": self.rate}

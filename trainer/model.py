@@ -10,6 +10,7 @@ import os
 import keras
 
 from ctl.errors import UserError
+from trainer import checks
 
 MODELS = ("resnet50", "small_cnn")
 
@@ -40,29 +41,10 @@ def build_model(*, name: str, num_classes: int,
   if name not in MODELS:
     raise UserError(
         f"Unknown model {name!r}; choose one of {', '.join(MODELS)}.")
-  check_weights(name=name, weights=weights)
+  checks.check_weights(name=name, weights=weights)
   if name == "resnet50":
     return _resnet50(num_classes, image_shape, weights, dropout)
   return _small_cnn(num_classes, image_shape, dropout)
-
-
-def check_weights(*, name: str, weights: str) -> None:
-  """Checks `weights` for model `name` without loading anything.
-
-  The trainer calls it up front, so a missing file fails before any data is
-  loaded; `build_model` calls it too.
-
-  Raises:
-    UserError: weights for a model other than resnet50, or a weights file
-      that does not exist.
-  """
-  if name != "resnet50":
-    if weights != "none":
-      raise UserError(f"--weights applies to resnet50 only; {name} starts "
-                      "from random weights.")
-  elif weights not in ("none", "imagenet") and not os.path.isfile(weights):
-    raise UserError(f"Weights file {weights} not found; pass --weights=none, "
-                    "imagenet or the path of a local weights file.")
 
 
 def _resnet50(num_classes, image_shape, weights, dropout) -> keras.Model:

@@ -5,10 +5,10 @@ container (`python -m trainer.task --flagfile=...`) and as a Vertex AI job:
 
   python -m trainer.task --flagfile=configs/quickstart.cfg --model_dir=runs/q
 
-Exit codes: 0 done; 2 a user error (one sentence on stderr); 143 stopped on
-request (SIGTERM) after saving, re-run to continue; 75 stalled (the stall
-watchdog, or start-up gave up waiting for a peer), re-run to continue;
-130 interrupted (SIGINT); 1 anything else.
+Exit codes: 0 done; 2 a user error (one sentence on stderr); 143 (SIGTERM) or
+130 (Ctrl-C) stopped on request after saving, re-run to continue; 75 stalled
+(the stall watchdog, or start-up gave up waiting for a peer), re-run to
+continue; 1 anything else.
 """
 
 import json
@@ -132,8 +132,13 @@ def main(argv):
     _fail(f"unexpected arguments {argv[1:]}; all options are --flags.", 2)
   # Imported here so `--help` and bad flags answer before TensorFlow loads.
   from ctl import errors  # pylint: disable=g-import-not-at-top
-  from trainer import job  # pylint: disable=g-import-not-at-top
+  from trainer import checks  # pylint: disable=g-import-not-at-top
   config = types.SimpleNamespace(**FLAGS.flag_values_dict())
+  try:
+    checks.check(config, os.environ)
+  except errors.UserError as e:
+    _fail(str(e), errors.USER_ERROR_EXIT_CODE)
+  from trainer import job  # pylint: disable=g-import-not-at-top  (loads TF)
   try:
     if FLAGS.dry_run:
       print(json.dumps(job.describe(config), indent=2))
@@ -143,13 +148,13 @@ def main(argv):
     _fail(str(e), errors.USER_ERROR_EXIT_CODE)
   except errors.Preempted as e:
     logging.warning("%s", e)
-    sys.exit(errors.PREEMPTED_EXIT_CODE)
+    sys.exit(e.exit_code)
+  except KeyboardInterrupt:  # Ctrl-C outside the train loop.
+    _fail("interrupted; nothing was saved since the last checkpoint.", 130)
   except errors.TrainingDiverged as e:
     _fail(str(e), 1)
   except errors.Stalled as e:
     _fail(str(e), errors.STALL_EXIT_CODE)
-  except KeyboardInterrupt:
-    _fail("interrupted (SIGINT).", 130)
 
 
 def _parse_flags(argv):

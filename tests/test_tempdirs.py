@@ -1,0 +1,64 @@
+"""ctl.tempdirs: private temporary directories, stale ones of dead processes
+removed."""
+
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from ctl import tempdirs
+from ctl.errors import UserError
+
+
+@pytest.fixture
+def tmp(tmp_path, monkeypatch):
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+  return tmp_path
+
+
+def _mode(path):
+  return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_scratch_dirs_of_dead_processes_are_removed(tmp):
+  dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                        capture_output=True, text=True, check=True)
+  stale = tmp / f"ctl_worker_checkpoint_{int(dead.stdout)}_abc"
+  (stale / "sub").mkdir(parents=True)
+  live = tmp / f"ctl_worker_checkpoint_{os.getppid()}_def"
+  live.mkdir()
+  other = tmp / "ctl_worker_checkpoint_unrelated"
+  other.mkdir()
+  made = tempdirs.scratch_dir("ctl_worker_checkpoint_")
+  assert os.path.basename(made).startswith(
+      f"ctl_worker_checkpoint_{os.getpid()}_")
+  assert _mode(made) == 0o700
+  assert not stale.exists()
+  assert live.exists() and other.exists()
+
+
+def test_private_root_is_made_0700_and_reused(tmp):
+  root = tempdirs.private_root("ctl-staging")
+  assert root == str(tmp / f"ctl-staging-{os.getuid()}")
+  assert _mode(root) == 0o700
+  assert tempdirs.private_root("ctl-staging") == root
+
+
+@pytest.mark.parametrize("kind", ["symlink", "open_to_others", "file"])
+def test_a_root_that_is_not_private_is_refused(tmp, kind):
+  root = tmp / f"ctl-staging-{os.getuid()}"
+  elsewhere = tmp / "elsewhere"
+  elsewhere.mkdir(mode=0o700)
+  if kind == "symlink":
+    root.symlink_to(elsewhere)
+  elif kind == "open_to_others":
+    root.mkdir()
+    root.chmod(0o777)
+  else:
+    root.write_text("")
+  with pytest.raises(UserError, match="not a private directory"):
+    tempdirs.private_root("ctl-staging")
+  assert os.listdir(elsewhere) == []
