@@ -117,7 +117,7 @@ class Ledger:
       # Nothing is written before start-up ends, and nothing at all when it
       # ends by a user error (a bad checkpoint, an unreachable bucket): such
       # a command must leave the run's files as they were.
-      self._discarded = mark.error == "UserError"
+      self._discarded = self._discarded or mark.error == "UserError"
       self._writing = not self._discarded
     if mark.phase == progress_lib.RUN:
       self.record("end", step=mark.step,

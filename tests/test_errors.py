@@ -122,8 +122,14 @@ BAD_INPUT = [
      "checkpoint_every_secs must be >= 0", True),
     ("trainer", ["--max_nan_recoveries=-1"], "max_nan_recoveries must be >= 0",
      True),
-    ("trainer", ["--inject_nan=sometimes"], "inject_nan must be none, always",
+    ("trainer", ["--checkpoint_every_secs=often"],
+     "--checkpoint_every_secs must be auto or a number of seconds", True),
+    ("trainer", ["--profile_steps=5"], "--profile_steps must be START,END",
      True),
+    ("trainer", ["--stall_timeout_secs=-1"],
+     "--stall_timeout_secs=-1: -1.0 is not a non-negative number", True),
+    ("trainer", ["--startup_timeout_secs=0"],
+     "--startup_timeout_secs=0: 0.0 is not number >= 1", True),
     ("trainer", ["--model_dir=gs://"], "gs:// names no bucket", True),
     ("trainer", ["--model_dir=gs://Bad_Bucket/run"],
      "Bad_Bucket is not a valid bucket name", True),
@@ -288,7 +294,7 @@ def test_the_learning_rate_is_not_state_a_resume_may_change_it(model_dir,
   assert result.returncode == 0, result.stderr[-3000:]
   assert "Restored step 10" in result.stderr
   if flags == ("--learning_rate=0.001",):  # Not the restored 0.003.
-    rates = read_scalars(os.path.join(model_dir, "tensorboard"))
+    rates = read_scalars(os.path.join(model_dir, "tensorboard", "train"))
     assert rates["learning_rate"][-1] == (20, pytest.approx(0.001))
 
 
