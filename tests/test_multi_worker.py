@@ -74,7 +74,7 @@ def test_two_workers_match_one_worker_step_for_step(one_and_two_workers):
 
 def test_only_the_chief_writes_outputs(one_and_two_workers):
   _, two, scratch, _ = one_and_two_workers
-  assert sorted(os.listdir(two)) == ["checkpoints", "saved_model",
+  assert sorted(os.listdir(two)) == ["checkpoints", "ledger", "saved_model",
                                      "tensorboard", "train_summary.json"]
   events = [f for _, _, files in os.walk(os.path.join(two, "tensorboard"))
             for f in files if "tfevents" in f]
