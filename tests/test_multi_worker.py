@@ -1,6 +1,7 @@
 """Two real worker processes on loopback (MultiWorkerMirroredStrategy)."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -87,7 +88,8 @@ def test_only_the_chief_writes_outputs(one_and_two_workers):
   assert {f.split(".")[0] for f in checkpoints if f != "checkpoint"} == {
       "ckpt-0", "ckpt-6", "ckpt-12"}
   leftovers = [os.path.join(d, n) for d, dirs, files in os.walk(two)
-               for n in dirs + files if "temp" in n.lower()]
+               for n in dirs + files
+               if re.search(r"(^|_)(worker)?te?mp", n.lower())]
   assert not leftovers
   # Worker 1's checkpoint and export scratch directories were removed.
   assert not [n for n in os.listdir(scratch) if n.startswith("ctl_")]
