@@ -146,3 +146,17 @@ class RunOptions:
       if not 1 <= first <= last:
         raise UserError("profile_steps must be START,END with 1 <= START <= "
                         f"END, got {first},{last}.")
+
+
+def default(options_class: type, name: str):
+  """The declared default of field `name` of a dataclass (e.g. RunOptions).
+
+  Command lines take their defaults from here, so each default is written
+  once, where the option is declared.
+  """
+  for field in dataclasses.fields(options_class):
+    if field.name == name:
+      if field.default is dataclasses.MISSING:
+        raise ValueError(f"{options_class.__name__}.{name} has no default.")
+      return field.default
+  raise ValueError(f"{options_class.__name__} has no field {name!r}.")

@@ -21,6 +21,20 @@ from absl import app
 from absl import flags
 from absl import logging
 
+# Light imports (no TensorFlow): the defaults below are declared once, on the
+# options they set; tests/test_task.py ties the choice lists to the registries.
+from ctl import options as options_lib
+from ctl import watchdog as watchdog_lib
+
+
+def _run(name):
+  return options_lib.default(options_lib.RunOptions, name)
+
+
+def _limit(name):
+  return options_lib.default(watchdog_lib.Limits, name)
+
+
 flags.DEFINE_string("model_dir", "", "Run directory: summary, and the default "
                     "parent of checkpoints, TensorBoard logs and the export. "
                     "Local path or gs://. Default on Vertex AI: from "
@@ -32,12 +46,12 @@ flags.DEFINE_string("tensorboard_dir", "", "Default: <model_dir>/tensorboard, "
                     "or AIP_TENSORBOARD_LOG_DIR.")
 flags.DEFINE_string("export_dir", "", "Default: <model_dir>/saved_model, or "
                     "AIP_MODEL_DIR.")
-flags.DEFINE_enum("storage", "auto", ["auto", "fuse", "gcsfs", "tf"],
+flags.DEFINE_enum("storage", _run("storage"), ["auto", "fuse", "gcsfs", "tf"],
                   "How gs:// directories are written: fuse (the /gcs mount), "
                   "gcsfs (staged locally and uploaded), tf (TensorFlow's own "
                   "gs:// filesystem); auto: fuse when the bucket is mounted, "
                   "else gcsfs.")
-flags.DEFINE_string("fuse_root", "/gcs", "Where Cloud Storage FUSE mounts "
+flags.DEFINE_string("fuse_root", _run("fuse_root"), "Where Cloud Storage FUSE mounts "
                     "buckets.")
 flags.DEFINE_enum("dataset", "digits", ["synthetic", "digits", "cassava",
                                         "files"], "What to train on.")
@@ -55,20 +69,20 @@ flags.DEFINE_integer("train_steps", None, "Train until the global step is "
                      "this (a target, not a count).")
 flags.DEFINE_integer("epochs", None, "Alternative to --train_steps: this many "
                      "passes over the training split.")
-flags.DEFINE_integer("steps_per_loop", 100, "Steps per tf.function call.")
-flags.DEFINE_integer("log_every_steps", 100, "Log and summary interval.")
-flags.DEFINE_integer("eval_every_steps", 0, "Evaluation interval (0: only at "
+flags.DEFINE_integer("steps_per_loop", _run("steps_per_loop"), "Steps per tf.function call.")
+flags.DEFINE_integer("log_every_steps", _run("log_every_steps"), "Log and summary interval.")
+flags.DEFINE_integer("eval_every_steps", _run("eval_every_steps"), "Evaluation interval (0: only at "
                      "the end).")
-flags.DEFINE_integer("checkpoint_every_steps", 1000, "Checkpoint interval in "
+flags.DEFINE_integer("checkpoint_every_steps", _run("checkpoint_every_steps"), "Checkpoint interval in "
                      "steps (0: none).")
-flags.DEFINE_string("checkpoint_every_secs", "1800", "Checkpoint interval "
+flags.DEFINE_string("checkpoint_every_secs", f"{_run('checkpoint_every_secs'):g}", "Checkpoint interval "
                     "in seconds (0: none), or auto: the Young/Daly interval "
                     "sqrt(2 x save seconds x MTBF) from the run ledger.")
-flags.DEFINE_float("expected_mtbf_secs", 86400, "Mean time between failures "
+flags.DEFINE_float("expected_mtbf_secs", _run("expected_mtbf_secs"), "Mean time between failures "
                    "that --checkpoint_every_secs=auto assumes until the run "
                    "ledger has seen a failure.")
-flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints to keep.")
-flags.DEFINE_bool("async_checkpoint", False, "Write checkpoints in the "
+flags.DEFINE_integer("keep_checkpoints", _run("keep_checkpoints"), "Checkpoints to keep.")
+flags.DEFINE_bool("async_checkpoint", _run("async_checkpoint"), "Write checkpoints in the "
                   "background.")
 flags.DEFINE_enum("optimizer", "adam", ["adam", "sgd"], "Optimizer.")
 flags.DEFINE_float("learning_rate", 1e-3, "Peak learning rate.")
@@ -84,24 +98,24 @@ flags.DEFINE_enum("collective", "auto", ["auto", "ring", "nccl"],
                   "All-reduce implementation.")
 flags.DEFINE_enum("mixed_precision", "none", ["none", "bf16", "fp16"],
                   "Compute dtype (variables and loss stay float32).")
-flags.DEFINE_bool("xla", False, "Compile the step with XLA.")
-flags.DEFINE_bool("train_accuracy", True, "Count correct predictions at every "
+flags.DEFINE_bool("xla", _run("xla"), "Compile the step with XLA.")
+flags.DEFINE_bool("train_accuracy", _run("train_accuracy"), "Count correct predictions at every "
                   "step for the logged train accuracy (off: a few ops fewer "
                   "per step, no train accuracy).")
 flags.DEFINE_bool("deterministic", False, "Bitwise-repeatable ops "
                   "(tf.config.experimental.enable_op_determinism).")
-flags.DEFINE_integer("seed", 0, "Seed of initialization and data order.")
-flags.DEFINE_integer("max_nan_recoveries", 3, "Rollbacks allowed after a "
+flags.DEFINE_integer("seed", _run("seed"), "Seed of initialization and data order.")
+flags.DEFINE_integer("max_nan_recoveries", _run("max_nan_recoveries"), "Rollbacks allowed after a "
                      "non-finite loss.")
-flags.DEFINE_bool("reshuffle_on_nan", False, "Use a new data order after a "
+flags.DEFINE_bool("reshuffle_on_nan", _run("reshuffle_on_nan"), "Use a new data order after a "
                   "rollback.")
-flags.DEFINE_float("stall_timeout_secs", None, "Stall watchdog: a phase "
+flags.DEFINE_float("stall_timeout_secs", _limit("stall_timeout_secs"), "Stall watchdog: a phase "
                    "(train loop, evaluation, checkpoint save or upload, "
                    "export) that makes no progress this long ends the "
                    "worker with exit code 75. Default: adaptive, 10x the "
                    "slowest run of that phase so far, at least 120 s; 0 "
                    "turns the watchdog off.", lower_bound=0)
-flags.DEFINE_float("startup_timeout_secs", 900, "Stall watchdog limit for "
+flags.DEFINE_float("startup_timeout_secs", _limit("startup_timeout_secs"), "Stall watchdog limit for "
                    "start-up (waiting for peers, building, restoring) and "
                    "the first run of each phase (tracing).", lower_bound=1)
 flags.DEFINE_string("hypertune_metric", "", "Report this eval metric "
