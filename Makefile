@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 MODEL_DIR ?= runs/quickstart
 
-.PHONY: demo test bench container-check clean
+.PHONY: demo test lint format bench container-check clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,17 @@ $(VENV)/.installed-test: $(VENV)/bin/python setup.cfg pyproject.toml
 demo: $(VENV)/.installed
 	$(PY) -m trainer.task --flagfile=configs/quickstart.cfg --model_dir=$(MODEL_DIR)
 
-test: $(VENV)/.installed-test
+# The lint runs first: a formatting or lint error fails `make test` (and CI).
+test: lint
 	$(PY) -m pytest -q
+
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff format --check --quiet .
+	$(VENV)/bin/ruff check --quiet .
+
+format: $(VENV)/.installed-test
+	$(VENV)/bin/ruff format --quiet .
+	$(VENV)/bin/ruff check --quiet --fix .
 
 bench: $(VENV)/.installed-test
 	$(PY) -m benchmarks.run_all --results_dir=bench_results

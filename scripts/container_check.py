@@ -53,7 +53,7 @@ import time
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 # Standard library only, like this script, so the system Python can import it.
-from trainer import testing  # pylint: disable=g-import-not-at-top
+from trainer import testing  # noqa: E402  # pylint: disable=g-import-not-at-top
 
 APT_PACKAGES = ("buildah", "podman", "debootstrap", "runc", "python3-yaml")
 BASE_PACKAGES = "python3,python3-pip,python3-venv,python-is-python3"

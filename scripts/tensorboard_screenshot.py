@@ -67,7 +67,7 @@ return [...document.querySelectorAll('.line-chart')].map(chart => {
   return {title: title, colors: colors.size,
           runs: %s.filter(run => words.includes(run))};
 });
-""" % json.dumps(list(RUNS))
+""" % json.dumps(list(RUNS))  # noqa: UP031  (JavaScript braces)
 
 
 def _free_port() -> int:

@@ -224,7 +224,7 @@ def test_files_on_cloud_storage_through_gcsfs(gcs_emulator, image_root):
       input_context=tf.distribute.InputContext(), global_batch_size=13,
       seed=0, start_step=0)
   images, labels = next(iter(dataset))
-  assert sorted(labels.numpy().tolist()) == sorted(l for _, l in pairs)
+  assert sorted(labels.numpy().tolist()) == sorted(label for _, label in pairs)
 
 
 def test_a_manifest_of_another_data_dir_is_a_user_error(tmp_path, image_root):

@@ -27,7 +27,7 @@ def test_what_a_user_calls_is_on_the_package():
     assert getattr(ctl, name) is getattr(errors, name)
   assert set(ctl.__all__) <= set(dir(ctl))
   with pytest.raises(AttributeError, match="no attribute 'Trainer'"):
-    ctl.Trainer  # pylint: disable=pointless-statement
+    ctl.Trainer  # noqa: B018  # pylint: disable=pointless-statement
 
 
 def test_every_exception_is_in_the_errors_module():

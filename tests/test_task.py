@@ -18,7 +18,7 @@ from ctl import watchdog
 from trainer import data
 from trainer import job
 from trainer import model
-from trainer import task  # pylint: disable=unused-import  (defines the flags)
+from trainer import task  # noqa: F401  (defines the flags)
 
 # RunOptions fields the trainer derives rather than takes from a flag.
 _DERIVED = {"model_dir", "checkpoint_dir", "tensorboard_dir", "export_dir",

@@ -5,7 +5,6 @@ float32 whatever the mixed-precision policy, so softmax and the loss stay
 numerically safe under `mixed_bfloat16` / `mixed_float16`.
 """
 
-import os
 
 import keras
 
