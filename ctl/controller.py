@@ -30,6 +30,7 @@ from ctl import outputs as outputs_lib
 from ctl import preemption
 from ctl import profiler
 from ctl import progress as progress_lib
+from ctl import state as state_lib
 from ctl import summaries
 from ctl import watchdog as watchdog_lib
 from ctl.errors import Preempted, TrainingDiverged
@@ -122,21 +123,15 @@ class _Run:
             export_dir=options.export_dir),
         is_chief=options.is_chief,
         storage_route=options.storage, fuse_root=options.fuse_root)
+    self._state = state_lib.build_state(task=task, strategy=strategy,
+                                        seed=options.seed)
+    self._model, self._optimizer = self._state.model, self._state.optimizer
+    self._global_step = self._state.global_step
+    self._data_seed, self._restores = (self._state.data_seed,
+                                       self._state.restores)
     with strategy.scope():
-      self._model = task.build_model()
-      self._optimizer = task.build_optimizer()
-      self._optimizer.build(self._model.trainable_variables)
-      counter = dict(trainable=False, dtype=tf.int64,
-                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-      self._global_step = tf.Variable(0, name="global_step", **counter)
-      self._data_seed = tf.Variable(options.seed, name="data_seed", **counter)
-      self._restores = tf.Variable(0, name="restores", **counter)
       loss_hook = self._faults and self._faults.loss_hook()
-    checkpoint = tf.train.Checkpoint(
-        model=self._model, optimizer=self._optimizer,
-        global_step=self._global_step, data_seed=self._data_seed,
-        restores=self._restores,
-        rng=checkpointing.seed_generator_states(self._model))
+    checkpoint = self._state.checkpoint()
     checkpoints = self._outputs.checkpoints
     checkpoints.fetch()
     self._checkpointer = checkpointing.Checkpointer(
@@ -151,6 +146,8 @@ class _Run:
         steps_per_loop=options.steps_per_loop, loss_fn=task.loss_fn,
         jit_compile=options.xla, train_accuracy=options.train_accuracy,
         loss_hook=loss_hook)
+    self._eval_loop = loop_lib.EvalLoop(strategy=strategy, model=self._model,
+                                        loss_fn=task.loss_fn)
     self._writer = summaries.ScalarWriter(
         logdir=self._outputs.tensorboard and
         self._outputs.tensorboard.local_path)
@@ -160,7 +157,8 @@ class _Run:
     self._eval_data = (
         strategy.distribute_datasets_from_function(task.eval_dataset_fn)
         if task.eval_dataset_fn else None)
-    self._nan_recoveries = 0
+    self._divergence = DivergenceGuard(
+        max_recoveries=options.max_nan_recoveries)
     self._last_save_step = None
     self._last_save_time = time.time()
     self._every_secs, self._every_why = None, None
@@ -284,17 +282,12 @@ class _Run:
                 time.time() - self._last_save_time >= every)
 
   def _roll_back(self, losses: np.ndarray) -> None:
-    first_bad = self._step - len(losses) + int(np.argmin(np.isfinite(losses)))
-    self._nan_recoveries += 1
-    if self._nan_recoveries > self._options.max_nan_recoveries:
+    """Returns to the last checkpoint after a non-finite loss."""
+    try:
+      self._divergence.record(losses, last_step=self._step)
+    except TrainingDiverged:
       self._close()
-      raise TrainingDiverged(
-          f"The loss was not finite at step {first_bad} after "
-          f"{self._options.max_nan_recoveries} rollbacks; stopping without "
-          "saving it. Lower the learning rate or check the data.")
-    logging.warning("Loss not finite at step %d; rolling back to the last "
-                    "checkpoint (recovery %d of %d).", first_bad,
-                    self._nan_recoveries, self._options.max_nan_recoveries)
+      raise
     self._restore_latest()
     if self._options.reshuffle_on_nan:
       self._data_seed.assign_add(1)
@@ -343,7 +336,7 @@ class _Run:
     if self._eval_data is None:
       return
     with self._progress.phase(progress_lib.EVALUATION):
-      metrics = self._loop.evaluate(self._eval_data)
+      metrics = self._eval_loop.evaluate(self._eval_data)
     self._eval_metrics = metrics
     logging.info("eval at step %d: loss %.4f  accuracy %.4f  (%d examples)",
                  step, metrics["loss"], metrics["accuracy"],
@@ -381,7 +374,7 @@ class _Run:
         "wall_seconds": round(time.time() - self._process_start, 3),
         "restores": int(self._restores.numpy()),
         "restarts": options.restarts,
-        "nan_recoveries": self._nan_recoveries,
+        "nan_recoveries": self._divergence.recoveries,
         "weights_fingerprint": checkpointing.weights_fingerprint(
             self._model, self._optimizer),
     }
@@ -421,6 +414,31 @@ class _Run:
     self._profiler.stop()
     self._writer.close()
     self._outputs.close()
+
+
+class DivergenceGuard:
+  """Counts rollbacks after non-finite losses and says when to give up."""
+
+  def __init__(self, *, max_recoveries: int):
+    self._max_recoveries = max_recoveries
+    self.recoveries = 0
+
+  def record(self, losses: np.ndarray, *, last_step: int) -> None:
+    """Records a loop whose `losses` (ending at `last_step`) were not finite.
+
+    Raises:
+      TrainingDiverged: when no rollback is left.
+    """
+    first_bad = last_step - len(losses) + int(np.argmin(np.isfinite(losses)))
+    self.recoveries += 1
+    if self.recoveries > self._max_recoveries:
+      raise TrainingDiverged(
+          f"The loss was not finite at step {first_bad} after "
+          f"{self._max_recoveries} rollbacks; stopping without saving it. "
+          "Lower the learning rate or check the data.")
+    logging.warning("Loss not finite at step %d; rolling back to the last "
+                    "checkpoint (recovery %d of %d).", first_bad,
+                    self.recoveries, self._max_recoveries)
 
 
 def _exists(location) -> bool:

@@ -17,6 +17,7 @@ from absl import logging
 import tensorflow as tf
 
 from ctl import loop as loop_lib
+from ctl import state as state_lib
 from ctl import storage
 from ctl import summaries
 from ctl.options import RunOptions, Task
@@ -44,15 +45,11 @@ def evaluate_checkpoints(*, task: Task, options: RunOptions,
   board = storage.open_location(
       posixpath.join(options.tensorboard_dir, summaries.VALIDATION),
       storage=options.storage, fuse_root=options.fuse_root)
-  with strategy.scope():
-    model = task.build_model()
-    optimizer = task.build_optimizer()
-    global_step = tf.Variable(0, dtype=tf.int64, trainable=False)
-  checkpoint = tf.train.Checkpoint(model=model, global_step=global_step)
-  loop = loop_lib.TrainLoop(strategy=strategy, model=model,
-                            optimizer=optimizer, global_step=global_step,
-                            global_batch_size=task.global_batch_size,
-                            steps_per_loop=1, loss_fn=task.loss_fn)
+  state = state_lib.build_state(task=task, strategy=strategy,
+                                with_optimizer=False)
+  checkpoint = state.checkpoint()
+  loop = loop_lib.EvalLoop(strategy=strategy, model=state.model,
+                           loss_fn=task.loss_fn)
   data = strategy.distribute_datasets_from_function(task.eval_dataset_fn)
   writer = summaries.ScalarWriter(logdir=board.local_path)
   results, last_path, waited_since = {}, None, time.time()
@@ -62,7 +59,7 @@ def evaluate_checkpoints(*, task: Task, options: RunOptions,
       path = tf.train.latest_checkpoint(checkpoints.local_path)
       if path and path != last_path:
         checkpoint.restore(path).expect_partial()
-        step = int(global_step.numpy())
+        step = int(state.global_step.numpy())
         metrics = loop.evaluate(data)
         results[step] = metrics
         logging.info("evaluator: step %d accuracy %.4f loss %.4f", step,

@@ -3,7 +3,8 @@
 This is the part a newcomer should find in under a minute: `_replica_step` is
 the per-replica GradientTape step, `_train_loop` runs `steps_per_loop` of them
 inside one `tf.function` (a `tf.range` loop, so the host is touched once per
-loop), and `_eval_loop` runs over a finite validation set.
+loop) of `TrainLoop`, and `EvalLoop` runs over a finite validation set (it
+needs no optimizer).
 
 Loss contract (DESIGN.md): the per-example loss is averaged over the *global*
 batch with `tf.nn.compute_average_loss`, regularization losses are scaled by
@@ -97,7 +98,6 @@ class TrainLoop:
       self._step_losses = _replica_accumulator([steps_per_loop])
       self._correct = (_replica_accumulator([]) if train_accuracy else
                        None)
-      self._eval_sums = _replica_accumulator([3])
     self._gradients = tf.function(self._loss_and_gradients,
                                   jit_compile=True) if jit_compile else (
                                       self._loss_and_gradients)
@@ -107,7 +107,6 @@ class TrainLoop:
     self._num_steps = {}
     self._controls = {(stop, save): tf.constant([float(stop), float(save)])
                       for stop in (False, True) for save in (False, True)}
-    self._eval = tf.function(self._eval_loop)
 
   def _loss_and_gradients(self, images, labels):
     with tf.GradientTape() as tape:
@@ -191,6 +190,29 @@ class TrainLoop:
             totals[self._steps_per_loop]) / (
                 num_steps * self._global_batch_size)),
         stop_requested=bool(stop > 0), save_requested=bool(save > 0))
+
+class EvalLoop:
+  """The compiled evaluation loop: loss and accuracy over a finite dataset.
+
+  It needs only the model (no optimizer, no global step), so the training
+  controller and the side-car evaluator (ctl.evaluator) share it.
+  """
+
+  def __init__(self, *, strategy: tf.distribute.Strategy, model: keras.Model,
+               loss_fn: Callable | None = None):
+    """Initializes the loop.
+
+    Args:
+      strategy: the distribution strategy the model's variables belong to.
+      model: a Keras model mapping images to logits.
+      loss_fn: `(labels, logits) -> per-example loss`.
+    """
+    self._strategy = strategy
+    self._model = model
+    self._loss_fn = loss_fn or sparse_softmax_cross_entropy
+    with strategy.scope():
+      self._eval_sums = _replica_accumulator([3])
+    self._eval = tf.function(self._eval_loop)
 
   def _replica_eval(self, batch):
     images, labels = batch

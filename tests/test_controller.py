@@ -95,3 +95,13 @@ def test_progress_listeners_see_every_phase_of_a_run_in_order(tmp_path):
   assert all(m.ok for m in marks)
   assert [m.steps for m in marks if m.phase.endswith("loop") and
           not m.started] == [2, 2, 2]
+
+
+def test_the_divergence_guard_names_the_first_bad_step_and_gives_up():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  guard = controller.DivergenceGuard(max_recoveries=1)
+  guard.record(np.array([0.5, np.nan, np.inf]), last_step=30)
+  assert guard.recoveries == 1
+  with pytest.raises(controller.TrainingDiverged,
+                     match="not finite at step 29 after 1 rollbacks"):
+    guard.record(np.array([0.5, 0.4, np.nan]), last_step=30)

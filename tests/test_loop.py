@@ -186,8 +186,8 @@ def test_stop_and_save_requests_come_back_agreed(stop, save):
 
 
 def test_evaluate_counts_every_example_of_partial_and_empty_batches():
-  model = _model()
-  loop, _ = _loop(model)
+  model = _model()  # No optimizer: evaluation needs only the model.
+  loop = loop_lib.EvalLoop(strategy=tf.distribute.get_strategy(), model=model)
   images, labels = _data(2 * BATCH + 3, seed=1)
   batches = tf.data.Dataset.from_tensor_slices((images, labels)).batch(BATCH)
   # A replica whose share of the last global batch is empty gets this.
@@ -253,7 +253,8 @@ def train(strategy):
           input_context=context, global_batch_size=GLOBAL_BATCH))
   weights = [v.numpy() for v in model.trainable_variables]
   return {"replicas": strategy.num_replicas_in_sync, "losses": losses,
-          "eval": loop.evaluate(eval_data), "dropouts": len(dropouts),
+          "eval": loop_lib.EvalLoop(strategy=strategy, model=model).evaluate(
+              eval_data), "dropouts": len(dropouts),
           "step": int(step.numpy())}, weights
 
 
