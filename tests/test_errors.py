@@ -382,4 +382,4 @@ def test_skip_bad_images_trains_without_them_and_resumes_exactly(
                       f"--model_dir={model_dir}")
   assert "Restored step 10" in again.stderr, again.stderr[-3000:]
   assert "Skipped" not in again.stderr
-  assert read_summary(str(model_dir))["global_step"] == 20
+  assert read_summary(str(model_dir))["final_step"] == 20
