@@ -237,6 +237,43 @@ def test_a_manifest_of_another_data_dir_is_a_user_error(tmp_path, image_root):
               manifest_dir=checkpoints)
 
 
+@pytest.mark.parametrize("route", ["local", "gcsfs"])
+def test_undecodable_files_are_named_or_skipped_and_left_out_of_the_manifest(
+    route, image_root, tmp_path, request, caplog):
+  root = tmp_path / "images"
+  good = tf.io.encode_jpeg(np.full((20, 20, 3), 200, np.uint8)).numpy()
+  (root / "a_red" / "0_garbage.png").write_bytes(b"\x89PNG not really")
+  (root / "b_blue" / "truncated.jpg").write_bytes(good[:len(good) // 2])
+  data_dir, checkpoints = image_root, str(tmp_path / "checkpoints")
+  if route == "gcsfs":
+    fs = request.getfixturevalue("gcs_emulator").filesystem()
+    fs.put(image_root, f"{GcsEmulator.BUCKET}/images", recursive=True)
+    data_dir = f"gs://{GcsEmulator.BUCKET}/images"
+    checkpoints = f"gs://{GcsEmulator.BUCKET}/checkpoints"
+
+  def load(skip):
+    return data.load("files", image_size=16, data_dir=data_dir,
+                     storage="gcsfs" if route == "gcsfs" else "auto",
+                     manifest_dir=checkpoints, skip_bad_images=skip)
+
+  first = "a_red/0_garbage.png"
+  with pytest.raises(UserError) as error:
+    load(skip=False)
+  assert str(error.value).startswith(
+      f"{data_dir}/{first} and 1 more files cannot be decoded "
+      "as images (2 of the 16 files); remove them, or pass "
+      "--skip_bad_images")
+  with caplog.at_level(logging.WARNING):
+    source = load(skip=True)
+  assert (source.num_train, source.num_classes) == (13, 2)
+  assert f"Skipped 2 of the 16 files under {data_dir}: they cannot be " \
+         f"decoded as images: {first}, b_blue/truncated.jpg." in caplog.text
+  # The manifest lists only the good files: a restart neither checks nor
+  # skips again.
+  assert _all_records(load(skip=False).train_records) == _all_records(
+      source.train_records)
+
+
 @pytest.mark.parametrize("layout", ["missing", "one_class", "no_images"])
 def test_files_without_two_classes_of_images_is_a_user_error(tmp_path, layout):
   root = tmp_path / "root"

@@ -8,16 +8,18 @@ be refused before TensorFlow is imported, which the trainer cases check.
 """
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import tempfile
 import sys
 
+from PIL import Image
 import pytest
 
-from tests.conftest import (FAST_FLAGS, REPO, read_scalars, run_trainer,
-                            trainer_env)
+from tests.conftest import (FAST_FLAGS, REPO, read_scalars, read_summary,
+                            run_trainer, trainer_env)
 
 USER_ERROR_EXIT_CODE = 2
 
@@ -32,6 +34,20 @@ def snapshot(directory) -> dict[str, tuple[int, int]]:
       files[os.path.relpath(path, directory)] = (stat.st_size,
                                                  stat.st_mtime_ns)
   return files
+
+
+@pytest.fixture(scope="module")
+def messy_images(tmp_path_factory):
+  """12 tiny real PNG/JPEG images in two classes, and one that is not."""
+  root = tmp_path_factory.mktemp("messy") / "images"
+  for index in range(12):
+    directory = root / ("a_red" if index < 6 else "b_blue")
+    directory.mkdir(parents=True, exist_ok=True)
+    color = (250, 0, 0) if index < 6 else (0, 0, 250)
+    Image.new("RGB", (8, 8), color).save(
+        directory / f"{index:02d}.{'png' if index % 2 else 'jpg'}")
+  (root / "a_red" / "broken.jpg").write_bytes(b"not an image at all" * 10)
+  return str(root)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +102,7 @@ _TRAINER_REPORTING_TF = (
 # (tool, arguments, words the one error line must hold, refused before
 # TensorFlow loads). Trainer arguments come after FAST_FLAGS and
 # --train_steps=20 --model_dir=MODEL_DIR; {model_dir} and {file} (a regular
-# file) are filled in. ctl-report cases (issue 13) go here once it exists:
+# file) and {images} (`messy_images`) are filled in. ctl-report cases (issue 13) go here once it exists:
 # ("report", [...], "words", True).
 BAD_INPUT = [
     ("trainer", ["--dataset=mnist"], "--dataset=mnist: value should be one of",
@@ -142,6 +158,8 @@ BAD_INPUT = [
      True),
     ("trainer", ["--dataset=synthetic"], "was written by a different model",
      False),
+    ("trainer", ["--dataset=files", "--data_dir={images}"],
+     "a_red/broken.jpg cannot be decoded as an image", False),
     ("launch", ["--num_workers=0", "--", "true"],
      "--num_workers must be at least 1", True),
     ("launch", ["--num_workers=2"], "no worker command given", True),
@@ -179,10 +197,12 @@ def _command(tool, args, model_dir):
 @pytest.mark.parametrize("tool,args,words,before_tf", BAD_INPUT,
                          ids=[f"{case[0]}:{' '.join(case[1])}"
                               for case in BAD_INPUT])
-def test_bad_input(model_dir, tmp_path, tool, args, words, before_tf):
+def test_bad_input(model_dir, tmp_path, messy_images, tool, args, words,
+                   before_tf):
   a_file = tmp_path / "a_file"
   a_file.write_text("not a directory")
-  args = [arg.format(model_dir=model_dir, file=a_file) for arg in args]
+  args = [arg.format(model_dir=model_dir, file=a_file, images=messy_images)
+          for arg in args]
   before = checksum(model_dir)
   result = subprocess.run(_command(tool, args, model_dir), cwd=REPO,
                           env=trainer_env(), capture_output=True, text=True,
@@ -319,3 +339,47 @@ def test_zero_train_steps_on_a_fresh_directory_writes_nothing(tmp_path):
   result = run_trainer(*FAST_FLAGS, "--train_steps=0", f"--model_dir={fresh}")
   assert "nothing to train, nothing written" in result.stderr
   assert not fresh.exists()
+
+
+_FILES_FLAGS = ("--dataset=files", "--per_replica_batch_size=4",
+                "--train_steps=10")
+
+
+def test_an_undecodable_image_is_named_before_anything_is_written(
+    messy_images, tmp_path):
+  # It was a 51-line traceback naming no file, after ckpt-0 was written.
+  fresh = tmp_path / "run"
+  result = run_trainer(*FAST_FLAGS, *_FILES_FLAGS,
+                       f"--data_dir={messy_images}", f"--model_dir={fresh}",
+                       check=False)
+  assert result.returncode == USER_ERROR_EXIT_CODE, result.stderr[-3000:]
+  assert "Traceback" not in result.stderr, result.stderr[-3000:]
+  lines = result.stderr.strip().splitlines()
+  assert [l for l in lines if l.startswith("error: ")] == lines[-1:]
+  broken = os.path.join(messy_images, "a_red", "broken.jpg")
+  assert lines[-1] == (
+      f"error: {broken} cannot be decoded as an image (1 of the 13 files); "
+      "remove it, or pass --skip_bad_images to train without it.")
+  assert not fresh.exists() or snapshot(fresh) == {}
+
+
+def test_skip_bad_images_trains_without_them_and_resumes_exactly(
+    messy_images, tmp_path):
+  model_dir = tmp_path / "run"
+  first = run_trainer(*FAST_FLAGS, *_FILES_FLAGS, "--skip_bad_images",
+                      f"--data_dir={messy_images}", f"--model_dir={model_dir}")
+  skipped = [l for l in first.stderr.splitlines() if "Skipped" in l]
+  assert len(skipped) == 1, first.stderr[-3000:]
+  assert skipped[0].endswith(
+      "Skipped 1 of the 13 files under "
+      f"{messy_images}: they cannot be decoded as images: a_red/broken.jpg.")
+  with open(model_dir / "checkpoints" / "data_manifest.json") as f:
+    listed = json.load(f)["files"]
+  assert len(listed) == 12 and "a_red/broken.jpg" not in listed
+  # The manifest fixes the order: the resume decodes nothing up front.
+  again = run_trainer(*FAST_FLAGS, *_FILES_FLAGS[:-1], "--train_steps=20",
+                      "--skip_bad_images", f"--data_dir={messy_images}",
+                      f"--model_dir={model_dir}")
+  assert "Restored step 10" in again.stderr, again.stderr[-3000:]
+  assert "Skipped" not in again.stderr
+  assert read_summary(str(model_dir))["final_step"] == 20

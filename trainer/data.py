@@ -53,7 +53,8 @@ class Source:
 
 def load(name: str, *, image_size: int, data_dir: str = "",
          storage: str = "auto", fuse_root: str = "/gcs",
-         manifest_dir: str = "", is_chief: bool = True) -> Source:
+         manifest_dir: str = "", is_chief: bool = True,
+         skip_bad_images: bool = False) -> Source:
   """Loads a source by name.
 
   Args:
@@ -67,6 +68,8 @@ def load(name: str, *, image_size: int, data_dir: str = "",
     manifest_dir: files only: where the file list is kept across restarts
       (the checkpoint directory); empty lists the files every time.
     is_chief: files only: this process writes the manifest.
+    skip_bad_images: files only: leave out files that cannot be decoded
+      (counted and logged) rather than stop with a user error.
 
   Returns:
     The `Source`.
@@ -84,7 +87,8 @@ def load(name: str, *, image_size: int, data_dir: str = "",
     return _cassava(image_size, data_dir)
   if name == "files":
     return _files(image_size, data_dir, storage=storage, fuse_root=fuse_root,
-                  manifest_dir=manifest_dir, is_chief=is_chief)
+                  manifest_dir=manifest_dir, is_chief=is_chief,
+                  skip_bad_images=skip_bad_images)
   raise UserError(
       f"Unknown dataset {name!r}; choose one of {', '.join(DATASETS)}.")
 
@@ -209,7 +213,8 @@ def _tfds_dataset_dir(data_dir: str) -> str:
 
 
 def _files(image_size: int, data_dir: str, *, storage: str, fuse_root: str,
-           manifest_dir: str, is_chief: bool) -> Source:
+           manifest_dir: str, is_chief: bool,
+           skip_bad_images: bool) -> Source:
   """A directory of `class_name/*.jpg|png`; every 10th file validates."""
   usage = (f"--data_dir={data_dir!r} is not a directory of "
            "class_name/*.jpg|png images with at least two classes.")
@@ -224,6 +229,8 @@ def _files(image_size: int, data_dir: str, *, storage: str, fuse_root: str,
   if fresh:
     names = [name for name in files.list() if name.count("/") == 1 and
              name.lower().endswith(_IMAGE_EXTENSIONS)]
+    names = _decodable(files, names, image_size=image_size,
+                       skip=skip_bad_images)
   classes = sorted({name.split("/")[0] for name in names})
   if len(classes) < 2:
     raise UserError(usage)
@@ -232,30 +239,89 @@ def _files(image_size: int, data_dir: str, *, storage: str, fuse_root: str,
   labels = np.array([classes.index(name.split("/")[0]) for name in names],
                     np.int64)
   is_eval = np.arange(len(names)) % 10 == 9
+
+  def split(mask):
+    return _file_records(files, [n for n, m in zip(names, mask) if m],
+                         labels[mask], image_size=image_size)
+
+  train, decode = split(~is_eval)
+  return Source(train_records=train, num_train=train.size,
+                eval_records=split(is_eval)[0], decode_fn=decode,
+                num_classes=len(classes),
+                image_shape=(image_size, image_size, 3))
+
+
+def _file_records(files: datafiles.Files, names: list[str],
+                  labels: np.ndarray, *, image_size: int):
+  """(records of `names` with `labels`, their decode_fn) for this route."""
   decode_encoded = _decode_encoded(image_size)
   if files.in_graph:
-    paths = np.array([files.path(name) for name in names])
-
-    def split(mask):
-      return _in_memory((paths[mask], labels[mask]))
+    paths = np.array([files.path(name) for name in names], dtype=str)
 
     def decode(path, label):
       return decode_encoded(tf.io.read_file(path), label)
-  else:
 
-    def split(mask):
-      contents = files.records([n for n, m in zip(names, mask) if m])
-      chosen = tf.constant(labels[mask])
-      return input_lib.IndexedRecords(
-          size=contents.size,
-          fetch=lambda i: (contents.fetch(i), tf.gather(chosen, i)))
+    return _in_memory((paths, labels)), decode
+  contents = files.records(names)
+  chosen = tf.constant(labels)
+  return input_lib.IndexedRecords(
+      size=contents.size,
+      fetch=lambda i: (contents.fetch(i), tf.gather(chosen, i))
+  ), decode_encoded
 
-    decode = decode_encoded
-  train = split(~is_eval)
-  return Source(train_records=train, num_train=train.size,
-                eval_records=split(is_eval), decode_fn=decode,
-                num_classes=len(classes),
-                image_shape=(image_size, image_size, 3))
+
+def _decodable(files: datafiles.Files, names: list[str], *, image_size: int,
+               skip: bool) -> list[str]:
+  """`names` less the files that cannot be decoded as images.
+
+  One parallel tf.data pass reads and decodes every file, as training will,
+  when the file list is made (the first start; the manifest keeps the result
+  for restarts; every worker that makes it gets the same), so a bad file
+  stops the run before anything is written, or is left out of the fixed
+  order that an exact resume depends on. It costs about what one epoch's
+  decoding does.
+
+  Raises:
+    UserError: a file cannot be decoded and `skip` is False.
+  """
+  records, decode = _file_records(files, names,
+                                  np.zeros(len(names), np.int64),
+                                  image_size=image_size)
+  decoded = tf.data.Dataset.range(len(names)).batch(64).map(
+      lambda indices: (indices, records.fetch(indices)),
+      num_parallel_calls=tf.data.AUTOTUNE).unbatch().map(
+          lambda index, record: (index, tf.reduce_max(decode(*record)[0])),
+          num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+  good = {int(index) for index, _ in
+          decoded.ignore_errors(log_warning=False).as_numpy_iterator()}
+  # ignore_errors also drops a batch whose read failed: each file it dropped
+  # is read again alone and decoded, and only a decode error makes it bad.
+  for index in sorted(set(range(len(names))) - good):
+    record = tf.nest.map_structure(
+        lambda t: t[0], records.fetch(tf.constant([index], tf.int64)))
+    try:
+      decode(*record)
+      good.add(index)
+    except tf.errors.InvalidArgumentError:
+      pass
+  bad = [name for index, name in enumerate(names) if index not in good]
+  if not bad:
+    return names
+  if not skip:
+    where = posixpath.join(files.url, bad[0])  # As the user named it.
+    what = (f"{where} cannot be decoded as an image"
+            if len(bad) == 1 else
+            f"{where} and {len(bad) - 1} more files cannot be "
+            "decoded as images")
+    them = "it" if len(bad) == 1 else "them"
+    raise UserError(
+        f"{what} ({len(bad)} of the {len(names)} files); remove {them}, or "
+        f"pass --skip_bad_images to train without {them}.")
+  logging.warning(
+      "Skipped %d of the %d files under %s: they cannot be decoded as "
+      "images: %s%s.", len(bad), len(names), files.url, ", ".join(bad[:5]),
+      ", ..." if len(bad) > 5 else "")
+  return [name for index, name in enumerate(names) if index in good]
 
 
 def _in_memory(arrays) -> input_lib.IndexedRecords:

@@ -103,7 +103,8 @@ def build_job(config: Any, environ=os.environ) -> Job:
                          data_dir=config.data_dir, storage=config.storage,
                          fuse_root=config.fuse_root,
                          manifest_dir=dirs.checkpoint_dir,
-                         is_chief=cluster.is_chief)
+                         is_chief=cluster.is_chief,
+                         skip_bad_images=config.skip_bad_images)
   global_batch = config.per_replica_batch_size * strategy.num_replicas_in_sync
   train_steps = _train_steps(config, source, global_batch)
   options = checks.run_options(config, dirs, cluster=cluster, environ=environ,
@@ -114,7 +115,8 @@ def build_job(config: Any, environ=os.environ) -> Job:
   callbacks = []
   if config.hypertune_metric:
     reporter = hypertune.MetricReporter(config.hypertune_metric,
-                                        is_chief=cluster.is_chief)
+                                        is_chief=cluster.is_chief,
+                         skip_bad_images=config.skip_bad_images)
     callbacks.append(
         lambda step, metrics: reporter.report(metrics[config.hypertune_metric],
                                               step))

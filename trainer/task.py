@@ -58,6 +58,9 @@ flags.DEFINE_enum("dataset", "digits", ["synthetic", "digits", "cassava",
 flags.DEFINE_string("data_dir", "", "TFDS data dir (cassava) or image root "
                     "(files: class_name/*.jpg|png); local, /gcs/... or "
                     "gs://.")
+flags.DEFINE_bool("skip_bad_images", False, "files: leave out images that "
+                  "cannot be decoded (counted and logged; checked once, when "
+                  "the file list is made) rather than stop with an error.")
 flags.DEFINE_integer("image_size", 32, "Side of the square model input.")
 flags.DEFINE_enum("model", "small_cnn", ["resnet50", "small_cnn"], "Model.")
 flags.DEFINE_float("dropout", 0.0, "Dropout rate before the last layer.")
