@@ -159,7 +159,9 @@ class Ledger:
 
   def attempts(self) -> list[list[dict]]:
     """Every attempt's events so far, this one as it is in memory."""
-    others = [events for name, events in _read_files(self._directory)
+    others = [events for name, events in _read_files(
+        self._directory, storage_route=self._storage,
+        fuse_root=self._fuse_root)
               if name != self._name]
     return sorted([*others, list(self._events)], key=_start_time)
 
@@ -201,16 +203,20 @@ def ledger_dir(model_dir: str) -> str:
   return posixpath.join(model_dir.rstrip("/"), SUBDIR)
 
 
-def read(directory: str) -> list[list[dict]]:
+def read(directory: str, *, storage_route: str = "auto",
+         fuse_root: str = "/gcs") -> list[list[dict]]:
   """Every attempt's events from a ledger directory, in start order.
 
   Args:
     directory: a ledger directory (local, FUSE or gs://).
+    storage_route: how a gs:// directory is read (ctl.storage.ROUTES).
+    fuse_root: where Cloud Storage FUSE mounts buckets.
 
   Returns:
     One list of events per attempt; empty when there is no ledger.
   """
-  return sorted((events for _, events in _read_files(directory)),
+  return sorted((events for _, events in _read_files(
+      directory, storage_route=storage_route, fuse_root=fuse_root)),
                 key=_start_time)
 
 
@@ -227,13 +233,16 @@ def parse(text: str) -> list[dict]:
   return events
 
 
-def _read_files(directory: str) -> list[tuple[str, list[dict]]]:
-  if directory.startswith("gs://"):
-    from ctl import storage  # pylint: disable=g-import-not-at-top
-    fs, path = storage.filesystem(directory)
-  else:
+def _read_files(directory: str, *, storage_route: str,
+                fuse_root: str) -> list[tuple[str, list[dict]]]:
+  from ctl import storage  # pylint: disable=g-import-not-at-top
+  if storage_route == "tf":  # Read the bucket directly, without TensorFlow.
+    storage_route = "gcsfs"
+  path, fs = storage.read_route(directory, storage=storage_route,
+                                fuse_root=fuse_root)
+  if fs is None:  # A local directory or the FUSE mount of the bucket.
     import fsspec  # pylint: disable=g-import-not-at-top
-    fs, path = fsspec.filesystem("file"), directory
+    fs = fsspec.filesystem("file")
   try:
     names = fs.ls(path, detail=False)
   except FileNotFoundError:

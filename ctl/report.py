@@ -11,13 +11,13 @@ failures marked. The picture goes to `<MODEL_DIR>/goodput_timeline.png`
 it needs matplotlib (`pip install ctl[report]`).
 """
 
-import argparse
 import os
 import sys
 from typing import Sequence
 
 from ctl import goodput
 from ctl import ledger as ledger_lib
+from ctl import errors
 from ctl.errors import USER_ERROR_EXIT_CODE
 
 PNG_NAME = "goodput_timeline.png"
@@ -128,7 +128,7 @@ def timeline(accounting: goodput.Accounting, path: str, *,
 
 def main(argv: Sequence[str] | None = None) -> None:
   """Entry point of `ctl-report` and `python -m ctl.report`; exits."""
-  parser = argparse.ArgumentParser(
+  parser = errors.ArgumentParser(
       prog="ctl-report",
       description="Where a ctl job's wall time went (its run ledger).")
   parser.add_argument("model_dir", help="The run's --model_dir (local or "

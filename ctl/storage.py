@@ -34,7 +34,6 @@ import re
 import socket
 import urllib.parse
 
-import fsspec
 from fsspec.implementations import local as fsspec_local
 
 from ctl import mirror as mirror_lib
@@ -247,17 +246,6 @@ def read_route(url: str, *, storage: str = "auto",
                       f"use storage='gcsfs'.")
     return posixpath.join(mount, path).rstrip("/"), None
   return posixpath.join(bucket, path).rstrip("/"), _gcs_filesystem()
-
-
-def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-  """An fsspec filesystem and path that read `url` directly, without staging.
-
-  gs:// urls are read with gcsfs (the emulator when STORAGE_EMULATOR_HOST is
-  set); anything else is a local path (a FUSE mount included).
-  """
-  if url.startswith("gs://"):
-    return _gcs_filesystem(), url[len("gs://"):].rstrip("/")
-  return fsspec_local.LocalFileSystem(), url
 
 
 def _parse_cloud_url(url: str, *, fuse_root: str) -> tuple[str, str] | None:

@@ -102,8 +102,7 @@ _TRAINER_REPORTING_TF = (
 # (tool, arguments, words the one error line must hold, refused before
 # TensorFlow loads). Trainer arguments come after FAST_FLAGS and
 # --train_steps=20 --model_dir=MODEL_DIR; {model_dir} and {file} (a regular
-# file) and {images} (`messy_images`) are filled in. ctl-report cases (issue 13) go here once it exists:
-# ("report", [...], "words", True).
+# file) and {images} (`messy_images`) are filled in.
 BAD_INPUT = [
     ("trainer", ["--dataset=mnist"], "--dataset=mnist: value should be one of",
      True),
@@ -183,6 +182,10 @@ BAD_INPUT = [
      "UPPER is not a valid bucket name", True),
     ("vertex", ["--image=i", "--submit"], "--submit needs --project and "
      "--region", True),
+    ("report", ["{file}"], "no run ledger in", True),
+    ("report", ["{model_dir}/no/such/run"], "no run ledger in", True),
+    ("report", [], "the following arguments are required: model_dir", True),
+    ("report", ["{model_dir}", "--colour"], "unrecognized arguments", True),
 ]
 
 
@@ -190,7 +193,8 @@ def _command(tool, args, model_dir):
   if tool == "trainer":
     return [sys.executable, "-c", _TRAINER_REPORTING_TF, *FAST_FLAGS,
             "--train_steps=20", f"--model_dir={model_dir}", *args]
-  module = {"launch": "ctl.launch", "vertex": "ctl.vertex"}[tool]
+  module = {"launch": "ctl.launch", "vertex": "ctl.vertex",
+            "report": "ctl.report"}[tool]
   return [sys.executable, "-m", module, *args]
 
 

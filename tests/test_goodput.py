@@ -167,7 +167,7 @@ def test_ledger_on_cloud_storage(gcs_emulator, tmp_path, capsys):
                       STORAGE_EMULATOR_HOST=gcs_emulator.endpoint))
   [events] = _attempts(model_dir)
   assert events[-1]["event"] == "end" and events[-1]["step"] == 20
-  fs, path = storage.filesystem(model_dir)
+  path, fs = storage.read_route(model_dir, storage="gcsfs")
   chosen = json.loads(fs.cat_file(f"{path}/train_summary.json"))[
       "checkpoint_every_secs"]
   assert 0 < chosen["seconds"] < 3600 and "3600 s" in chosen["why"]

@@ -57,8 +57,10 @@ def test_two_replicas_write_where_vertex_expects(tmp_path):
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 0, output[-3000:]
 
-  assert sorted(os.listdir(bucket)) == ["checkpoints", "logs", "model",
-                                        "train_summary.json"]
+  # AIP_MODEL_DIR's parent is the job's base output directory, where the
+  # run record and summary go beside Vertex AI's three directories.
+  assert sorted(os.listdir(bucket)) == ["checkpoints", "ledger", "logs",
+                                        "model", "train_summary.json"]
   assert "checkpoint" in os.listdir(bucket / "checkpoints")
   assert "saved_model.pb" in os.listdir(bucket / "model")
   assert "loss" in read_scalars(str(bucket / "logs" / "train"))

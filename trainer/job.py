@@ -115,8 +115,7 @@ def build_job(config: Any, environ=os.environ) -> Job:
   callbacks = []
   if config.hypertune_metric:
     reporter = hypertune.MetricReporter(config.hypertune_metric,
-                                        is_chief=cluster.is_chief,
-                         skip_bad_images=config.skip_bad_images)
+                                        is_chief=cluster.is_chief)
     callbacks.append(
         lambda step, metrics: reporter.report(metrics[config.hypertune_metric],
                                               step))
