@@ -46,6 +46,17 @@ def wait_for_step(process: subprocess.Popen, step: int,
   raise AssertionError(f"exited before step {step}:\n{''.join(seen)[-3000:]}")
 
 
+def kill_at_steps_then_finish(flags, *, model_dir: str, steps) -> dict:
+  """SIGKILLs a run once it logs each of `steps`, re-runs it; its summary."""
+  for kill_at in steps:
+    process = start(trainer_command(*flags, f"--model_dir={model_dir}"))
+    wait_for_step(process, kill_at)
+    process.kill()
+    process.wait()
+  run_trainer(*flags, f"--model_dir={model_dir}")
+  return read_summary(model_dir)
+
+
 def finish(process: subprocess.Popen, timeout=300) -> tuple[int, str]:
   output, _ = process.communicate(timeout=timeout)
   return process.returncode, output
@@ -63,13 +74,8 @@ def test_sigkill_twice_then_resume_is_bitwise_identical(reference, model_dir):
   rng = random.Random()
   first = rng.choice(range(10, 35, 5))
   second = rng.choice(range(first + 5, STEPS - 5, 5))
-  for kill_at in (first, second):
-    process = start(trainer_command(*FLAGS, f"--model_dir={model_dir}"))
-    wait_for_step(process, kill_at)
-    process.kill()
-    process.wait()
-  run_trainer(*FLAGS, f"--model_dir={model_dir}")
-  summary = read_summary(model_dir)
+  summary = kill_at_steps_then_finish(FLAGS, model_dir=model_dir,
+                                      steps=(first, second))
   assert summary["final_step"] == STEPS
   assert summary["restores"] >= 1
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"], (

@@ -8,8 +8,8 @@ weights of a run never interrupted (`--deterministic`, a model with Dropout).
 import pytest
 
 from benchmarks import tfds_jpegs
-from tests.conftest import read_summary, run_trainer, trainer_command
-from tests.test_fault_tolerance import start, wait_for_step
+from tests.conftest import read_summary, run_trainer
+from tests.test_fault_tolerance import kill_at_steps_then_finish
 
 STEPS = 30
 # 100 examples, a global batch of 16: 6 steps per epoch, 4 records dropped
@@ -35,13 +35,9 @@ def test_sigkill_mid_epoch_then_resume_is_bitwise_identical(flags,
   run_trainer(*flags, f"--model_dir={reference_dir}")
   reference = read_summary(reference_dir)
 
-  model_dir = str(tmp_path / "run")
-  process = start(trainer_command(*flags, f"--model_dir={model_dir}"))
-  wait_for_step(process, 15)  # Past the checkpoint at 10 (epoch 1, step 4).
-  process.kill()
-  process.wait()
-  run_trainer(*flags, f"--model_dir={model_dir}")
-  summary = read_summary(model_dir)
+  # Killed past the checkpoint at 10 (epoch 1, step 4).
+  summary = kill_at_steps_then_finish(flags, model_dir=str(tmp_path / "run"),
+                                      steps=(15,))
   assert summary["final_step"] == STEPS
   assert summary["restores"] >= 1
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
