@@ -110,7 +110,10 @@ class TrainLoop:
     self._num_steps = {}
     self._controls = {(stop, save): tf.constant([float(stop), float(save)])
                       for stop in (False, True) for save in (False, True)}
-    local_replicas = len(strategy.extended.worker_devices)
+    try:
+      local_replicas = len(strategy.extended.worker_devices)
+    except RuntimeError:  # The default strategy: one replica in all.
+      local_replicas = strategy.num_replicas_in_sync
     self._num_workers = strategy.num_replicas_in_sync // local_replicas
     # Each local replica adds its share: the SUM is the worker's seconds.
     self._host_slot = tf.one_hot(_worker_index(strategy), self._num_workers,
