@@ -14,8 +14,9 @@ per-step losses and correct counts locally (sync-on-read variables), so the
 only per-step communication is the gradient all-reduce.
 
 Host cost per call is kept small (it is what `steps_per_loop=1` pays every
-step): the constant arguments of a call are made once, the traced function is
-called directly (no per-call matching of arguments to traces), one call
+step): the constant arguments of a call are made once (only the worker's
+host seconds, one float, are new each call), the traced function is called
+directly (no per-call matching of arguments to traces), one call
 returns one tensor (one device-to-host copy), and a loop of one step is not a
 `tf.range` loop (a while op costs host time per call). Counting correct
 predictions for the train accuracy can be switched off
