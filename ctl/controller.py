@@ -31,6 +31,7 @@ from ctl import preemption
 from ctl import profiler
 from ctl import progress as progress_lib
 from ctl import state as state_lib
+from ctl import stragglers as stragglers_lib
 from ctl import summaries
 from ctl import watchdog as watchdog_lib
 from ctl.errors import Preempted, TrainingDiverged
@@ -166,6 +167,8 @@ class _Run:
     self._train_metrics = {}
     self._window = _Window()
     self._throughput = []
+    self._stragglers = stragglers_lib.Detector()
+    self._straggler = None
 
   def _iterator(self):
     step, seed = self._step, int(self._data_seed.numpy())
@@ -250,6 +253,7 @@ class _Run:
       logging.info("Step %d reaches --train_steps=%d: nothing to train.",
                    start_step, options.train_steps)
     iterator = self._iterator()
+    returned = time.perf_counter()
     with preemption.StopRequest() as stop:
       while self._step < options.train_steps:
         num_steps = min(options.steps_per_loop,
@@ -259,9 +263,13 @@ class _Run:
                  progress_lib.FIRST_LOOP)
         with self._progress.phase(phase), self._profiler.loop(
             first_step=self._step + 1, last_step=self._step + num_steps):
+          # Host time since the previous loop returned: what the others
+          # wait for in this loop's all-reduce if this worker is the slowest.
           output = self._loop.train(
               iterator, num_steps, stop_requested=stop.requested,
-              save_requested=self._save_due())
+              save_requested=self._save_due(),
+              host_seconds=time.perf_counter() - returned)
+          returned = time.perf_counter()
           self._step += num_steps
         self._first_loop_done = True
         seconds = time.time() - started
@@ -296,6 +304,8 @@ class _Run:
     options = self._options
     step = self._step
     self._window.add(output, num_steps, seconds)
+    if options.is_chief:
+      self._check_stragglers(output.host_seconds, step)
     if step % options.log_every_steps == 0 or step == options.train_steps:
       self._log(step)
     if (options.eval_every_steps and step % options.eval_every_steps == 0 and
@@ -305,6 +315,22 @@ class _Run:
          step % options.checkpoint_every_steps == 0) or
         output.save_requested) and step < options.train_steps:
       self._save()
+
+  def _check_stragglers(self, host_seconds: np.ndarray, step: int) -> None:
+    """Logs when a worker starts or stops straggling (ctl.stragglers)."""
+    straggler = self._stragglers.add(host_seconds)
+    before = self._straggler
+    self._straggler = straggler
+    if straggler and (not before or before.worker != straggler.worker):
+      logging.warning(
+          "straggler: worker %d is the slowest at step %d: %.3f s of host "
+          "time per loop, %.1fx the median %.3f s (seconds by worker: %s); "
+          "the others wait for it in every all-reduce.", straggler.worker,
+          step, straggler.seconds, straggler.ratio, straggler.median_seconds,
+          " ".join(f"{s:.3f}" for s in host_seconds))
+    elif before and not straggler:
+      logging.info("straggler: worker %d no longer straggles at step %d.",
+                   before.worker, step)
 
   def _log(self, step: int) -> None:
     window = self._window
@@ -328,6 +354,9 @@ class _Run:
             self._optimizer.learning_rate)),
         "examples_per_second": examples_per_second,
         "steps_per_second": steps_per_second,
+        **({"straggler/ratio": self._straggler.ratio,
+            "straggler/worker": self._straggler.worker}
+           if self._straggler else {}),
     }, run=summaries.TRAIN)
     self._publish(self._outputs.tensorboard)
     self._window = _Window()

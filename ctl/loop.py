@@ -15,8 +15,9 @@ per-step losses and correct counts locally (sync-on-read variables), so the
 only per-step communication is the gradient all-reduce.
 
 Host cost per call is kept small (it is what `steps_per_loop=1` pays every
-step): the constant arguments of a call are made once, the traced function is
-called directly (no per-call matching of arguments to traces), one call
+step): the constant arguments of a call are made once (only the worker's
+host seconds, one float, are new each call), the traced function is called
+directly (no per-call matching of arguments to traces), one call
 returns one tensor (one device-to-host copy), and a loop of one step is not a
 `tf.range` loop (a while op costs host time per call). Counting correct
 predictions for the train accuracy can be switched off
@@ -46,11 +47,14 @@ class LoopOutput:
       the loop does not count it (`train_accuracy=False`).
     stop_requested: some worker asked to stop (preemption) at this step.
     save_requested: the chief asked for a time-based checkpoint at this step.
+    host_seconds: every worker's `host_seconds` of this call, by index in the
+      cluster (the chief first); see `TrainLoop.train`.
   """
   step_losses: np.ndarray
   accuracy: float | None
   stop_requested: bool
   save_requested: bool
+  host_seconds: np.ndarray
 
 
 class TrainLoop:
@@ -107,6 +111,14 @@ class TrainLoop:
     self._num_steps = {}
     self._controls = {(stop, save): tf.constant([float(stop), float(save)])
                       for stop in (False, True) for save in (False, True)}
+    try:
+      local_replicas = len(strategy.extended.worker_devices)
+    except RuntimeError:  # The default strategy: one replica in all.
+      local_replicas = strategy.num_replicas_in_sync
+    self._num_workers = strategy.num_replicas_in_sync // local_replicas
+    # Each local replica adds its share: the SUM is the worker's seconds.
+    self._host_slot = tf.one_hot(_worker_index(strategy), self._num_workers,
+                                 dtype=tf.float32) / local_replicas
 
   def _loss_and_gradients(self, images, labels):
     with tf.GradientTape() as tape:
@@ -136,28 +148,32 @@ class TrainLoop:
     if self._correct is not None:
       self._correct.assign_add(correct)
 
-  def _train_loop(self, iterator, num_steps, control):
+  def _train_loop(self, iterator, num_steps, control, host_seconds):
     strategy = self._strategy
     strategy.run(_zero, args=self._accumulators())
     # One step needs no loop: a while op costs host time on every call.
     for i in range(1) if self._steps_per_loop == 1 else tf.range(num_steps):
       strategy.run(self._replica_step, args=(next(iterator), i))
       self._global_step.assign_add(1)
-    # The loop's one extra all-reduce: [step losses..., correct, requests].
-    # Summing the requests tells every worker whether any worker was asked
-    # to stop, or the chief wants a time-based save, so all of them take the
-    # same decision at the same step.
+    # The loop's one extra all-reduce: [step losses..., correct, host seconds
+    # per worker..., requests]. Summing the requests tells every worker
+    # whether any worker was asked to stop, or the chief wants a time-based
+    # save, so all of them take the same decision at the same step; each
+    # worker's host seconds fill its own slot, so the sum holds everyone's.
     return strategy.reduce("SUM", strategy.run(
         lambda: tf.concat([self._step_losses.read_value(),
                            *([[self._correct.read_value()]] if self._correct
-                             is not None else []), control], 0)), axis=None)
+                             is not None else []),
+                           self._host_slot * host_seconds, control], 0)),
+                           axis=None)
 
   def _accumulators(self) -> tuple[tf.Variable, ...]:
     return (self._step_losses,) + (
         (self._correct,) if self._correct is not None else ())
 
   def train(self, iterator, num_steps: int, *, stop_requested: bool = False,
-            save_requested: bool = False) -> LoopOutput:
+            save_requested: bool = False,
+            host_seconds: float = 0.0) -> LoopOutput:
     """Runs `num_steps` training steps in one `tf.function` call.
 
     Args:
@@ -166,9 +182,12 @@ class TrainLoop:
         does not retrace.
       stop_requested: this worker was asked to stop (e.g. SIGTERM).
       save_requested: this worker wants a checkpoint now (chief's timer).
+      host_seconds: this worker's host time to share with the others (the
+        controller passes its previous loop's time outside this call).
 
     Returns:
-      A `LoopOutput` with the per-step losses and the agreed requests.
+      A `LoopOutput` with the per-step losses, the agreed requests and every
+      worker's `host_seconds`.
     """
     if not 0 < num_steps <= self._steps_per_loop:
       raise ValueError(f"num_steps must be in [1, {self._steps_per_loop}], "
@@ -176,7 +195,8 @@ class TrainLoop:
     if num_steps not in self._num_steps:
       self._num_steps[num_steps] = tf.constant(num_steps, tf.int32)
     args = (iterator, self._num_steps[num_steps],
-            self._controls[bool(stop_requested), bool(save_requested)])
+            self._controls[bool(stop_requested), bool(save_requested)],
+            tf.constant(float(host_seconds)))  # float32; faster sans dtype.
     if iterator is not self._traced_for:
       # Called directly from now on, the trace skips tf.function's matching
       # of every argument against its traces (about 0.1 ms a call).
@@ -184,12 +204,15 @@ class TrainLoop:
       self._traced_for = iterator
     totals = self._traced(*args).numpy()
     stop, save = totals[-2:]
+    workers = totals[-2 - self._num_workers:-2]
     return LoopOutput(
         step_losses=totals[:num_steps],
         accuracy=(None if self._correct is None else float(
             totals[self._steps_per_loop]) / (
                 num_steps * self._global_batch_size)),
-        stop_requested=bool(stop > 0), save_requested=bool(save > 0))
+        stop_requested=bool(stop > 0), save_requested=bool(save > 0),
+        host_seconds=workers)
+
 
 class EvalLoop:
   """The compiled evaluation loop: loss and accuracy over a finite dataset.
@@ -254,6 +277,16 @@ class EvalLoop:
     count = max(count, 1.0)
     return {"loss": float(loss_sum / count), "accuracy": float(correct / count),
             "examples": int(count)}
+
+
+def _worker_index(strategy: tf.distribute.Strategy) -> int:
+  """This worker's index in the cluster: the chief 0, then the workers."""
+  resolver = getattr(strategy, "cluster_resolver", None)
+  if resolver is None or not resolver.task_type:
+    return 0
+  if resolver.task_type == "chief":
+    return 0
+  return resolver.task_id + int("chief" in resolver.cluster_spec().jobs)
 
 
 def _replica_accumulator(shape) -> tf.Variable:

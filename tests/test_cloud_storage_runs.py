@@ -224,6 +224,38 @@ def test_checkpoint_cut_mid_upload_is_never_restored(reference, gcs_emulator,
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
 
 
+def test_upload_that_never_completes_is_a_stall(reference, gcs_emulator,
+                                                tmp_path):
+  """The server freezes (SIGSTOP) as ckpt-20's data arrives, mid-save."""
+  cut = 20  # Not the first upload: the first run of a phase has a longer
+  # limit (--startup_timeout_secs).
+  gcs_emulator.restart(freeze_on_upload=_data_file(cut))
+  flags = (*FLAGS, "--storage=gcsfs", f"--model_dir=gs://{BUCKET}/run",
+           "--stall_timeout_secs=10")
+  process = start(trainer_command(*flags), env=_env(tmp_path, "first"))
+  try:
+    gcs_emulator.wait_until_frozen(timeout_s=240)
+    code, output = finish(process)
+  finally:
+    process.kill()
+    gcs_emulator.resume()
+  assert code == 75, output[-3000:]
+  stall = re.search(r"stall: worker 0 made no progress for \d+ s in "
+                    r"(checkpoint_upload|checkpoint_save) at step (\d+)",
+                    output)
+  assert stall and int(stall.group(2)) == cut, output[-3000:]
+  bucket = _Bucket.emulated(gcs_emulator)
+  committed = bucket.latest_checkpoint_step("run/checkpoints")
+  assert 0 < committed < cut
+
+  # The same command again, the server back: it goes on from `committed`.
+  result = run_trainer(*flags, env=_env(tmp_path, "second"))
+  assert _restored_step(result.stderr) == committed
+  summary = read_summary(bucket.download("run", str(tmp_path / "downloaded")))
+  assert summary["final_step"] == STEPS
+  assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
+
+
 def test_vertex_directories_alone_place_every_output(gcs_emulator, tmp_path):
   aip = vertex_output_env(f"gs://{BUCKET}/aip")
   # No mount at --fuse_root, so `auto` takes gcsfs wherever this runs.

@@ -158,7 +158,8 @@ def test_nan_fault_fires_at_its_global_step_only():
 def _op_types(loop, iterator) -> set[str]:
   """Every op type of the traced train loop, its functions included."""
   graph = loop._train.get_concrete_function(  # pylint: disable=protected-access
-      iterator, tf.constant(1), tf.constant([0.0, 0.0])).graph.as_graph_def()
+      iterator, tf.constant(1), tf.constant([0.0, 0.0]),
+      tf.constant(0.0)).graph.as_graph_def()
   types = {node.op for node in graph.node}
   for function in graph.library.function:
     types.update(node.op for node in function.node_def)
@@ -183,6 +184,13 @@ def test_stop_and_save_requests_come_back_agreed(stop, save):
   output = loop.train(_iterator(*_data(BATCH)), 1, stop_requested=stop,
                       save_requested=save)
   assert (output.stop_requested, output.save_requested) == (stop, save)
+
+
+def test_host_seconds_come_back_in_this_workers_slot():
+  loop, _ = _loop(_model())
+  output = loop.train(_iterator(*_data(BATCH)), 1, host_seconds=0.25)
+  np.testing.assert_allclose(output.host_seconds, [0.25])
+  assert not output.stop_requested and not output.save_requested
 
 
 def test_evaluate_counts_every_example_of_partial_and_empty_batches():

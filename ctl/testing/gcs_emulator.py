@@ -9,7 +9,9 @@ again on the same port, and find the objects it had.
 To stop it at an exact moment, `start(exit_on_upload=NAME)` makes the server
 process exit, without answering or storing anything, when an upload of an
 object whose name ends with NAME arrives: the client's connection drops right
-before that object would land.
+before that object would land. `start(freeze_on_upload=NAME)` instead makes
+it freeze itself with SIGSTOP there (the first time only): the client waits
+for an answer that does not come until `resume()` sends SIGCONT.
 
 `serve(data_dir=..., bucket=...)` starts the server, creates the bucket, points
 `STORAGE_EMULATOR_HOST` at it for this process and its children, and stops it
@@ -28,6 +30,7 @@ import functools
 import http.server
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -65,12 +68,16 @@ class GcsEmulator:
     (self.port,) = cluster.free_ports(1)
     self.endpoint = f"http://{_HOST}:{self.port}"
 
-  def start(self, *, exit_on_upload: str | None = None) -> None:
+  def start(self, *, exit_on_upload: str | None = None,
+            freeze_on_upload: str | None = None) -> None:
     """Starts the server process and waits until it answers.
 
     Args:
       exit_on_upload: If given, the process exits when an upload of an object
         whose name ends with this arrives, before storing it.
+      freeze_on_upload: If given, the process stops itself (SIGSTOP) the
+        first time an upload of an object whose name ends with this arrives,
+        before storing it.
 
     Raises:
       RuntimeError: If the server does not answer within 30 s.
@@ -79,6 +86,8 @@ class GcsEmulator:
                "--port", str(self.port), "--data_dir", self._data_dir]
     if exit_on_upload:
       command += ["--exit_on_upload", exit_on_upload]
+    if freeze_on_upload:
+      command += ["--freeze_on_upload", freeze_on_upload]
     self._process = subprocess.Popen(command)
     deadline = time.monotonic() + _START_TIMEOUT_S
     while not self._answers():
@@ -100,10 +109,27 @@ class GcsEmulator:
     self._process.wait(timeout=timeout_s)
     self._process = None
 
-  def restart(self, *, exit_on_upload: str | None = None) -> None:
+  def wait_until_frozen(self, *, timeout_s: float = 60.0) -> None:
+    """Waits for a server started with `freeze_on_upload` to freeze."""
+    deadline = time.monotonic() + timeout_s
+    with open(f"/proc/{self._process.pid}/stat", encoding="ascii") as stat:
+      while stat.read().rsplit(")", 1)[1].split()[0] != "T":
+        if time.monotonic() > deadline:
+          raise TimeoutError(f"gcp-storage-emulator not frozen after "
+                             f"{timeout_s} s.")
+        time.sleep(0.1)
+        stat.seek(0)
+
+  def resume(self) -> None:
+    """Lets a frozen server go on (SIGCONT)."""
+    self._process.send_signal(signal.SIGCONT)
+
+  def restart(self, *, exit_on_upload: str | None = None,
+              freeze_on_upload: str | None = None) -> None:
     """Stops the server and starts it again on the same port and data."""
     self.stop()
-    self.start(exit_on_upload=exit_on_upload)
+    self.start(exit_on_upload=exit_on_upload,
+               freeze_on_upload=freeze_on_upload)
 
   def create_bucket(self, name: str) -> None:
     """Creates a bucket through the JSON API, as `gsutil mb` would."""
@@ -158,18 +184,25 @@ def serve(*, data_dir: str, bucket: str) -> Iterator[GcsEmulator]:
       os.environ["STORAGE_EMULATOR_HOST"] = saved
 
 
-def _serve(*, port: int, data_dir: str, exit_on_upload: str | None) -> None:
+def _serve(*, port: int, data_dir: str, exit_on_upload: str | None,
+           freeze_on_upload: str | None) -> None:
   """Serves the emulator's JSON API until killed."""
   # pylint: disable=g-import-not-at-top
   from gcp_storage_emulator import server
   from gcp_storage_emulator import storage
 
+  frozen = []
+
   class Storage(storage.Storage):
-    """The emulator's object store, which can die when an upload lands."""
+    """The emulator's object store, which can die or freeze on an upload."""
 
     def create_file(self, bucket_name, file_name, *args, **kwargs):
       if exit_on_upload and file_name.endswith(exit_on_upload):
         os._exit(1)  # pylint: disable=protected-access
+      if (freeze_on_upload and file_name.endswith(freeze_on_upload) and
+          not frozen):
+        frozen.append(file_name)
+        os.kill(os.getpid(), signal.SIGSTOP)
       return super().create_file(bucket_name, file_name, *args, **kwargs)
 
   def exit_with_parent(parent_pid):
@@ -191,6 +224,8 @@ if __name__ == "__main__":
   parser.add_argument("--port", type=int, required=True)
   parser.add_argument("--data_dir", required=True)
   parser.add_argument("--exit_on_upload")
+  parser.add_argument("--freeze_on_upload")
   args = parser.parse_args()
   _serve(port=args.port, data_dir=args.data_dir,
-         exit_on_upload=args.exit_on_upload)
+         exit_on_upload=args.exit_on_upload,
+         freeze_on_upload=args.freeze_on_upload)

@@ -1,0 +1,68 @@
+"""Stragglers: the chief names the worker the others keep waiting for."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from ctl import stragglers
+from tests.conftest import REPO, read_scalars, trainer_command, trainer_env
+
+
+def test_rule_needs_the_same_worker_slow_in_every_one_of_the_last_loops():
+  detector = stragglers.Detector(loops=3, ratio=1.5, min_excess_secs=0.01)
+  slow_one = [0.01, 0.2, 0.012]
+  assert detector.add(slow_one) is None
+  assert detector.add(slow_one) is None
+  found = detector.add(slow_one)
+  assert found and found.worker == 1
+  assert found.ratio == 0.2 / 0.012 and found.median_seconds == 0.012
+  assert detector.add(slow_one).worker == 1  # Still straggling.
+  # A loop where no one stands out ends it; the count starts again.
+  assert detector.add([0.01, 0.011, 0.012]) is None
+  assert detector.add(slow_one) is None
+  # Another worker slowest: its own streak, from one.
+  assert detector.add([0.3, 0.01, 0.01]) is None
+  assert detector.add([0.3, 0.01, 0.01]) is None
+  assert detector.add([0.3, 0.01, 0.01]).worker == 0
+
+
+def test_rule_ignores_small_differences_and_lone_workers():
+  detector = stragglers.Detector(loops=1, ratio=1.5, min_excess_secs=0.01)
+  assert detector.add([0.001, 0.005]) is None  # 1.7x, but only 2 ms above.
+  assert detector.add([0.1, 0.14]) is None  # 20 ms above, but 1.17x.
+  assert detector.add([0.0, 0.0]) is None
+  assert detector.add([5.0]) is None
+  assert detector.add([0.0, 0.05]).worker == 1  # Median 0.025: 2x.
+
+
+def test_two_workers_name_the_slow_one(tmp_path):
+  """Worker 1 starts every loop 0.3 s late (ctl.faults `slow`)."""
+  model_dir = tmp_path / "run"
+  command = [sys.executable, "-m", "ctl.launch", "--num_workers=2",
+             "--max_restarts=0", "--",
+             *trainer_command(
+                 "--dataset=digits", "--model=small_cnn", "--image_size=16",
+                 "--train_steps=10", "--steps_per_loop=1",
+                 "--log_every_steps=1", "--checkpoint_every_steps=0",
+                 "--eval_every_steps=0", "--per_replica_batch_size=8",
+                 f"--model_dir={model_dir}")]
+  result = subprocess.run(
+      command, cwd=REPO, env=trainer_env(CTL_FAULTS="slow@*:secs=0.3:worker=1"),
+      capture_output=True, text=True, timeout=300, check=False)
+  output = result.stdout + result.stderr
+  assert result.returncode == 0, output[-4000:]
+  chief_lines = [line for line in output.splitlines()
+                 if "straggler: worker 1 is the slowest" in line]
+  assert chief_lines, output[-4000:]
+  assert "[worker 0]" in chief_lines[0]
+  scalars = read_scalars(os.path.join(model_dir, "tensorboard", "train"))
+  ratios = [value for _, value in scalars["straggler/ratio"]]
+  assert ratios and all(1.5 <= r <= 2 for r in ratios), ratios
+  assert {value for _, value in scalars["straggler/worker"]} == {1.0}
+  # Written from the first loop the rule holds (5 loops: the 6th step's
+  # all-reduce carries the 5th loop's host time) to the last.
+  steps = [step for step, _ in scalars["straggler/ratio"]]
+  assert steps == list(range(steps[0], 11)) and steps[0] <= 7, steps
+  np.testing.assert_equal(len(scalars["loss"]), 10)
