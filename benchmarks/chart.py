@@ -5,8 +5,9 @@ Each section with rows carrying its `chart_key` gets a horizontal bar chart
 ratio against its threshold, green for PASS and red for MISS.
 """
 
+from collections.abc import Mapping
 import textwrap
-from typing import Any, Mapping
+from typing import Any
 
 import matplotlib
 
@@ -18,17 +19,23 @@ from benchmarks import report as report_lib
 
 def write(report: Mapping[str, Any], path: str) -> str:
   """Writes the chart to `path` (PNG) and returns the path."""
-  panels = [(name, body) for name, body in report["sections"].items()
-            if _bars(body)]
-  targets = [t for t in report_lib.all_targets(report)
-             if t["measured"] is not None]
+  panels = [
+    (name, body) for name, body in report["sections"].items() if _bars(body)
+  ]
+  targets = [
+    t for t in report_lib.all_targets(report) if t["measured"] is not None
+  ]
   count = len(panels) + (1 if targets else 0)
   heights = [0.45 * max(len(_bars(body)), 2) + 1 for _, body in panels]
   if targets:
     heights.append(0.45 * max(len(targets), 2) + 1)
-  figure, axes = plt.subplots(max(count, 1), 1, squeeze=False,
-                              figsize=(9, max(sum(heights), 2.5)),
-                              gridspec_kw={"height_ratios": heights or [1]})
+  figure, axes = plt.subplots(
+    max(count, 1),
+    1,
+    squeeze=False,
+    figsize=(9, max(sum(heights), 2.5)),
+    gridspec_kw={"height_ratios": heights or [1]},
+  )
   axes = axes[:, 0]
   for axis, (name, body) in zip(axes, panels):
     _draw_section(axis, name, body)
@@ -46,8 +53,11 @@ def write(report: Mapping[str, Any], path: str) -> str:
 
 def _bars(body) -> list[dict]:
   key = body.get("chart_key", "images_per_second")
-  return [row for row in body.get("rows", ())
-          if isinstance(row.get(key), (int, float))]
+  return [
+    row
+    for row in body.get("rows", ())
+    if isinstance(row.get(key), (int, float))
+  ]
 
 
 def _draw_section(axis, name, body) -> None:
@@ -57,16 +67,24 @@ def _draw_section(axis, name, body) -> None:
   low = [row[key] - row.get(f"{key}_min", row[key]) for row in rows]
   high = [row.get(f"{key}_max", row[key]) - row[key] for row in rows]
   positions = range(len(rows))
-  axis.barh(positions, values, xerr=[low, high], color="tab:blue",
-            ecolor="black", capsize=3)
+  axis.barh(
+    positions,
+    values,
+    xerr=[low, high],
+    color="tab:blue",
+    ecolor="black",
+    capsize=3,
+  )
   axis.set_yticks(list(positions), [row["name"] for row in rows])
   axis.invert_yaxis()
   axis.set_xlabel(key.replace("_", " "))
-  axis.set_title(textwrap.fill(f"{body.get('title', name)} ({name})", 70),
-                 fontsize=9)
+  axis.set_title(
+    textwrap.fill(f"{body.get('title', name)} ({name})", 70), fontsize=9
+  )
   for position, value, whisker in zip(positions, values, high):
-    axis.text(value + whisker, position, f" {_short(value)}", va="center",
-              fontsize=8)
+    axis.text(
+      value + whisker, position, f" {_short(value)}", va="center", fontsize=8
+    )
   axis.set_xlim(0, max(v + w for v, w in zip(values, high)) * 1.15 or 1)
 
 
@@ -74,18 +92,25 @@ def _draw_targets(axis, targets) -> None:
   values = [t["measured"] for t in targets]
   low = [t["measured"] - t["min"] for t in targets]
   high = [t["max"] - t["measured"] for t in targets]
-  colors = ["tab:green" if t["status"] == "PASS" else "tab:red"
-            for t in targets]
+  colors = [
+    "tab:green" if t["status"] == "PASS" else "tab:red" for t in targets
+  ]
   positions = list(range(len(targets)))
-  axis.barh(positions, values, xerr=[low, high], color=colors,
-            ecolor="black", capsize=3)
+  axis.barh(
+    positions, values, xerr=[low, high], color=colors, ecolor="black", capsize=3
+  )
   for position, target in zip(positions, targets):
-    axis.plot([target["threshold"]] * 2, [position - 0.4, position + 0.4],
-              color="black", linewidth=2)
+    axis.plot(
+      [target["threshold"]] * 2,
+      [position - 0.4, position + 0.4],
+      color="black",
+      linewidth=2,
+    )
   axis.set_yticks(positions, [f"{t['section']}: {t['name']}" for t in targets])
   axis.invert_yaxis()
-  axis.set_xlabel("measured ratio (bar: median, whiskers: min-max; "
-                  "black tick: threshold)")
+  axis.set_xlabel(
+    "measured ratio (bar: median, whiskers: min-max; black tick: threshold)"
+  )
   axis.set_title("Targets", fontsize=10)
 
 

@@ -16,41 +16,63 @@ from absl import flags
 from benchmarks import checkpointing_lib
 from benchmarks import cli
 
-flags.DEFINE_enum("io_model", "resnet50", ["resnet50", "small_cnn"],
-                  "The trainer's model whose checkpoint save/restore is "
-                  "timed.")
+flags.DEFINE_enum(
+  "io_model",
+  "resnet50",
+  ["resnet50", "small_cnn"],
+  "The trainer's model whose checkpoint save/restore is timed.",
+)
 flags.DEFINE_integer("io_image_size", 224, "Input side of --io_model.")
-flags.DEFINE_enum("cost_model", "small_cnn", ["resnet50", "small_cnn"],
-                  "Trainer --model for the training-cost runs.")
+flags.DEFINE_enum(
+  "cost_model",
+  "small_cnn",
+  ["resnet50", "small_cnn"],
+  "Trainer --model for the training-cost runs.",
+)
 flags.DEFINE_integer("cost_image_size", 16, "Trainer --image_size.")
-flags.DEFINE_integer("cost_batch_size", 32, "Trainer "
-                     "--per_replica_batch_size.")
+flags.DEFINE_integer("cost_batch_size", 32, "Trainer --per_replica_batch_size.")
 flags.DEFINE_integer("cost_train_steps", 240, "Steps each round trains.")
-flags.DEFINE_integer("cost_checkpoint_every", 20, "Trainer "
-                     "--checkpoint_every_steps and --log_every_steps.")
+flags.DEFINE_integer(
+  "cost_checkpoint_every",
+  20,
+  "Trainer --checkpoint_every_steps and --log_every_steps.",
+)
 flags.DEFINE_integer("cost_steps_per_loop", 10, "Trainer --steps_per_loop.")
-flags.DEFINE_list("cost_variants", list(checkpointing_lib.DEFAULT_VARIANTS),
-                  "Training variants to run, the first being the baseline of "
-                  "the cost column; from " + ", ".join(
-                      v.key for v in checkpointing_lib.VARIANTS) + ".")
-flags.DEFINE_integer("trainer_timeout_secs", 180, "Limit for one trainer "
-                     "run.")
+flags.DEFINE_list(
+  "cost_variants",
+  list(checkpointing_lib.DEFAULT_VARIANTS),
+  "Training variants to run, the first being the baseline of "
+  "the cost column; from "
+  + ", ".join(v.key for v in checkpointing_lib.VARIANTS)
+  + ".",
+)
+flags.DEFINE_integer("trainer_timeout_secs", 180, "Limit for one trainer run.")
 
 FLAGS = flags.FLAGS
 
 
 def main(argv):
   del argv  # Unused.
-  cli.emit(checkpointing_lib.run(checkpointing_lib.Config(
-      io_model=FLAGS.io_model, io_image_size=FLAGS.io_image_size,
-      model=FLAGS.cost_model, image_size=FLAGS.cost_image_size,
-      batch_size=FLAGS.cost_batch_size, train_steps=FLAGS.cost_train_steps,
-      checkpoint_every=FLAGS.cost_checkpoint_every,
-      steps_per_loop=FLAGS.cost_steps_per_loop,
-      variants=tuple(FLAGS.cost_variants), repeats=FLAGS.repeats,
-      trainer_timeout_secs=FLAGS.trainer_timeout_secs, device=FLAGS.device,
-      section=cli.section_name("checkpointing")),
-      progress=cli.emit if FLAGS.output else None))
+  cli.emit(
+    checkpointing_lib.run(
+      checkpointing_lib.Config(
+        io_model=FLAGS.io_model,
+        io_image_size=FLAGS.io_image_size,
+        model=FLAGS.cost_model,
+        image_size=FLAGS.cost_image_size,
+        batch_size=FLAGS.cost_batch_size,
+        train_steps=FLAGS.cost_train_steps,
+        checkpoint_every=FLAGS.cost_checkpoint_every,
+        steps_per_loop=FLAGS.cost_steps_per_loop,
+        variants=tuple(FLAGS.cost_variants),
+        repeats=FLAGS.repeats,
+        trainer_timeout_secs=FLAGS.trainer_timeout_secs,
+        device=FLAGS.device,
+        section=cli.section_name("checkpointing"),
+      ),
+      progress=cli.emit if FLAGS.output else None,
+    )
+  )
 
 
 if __name__ == "__main__":

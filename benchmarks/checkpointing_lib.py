@@ -31,6 +31,7 @@ The emulator is `ctl.testing.gcs_emulator`, the one the tests use. The app
 is `benchmarks/checkpointing.py`.
 """
 
+from collections.abc import Callable, Sequence
 import dataclasses
 import datetime
 import os
@@ -41,7 +42,6 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Callable, Sequence
 
 from absl import logging
 import keras
@@ -69,6 +69,7 @@ class Variant:
     route: "local" (a local model_dir) or "gcsfs" (gs:// through gcsfs).
     flags: trainer flags on top of the common ones.
   """
+
   key: str
   label: str
   route: str
@@ -76,25 +77,33 @@ class Variant:
 
 
 VARIANTS = (
-    Variant("none", "no checkpoints", "local", ("--checkpoint_every_steps=0",)),
-    Variant("local", "sync, local disk", "local"),
-    Variant("local_async", "async, local disk", "local",
-            ("--async_checkpoint",)),
-    Variant("gcsfs", "sync, gs:// (gcsfs)", "gcsfs"),
-    Variant("gcsfs_async", "async, gs:// (gcsfs)", "gcsfs",
-            ("--async_checkpoint",)),
+  Variant("none", "no checkpoints", "local", ("--checkpoint_every_steps=0",)),
+  Variant("local", "sync, local disk", "local"),
+  Variant("local_async", "async, local disk", "local", ("--async_checkpoint",)),
+  Variant("gcsfs", "sync, gs:// (gcsfs)", "gcsfs"),
+  Variant(
+    "gcsfs_async", "async, gs:// (gcsfs)", "gcsfs", ("--async_checkpoint",)
+  ),
 )
 _BY_KEY = {variant.key: variant for variant in VARIANTS}
 # What `make bench` runs (gcsfs_async adds about a minute).
 DEFAULT_VARIANTS = ("none", "local", "local_async", "gcsfs")
 # (numerator, denominator) throughput ratios, reported when both ran.
-RATIOS = (("local", "none"), ("local_async", "none"), ("gcsfs", "none"),
-          ("gcsfs_async", "none"), ("local_async", "local"),
-          ("gcsfs", "local"), ("gcsfs_async", "gcsfs"))
+RATIOS = (
+  ("local", "none"),
+  ("local_async", "none"),
+  ("gcsfs", "none"),
+  ("gcsfs_async", "none"),
+  ("local_async", "local"),
+  ("gcsfs", "local"),
+  ("gcsfs_async", "gcsfs"),
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class Config:
   """One checkpointing benchmark run; fields mirror the flags of the app."""
+
   io_model: str = "resnet50"
   io_image_size: int = 224
   io_num_classes: int = 5  # Cassava's.
@@ -113,20 +122,24 @@ class Config:
   def validate(self) -> None:
     unknown = set(self.variants) - _BY_KEY.keys()
     if unknown or not self.variants:
-      raise ValueError(f"Unknown or no variants {sorted(unknown)}; choose "
-                       f"from {sorted(_BY_KEY)}.")
+      raise ValueError(
+        f"Unknown or no variants {sorted(unknown)}; choose "
+        f"from {sorted(_BY_KEY)}."
+      )
     if self.repeats < 1:
       raise ValueError("repeats must be >= 1.")
-    if (self.checkpoint_every % self.steps_per_loop or
-        self.train_steps % self.checkpoint_every or
-        self.train_steps < 2 * self.checkpoint_every):
+    if (
+      self.checkpoint_every % self.steps_per_loop
+      or self.train_steps % self.checkpoint_every
+      or self.train_steps < 2 * self.checkpoint_every
+    ):
       raise ValueError(
-          "cost_checkpoint_every must be a multiple of cost_steps_per_loop, "
-          "and cost_train_steps a multiple of it, at least twice.")
+        "cost_checkpoint_every must be a multiple of cost_steps_per_loop, "
+        "and cost_train_steps a multiple of it, at least twice."
+      )
 
 
-def run(config: Config,
-        progress: Callable[[dict], None] | None = None) -> dict:
+def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
   """Runs both measurements.
 
   Args:
@@ -145,26 +158,45 @@ def run(config: Config,
   config.validate()
   training = f"{config.section}_training"
   report = progress or (lambda sections: None)
-  with tempfile.TemporaryDirectory(prefix="ctl_bench_ckpt_") as workdir, \
-      gcs_emulator.serve(data_dir=os.path.join(workdir, "emulator"),
-                         bucket=BUCKET) as emulator:
-    io = io_section(config, *measure_checkpoint_io(
-        config, os.path.join(workdir, "io")))
-    report({config.section: io, training: report_lib.placeholder(
-        title=training, status="partial",
-        note="No training round had finished.")})
+  with (
+    tempfile.TemporaryDirectory(prefix="ctl_bench_ckpt_") as workdir,
+    gcs_emulator.serve(
+      data_dir=os.path.join(workdir, "emulator"), bucket=BUCKET
+    ) as emulator,
+  ):
+    io = io_section(
+      config, *measure_checkpoint_io(config, os.path.join(workdir, "io"))
+    )
+    report(
+      {
+        config.section: io,
+        training: report_lib.placeholder(
+          title=training,
+          status="partial",
+          note="No training round had finished.",
+        ),
+      }
+    )
     runs = measure_training(
-        config, os.path.join(workdir, "train"), endpoint=emulator.endpoint,
-        after_round=lambda runs: report({config.section: io, training: (
-            training_section(config, runs, status="partial"))}))
+      config,
+      os.path.join(workdir, "train"),
+      endpoint=emulator.endpoint,
+      after_round=lambda runs: report(
+        {
+          config.section: io,
+          training: (training_section(config, runs, status="partial")),
+        }
+      ),
+    )
   return {config.section: io, training: training_section(config, runs)}
 
 
 # --- Checkpoint I/O ----------------------------------------------------------
 
 
-def measure_checkpoint_io(config: Config,
-                          workdir: str) -> tuple[dict, float, str]:
+def measure_checkpoint_io(
+  config: Config, workdir: str
+) -> tuple[dict, float, str]:
   """Times saves and restores of the model's checkpoint, local vs gcsfs.
 
   Runs inside `gcs_emulator.serve()`, whose bucket BUCKET the gs:// saves
@@ -176,8 +208,10 @@ def measure_checkpoint_io(config: Config,
   device = device_lib.resolve(config.device)
   with tf.device(device.name):
     model = model_lib.build_model(
-        name=config.io_model, num_classes=config.io_num_classes,
-        image_shape=(config.io_image_size, config.io_image_size, 3))
+      name=config.io_model,
+      num_classes=config.io_num_classes,
+      image_shape=(config.io_image_size, config.io_image_size, 3),
+    )
     optimizer = keras.optimizers.Adam(1e-4)
     optimizer.build(model.trainable_variables)
   checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
@@ -188,95 +222,126 @@ def measure_checkpoint_io(config: Config,
     shutil.rmtree(round_dir)
     for key, seconds in measured.items():
       times.setdefault(key, []).append(seconds)
-    logging.info("checkpoint I/O round %d of %d: %s", round_index + 1,
-                 config.repeats, {k: round(v, 3) for k, v in measured.items()})
+    logging.info(
+      "checkpoint I/O round %d of %d: %s",
+      round_index + 1,
+      config.repeats,
+      {k: round(v, 3) for k, v in measured.items()},
+    )
   return times, megabytes, device.description
 
 
-def _io_round(checkpoint: tf.train.Checkpoint, round_dir: str, *,
-              step: int) -> tuple[dict[str, float], float]:
+def _io_round(
+  checkpoint: tf.train.Checkpoint, round_dir: str, *, step: int
+) -> tuple[dict[str, float], float]:
   """One round of saves and restores; returns (seconds, size in MB)."""
   seconds = {}
   local_dir = os.path.join(round_dir, "local")
-  saver = checkpointing.Checkpointer(checkpoint=checkpoint,
-                                     directory=local_dir, is_chief=True, keep=1)
+  saver = checkpointing.Checkpointer(
+    checkpoint=checkpoint, directory=local_dir, is_chief=True, keep=1
+  )
   seconds["save_local"] = _timed(saver.save, step)
 
   url = f"gs://{BUCKET}/io/ckpt{step}"
   location = storage.open_location(
-      url, storage="gcsfs", staging_dir=os.path.join(round_dir, "staging"))
+    url, storage="gcsfs", staging_dir=os.path.join(round_dir, "staging")
+  )
 
   def publish():  # What the controller passes as on_saved, timed.
     seconds["upload"] = _timed(location.publish, commit_file="checkpoint")
 
   saver = checkpointing.Checkpointer(
-      checkpoint=checkpoint, directory=location.local_path, is_chief=True,
-      keep=1, on_saved=publish)
+    checkpoint=checkpoint,
+    directory=location.local_path,
+    is_chief=True,
+    keep=1,
+    on_saved=publish,
+  )
   seconds["save_gcsfs"] = _timed(saver.save, step)
   location.close()
 
-  seconds["restore_local"] = _timed(checkpointing.Checkpointer(
-      checkpoint=checkpoint, directory=local_dir, is_chief=True,
-      keep=1).restore_latest)
+  seconds["restore_local"] = _timed(
+    checkpointing.Checkpointer(
+      checkpoint=checkpoint, directory=local_dir, is_chief=True, keep=1
+    ).restore_latest
+  )
   # A fresh, private staging directory: everything comes from the bucket.
   reader = storage.open_location(url, storage="gcsfs", read_only=True)
   seconds["download"] = _timed(reader.fetch)
   seconds["restore_gcsfs"] = seconds["download"] + _timed(
-      checkpointing.Checkpointer(checkpoint=checkpoint,
-                                 directory=reader.local_path, is_chief=True,
-                                 keep=1).restore_latest)
+    checkpointing.Checkpointer(
+      checkpoint=checkpoint, directory=reader.local_path, is_chief=True, keep=1
+    ).restore_latest
+  )
   reader.close()
   return seconds, _megabytes(local_dir)
 
 
-def io_section(config: Config, times: dict, megabytes: float,
-               device: str) -> dict:
+def io_section(
+  config: Config, times: dict, megabytes: float, device: str
+) -> dict:
   """The checkpoint I/O section from `measure_checkpoint_io`'s numbers."""
   rows = []
   for name, key, transfer in (
-      ("save, local disk", "save_local", None),
-      ("save, gs:// (gcsfs)", "save_gcsfs", "upload"),
-      ("restore, local disk", "restore_local", None),
-      ("restore, gs:// (gcsfs)", "restore_gcsfs", "download")):
-    row = {"name": name, **_spread_fields("seconds", times[key]),
-           "seconds_per_round": times[key],
-           "megabytes_per_second": megabytes / statistics.median(times[key])}
+    ("save, local disk", "save_local", None),
+    ("save, gs:// (gcsfs)", "save_gcsfs", "upload"),
+    ("restore, local disk", "restore_local", None),
+    ("restore, gs:// (gcsfs)", "restore_gcsfs", "download"),
+  ):
+    row = {
+      "name": name,
+      **_spread_fields("seconds", times[key]),
+      "seconds_per_round": times[key],
+      "megabytes_per_second": megabytes / statistics.median(times[key]),
+    }
     if transfer:
       row.update(_spread_fields("transfer_seconds", times[transfer]))
       row["transfer_seconds_per_round"] = times[transfer]
     rows.append(row)
   ratios = [
-      stats.ratio(name=f"{op} gs:// / {op} local (seconds)",
-                  numerator=f"{op}, gs:// (gcsfs)",
-                  numerator_values=times[f"{op}_gcsfs"],
-                  denominator=f"{op}, local disk",
-                  denominator_values=times[f"{op}_local"])
-      for op in ("save", "restore")]
+    stats.ratio(
+      name=f"{op} gs:// / {op} local (seconds)",
+      numerator=f"{op}, gs:// (gcsfs)",
+      numerator_values=times[f"{op}_gcsfs"],
+      denominator=f"{op}, local disk",
+      denominator_values=times[f"{op}_local"],
+    )
+    for op in ("save", "restore")
+  ]
   size = config.io_image_size
   notes = [
-      f"{config.io_model} {size}x{size} with {config.io_num_classes} classes "
-      f"and its Adam state, as the trainer checkpoints it: {megabytes:.1f} MB "
-      "per checkpoint (data and index files).",
-      "save = Checkpointer.save until the checkpoint is committed (gs://: "
-      "written to the staging directory, then uploaded data first and the "
-      "state file last; transfer_seconds is the upload). restore = "
-      "restore_latest (gs://: from a fresh staging directory after fetch(); "
-      "transfer_seconds is the download).",
-      "Cloud Storage is gcp-storage-emulator on loopback, a single-threaded "
-      "Python server writing to local disk: its throughput, not a network "
-      "link, bounds the gs:// numbers; a real bucket from a VM in its region "
-      "differs. Local restores read the checkpoint just written, from the "
-      "page cache: the best case.",
+    f"{config.io_model} {size}x{size} with {config.io_num_classes} classes "
+    f"and its Adam state, as the trainer checkpoints it: {megabytes:.1f} MB "
+    "per checkpoint (data and index files).",
+    "save = Checkpointer.save until the checkpoint is committed (gs://: "
+    "written to the staging directory, then uploaded data first and the "
+    "state file last; transfer_seconds is the upload). restore = "
+    "restore_latest (gs://: from a fresh staging directory after fetch(); "
+    "transfer_seconds is the download).",
+    "Cloud Storage is gcp-storage-emulator on loopback, a single-threaded "
+    "Python server writing to local disk: its throughput, not a network "
+    "link, bounds the gs:// numbers; a real bucket from a VM in its region "
+    "differs. Local restores read the checkpoint just written, from the "
+    "page cache: the best case.",
   ]
   return report_lib.section(
-      title=(f"Checkpoint save and restore: {config.io_model} {size}x{size} "
-             f"({megabytes:.3g} MB), local disk vs gs:// through gcsfs"),
-      rows=rows, ratios=ratios, notes=notes, chart_key="seconds",
-      columns=["name", "seconds", "transfer_seconds",
-               "megabytes_per_second"],
-      config={"model": config.io_model, "image_size": size,
-              "checkpoint_megabytes": megabytes, "repeats": config.repeats,
-              "device": device})
+    title=(
+      f"Checkpoint save and restore: {config.io_model} {size}x{size} "
+      f"({megabytes:.3g} MB), local disk vs gs:// through gcsfs"
+    ),
+    rows=rows,
+    ratios=ratios,
+    notes=notes,
+    chart_key="seconds",
+    columns=["name", "seconds", "transfer_seconds", "megabytes_per_second"],
+    config={
+      "model": config.io_model,
+      "image_size": size,
+      "checkpoint_megabytes": megabytes,
+      "repeats": config.repeats,
+      "device": device,
+    },
+  )
 
 
 # --- Training with checkpoints ----------------------------------------------
@@ -299,6 +364,7 @@ class TrainerRun:
     seconds_to_restore: process start to the "Restored step" line, or None.
     wall_seconds: process start to exit.
   """
+
   restored_step: int | None
   first_step: int
   last_step: int
@@ -311,16 +377,20 @@ class TrainerRun:
 
 # absl's line prefix: severity, MMDD HH:MM:SS.micros, thread, file:line].
 _ABSL_LINE = re.compile(
-    r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6}) +\d+ [^ \]]+\] (.*)$")
+  r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6}) +\d+ [^ \]]+\] (.*)$"
+)
 _STEP = re.compile(r"^step (\d+)/\d+ ")
 _RESTORED = re.compile(r"^Restored step (\d+) from ")
 _SAVED = re.compile(r"^Saved checkpoint \S*ckpt-(\d+)")
 _EVAL = re.compile(r"^eval at step ")
 
 
-def parse_trainer_log(lines: Sequence[tuple[float, str]], *,
-                      global_batch_size: int,
-                      wall_seconds: float) -> TrainerRun:
+def parse_trainer_log(
+  lines: Sequence[tuple[float, str]],
+  *,
+  global_batch_size: int,
+  wall_seconds: float,
+) -> TrainerRun:
   """Reads a trainer run from its output lines.
 
   Args:
@@ -341,60 +411,81 @@ def parse_trainer_log(lines: Sequence[tuple[float, str]], *,
     match = _ABSL_LINE.match(line)
     if match:
       month, day, hour, minute, second, micros = map(int, match.groups()[:6])
-      logged = (datetime.datetime(2000, month, day, hour, minute, second,
-                                  micros) -
-                datetime.datetime(2000, 1, 1)).total_seconds()
+      logged = (
+        datetime.datetime(2000, month, day, hour, minute, second, micros)
+        - datetime.datetime(2000, 1, 1)
+      ).total_seconds()
       events.append((arrival, logged, match.group(7)))
-  restored = next(((a, int(m.group(1))) for a, _, text in events
-                   if (m := _RESTORED.match(text))), None)
-  steps = [(a, t, int(m.group(1))) for a, t, text in events
-           if (m := _STEP.match(text))]
+  restored = next(
+    (
+      (a, int(m.group(1)))
+      for a, _, text in events
+      if (m := _RESTORED.match(text))
+    ),
+    None,
+  )
+  steps = [
+    (a, t, int(m.group(1))) for a, t, text in events if (m := _STEP.match(text))
+  ]
   if len(steps) < 2:
     raise ValueError(f"The trainer logged {len(steps)} step lines; need 2.")
   (first_arrival, first_time, first_step), (_, last_time, last_step) = (
-      steps[0], steps[-1])
+    steps[0],
+    steps[-1],
+  )
   save_seconds = []
   pending = None  # (logged time, step) of the step line just before.
   for _, logged, text in events:
-    if (match := _STEP.match(text)):
+    if match := _STEP.match(text):
       pending = (logged, match.group(1))
     elif _EVAL.match(text):
       pending = None  # An evaluation is not part of the save.
-    elif (match := _SAVED.match(text)):
+    elif match := _SAVED.match(text):
       if pending and pending[1] == match.group(1):
         save_seconds.append(logged - pending[0])
       pending = None
   return TrainerRun(
-      restored_step=restored and restored[1],
-      first_step=first_step, last_step=last_step,
-      examples_per_second=(last_step - first_step) * global_batch_size / max(
-          last_time - first_time, 1e-6),
-      save_seconds=tuple(save_seconds),
-      seconds_to_first_step=first_arrival,
-      seconds_to_restore=restored and restored[0],
-      wall_seconds=wall_seconds)
+    restored_step=restored and restored[1],
+    first_step=first_step,
+    last_step=last_step,
+    examples_per_second=(last_step - first_step)
+    * global_batch_size
+    / max(last_time - first_time, 1e-6),
+    save_seconds=tuple(save_seconds),
+    seconds_to_first_step=first_arrival,
+    seconds_to_restore=restored and restored[0],
+    wall_seconds=wall_seconds,
+  )
 
 
-def trainer_flags(config: Config, variant: Variant, *, model_dir: str,
-                  round_index: int) -> list[str]:
+def trainer_flags(
+  config: Config, variant: Variant, *, model_dir: str, round_index: int
+) -> list[str]:
   """The trainer's flags for one round of one variant."""
   return [
-      "--dataset=digits", f"--model={config.model}",
-      f"--image_size={config.image_size}",
-      f"--per_replica_batch_size={config.batch_size}",
-      f"--train_steps={(round_index + 1) * config.train_steps}",
-      f"--steps_per_loop={config.steps_per_loop}",
-      f"--log_every_steps={config.checkpoint_every}",
-      f"--checkpoint_every_steps={config.checkpoint_every}",
-      "--checkpoint_every_secs=0", "--eval_every_steps=0",
-      "--keep_checkpoints=2", f"--model_dir={model_dir}",
-      *(("--storage=gcsfs",) if variant.route == "gcsfs" else ()),
-      *variant.flags]
+    "--dataset=digits",
+    f"--model={config.model}",
+    f"--image_size={config.image_size}",
+    f"--per_replica_batch_size={config.batch_size}",
+    f"--train_steps={(round_index + 1) * config.train_steps}",
+    f"--steps_per_loop={config.steps_per_loop}",
+    f"--log_every_steps={config.checkpoint_every}",
+    f"--checkpoint_every_steps={config.checkpoint_every}",
+    "--checkpoint_every_secs=0",
+    "--eval_every_steps=0",
+    "--keep_checkpoints=2",
+    f"--model_dir={model_dir}",
+    *(("--storage=gcsfs",) if variant.route == "gcsfs" else ()),
+    *variant.flags,
+  ]
 
 
 def measure_training(
-    config: Config, workdir: str, *, endpoint: str,
-    after_round: Callable[[dict], None] = lambda runs: None,
+  config: Config,
+  workdir: str,
+  *,
+  endpoint: str,
+  after_round: Callable[[dict], None] = lambda runs: None,
 ) -> dict[str, list[TrainerRun]]:
   """Runs every variant `repeats` times, interleaved.
 
@@ -414,37 +505,57 @@ def measure_training(
   for round_index in range(config.repeats):
     for key in config.variants:
       variant = _BY_KEY[key]
-      model_dir = (f"gs://{BUCKET}/runs/{key}" if variant.route == "gcsfs"
-                   else os.path.join(workdir, "runs", key))
+      model_dir = (
+        f"gs://{BUCKET}/runs/{key}"
+        if variant.route == "gcsfs"
+        else os.path.join(workdir, "runs", key)
+      )
       tmpdir = os.path.join(workdir, "tmp", f"{key}-{round_index}")
       os.makedirs(tmpdir)
       env = trainer_testing.trainer_env(
-          STORAGE_EMULATOR_HOST=endpoint,
-          GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false", TMPDIR=tmpdir)
-      command = trainer_testing.trainer_command(*trainer_flags(
-          config, variant, model_dir=model_dir, round_index=round_index))
+        STORAGE_EMULATOR_HOST=endpoint,
+        GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
+        TMPDIR=tmpdir,
+      )
+      command = trainer_testing.trainer_command(
+        *trainer_flags(
+          config, variant, model_dir=model_dir, round_index=round_index
+        )
+      )
       run_ = _run_trainer(command, env=env, config=config)
       expected = round_index * config.train_steps or None
       if run_.restored_step != expected:
-        raise RuntimeError(f"{key} round {round_index} resumed from step "
-                           f"{run_.restored_step}, expected {expected}.")
+        raise RuntimeError(
+          f"{key} round {round_index} resumed from step "
+          f"{run_.restored_step}, expected {expected}."
+        )
       runs[key].append(run_)
       shutil.rmtree(tmpdir)
-      logging.info("%s round %d: %.0f examples/s, saves %s s", key,
-                   round_index, run_.examples_per_second,
-                   [round(s, 3) for s in run_.save_seconds])
+      logging.info(
+        "%s round %d: %.0f examples/s, saves %s s",
+        key,
+        round_index,
+        run_.examples_per_second,
+        [round(s, 3) for s in run_.save_seconds],
+      )
     if round_index + 1 < config.repeats:
       after_round(runs)
   return runs
 
 
-def _run_trainer(command: list[str], *, env: dict,
-                 config: Config) -> TrainerRun:
+def _run_trainer(
+  command: list[str], *, env: dict, config: Config
+) -> TrainerRun:
   """Runs the trainer, timestamping its output lines as they arrive."""
   start = time.perf_counter()
-  process = subprocess.Popen(command, cwd=trainer_testing.REPO, env=env,
-                             stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+  process = subprocess.Popen(
+    command,
+    cwd=trainer_testing.REPO,
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
   timer = threading.Timer(config.trainer_timeout_secs, process.kill)
   timer.start()
   lines = []
@@ -460,96 +571,132 @@ def _run_trainer(command: list[str], *, env: dict,
     tail = "\n".join(line for _, line in lines[-15:])
     raise RuntimeError(f"{' '.join(command)} exited with {code}:\n{tail}")
   return parse_trainer_log(
-      lines, global_batch_size=config.batch_size, wall_seconds=wall)
+    lines, global_batch_size=config.batch_size, wall_seconds=wall
+  )
 
 
-def training_section(config: Config, runs: dict[str, list[TrainerRun]], *,
-                     status: str = "ok") -> dict:
+def training_section(
+  config: Config, runs: dict[str, list[TrainerRun]], *, status: str = "ok"
+) -> dict:
   """The training-cost section from `measure_training`'s runs."""
-  rates = {key: [r.examples_per_second for r in key_runs]
-           for key, key_runs in runs.items()}
-  ratios = [stats.ratio(
+  rates = {
+    key: [r.examples_per_second for r in key_runs]
+    for key, key_runs in runs.items()
+  }
+  ratios = [
+    stats.ratio(
       name=f"{_BY_KEY[a].label} / {_BY_KEY[b].label}",
-      numerator=_BY_KEY[a].label, numerator_values=rates[a],
-      denominator=_BY_KEY[b].label, denominator_values=rates[b])
-            for a, b in RATIOS if a in runs and b in runs]
+      numerator=_BY_KEY[a].label,
+      numerator_values=rates[a],
+      denominator=_BY_KEY[b].label,
+      denominator_values=rates[b],
+    )
+    for a, b in RATIOS
+    if a in runs and b in runs
+  ]
   baseline = config.variants[0]
   rows = []
   for key, key_runs in runs.items():
     saves = [s for r in key_runs for s in r.save_seconds]
     resumed = [r.seconds_to_first_step for r in key_runs[1:]]
-    row = {"name": _BY_KEY[key].label,
-           **_spread_fields("examples_per_second", rates[key]),
-           "examples_per_second_per_round": rates[key],
-           "save_count": len(saves), "save_seconds_all": saves,
-           "seconds_to_first_step_fresh": key_runs[0].seconds_to_first_step,
-           "seconds_to_first_step_resumed_per_round": resumed,
-           "seconds_to_restore_per_round": [r.seconds_to_restore
-                                             for r in key_runs[1:]],
-           "restored_steps": [r.restored_step for r in key_runs],
-           "wall_seconds_per_round": [r.wall_seconds for r in key_runs]}
+    row = {
+      "name": _BY_KEY[key].label,
+      **_spread_fields("examples_per_second", rates[key]),
+      "examples_per_second_per_round": rates[key],
+      "save_count": len(saves),
+      "save_seconds_all": saves,
+      "seconds_to_first_step_fresh": key_runs[0].seconds_to_first_step,
+      "seconds_to_first_step_resumed_per_round": resumed,
+      "seconds_to_restore_per_round": [
+        r.seconds_to_restore for r in key_runs[1:]
+      ],
+      "restored_steps": [r.restored_step for r in key_runs],
+      "wall_seconds_per_round": [r.wall_seconds for r in key_runs],
+    }
     if saves:
       row.update(_spread_fields("save_seconds", saves))
     if resumed:
       row.update(_spread_fields("seconds_to_first_step_resumed", resumed))
     if key != baseline:
       per_round = stats.per_round_ratios(rates[key], rates[baseline])
-      row.update(_spread_fields("throughput_cost_percent",
-                                [100 * (1 - x) for x in per_round]))
+      row.update(
+        _spread_fields(
+          "throughput_cost_percent", [100 * (1 - x) for x in per_round]
+        )
+      )
     rows.append(row)
   return report_lib.section(
-      title=(f"Training cost of checkpoints: {config.model} "
-             f"{config.image_size}x{config.image_size}, a save every "
-             f"{config.checkpoint_every} steps, local disk vs gs://"),
-      rows=rows, ratios=ratios, chart_key="examples_per_second",
-      status=status,
-      notes=_training_notes(config, runs, rows),
-      columns=["name", "examples_per_second", "throughput_cost_percent",
-               "save_seconds", "seconds_to_first_step_fresh",
-               "seconds_to_first_step_resumed"],
-      config={"model": config.model, "image_size": config.image_size,
-              "per_replica_batch_size": config.batch_size,
-              "steps_per_round": config.train_steps,
-              "checkpoint_every_steps": config.checkpoint_every,
-              "steps_per_loop": config.steps_per_loop,
-              "repeats": config.repeats, "variants": list(config.variants)})
+    title=(
+      f"Training cost of checkpoints: {config.model} "
+      f"{config.image_size}x{config.image_size}, a save every "
+      f"{config.checkpoint_every} steps, local disk vs gs://"
+    ),
+    rows=rows,
+    ratios=ratios,
+    chart_key="examples_per_second",
+    status=status,
+    notes=_training_notes(config, runs, rows),
+    columns=[
+      "name",
+      "examples_per_second",
+      "throughput_cost_percent",
+      "save_seconds",
+      "seconds_to_first_step_fresh",
+      "seconds_to_first_step_resumed",
+    ],
+    config={
+      "model": config.model,
+      "image_size": config.image_size,
+      "per_replica_batch_size": config.batch_size,
+      "steps_per_round": config.train_steps,
+      "checkpoint_every_steps": config.checkpoint_every,
+      "steps_per_loop": config.steps_per_loop,
+      "repeats": config.repeats,
+      "variants": list(config.variants),
+    },
+  )
 
 
 def _training_notes(config: Config, runs: dict, rows: list[dict]) -> list[str]:
   first = next(iter(runs.values()))[0]
   notes = [
-      f"Each run is `python -m trainer.task` on the digits; round r trains "
-      f"steps {config.train_steps}*r to {config.train_steps}*(r+1) in the "
-      "variant's own directory, so rounds after the first resume from the "
-      "previous round's checkpoint (gs://: downloaded, each run with a fresh "
-      "TMPDIR). examples/s is measured between the first and the last step "
-      f"line of a run (steps {first.first_step}-{first.last_step} in round "
-      "0), the saves in between included; startup, the final evaluation, "
-      "save and export are not.",
-      "save_seconds: from a step line to the 'Saved checkpoint' line of the "
-      "same step, i.e. how long that step's bookkeeping blocked training: "
-      "its summaries (on gs://, uploading the TensorBoard events file, once "
-      "per save here) and the save. With --async_checkpoint the save "
-      "returns once the write has started, after waiting for the previous "
-      "one and, on gs://, uploading it: a checkpoint is uploaded when the "
-      "next save (or the end of the run) syncs it. Where the training step "
-      "already fills every core (a CPU-only machine), the background write "
-      "competes with it for them: a short block need not mean a small "
-      "throughput cost.",
-      "throughput_cost_percent: 100 x (1 - the per-round throughput ratio "
-      f"to '{_BY_KEY[config.variants[0]].label}'); negative means faster, "
-      "i.e. inside the noise. seconds_to_first_step: process start to the "
-      f"first step line (after {config.checkpoint_every} steps, tracing "
-      "included), fresh (round 0) vs resumed (later rounds).",
+    f"Each run is `python -m trainer.task` on the digits; round r trains "
+    f"steps {config.train_steps}*r to {config.train_steps}*(r+1) in the "
+    "variant's own directory, so rounds after the first resume from the "
+    "previous round's checkpoint (gs://: downloaded, each run with a fresh "
+    "TMPDIR). examples/s is measured between the first and the last step "
+    f"line of a run (steps {first.first_step}-{first.last_step} in round "
+    "0), the saves in between included; startup, the final evaluation, "
+    "save and export are not.",
+    "save_seconds: from a step line to the 'Saved checkpoint' line of the "
+    "same step, i.e. how long that step's bookkeeping blocked training: "
+    "its summaries (on gs://, uploading the TensorBoard events file, once "
+    "per save here) and the save. With --async_checkpoint the save "
+    "returns once the write has started, after waiting for the previous "
+    "one and, on gs://, uploading it: a checkpoint is uploaded when the "
+    "next save (or the end of the run) syncs it. Where the training step "
+    "already fills every core (a CPU-only machine), the background write "
+    "competes with it for them: a short block need not mean a small "
+    "throughput cost.",
+    "throughput_cost_percent: 100 x (1 - the per-round throughput ratio "
+    f"to '{_BY_KEY[config.variants[0]].label}'); negative means faster, "
+    "i.e. inside the noise. seconds_to_first_step: process start to the "
+    f"first step line (after {config.checkpoint_every} steps, tracing "
+    "included), fresh (round 0) vs resumed (later rounds).",
   ]
   for row in rows:
     if "throughput_cost_percent" in row:
       notes.append(
-          f"{row['name']}: {row['throughput_cost_percent']:.1f}% of "
-          f"throughput ({row['throughput_cost_percent_min']:.1f} to "
-          f"{row['throughput_cost_percent_max']:.1f} over rounds)"
-          + (f", {row['save_seconds']:.3f} s per save" if row.get(
-              "save_seconds") is not None else "") + ".")
+        f"{row['name']}: {row['throughput_cost_percent']:.1f}% of "
+        f"throughput ({row['throughput_cost_percent_min']:.1f} to "
+        f"{row['throughput_cost_percent_max']:.1f} over rounds)"
+        + (
+          f", {row['save_seconds']:.3f} s per save"
+          if row.get("save_seconds") is not None
+          else ""
+        )
+        + "."
+      )
   return notes
 
 
@@ -563,13 +710,21 @@ def _timed(fn, *args, **kwargs) -> float:
 
 
 def _megabytes(directory: str) -> float:
-  return sum(os.path.getsize(os.path.join(directory, name))
-             for name in os.listdir(directory)
-             if name.startswith("ckpt-")) / 1e6
+  return (
+    sum(
+      os.path.getsize(os.path.join(directory, name))
+      for name in os.listdir(directory)
+      if name.startswith("ckpt-")
+    )
+    / 1e6
+  )
 
 
 def _spread_fields(key: str, values: Sequence[float]) -> dict:
   """{key: median, key_min: min, key_max: max} (the report shows a range)."""
   summary = stats.spread(values)
-  return {key: summary["median"], f"{key}_min": summary["min"],
-          f"{key}_max": summary["max"]}
+  return {
+    key: summary["median"],
+    f"{key}_min": summary["min"],
+    f"{key}_max": summary["max"],
+  }

@@ -6,23 +6,37 @@ by hand it prints its sections as Markdown; run by `run_all` it writes them to
 the apps can also be imported side by side (as the tests do).
 """
 
+from collections.abc import Mapping
 import os
 import sys
-from typing import Mapping
 
 from absl import flags
 
 from benchmarks import markdown
 from benchmarks import report as report_lib
 
-flags.DEFINE_string("output", "", "Write this app's {section: body} JSON here "
-                    "(run_all sets it); empty prints Markdown to stdout.")
-flags.DEFINE_string("section", "", "Name of the section this app writes; "
-                    "empty uses the app's default.")
-flags.DEFINE_enum("device", "auto", ["auto", "cpu", "gpu"], "Where to run: "
-                  "auto picks the first GPU if one is visible, else the CPU.")
-flags.DEFINE_integer("repeats", 3, "Measured rounds; the report gives the "
-                     "median and the min-max range.")
+flags.DEFINE_string(
+  "output",
+  "",
+  "Write this app's {section: body} JSON here "
+  "(run_all sets it); empty prints Markdown to stdout.",
+)
+flags.DEFINE_string(
+  "section",
+  "",
+  "Name of the section this app writes; empty uses the app's default.",
+)
+flags.DEFINE_enum(
+  "device",
+  "auto",
+  ["auto", "cpu", "gpu"],
+  "Where to run: auto picks the first GPU if one is visible, else the CPU.",
+)
+flags.DEFINE_integer(
+  "repeats",
+  3,
+  "Measured rounds; the report gives the median and the min-max range.",
+)
 
 FLAGS = flags.FLAGS
 

@@ -14,8 +14,11 @@ import tensorflow as tf
 
 PRECISIONS = ("none", "bf16", "fp16")
 # Keras mixed-precision policy for each --precision value.
-POLICIES = {"none": "float32", "bf16": "mixed_bfloat16",
-            "fp16": "mixed_float16"}
+POLICIES = {
+  "none": "float32",
+  "bf16": "mixed_bfloat16",
+  "fp16": "mixed_float16",
+}
 # The dtype the matmul-peak measurement uses for each precision.
 MATMUL_DTYPES = {"none": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}
 
@@ -31,6 +34,7 @@ class Device:
     cpu_flags: instruction-set flags of the CPU (empty where unknown).
     compute_capability: (major, minor) of the GPU, or None.
   """
+
   kind: str
   name: str
   description: str
@@ -44,24 +48,35 @@ class Device:
     if self.kind == "gpu":
       major = (self.compute_capability or (0, 0))[0]
       if precision == "bf16" and major < 8:
-        return False, (f"bf16 needs a GPU of compute capability 8.0 or more; "
-                       f"this one is {self.compute_capability}.")
+        return False, (
+          f"bf16 needs a GPU of compute capability 8.0 or more; "
+          f"this one is {self.compute_capability}."
+        )
       if precision == "fp16" and major < 7:
-        return False, (f"fp16 has no tensor cores below compute capability "
-                       f"7.0; this GPU is {self.compute_capability}.")
+        return False, (
+          f"fp16 has no tensor cores below compute capability "
+          f"7.0; this GPU is {self.compute_capability}."
+        )
       return True, ""
     if precision == "fp16":
-      return False, ("fp16 has no fast CPU kernels in TensorFlow (it is meant "
-                     "for GPUs, with loss scaling); skipped on the CPU.")
+      return False, (
+        "fp16 has no fast CPU kernels in TensorFlow (it is meant "
+        "for GPUs, with loss scaling); skipped on the CPU."
+      )
     if self.cpu_flags & {"avx512_bf16", "amx_bf16"}:
       return True, ""
-    return False, ("this CPU has no bf16 instructions (avx512_bf16 or "
-                   "amx_bf16), so bf16 would be emulated and slow; skipped.")
+    return False, (
+      "this CPU has no bf16 instructions (avx512_bf16 or "
+      "amx_bf16), so bf16 would be emulated and slow; skipped."
+    )
 
   def as_dict(self) -> dict:
-    return {"kind": self.kind, "name": self.name,
-            "description": self.description,
-            "compute_capability": self.compute_capability}
+    return {
+      "kind": self.kind,
+      "name": self.name,
+      "description": self.description,
+      "compute_capability": self.compute_capability,
+    }
 
 
 def resolve(choice: str = "auto") -> Device:
@@ -75,13 +90,19 @@ def resolve(choice: str = "auto") -> Device:
     raise ValueError("--device=gpu but TensorFlow sees no GPU.")
   if choice in ("auto", "gpu") and gpus:
     details = tf.config.experimental.get_device_details(gpus[0])
-    return Device(kind="gpu", name="/gpu:0",
-                  description=details.get("device_name", "GPU"),
-                  compute_capability=details.get("compute_capability"))
+    return Device(
+      kind="gpu",
+      name="/gpu:0",
+      description=details.get("device_name", "GPU"),
+      compute_capability=details.get("compute_capability"),
+    )
   model, cpu_flags = _cpu_info()
-  return Device(kind="cpu", name="/cpu:0",
-                description=f"{model}, {os.cpu_count()} logical cores",
-                cpu_flags=cpu_flags)
+  return Device(
+    kind="cpu",
+    name="/cpu:0",
+    description=f"{model}, {os.cpu_count()} logical cores",
+    cpu_flags=cpu_flags,
+  )
 
 
 def _cpu_info() -> tuple[str, frozenset]:

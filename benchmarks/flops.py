@@ -32,8 +32,15 @@ def forward_flops_per_example(model: keras.Model) -> int:
       _, height, width, channels_out = layer.output.shape
       kernel_height, kernel_width = layer.kernel_size
       channels_in = layer.input.shape[-1] // layer.groups
-      total += (2 * height * width * channels_out * kernel_height *
-                kernel_width * channels_in)
+      total += (
+        2
+        * height
+        * width
+        * channels_out
+        * kernel_height
+        * kernel_width
+        * channels_in
+      )
     elif isinstance(layer, keras.layers.Dense):
       positions = math.prod(layer.input.shape[1:-1])
       total += 2 * positions * layer.input.shape[-1] * layer.units

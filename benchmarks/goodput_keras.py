@@ -35,26 +35,38 @@ def main(argv):
   # pylint: disable=g-import-not-at-top  (the flags answer before TF loads)
   import keras
   import tensorflow as tf
+
   from ctl import checkpointing
   from ctl import input as input_lib
   from trainer import data as data_lib
   from trainer import model as model_lib
+
   tf.config.experimental.enable_op_determinism()
   keras.utils.set_random_seed(FLAGS.seed)
   source = data_lib.load("digits", image_size=FLAGS.image_size)
-  steps_per_epoch = input_lib.steps_per_epoch(source.num_train,
-                                              FLAGS.batch_size)
+  steps_per_epoch = input_lib.steps_per_epoch(
+    source.num_train, FLAGS.batch_size
+  )
   dataset = input_lib.train_dataset(
-      records=source.train_records, num_records=source.num_train,
-      decode_fn=source.decode_fn, input_context=tf.distribute.InputContext(),
-      global_batch_size=FLAGS.batch_size, seed=FLAGS.seed, start_step=0)
+    records=source.train_records,
+    num_records=source.num_train,
+    decode_fn=source.decode_fn,
+    input_context=tf.distribute.InputContext(),
+    global_batch_size=FLAGS.batch_size,
+    seed=FLAGS.seed,
+    start_step=0,
+  )
   model = model_lib.build_model(
-      name="small_cnn", num_classes=source.num_classes,
-      image_shape=source.image_shape, dropout=FLAGS.dropout)
+    name="small_cnn",
+    num_classes=source.num_classes,
+    image_shape=source.image_shape,
+    dropout=FLAGS.dropout,
+  )
   optimizer = keras.optimizers.Adam(FLAGS.learning_rate)
-  model.compile(optimizer=optimizer,
-                loss=keras.losses.SparseCategoricalCrossentropy(
-                    from_logits=True))
+  model.compile(
+    optimizer=optimizer,
+    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+  )
 
   class Progress(keras.callbacks.Callback):
     """One line per batch: the job position it reached, and its times."""
@@ -73,19 +85,40 @@ def main(argv):
       self._began = time.time()
 
     def on_train_batch_end(self, batch, logs=None):
-      self._file.write(json.dumps({
-          "step": self._epoch * steps_per_epoch + batch + 1,
-          "t0": self._began, "t1": time.time()}) + "\n")
+      self._file.write(
+        json.dumps(
+          {
+            "step": self._epoch * steps_per_epoch + batch + 1,
+            "t0": self._began,
+            "t1": time.time(),
+          }
+        )
+        + "\n"
+      )
       self._file.flush()
 
-  model.fit(dataset, epochs=FLAGS.epochs, steps_per_epoch=steps_per_epoch,
-            verbose=0, callbacks=[
-                keras.callbacks.BackupAndRestore(FLAGS.backup_dir,
-                                                 save_freq=FLAGS.save_freq),
-                Progress()])
+  model.fit(
+    dataset,
+    epochs=FLAGS.epochs,
+    steps_per_epoch=steps_per_epoch,
+    verbose=0,
+    callbacks=[
+      keras.callbacks.BackupAndRestore(
+        FLAGS.backup_dir, save_freq=FLAGS.save_freq
+      ),
+      Progress(),
+    ],
+  )
   with open(FLAGS.progress + ".done", "w") as f:
-    json.dump({"weights_fingerprint": checkpointing.weights_fingerprint(
-        model, optimizer), "steps": FLAGS.epochs * steps_per_epoch}, f)
+    json.dump(
+      {
+        "weights_fingerprint": checkpointing.weights_fingerprint(
+          model, optimizer
+        ),
+        "steps": FLAGS.epochs * steps_per_epoch,
+      },
+      f,
+    )
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ class Config:
     backoff_secs: wait before the first restart; doubles every restart.
     restart_model: the model whose restart cost is split ("none": skip).
   """
+
   epochs: int = 4
   checkpoint_every: int = 20
   kills: int = 2
@@ -85,40 +86,61 @@ def kill_schedule(config: Config, steps_per_epoch: int) -> list[int]:
 
 
 def _trainer_flags(config: Config, steps: int, model_dir: str) -> list[str]:
-  return ["--dataset=digits", "--model=small_cnn", "--dropout=0.1",
-          f"--image_size={config.image_size}",
-          f"--per_replica_batch_size={config.batch_size}",
-          "--learning_rate=0.003", "--deterministic",
-          f"--train_steps={steps}", "--steps_per_loop=5",
-          "--log_every_steps=5", "--eval_every_steps=0",
-          f"--checkpoint_every_steps={config.checkpoint_every}",
-          "--checkpoint_every_secs=0", f"--model_dir={model_dir}"]
+  return [
+    "--dataset=digits",
+    "--model=small_cnn",
+    "--dropout=0.1",
+    f"--image_size={config.image_size}",
+    f"--per_replica_batch_size={config.batch_size}",
+    "--learning_rate=0.003",
+    "--deterministic",
+    f"--train_steps={steps}",
+    "--steps_per_loop=5",
+    "--log_every_steps=5",
+    "--eval_every_steps=0",
+    f"--checkpoint_every_steps={config.checkpoint_every}",
+    "--checkpoint_every_secs=0",
+    f"--model_dir={model_dir}",
+  ]
 
 
 def _env() -> dict:
   return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1")
 
 
-def run_ctl(config: Config, *, steps: int, kills: list[int],
-            root: str) -> dict:
+def run_ctl(config: Config, *, steps: int, kills: list[int], root: str) -> dict:
   """Our engine under ctl.launch, killed at `kills`; what it cost."""
   model_dir = os.path.join(root, "run")
-  command = [sys.executable, "-m", "ctl.launch", "--num_workers=1",
-             f"--max_restarts={len(kills)}",
-             f"--restart_backoff_secs={config.backoff_secs}", "--",
-             sys.executable, "-m", "trainer.task",
-             *_trainer_flags(config, steps, model_dir)]
+  command = [
+    sys.executable,
+    "-m",
+    "ctl.launch",
+    "--num_workers=1",
+    f"--max_restarts={len(kills)}",
+    f"--restart_backoff_secs={config.backoff_secs}",
+    "--",
+    sys.executable,
+    "-m",
+    "trainer.task",
+    *_trainer_flags(config, steps, model_dir),
+  ]
   directory = ledger.ledger_dir(model_dir)
   with tempfile.TemporaryFile("w+") as log:
     started = time.time()
-    process = subprocess.Popen(command, env=_env(), stdout=log,
-                               stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+      command, env=_env(), stdout=log, stderr=subprocess.STDOUT
+    )
     for index, kill_at in enumerate(kills):
       while True:
         attempts = ledger.read(directory)
-        if len(attempts) > index and max(
+        if (
+          len(attempts) > index
+          and max(
             [e["step"] for e in attempts[index] if e["event"] == "phase"],
-            default=-1) >= kill_at:
+            default=-1,
+          )
+          >= kill_at
+        ):
           os.kill(attempts[index][0]["pid"], signal.SIGKILL)
           break
         _check_alive(process, log, started, config)
@@ -132,28 +154,41 @@ def run_ctl(config: Config, *, steps: int, kills: list[int],
   with open(os.path.join(model_dir, "train_summary.json")) as f:
     summary = json.load(f)
   attempts = ledger.read(directory)
-  rates = [e["busy"] / (e["step"] - e["step0"]) for events in attempts
-           for e in events if e.get("phase") == "train_loop" and
-           e["step"] > e["step0"]]
-  executed = sum(a.last_step - (a.restored_step or 0)
-                 for a in accounting.attempts)
-  return {"wall_seconds": wall, "step_seconds": statistics.median(rates),
-          "steps": steps, "steps_executed": executed,
-          "fingerprint": summary["weights_fingerprint"],
-          "ledger_goodput_percent": accounting.goodput_percent,
-          "ledger_seconds": accounting.seconds,
-          "attempts": len(accounting.attempts)}
+  rates = [
+    e["busy"] / (e["step"] - e["step0"])
+    for events in attempts
+    for e in events
+    if e.get("phase") == "train_loop" and e["step"] > e["step0"]
+  ]
+  executed = sum(
+    a.last_step - (a.restored_step or 0) for a in accounting.attempts
+  )
+  return {
+    "wall_seconds": wall,
+    "step_seconds": statistics.median(rates),
+    "steps": steps,
+    "steps_executed": executed,
+    "fingerprint": summary["weights_fingerprint"],
+    "ledger_goodput_percent": accounting.goodput_percent,
+    "ledger_seconds": accounting.seconds,
+    "attempts": len(accounting.attempts),
+  }
 
 
 def run_keras(config: Config, *, kills: list[int], root: str) -> dict:
   """Keras fit + BackupAndRestore, re-run after each kill; what it cost."""
   progress = os.path.join(root, "progress.jsonl")
-  command = [sys.executable, "-m", "benchmarks.goodput_keras",
-             f"--backup_dir={os.path.join(root, 'backup')}",
-             f"--progress={progress}", f"--epochs={config.epochs}",
-             f"--save_freq={config.checkpoint_every}",
-             f"--image_size={config.image_size}",
-             f"--batch_size={config.batch_size}"]
+  command = [
+    sys.executable,
+    "-m",
+    "benchmarks.goodput_keras",
+    f"--backup_dir={os.path.join(root, 'backup')}",
+    f"--progress={progress}",
+    f"--epochs={config.epochs}",
+    f"--save_freq={config.checkpoint_every}",
+    f"--image_size={config.image_size}",
+    f"--batch_size={config.batch_size}",
+  ]
   open(progress, "w").close()
   pending = list(kills)
   attempts = 0
@@ -162,8 +197,9 @@ def run_keras(config: Config, *, kills: list[int], root: str) -> dict:
     while True:
       attempts += 1
       offset = os.path.getsize(progress)
-      process = subprocess.Popen(command, env=_env(), stdout=log,
-                                 stderr=subprocess.STDOUT)
+      process = subprocess.Popen(
+        command, env=_env(), stdout=log, stderr=subprocess.STDOUT
+      )
       while pending and process.poll() is None:
         if _keras_position(progress, offset) >= pending[0]:
           process.kill()
@@ -177,17 +213,20 @@ def run_keras(config: Config, *, kills: list[int], root: str) -> dict:
       if attempts > len(kills):
         log.seek(0)
         raise RuntimeError(f"keras exited with {code}: {log.read()[-1500:]}")
-      time.sleep(min(config.backoff_secs * 2**(attempts - 1), 300.0))
+      time.sleep(min(config.backoff_secs * 2 ** (attempts - 1), 300.0))
     wall = time.time() - started
   with open(progress) as f:
     batches = [json.loads(line) for line in f if line.strip()]
   with open(progress + ".done") as f:
     done = json.load(f)
-  return {"wall_seconds": wall,
-          "step_seconds": statistics.median(b["t1"] - b["t0"]
-                                            for b in batches),
-          "steps": done["steps"], "steps_executed": len(batches),
-          "fingerprint": done["weights_fingerprint"], "attempts": attempts}
+  return {
+    "wall_seconds": wall,
+    "step_seconds": statistics.median(b["t1"] - b["t0"] for b in batches),
+    "steps": done["steps"],
+    "steps_executed": len(batches),
+    "fingerprint": done["weights_fingerprint"],
+    "attempts": attempts,
+  }
 
 
 def _keras_position(progress: str, offset: int) -> int:
@@ -198,15 +237,18 @@ def _keras_position(progress: str, offset: int) -> int:
   return json.loads(lines[-1])["step"] if lines else 0
 
 
-def _check_alive(process, log, started: float, config: Config, *,
-                 allow_exit: bool = False) -> None:
+def _check_alive(
+  process, log, started: float, config: Config, *, allow_exit: bool = False
+) -> None:
   if time.time() - started > config.run_timeout_secs:
     process.kill()
     raise RuntimeError(f"ran past {config.run_timeout_secs} s.")
   if not allow_exit and process.poll() is not None:
     log.seek(0)
-    raise RuntimeError(f"exited with {process.returncode} before the kills "
-                       f"were done: {log.read()[-1500:]}")
+    raise RuntimeError(
+      f"exited with {process.returncode} before the kills "
+      f"were done: {log.read()[-1500:]}"
+    )
 
 
 def restart_cost(config: Config, root: str) -> dict:
@@ -220,16 +262,26 @@ def restart_cost(config: Config, root: str) -> dict:
   the second loop's speed).
   """
   model_dir = os.path.join(root, "restart")
-  flags = ["--dataset=synthetic", f"--model={config.restart_model}",
-           f"--image_size={config.restart_image_size}",
-           f"--per_replica_batch_size={config.restart_batch_size}",
-           "--steps_per_loop=1", "--log_every_steps=1",
-           "--checkpoint_every_steps=0", "--checkpoint_every_secs=0",
-           "--max_nan_recoveries=0", f"--model_dir={model_dir}"]
+  flags = [
+    "--dataset=synthetic",
+    f"--model={config.restart_model}",
+    f"--image_size={config.restart_image_size}",
+    f"--per_replica_batch_size={config.restart_batch_size}",
+    "--steps_per_loop=1",
+    "--log_every_steps=1",
+    "--checkpoint_every_steps=0",
+    "--checkpoint_every_secs=0",
+    "--max_nan_recoveries=0",
+    f"--model_dir={model_dir}",
+  ]
   for steps in (2, 4):
-    subprocess.run([sys.executable, "-m", "trainer.task", *flags,
-                    f"--train_steps={steps}"], env=_env(), check=True,
-                   capture_output=True, timeout=config.run_timeout_secs)
+    subprocess.run(
+      [sys.executable, "-m", "trainer.task", *flags, f"--train_steps={steps}"],
+      env=_env(),
+      check=True,
+      capture_output=True,
+      timeout=config.run_timeout_secs,
+    )
   events = ledger.read(ledger.ledger_dir(model_dir))[-1]
   phases = {}
   for e in events:
@@ -242,29 +294,34 @@ def restart_cost(config: Config, root: str) -> dict:
   second = phases["train_loop"]
   step = second["busy"] / (second["step"] - second["step0"])
   parts = {
-      "imports": run_at - start,
-      "build": phases["startup"]["t1"] - run_at - restore,
-      "restore": restore,
-      "tracing": max(0.0, first["t1"] - first["t0"] - step),
-      "first step": min(step, first["t1"] - first["t0"]),
+    "imports": run_at - start,
+    "build": phases["startup"]["t1"] - run_at - restore,
+    "restore": restore,
+    "tracing": max(0.0, first["t1"] - first["t0"] - step),
+    "first step": min(step, first["t1"] - first["t0"]),
   }
   parts["other (input iterator, bookkeeping)"] = (
-      first["t1"] - start - sum(parts.values()))
-  return {"parts": parts, "total": first["t1"] - start,
-          "restored_step": phases["startup"]["step"], "step_seconds": step}
+    first["t1"] - start - sum(parts.values())
+  )
+  return {
+    "parts": parts,
+    "total": first["t1"] - start,
+    "restored_step": phases["startup"]["step"],
+    "step_seconds": step,
+  }
 
 
 def _row(name: str, faulty: dict, clean: dict) -> dict:
   useful = faulty["steps"] * faulty["step_seconds"]
   return {
-      "name": name,
-      "wall_seconds": round(faulty["wall_seconds"], 1),
-      "uninterrupted_wall_seconds": round(clean["wall_seconds"], 1),
-      "goodput_percent": round(100.0 * useful / faulty["wall_seconds"], 1),
-      "steps_redone": faulty["steps_executed"] - faulty["steps"],
-      "same_weights_as_uninterrupted":
-          faulty["fingerprint"] == clean["fingerprint"],
-      "starts": faulty["attempts"],
+    "name": name,
+    "wall_seconds": round(faulty["wall_seconds"], 1),
+    "uninterrupted_wall_seconds": round(clean["wall_seconds"], 1),
+    "goodput_percent": round(100.0 * useful / faulty["wall_seconds"], 1),
+    "steps_redone": faulty["steps_executed"] - faulty["steps"],
+    "same_weights_as_uninterrupted": faulty["fingerprint"]
+    == clean["fingerprint"],
+    "starts": faulty["attempts"],
   }
 
 
@@ -272,9 +329,11 @@ def run(config: Config) -> dict:
   """Runs both systems with and without the kills; returns {section}."""
   from ctl import input as input_lib  # pylint: disable=g-import-not-at-top
   from trainer import data as data_lib  # pylint: disable=g-import-not-at-top
+
   source = data_lib.load("digits", image_size=config.image_size)
-  steps_per_epoch = input_lib.steps_per_epoch(source.num_train,
-                                              config.batch_size)
+  steps_per_epoch = input_lib.steps_per_epoch(
+    source.num_train, config.batch_size
+  )
   steps = config.epochs * steps_per_epoch
   kills = kill_schedule(config, steps_per_epoch)
   logging.info("%d steps; kills at %s", steps, kills)
@@ -285,62 +344,89 @@ def run(config: Config) -> dict:
         directory = os.path.join(root, f"{system}_{name}")
         os.makedirs(directory)
         results[system, name] = (
-            run_ctl(config, steps=steps, kills=schedule, root=directory)
-            if system == "ctl" else
-            run_keras(config, kills=schedule, root=directory))
+          run_ctl(config, steps=steps, kills=schedule, root=directory)
+          if system == "ctl"
+          else run_keras(config, kills=schedule, root=directory)
+        )
         logging.info("%s %s: %s", system, name, results[system, name])
-    restart = (restart_cost(config, root) if config.restart_model != "none"
-               else None)
-  ctl_row = _row("ctl engine + ctl.launch", results["ctl", "faulty"],
-                 results["ctl", "clean"])
-  keras_row = _row("Keras fit + BackupAndRestore", results["keras", "faulty"],
-                   results["keras", "clean"])
+    restart = (
+      restart_cost(config, root) if config.restart_model != "none" else None
+    )
+  ctl_row = _row(
+    "ctl engine + ctl.launch", results["ctl", "faulty"], results["ctl", "clean"]
+  )
+  keras_row = _row(
+    "Keras fit + BackupAndRestore",
+    results["keras", "faulty"],
+    results["keras", "clean"],
+  )
   ledger_split = results["ctl", "faulty"]["ledger_seconds"]
   ledger_percent = results["ctl", "faulty"]["ledger_goodput_percent"]
   notes = [
-      f"{steps} steps ({config.epochs} epochs of {steps_per_epoch}), batch "
-      f"{config.batch_size}, small_cnn on digits {config.image_size}x"
-      f"{config.image_size}, deterministic ops; a checkpoint (ctl) or backup "
-      f"(Keras save_freq) every {config.checkpoint_every} steps; SIGKILL "
-      f"when the job reaches steps {kills} (seed {config.kill_seed}); "
-      f"restarts after {config.backoff_secs:g} s, doubling.",
-      "goodput_percent = steps x the system's median step time / wall time, "
-      "the same formula for both. The ctl run ledger's own accounting of "
-      f"the faulty run: goodput {ledger_percent:.1f}%, "
-      + ", ".join(f"{k} {v:.1f} s" for k, v in ledger_split.items() if v),
-      "Keras 3's BackupAndRestore saves the epoch and batch but restores "
-      "only the epoch: a restarted fit begins that epoch again (from its "
-      "first batch, on the backed-up weights), so every step of the epoch "
-      "before the kill is trained again and the data order differs from "
-      "the uninterrupted run's. ctl resumes at the checkpointed step with "
-      "the data position derived from it.",
-      "ctl's wall time also includes what Keras fit does not do here: a "
-      "checkpoint at step 0, the final evaluation and the SavedModel export; "
-      "ctl runs 5 steps per tf.function call, fit one."]
-  sections = {config.section: report_lib.section(
+    f"{steps} steps ({config.epochs} epochs of {steps_per_epoch}), batch "
+    f"{config.batch_size}, small_cnn on digits {config.image_size}x"
+    f"{config.image_size}, deterministic ops; a checkpoint (ctl) or backup "
+    f"(Keras save_freq) every {config.checkpoint_every} steps; SIGKILL "
+    f"when the job reaches steps {kills} (seed {config.kill_seed}); "
+    f"restarts after {config.backoff_secs:g} s, doubling.",
+    "goodput_percent = steps x the system's median step time / wall time, "
+    "the same formula for both. The ctl run ledger's own accounting of "
+    f"the faulty run: goodput {ledger_percent:.1f}%, "
+    + ", ".join(f"{k} {v:.1f} s" for k, v in ledger_split.items() if v),
+    "Keras 3's BackupAndRestore saves the epoch and batch but restores "
+    "only the epoch: a restarted fit begins that epoch again (from its "
+    "first batch, on the backed-up weights), so every step of the epoch "
+    "before the kill is trained again and the data order differs from "
+    "the uninterrupted run's. ctl resumes at the checkpointed step with "
+    "the data position derived from it.",
+    "ctl's wall time also includes what Keras fit does not do here: a "
+    "checkpoint at step 0, the final evaluation and the SavedModel export; "
+    "ctl runs 5 steps per tf.function call, fit one.",
+  ]
+  sections = {
+    config.section: report_lib.section(
       title=f"Goodput under faults: {config.kills} SIGKILLs, ctl vs Keras "
-            "BackupAndRestore",
-      rows=[ctl_row, keras_row], chart_key="goodput_percent", notes=notes,
-      columns=["name", "wall_seconds", "uninterrupted_wall_seconds",
-               "goodput_percent", "steps_redone",
-               "same_weights_as_uninterrupted", "starts"],
-      config=dataclasses.asdict(config) | {"steps": steps, "kills_at": kills})}
+      "BackupAndRestore",
+      rows=[ctl_row, keras_row],
+      chart_key="goodput_percent",
+      notes=notes,
+      columns=[
+        "name",
+        "wall_seconds",
+        "uninterrupted_wall_seconds",
+        "goodput_percent",
+        "steps_redone",
+        "same_weights_as_uninterrupted",
+        "starts",
+      ],
+      config=dataclasses.asdict(config) | {"steps": steps, "kills_at": kills},
+    )
+  }
   if restart:
     size = config.restart_image_size
     sections[f"{config.section}_restart"] = report_lib.section(
-        title=f"Restart cost: {config.restart_model} {size}x{size}, process "
-              "start to the first resumed step",
-        rows=[{"name": name, "seconds": round(seconds, 2)}
-              for name, seconds in restart["parts"].items()],
-        chart_key="seconds", columns=["name", "seconds"],
-        notes=[f"A re-run restoring step {restart['restored_step']}: "
-               f"{restart['total']:.1f} s from process start to the end of "
-               "its first step, read from its run ledger. imports: process "
-               "start to ctl.run (interpreter, TensorFlow, flags, strategy, "
-               "data source); build: outputs, model and optimizer; tracing: "
-               "the first loop less one step at the second loop's speed "
-               f"({restart['step_seconds']:.2f} s). Synthetic data, batch "
-               f"{config.restart_batch_size}, local disk."],
-        config={"model": config.restart_model, "image_size": size,
-                "batch_size": config.restart_batch_size})
+      title=f"Restart cost: {config.restart_model} {size}x{size}, process "
+      "start to the first resumed step",
+      rows=[
+        {"name": name, "seconds": round(seconds, 2)}
+        for name, seconds in restart["parts"].items()
+      ],
+      chart_key="seconds",
+      columns=["name", "seconds"],
+      notes=[
+        f"A re-run restoring step {restart['restored_step']}: "
+        f"{restart['total']:.1f} s from process start to the end of "
+        "its first step, read from its run ledger. imports: process "
+        "start to ctl.run (interpreter, TensorFlow, flags, strategy, "
+        "data source); build: outputs, model and optimizer; tracing: "
+        "the first loop less one step at the second loop's speed "
+        f"({restart['step_seconds']:.2f} s). Synthetic data, batch "
+        f"{config.restart_batch_size}, local disk."
+      ],
+      config={
+        "model": config.restart_model,
+        "image_size": size,
+        "batch_size": config.restart_batch_size,
+      },
+    )
   return sections

@@ -14,30 +14,49 @@ from benchmarks import input_pipeline_lib
 flags.DEFINE_integer("num_jpegs", 256, "JPEG files to generate.")
 flags.DEFINE_integer("jpeg_width", 500, "Width of the generated JPEGs.")
 flags.DEFINE_integer("jpeg_height", 400, "Height of the generated JPEGs.")
-flags.DEFINE_integer("image_size", 300, "Side the images are resized to (the "
-                     "cassava trainer's input size).")
+flags.DEFINE_integer(
+  "image_size",
+  300,
+  "Side the images are resized to (the cassava trainer's input size).",
+)
 flags.DEFINE_integer("batch_size", 16, "Global batch size.")
 flags.DEFINE_integer("batches", 40, "Batches timed per round.")
-flags.DEFINE_float("model_images_per_second", 0.0, "What the model consumes, "
-                   "to compare with; 0 skips the comparison.")
+flags.DEFINE_float(
+  "model_images_per_second",
+  0.0,
+  "What the model consumes, to compare with; 0 skips the comparison.",
+)
 flags.DEFINE_string("model_label", "the model", "Names that rate.")
-flags.DEFINE_integer("model_image_size", 0, "Image side the model rate was "
-                     "measured at; when it differs from --image_size, a "
-                     "pixel-scaled estimate is noted.")
+flags.DEFINE_integer(
+  "model_image_size",
+  0,
+  "Image side the model rate was "
+  "measured at; when it differs from --image_size, a "
+  "pixel-scaled estimate is noted.",
+)
 
 FLAGS = flags.FLAGS
 
 
 def main(argv):
   del argv  # Unused.
-  cli.emit(input_pipeline_lib.run(input_pipeline_lib.Config(
-      num_jpegs=FLAGS.num_jpegs, jpeg_width=FLAGS.jpeg_width,
-      jpeg_height=FLAGS.jpeg_height, image_size=FLAGS.image_size,
-      batch_size=FLAGS.batch_size, batches=FLAGS.batches,
-      repeats=FLAGS.repeats,
-      model_images_per_second=FLAGS.model_images_per_second,
-      model_label=FLAGS.model_label, model_image_size=FLAGS.model_image_size,
-      section=cli.section_name("input_pipeline"))))
+  cli.emit(
+    input_pipeline_lib.run(
+      input_pipeline_lib.Config(
+        num_jpegs=FLAGS.num_jpegs,
+        jpeg_width=FLAGS.jpeg_width,
+        jpeg_height=FLAGS.jpeg_height,
+        image_size=FLAGS.image_size,
+        batch_size=FLAGS.batch_size,
+        batches=FLAGS.batches,
+        repeats=FLAGS.repeats,
+        model_images_per_second=FLAGS.model_images_per_second,
+        model_label=FLAGS.model_label,
+        model_image_size=FLAGS.model_image_size,
+        section=cli.section_name("input_pipeline"),
+      )
+    )
+  )
 
 
 if __name__ == "__main__":

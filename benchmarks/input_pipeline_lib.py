@@ -26,6 +26,7 @@ from trainer import data as data_lib
 @dataclasses.dataclass(frozen=True)
 class Config:
   """One input-pipeline run; fields mirror the flags of `input_pipeline.py`."""
+
   num_jpegs: int = 256
   jpeg_width: int = 500
   jpeg_height: int = 400
@@ -40,8 +41,9 @@ class Config:
   section: str = "input_pipeline"
 
 
-def write_jpegs(directory: str, *, count: int, width: int, height: int,
-                seed: int = 0) -> int:
+def write_jpegs(
+  directory: str, *, count: int, width: int, height: int, seed: int = 0
+) -> int:
   """Writes `count` photo-like JPEGs into two class directories.
 
   Returns:
@@ -54,7 +56,8 @@ def write_jpegs(directory: str, *, count: int, width: int, height: int,
     image = tf.image.resize(coarse, (height, width), method="bicubic")
     image += rng.normal(0, 12, size=(height, width, 3)).astype(np.float32)
     encoded = tf.io.encode_jpeg(
-        tf.cast(tf.clip_by_value(image, 0, 255), tf.uint8), quality=90).numpy()
+      tf.cast(tf.clip_by_value(image, 0, 255), tf.uint8), quality=90
+    ).numpy()
     class_dir = os.path.join(directory, f"class_{index % 2}")
     os.makedirs(class_dir, exist_ok=True)
     with open(os.path.join(class_dir, f"{index:05d}.jpg"), "wb") as f:
@@ -65,13 +68,19 @@ def write_jpegs(directory: str, *, count: int, width: int, height: int,
 
 def measure(directory: str, config: Config) -> list[float]:
   """Images/s of the trainer's pipeline over `directory`, one per round."""
-  source = data_lib.load("files", image_size=config.image_size,
-                         data_dir=directory)
+  source = data_lib.load(
+    "files", image_size=config.image_size, data_dir=directory
+  )
   dataset = input_lib.train_dataset(
-      records=source.train_records, num_records=source.num_train,
-      decode_fn=source.decode_fn, input_context=tf.distribute.InputContext(),
-      global_batch_size=config.batch_size, seed=0, start_step=0,
-      shuffle_buffer=source.shuffle_buffer)
+    records=source.train_records,
+    num_records=source.num_train,
+    decode_fn=source.decode_fn,
+    input_context=tf.distribute.InputContext(),
+    global_batch_size=config.batch_size,
+    seed=0,
+    start_step=0,
+    shuffle_buffer=source.shuffle_buffer,
+  )
   iterator = iter(dataset)
   for _ in range(config.warmup_batches):
     next(iterator)
@@ -80,23 +89,32 @@ def measure(directory: str, config: Config) -> list[float]:
     start = time.perf_counter()
     for _ in range(config.batches):
       next(iterator)
-    rates.append(config.batches * config.batch_size /
-                 (time.perf_counter() - start))
+    rates.append(
+      config.batches * config.batch_size / (time.perf_counter() - start)
+    )
   return rates
 
 
 def run(config: Config) -> dict:
   """Generates the JPEGs, measures the pipeline; returns {section: body}."""
   with tempfile.TemporaryDirectory(prefix="ctl_bench_jpegs_") as directory:
-    total_bytes = write_jpegs(directory, count=config.num_jpegs,
-                              width=config.jpeg_width,
-                              height=config.jpeg_height)
+    total_bytes = write_jpegs(
+      directory,
+      count=config.num_jpegs,
+      width=config.jpeg_width,
+      height=config.jpeg_height,
+    )
     rates = measure(directory, config)
   size = config.image_size
   pipeline = f"decode + resize to {size}x{size}"
-  rows = [dict(name=pipeline, images_per_second_per_round=rates,
-               **_spread_fields(rates))]
-  ratios, notes = [], [
+  rows = [
+    dict(
+      name=pipeline, images_per_second_per_round=rates, **_spread_fields(rates)
+    )
+  ]
+  ratios, notes = (
+    [],
+    [
       f"{config.num_jpegs} JPEGs of {config.jpeg_width}x{config.jpeg_height}"
       f" (mean {total_bytes / config.num_jpegs / 1024:.0f} KiB), read by "
       "trainer.data.load('files') through ctl.input.train_dataset, batch "
@@ -105,38 +123,66 @@ def run(config: Config) -> dict:
       f"Parallelism: tf.data AUTOTUNE on {os.cpu_count()} logical cores. In "
       "training the pipeline shares the host CPU with the step (all of it, "
       "on a CPU-only machine), so this rate is an upper bound on what it "
-      "delivers there."]
+      "delivers there.",
+    ],
+  )
   if config.model_images_per_second > 0:
     model_rates = [config.model_images_per_second] * len(rates)
-    rows.append(dict(name=f"consumed by {config.model_label}",
-                     images_per_second=config.model_images_per_second))
-    ratios.append(stats.ratio(
-        name=f"{pipeline} / {config.model_label}", numerator=pipeline,
-        denominator=rows[-1]["name"], numerator_values=rates,
-        denominator_values=model_rates))
-    verdict = ("keeps up with" if ratios[-1]["median"] >= 1 else
-               "cannot keep up with")
-    notes.append(f"The pipeline {verdict} {config.model_label} "
-                 f"({ratios[-1]['median']:.3g}x).")
+    rows.append(
+      dict(
+        name=f"consumed by {config.model_label}",
+        images_per_second=config.model_images_per_second,
+      )
+    )
+    ratios.append(
+      stats.ratio(
+        name=f"{pipeline} / {config.model_label}",
+        numerator=pipeline,
+        denominator=rows[-1]["name"],
+        numerator_values=rates,
+        denominator_values=model_rates,
+      )
+    )
+    verdict = (
+      "keeps up with" if ratios[-1]["median"] >= 1 else "cannot keep up with"
+    )
+    notes.append(
+      f"The pipeline {verdict} {config.model_label} "
+      f"({ratios[-1]['median']:.3g}x)."
+    )
     if config.model_image_size and config.model_image_size != size:
-      scaled = config.model_images_per_second * (
-          config.model_image_size / size)**2
+      scaled = (
+        config.model_images_per_second * (config.model_image_size / size) ** 2
+      )
       notes.append(
-          f"The model rate was measured at {config.model_image_size}x"
-          f"{config.model_image_size}; at {size}x{size} it needs about "
-          f"{(size / config.model_image_size)**2:.2f}x the FLOPs per image, "
-          f"so it would consume about {scaled:.3g} images/s (a pixel-count "
-          "estimate, not a measurement).")
-  return {config.section: report_lib.section(
-      title="Input pipeline: cassava-style JPEG decoding", rows=rows,
-      ratios=ratios, notes=notes, columns=["name", "images_per_second"],
-      config={"num_jpegs": config.num_jpegs, "image_size": size,
-              "batch_size": config.batch_size, "batches": config.batches,
-              "repeats": config.repeats})}
+        f"The model rate was measured at {config.model_image_size}x"
+        f"{config.model_image_size}; at {size}x{size} it needs about "
+        f"{(size / config.model_image_size) ** 2:.2f}x the FLOPs per image, "
+        f"so it would consume about {scaled:.3g} images/s (a pixel-count "
+        "estimate, not a measurement)."
+      )
+  return {
+    config.section: report_lib.section(
+      title="Input pipeline: cassava-style JPEG decoding",
+      rows=rows,
+      ratios=ratios,
+      notes=notes,
+      columns=["name", "images_per_second"],
+      config={
+        "num_jpegs": config.num_jpegs,
+        "image_size": size,
+        "batch_size": config.batch_size,
+        "batches": config.batches,
+        "repeats": config.repeats,
+      },
+    )
+  }
 
 
 def _spread_fields(rates) -> dict:
   summary = stats.spread(rates)
-  return {"images_per_second": summary["median"],
-          "images_per_second_min": summary["min"],
-          "images_per_second_max": summary["max"]}
+  return {
+    "images_per_second": summary["median"],
+    "images_per_second_min": summary["min"],
+    "images_per_second_max": summary["max"],
+  }

@@ -1,7 +1,7 @@
 """App: records read per worker and resume cost (see `input_scale_lib`).
 
-  python -m benchmarks.input_scale --num_records=50000
-  python -m benchmarks.input_scale --num_records=2000 --repeats=1   # quick
+python -m benchmarks.input_scale --num_records=50000
+python -m benchmarks.input_scale --num_records=2000 --repeats=1   # quick
 """
 
 from absl import app
@@ -16,24 +16,37 @@ flags.DEFINE_integer("image_size", 32, "Side the images are resized to.")
 flags.DEFINE_integer("global_batch", 64, "Global batch size.")
 flags.DEFINE_list("pipelines", ["1", "2", "4"], "Input pipeline counts N.")
 flags.DEFINE_integer("decode_batches", 40, "Batches timed for decode speed.")
-flags.DEFINE_integer("entry_records", 4096, "Records read by each way into "
-                     "tf.data.")
-flags.DEFINE_string("cache_dir", "", "Where the generated datasets are kept "
-                    "between runs (default: <tmp>/ctl_bench_cache).")
+flags.DEFINE_integer(
+  "entry_records", 4096, "Records read by each way into tf.data."
+)
+flags.DEFINE_string(
+  "cache_dir",
+  "",
+  "Where the generated datasets are kept "
+  "between runs (default: <tmp>/ctl_bench_cache).",
+)
 
 FLAGS = flags.FLAGS
 
 
 def main(argv):
   del argv  # Unused.
-  cli.emit(input_scale_lib.run(input_scale_lib.Config(
-      num_records=FLAGS.num_records, jpeg_size=FLAGS.jpeg_size,
-      image_size=FLAGS.image_size, global_batch=FLAGS.global_batch,
-      pipelines=tuple(int(n) for n in FLAGS.pipelines),
-      decode_batches=FLAGS.decode_batches,
-      entry_records=FLAGS.entry_records, repeats=FLAGS.repeats,
-      cache_dir=FLAGS.cache_dir,
-      section=cli.section_name("input_scale"))))
+  cli.emit(
+    input_scale_lib.run(
+      input_scale_lib.Config(
+        num_records=FLAGS.num_records,
+        jpeg_size=FLAGS.jpeg_size,
+        image_size=FLAGS.image_size,
+        global_batch=FLAGS.global_batch,
+        pipelines=tuple(int(n) for n in FLAGS.pipelines),
+        decode_batches=FLAGS.decode_batches,
+        entry_records=FLAGS.entry_records,
+        repeats=FLAGS.repeats,
+        cache_dir=FLAGS.cache_dir,
+        section=cli.section_name("input_scale"),
+      )
+    )
+  )
 
 
 if __name__ == "__main__":

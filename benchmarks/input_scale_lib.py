@@ -44,6 +44,7 @@ RESUME_TARGET_S = 2.0
 @dataclasses.dataclass(frozen=True)
 class Config:
   """One run; fields mirror the flags of `input_scale.py`."""
+
   num_records: int = 50_000
   jpeg_size: int = 32
   image_size: int = 32
@@ -59,38 +60,59 @@ class Config:
 
 def prepare(config: Config) -> tuple[dict[str, str], float]:
   """Builds (or finds in the cache) both copies; returns their dirs, seconds."""
-  cache = config.cache_dir or os.path.join(tempfile.gettempdir(),
-                                           "ctl_bench_cache")
+  cache = config.cache_dir or os.path.join(
+    tempfile.gettempdir(), "ctl_bench_cache"
+  )
   start = time.perf_counter()
-  dirs = {path: tfds_jpegs.build(
-      os.path.join(cache, f"jpegs_{config.num_records}_{config.jpeg_size}",
-                   file_format), file_format=file_format,
-      num_train=config.num_records, num_eval=config.global_batch,
-      image_size=config.jpeg_size) for path, file_format in _FORMATS.items()}
+  dirs = {
+    path: tfds_jpegs.build(
+      os.path.join(
+        cache, f"jpegs_{config.num_records}_{config.jpeg_size}", file_format
+      ),
+      file_format=file_format,
+      num_train=config.num_records,
+      num_eval=config.global_batch,
+      image_size=config.jpeg_size,
+    )
+    for path, file_format in _FORMATS.items()
+  }
   return dirs, time.perf_counter() - start
 
 
 def _load(data_dir: str, config: Config) -> data_lib.Source:
-  return data_lib.load("cassava", image_size=config.image_size,
-                       data_dir=data_dir)
+  return data_lib.load(
+    "cassava", image_size=config.image_size, data_dir=data_dir
+  )
 
 
-def _pipeline(source: data_lib.Source, config: Config, *, records=None,
-              decode_fn=None, start_step: int = 0, pipelines: int = 1,
-              pipeline_id: int = 0) -> tf.data.Dataset:
+def _pipeline(
+  source: data_lib.Source,
+  config: Config,
+  *,
+  records=None,
+  decode_fn=None,
+  start_step: int = 0,
+  pipelines: int = 1,
+  pipeline_id: int = 0,
+) -> tf.data.Dataset:
   """The trainer's training pipeline over `source` (or other records)."""
   return input_lib.train_dataset(
-      records=records or source.train_records, num_records=source.num_train,
-      decode_fn=decode_fn or source.decode_fn,
-      input_context=tf.distribute.InputContext(
-          num_input_pipelines=pipelines, input_pipeline_id=pipeline_id,
-          num_replicas_in_sync=pipelines),
-      global_batch_size=config.global_batch, seed=0, start_step=start_step,
-      shuffle_buffer=source.shuffle_buffer)
+    records=records or source.train_records,
+    num_records=source.num_train,
+    decode_fn=decode_fn or source.decode_fn,
+    input_context=tf.distribute.InputContext(
+      num_input_pipelines=pipelines,
+      input_pipeline_id=pipeline_id,
+      num_replicas_in_sync=pipelines,
+    ),
+    global_batch_size=config.global_batch,
+    seed=0,
+    start_step=start_step,
+    shuffle_buffer=source.shuffle_buffer,
+  )
 
 
-def records_read(data_dir: str, config: Config, *,
-                 pipelines: int) -> list[int]:
+def records_read(data_dir: str, config: Config, *, pipelines: int) -> list[int]:
   """Records each of `pipelines` pipelines reads per epoch.
 
   Counted where records leave the source (before decoding), as the difference
@@ -100,17 +122,27 @@ def records_read(data_dir: str, config: Config, *,
   """
   source = _load(data_dir, config)
   steps = input_lib.steps_per_epoch(source.num_train, config.global_batch)
-  per_call = (input_lib.fetch_steps(global_batch_size=config.global_batch,
-                                    pipelines=pipelines)
-              if isinstance(source.train_records, input_lib.IndexedRecords)
-              else 1)
+  per_call = (
+    input_lib.fetch_steps(
+      global_batch_size=config.global_batch, pipelines=pipelines
+    )
+    if isinstance(source.train_records, input_lib.IndexedRecords)
+    else 1
+  )
   measured = -(-steps // per_call) * per_call
   counts = []
   for pipeline_id in range(pipelines):
     counter = _Counter()
-    iterator = iter(_pipeline(
-        source, config, records=counter.wrap(source.train_records),
-        decode_fn=_no_decode, pipelines=pipelines, pipeline_id=pipeline_id))
+    iterator = iter(
+      _pipeline(
+        source,
+        config,
+        records=counter.wrap(source.train_records),
+        decode_fn=_no_decode,
+        pipelines=pipelines,
+        pipeline_id=pipeline_id,
+      )
+    )
     after = []
     for run in (steps, measured):
       for _ in range(run):
@@ -121,8 +153,9 @@ def records_read(data_dir: str, config: Config, *,
   return counts
 
 
-def first_batch_seconds(data_dir: str, config: Config, *,
-                        fraction: float) -> float:
+def first_batch_seconds(
+  data_dir: str, config: Config, *, fraction: float
+) -> float:
   """Seconds from opening the dataset to the first batch, resuming mid-epoch."""
   start = time.perf_counter()
   source = _load(data_dir, config)
@@ -141,16 +174,19 @@ def decode_rate(data_dir: str, config: Config) -> float:
   start = time.perf_counter()
   for _ in range(config.decode_batches):
     next(iterator)
-  return (config.decode_batches * config.global_batch /
-          (time.perf_counter() - start))
+  return (
+    config.decode_batches * config.global_batch / (time.perf_counter() - start)
+  )
 
 
 def entry_rates(data_dir: str, config: Config) -> dict[str, float]:
   """Records/s into tf.data by three routes from the same TFDS data source."""
   source = tfds.builder_from_directory(data_dir).as_data_source(
-      "train", deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
+    "train", deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES
+  )
   indices = np.random.RandomState(0).permutation(len(source))[
-      :config.entry_records]
+    : config.entry_records
+  ]
   fetch = input_lib.IndexedRecords.from_source(source).fetch
   per_call = input_lib.PipelineOptions().records_per_fetch
 
@@ -165,17 +201,23 @@ def entry_rates(data_dir: str, config: Config) -> dict[str, float]:
 
   keys = tf.data.Dataset.from_tensor_slices(indices.astype(np.int64))
   routes = {
-      f"one call per {n} indices{' (used)' if n == per_call else ''}":
-      keys.batch(n).map(fetch, num_parallel_calls=tf.data.AUTOTUNE,
-                        deterministic=True).unbatch()
-      for n in (config.global_batch, per_call)}
-  routes.update({
+    f"one call per {n} indices{' (used)' if n == per_call else ''}": keys.batch(
+      n
+    )
+    .map(fetch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    .unbatch()
+    for n in (config.global_batch, per_call)
+  }
+  routes.update(
+    {
       "one call per record, parallel map": keys.map(
-          per_record, num_parallel_calls=tf.data.AUTOTUNE,
-          deterministic=True),
+        per_record, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+      ),
       "Python generator": tf.data.Dataset.from_generator(
-          generator, output_signature=tf.TensorSpec((), tf.string)),
-  })
+        generator, output_signature=tf.TensorSpec((), tf.string)
+      ),
+    }
+  )
   rates = {name: [] for name in routes}
   for _ in range(config.repeats + 1):  # The first round warms up.
     for name, dataset in routes.items():
@@ -190,23 +232,39 @@ def run(config: Config) -> dict:
   """Prepares the data, measures everything; returns {section: body}."""
   dirs, prepare_seconds = prepare(config)
   cores = len(os.sched_getaffinity(0))
-  total = input_lib.steps_per_epoch(
-      config.num_records, config.global_batch) * config.global_batch
+  total = (
+    input_lib.steps_per_epoch(config.num_records, config.global_batch)
+    * config.global_batch
+  )
   rows, targets = [], []
   for n in config.pipelines:
-    counts = {path: records_read(directory, config, pipelines=n)
-              for path, directory in dirs.items()}
-    rows.append({"name": f"records read per pipeline, N={n} (max)",
-                 INDEXED: max(counts[INDEXED]),
-                 STREAMED: max(counts[STREAMED]), "target": total // n})
+    counts = {
+      path: records_read(directory, config, pipelines=n)
+      for path, directory in dirs.items()
+    }
+    rows.append(
+      {
+        "name": f"records read per pipeline, N={n} (max)",
+        INDEXED: max(counts[INDEXED]),
+        STREAMED: max(counts[STREAMED]),
+        "target": total // n,
+      }
+    )
     # total/N over what each pipeline read: 1.0 is exactly its share.
     share = stats.ratio(
-        name=f"(total/N) / records read, N={n}", numerator="total/N",
-        denominator=rows[-1]["name"],
-        numerator_values=[total / n] * n, denominator_values=counts[INDEXED])
-    targets.append(stats.verdict(
-        share, threshold=0.98,
-        name=f"each of {n} pipelines reads total/{n} records per epoch"))
+      name=f"(total/N) / records read, N={n}",
+      numerator="total/N",
+      denominator=rows[-1]["name"],
+      numerator_values=[total / n] * n,
+      denominator_values=counts[INDEXED],
+    )
+    targets.append(
+      stats.verdict(
+        share,
+        threshold=0.98,
+        name=f"each of {n} pipelines reads total/{n} records per epoch",
+      )
+    )
   seconds = {path: {f: [] for f in config.resume_points} for path in dirs}
   for directory in dirs.values():  # Warm-up: imports, tracing, file caches.
     first_batch_seconds(directory, config, fraction=0.0)
@@ -214,68 +272,106 @@ def run(config: Config) -> dict:
     for fraction in config.resume_points:  # Interleaved rounds.
       for path, directory in dirs.items():
         seconds[path][fraction].append(
-            first_batch_seconds(directory, config, fraction=fraction))
+          first_batch_seconds(directory, config, fraction=fraction)
+        )
   for fraction in config.resume_points:
-    rows.append({"name": f"seconds to first batch, resume at "
-                         f"{fraction:.0%} of an epoch",
-                 **{path: statistics.median(seconds[path][fraction])
-                    for path in dirs}, "target": RESUME_TARGET_S})
-  slowest = [max(s[r] for s in seconds[INDEXED].values())
-             for r in range(config.repeats)]
+    rows.append(
+      {
+        "name": f"seconds to first batch, resume at {fraction:.0%} of an epoch",
+        **{path: statistics.median(seconds[path][fraction]) for path in dirs},
+        "target": RESUME_TARGET_S,
+      }
+    )
+  slowest = [
+    max(s[r] for s in seconds[INDEXED].values()) for r in range(config.repeats)
+  ]
   first, last = config.resume_points[0], config.resume_points[-1]
-  targets.append(stats.verdict(stats.ratio(
-      name="2 s / slowest resume", numerator="2 s", denominator="slowest",
-      numerator_values=[RESUME_TARGET_S] * config.repeats,
-      denominator_values=slowest), threshold=1.0,
-      name="resume to first batch under 2 s at every position"))
-  targets.append(stats.verdict(stats.ratio(
-      name=f"resume at {first:.0%} / at {last:.0%}",
-      numerator=f"{first:.0%}", denominator=f"{last:.0%}",
-      numerator_values=seconds[INDEXED][first],
-      denominator_values=seconds[INDEXED][last]), threshold=0.67,
+  targets.append(
+    stats.verdict(
+      stats.ratio(
+        name="2 s / slowest resume",
+        numerator="2 s",
+        denominator="slowest",
+        numerator_values=[RESUME_TARGET_S] * config.repeats,
+        denominator_values=slowest,
+      ),
+      threshold=1.0,
+      name="resume to first batch under 2 s at every position",
+    )
+  )
+  targets.append(
+    stats.verdict(
+      stats.ratio(
+        name=f"resume at {first:.0%} / at {last:.0%}",
+        numerator=f"{first:.0%}",
+        denominator=f"{last:.0%}",
+        numerator_values=seconds[INDEXED][first],
+        denominator_values=seconds[INDEXED][last],
+      ),
+      threshold=0.67,
       name=f"resume flat: at {last:.0%} of an epoch at most 1.5x the time "
-      f"at {first:.0%}"))
-  rates = {path: decode_rate(directory, config)
-           for path, directory in dirs.items()}
-  rows.append({"name": "images/s per core (read + decode + resize)",
-               **{path: rate / cores for path, rate in rates.items()},
-               "target": "-"})
+      f"at {first:.0%}",
+    )
+  )
+  rates = {
+    path: decode_rate(directory, config) for path, directory in dirs.items()
+  }
+  rows.append(
+    {
+      "name": "images/s per core (read + decode + resize)",
+      **{path: rate / cores for path, rate in rates.items()},
+      "target": "-",
+    }
+  )
   entry = entry_rates(dirs[INDEXED], config)
-  entry_rows = [{"name": name, "records_per_second_per_round": rates,
-                 **_spread(rates, "records_per_second")}
-                for name, rates in entry.items()]
+  entry_rows = [
+    {
+      "name": name,
+      "records_per_second_per_round": rates,
+      **_spread(rates, "records_per_second"),
+    }
+    for name, rates in entry.items()
+  ]
   notes = [
-      f"{config.num_records:,} JPEGs of {config.jpeg_size}x"
-      f"{config.jpeg_size} in 3 classes, a TFDS dataset prepared twice "
-      f"(ArrayRecord and TFRecord), cached; preparing or finding them took "
-      f"{prepare_seconds:.0f} s. Global batch {config.global_batch}; "
-      f"{total:,} records used per epoch.",
-      "Records read are counted as they leave the source, for every pipeline "
-      "of N, over a whole number of fetch calls after the first epoch (so "
-      "read-ahead cancels out), scaled to one epoch; the streamed "
-      "path reads the whole stream in every pipeline and skips to the resume "
-      "position record by record.",
-      f"Resume: a fresh pipeline per measurement (open the dataset, build, "
-      f"first batch), {config.repeats} interleaved rounds, medians.",
-      f"Decode: {cores} cores; tf.data AUTOTUNE; images resized to "
-      f"{config.image_size}x{config.image_size}.",
+    f"{config.num_records:,} JPEGs of {config.jpeg_size}x"
+    f"{config.jpeg_size} in 3 classes, a TFDS dataset prepared twice "
+    f"(ArrayRecord and TFRecord), cached; preparing or finding them took "
+    f"{prepare_seconds:.0f} s. Global batch {config.global_batch}; "
+    f"{total:,} records used per epoch.",
+    "Records read are counted as they leave the source, for every pipeline "
+    "of N, over a whole number of fetch calls after the first epoch (so "
+    "read-ahead cancels out), scaled to one epoch; the streamed "
+    "path reads the whole stream in every pipeline and skips to the resume "
+    "position record by record.",
+    f"Resume: a fresh pipeline per measurement (open the dataset, build, "
+    f"first batch), {config.repeats} interleaved rounds, medians.",
+    f"Decode: {cores} cores; tf.data AUTOTUNE; images resized to "
+    f"{config.image_size}x{config.image_size}.",
   ]
   return {
-      config.section: report_lib.section(
-          title="Input at scale: records read per worker, resume cost",
-          rows=rows, columns=["name", INDEXED, STREAMED, "target"],
-          chart_key="none", targets=targets, notes=notes,
-          config=dataclasses.asdict(config)),
-      f"{config.section}_entry": report_lib.section(
-          title="Input at scale: how records enter tf.data (ArrayRecord, "
-          "raw bytes, no decode)", rows=entry_rows,
-          columns=["name", "records_per_second"],
-          chart_key="records_per_second",
-          notes=[f"{config.entry_records:,} random indices read from the "
-                 "TFDS data source by each route, "
-                 f"{config.repeats} interleaved rounds after a warm-up "
-                 "round."],
-          config={"entry_records": config.entry_records}),
+    config.section: report_lib.section(
+      title="Input at scale: records read per worker, resume cost",
+      rows=rows,
+      columns=["name", INDEXED, STREAMED, "target"],
+      chart_key="none",
+      targets=targets,
+      notes=notes,
+      config=dataclasses.asdict(config),
+    ),
+    f"{config.section}_entry": report_lib.section(
+      title="Input at scale: how records enter tf.data (ArrayRecord, "
+      "raw bytes, no decode)",
+      rows=entry_rows,
+      columns=["name", "records_per_second"],
+      chart_key="records_per_second",
+      notes=[
+        f"{config.entry_records:,} random indices read from the "
+        "TFDS data source by each route, "
+        f"{config.repeats} interleaved rounds after a warm-up "
+        "round."
+      ],
+      config={"entry_records": config.entry_records},
+    ),
   }
 
 
@@ -287,8 +383,11 @@ def _no_decode(*record):
 
 def _spread(values, key) -> dict:
   summary = stats.spread(values)
-  return {key: summary["median"], f"{key}_min": summary["min"],
-          f"{key}_max": summary["max"]}
+  return {
+    key: summary["median"],
+    f"{key}_min": summary["min"],
+    f"{key}_max": summary["max"],
+  }
 
 
 class _Counter:

@@ -5,21 +5,22 @@ a MISS reads MISS, and a verdict whose range straddles the threshold says it
 is inside the noise.
 """
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from benchmarks import report as report_lib
 
 _HEADERS = {
-    "name": "variant",
-    "images_per_second": "images/s",
-    "examples_per_second": "examples/s",
-    "first_call_seconds": "first call s",
-    "steps_per_loop": "steps/call",
-    "mfu_percent": "MFU %",
-    "flops_per_second": "FLOP/s",
-    "peak_flops_per_second": "peak FLOP/s",
-    "examples_per_second_per_worker": "examples/s per worker",
-    "wall_seconds": "wall s",
+  "name": "variant",
+  "images_per_second": "images/s",
+  "examples_per_second": "examples/s",
+  "first_call_seconds": "first call s",
+  "steps_per_loop": "steps/call",
+  "mfu_percent": "MFU %",
+  "flops_per_second": "FLOP/s",
+  "peak_flops_per_second": "peak FLOP/s",
+  "examples_per_second_per_worker": "examples/s per worker",
+  "wall_seconds": "wall s",
 }
 
 
@@ -39,8 +40,10 @@ def verdict_text(target: Mapping[str, Any]) -> str:
   """E.g. "PASS 1.01x (0.97-1.03: inside the noise)"."""
   if target["measured"] is None:
     return target["status"]
-  text = (f"{target['status']} {target['measured']:.3g}x "
-          f"({target['min']:.3g}-{target['max']:.3g}")
+  text = (
+    f"{target['status']} {target['measured']:.3g}x "
+    f"({target['min']:.3g}-{target['max']:.3g}"
+  )
   if target.get("inside_noise"):
     text += ": inside the noise"
   return text + ")"
@@ -51,9 +54,19 @@ def _targets(report) -> list[str]:
   lines = ["## Targets", ""]
   if not targets:
     return lines + ["No target was measured in this run.", ""]
-  lines += _table(["section", "target", "ratio", "threshold", "verdict"], [
-      [t["section"], t["name"], t["ratio"] or "-", f">= {t['threshold']:g}x",
-       verdict_text(t)] for t in targets])
+  lines += _table(
+    ["section", "target", "ratio", "threshold", "verdict"],
+    [
+      [
+        t["section"],
+        t["name"],
+        t["ratio"] or "-",
+        f">= {t['threshold']:g}x",
+        verdict_text(t),
+      ]
+      for t in targets
+    ],
+  )
   missing = [n for n, s in report["sections"].items() if s["status"] != "ok"]
   if missing:
     lines.append(f"Sections without numbers: {', '.join(missing)} (see below).")
@@ -70,18 +83,31 @@ def _section(name: str, body: Mapping[str, Any]) -> list[str]:
   lines += ["; ".join(facts), ""]
   config = body.get("config") or {}
   if config:
-    lines += ["Settings: " + ", ".join(
-        f"{k}={_format(v)}" for k, v in config.items()), ""]
+    lines += [
+      "Settings: " + ", ".join(f"{k}={_format(v)}" for k, v in config.items()),
+      "",
+    ]
   rows = body.get("rows") or []
   columns = body.get("columns") or []
   if rows and columns:
-    lines += _table([_HEADERS.get(c, c) for c in columns],
-                    [[_cell(row, c) for c in columns] for row in rows])
+    lines += _table(
+      [_HEADERS.get(c, c) for c in columns],
+      [[_cell(row, c) for c in columns] for row in rows],
+    )
   ratios = body.get("ratios") or []
   if ratios:
-    lines += _table(["ratio", "median", "min-max", "per round"], [
-        [r["name"], f"{r['median']:.3g}x", f"{r['min']:.3g}-{r['max']:.3g}",
-         " ".join(f"{x:.3g}" for x in r["per_round"])] for r in ratios])
+    lines += _table(
+      ["ratio", "median", "min-max", "per round"],
+      [
+        [
+          r["name"],
+          f"{r['median']:.3g}x",
+          f"{r['min']:.3g}-{r['max']:.3g}",
+          " ".join(f"{x:.3g}" for x in r["per_round"]),
+        ]
+        for r in ratios
+      ],
+    )
   for target in body.get("targets") or []:
     lines.append(f"- Target {target['name']}: {verdict_text(target)}")
   notes = body.get("notes") or []
@@ -116,7 +142,9 @@ def _format(value) -> str:
 
 
 def _table(headers, rows) -> list[str]:
-  lines = ["| " + " | ".join(headers) + " |",
-           "|" + "|".join(" --- " for _ in headers) + "|"]
+  lines = [
+    "| " + " | ".join(headers) + " |",
+    "|" + "|".join(" --- " for _ in headers) + "|",
+  ]
   lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
   return lines + [""]

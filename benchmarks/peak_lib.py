@@ -30,6 +30,7 @@ class Config:
     repeats: timed calls; the median is reported.
     device: "auto", "cpu" or "gpu".
   """
+
   precisions: tuple[str, ...] = ("none", "bf16", "fp16")
   size: int = 0
   chain: int = 0
@@ -45,8 +46,14 @@ class MatmulMeter:
   models it is compared with.
   """
 
-  def __init__(self, *, device: device_lib.Device, precision: str,
-               size: int = 0, chain: int = 0):
+  def __init__(
+    self,
+    *,
+    device: device_lib.Device,
+    precision: str,
+    size: int = 0,
+    chain: int = 0,
+  ):
     """Builds the matrices and traces the chain (not timed).
 
     Args:
@@ -63,12 +70,17 @@ class MatmulMeter:
     dtype = device_lib.MATMUL_DTYPES[precision]
     with tf.device(self._device):
       self._x = tf.cast(tf.random.normal([self._size] * 2), dtype)
-      self._b = tf.cast(tf.random.normal([self._size] * 2,
-                                         stddev=self._size**-0.5), dtype)
-    self._name = {"none": "float32", "bf16": "bfloat16",
-                  "fp16": "float16"}[precision]
-    if on_gpu and precision == "none" and (
-        tf.config.experimental.tensor_float_32_execution_enabled()):
+      self._b = tf.cast(
+        tf.random.normal([self._size] * 2, stddev=self._size**-0.5), dtype
+      )
+    self._name = {"none": "float32", "bf16": "bfloat16", "fp16": "float16"}[
+      precision
+    ]
+    if (
+      on_gpu
+      and precision == "none"
+      and (tf.config.experimental.tensor_float_32_execution_enabled())
+    ):
       self._name += " (TF32)"
     self._products = tf.function(self._chain_of_products)
     self.rate()  # Trace and warm up.
@@ -94,20 +106,31 @@ class MatmulMeter:
       "flops_per_second" (median) with _min/_max,
       "flops_per_second_per_round", "size", "chain"}.
     """
-    return {"name": f"matmul {self._name}", "precision": self._precision,
-            "peak_flops_per_second": max(rates),
-            "flops_per_second": statistics.median(rates),
-            "flops_per_second_min": min(rates),
-            "flops_per_second_max": max(rates),
-            "flops_per_second_per_round": list(rates), "size": self._size,
-            "chain": self._chain}
+    return {
+      "name": f"matmul {self._name}",
+      "precision": self._precision,
+      "peak_flops_per_second": max(rates),
+      "flops_per_second": statistics.median(rates),
+      "flops_per_second_min": min(rates),
+      "flops_per_second_max": max(rates),
+      "flops_per_second_per_round": list(rates),
+      "size": self._size,
+      "chain": self._chain,
+    }
 
 
-def measure(*, device: device_lib.Device, precision: str, size: int = 0,
-            chain: int = 0, repeats: int = 3) -> dict:
+def measure(
+  *,
+  device: device_lib.Device,
+  precision: str,
+  size: int = 0,
+  chain: int = 0,
+  repeats: int = 3,
+) -> dict:
   """Measures one precision `repeats` times in a row; returns its row."""
-  meter = MatmulMeter(device=device, precision=precision, size=size,
-                      chain=chain)
+  meter = MatmulMeter(
+    device=device, precision=precision, size=size, chain=chain
+  )
   return meter.row([meter.rate() for _ in range(repeats)])
 
 
@@ -120,10 +143,28 @@ def run(config: Config) -> dict:
     if not supported:
       notes.append(f"{precision}: {reason}")
       continue
-    rows.append(measure(device=device, precision=precision, size=config.size,
-                        chain=config.chain, repeats=config.repeats))
-  return {"peak": report_lib.section(
-      title="Dense matmul peak", rows=rows, chart_key="peak_flops_per_second",
-      columns=["name", "peak_flops_per_second", "flops_per_second", "size",
-               "chain"], notes=notes,
-      config={"device": device.description, "repeats": config.repeats})}
+    rows.append(
+      measure(
+        device=device,
+        precision=precision,
+        size=config.size,
+        chain=config.chain,
+        repeats=config.repeats,
+      )
+    )
+  return {
+    "peak": report_lib.section(
+      title="Dense matmul peak",
+      rows=rows,
+      chart_key="peak_flops_per_second",
+      columns=[
+        "name",
+        "peak_flops_per_second",
+        "flops_per_second",
+        "size",
+        "chain",
+      ],
+      notes=notes,
+      config={"device": device.description, "repeats": config.repeats},
+    )
+  }

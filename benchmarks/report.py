@@ -31,10 +31,11 @@ A row value `k` with `k_min` and `k_max` beside it is shown as
 plus an app that calls `section()` and `cli.emit()`; nothing here changes.
 """
 
+from collections.abc import Mapping, Sequence
 import datetime
 import json
 import os
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 SCHEMA_VERSION = 1
 # partial: an app's progress write (some rounds done), which run_all keeps
@@ -46,13 +47,18 @@ CHART_PNG = "chart.png"
 LATEST = "latest"
 
 
-def section(*, title: str, rows: Sequence[Mapping[str, Any]] = (),
-            columns: Sequence[str] | None = None,
-            chart_key: str = "images_per_second",
-            ratios: Sequence[Mapping[str, Any]] = (),
-            targets: Sequence[Mapping[str, Any]] = (),
-            notes: Sequence[str] = (), config: Mapping[str, Any] | None = None,
-            status: str = "ok") -> dict:
+def section(
+  *,
+  title: str,
+  rows: Sequence[Mapping[str, Any]] = (),
+  columns: Sequence[str] | None = None,
+  chart_key: str = "images_per_second",
+  ratios: Sequence[Mapping[str, Any]] = (),
+  targets: Sequence[Mapping[str, Any]] = (),
+  notes: Sequence[str] = (),
+  config: Mapping[str, Any] | None = None,
+  status: str = "ok",
+) -> dict:
   """Builds one report section.
 
   Args:
@@ -83,15 +89,15 @@ def section(*, title: str, rows: Sequence[Mapping[str, Any]] = (),
   if columns is None:
     columns = [k for k, v in rows[0].items() if _is_scalar(v)] if rows else []
   return {
-      "title": title,
-      "status": status,
-      "config": dict(config or {}),
-      "columns": list(columns),
-      "chart_key": chart_key,
-      "rows": rows,
-      "ratios": [dict(r) for r in ratios],
-      "targets": [dict(t) for t in targets],
-      "notes": list(notes),
+    "title": title,
+    "status": status,
+    "config": dict(config or {}),
+    "columns": list(columns),
+    "chart_key": chart_key,
+    "rows": rows,
+    "ratios": [dict(r) for r in ratios],
+    "targets": [dict(t) for t in targets],
+    "notes": list(notes),
   }
 
 
@@ -102,14 +108,18 @@ def placeholder(*, title: str, status: str, note: str) -> dict:
 
 def new_report(machine: Mapping[str, Any]) -> dict:
   """An empty report stamped with the current UTC time."""
-  created = datetime.datetime.now(datetime.timezone.utc)
-  return {"schema": SCHEMA_VERSION,
-          "created": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
-          "machine": dict(machine), "sections": {}}
+  created = datetime.datetime.now(datetime.UTC)
+  return {
+    "schema": SCHEMA_VERSION,
+    "created": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    "machine": dict(machine),
+    "sections": {},
+  }
 
 
-def merge(report: Mapping[str, Any],
-          sections: Mapping[str, Mapping[str, Any]]) -> dict:
+def merge(
+  report: Mapping[str, Any], sections: Mapping[str, Mapping[str, Any]]
+) -> dict:
   """Returns a copy of `report` with `sections` appended in their order.
 
   Raises:
@@ -125,9 +135,11 @@ def merge(report: Mapping[str, Any],
 
 def all_targets(report: Mapping[str, Any]) -> list[dict]:
   """Every target of every section, each with its section's name added."""
-  return [dict(target, section=name)
-          for name, body in report["sections"].items()
-          for target in body.get("targets", ())]
+  return [
+    dict(target, section=name)
+    for name, body in report["sections"].items()
+    for target in body.get("targets", ())
+  ]
 
 
 def write_sections(path: str, sections: Mapping[str, Mapping]) -> None:
@@ -174,6 +186,7 @@ def point_latest(results_dir: str, run_dir: str) -> str:
     os.replace(temporary, latest)
   except OSError:
     import shutil  # pylint: disable=g-import-not-at-top
+
     if os.path.islink(latest) or os.path.isfile(latest):
       os.remove(latest)
     elif os.path.isdir(latest):

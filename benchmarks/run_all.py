@@ -22,6 +22,7 @@ checkpointing 2.5). The run is also held to --budget_secs: a benchmark is
 stopped at what is left, and keeps the rounds it finished.
 """
 
+from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import importlib.metadata
 import importlib.util
@@ -31,7 +32,6 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Mapping, Sequence
 
 from absl import app
 from absl import flags
@@ -40,15 +40,26 @@ from benchmarks import chart
 from benchmarks import markdown
 from benchmarks import report as report_lib
 
-flags.DEFINE_string("results_dir", "bench_results", "Where the timestamped "
-                    "run directories and the `latest` link go.")
-flags.DEFINE_bool("quick", False, "Tiny settings (small_cnn instead of "
-                  "ResNet50, a few steps, one round): checks that everything "
-                  "runs, in about a minute; the numbers mean nothing.")
+flags.DEFINE_string(
+  "results_dir",
+  "bench_results",
+  "Where the timestamped run directories and the `latest` link go.",
+)
+flags.DEFINE_bool(
+  "quick",
+  False,
+  "Tiny settings (small_cnn instead of "
+  "ResNet50, a few steps, one round): checks that everything "
+  "runs, in about a minute; the numbers mean nothing.",
+)
 flags.DEFINE_list("only", [], "Run only these sections (default: all).")
-flags.DEFINE_integer("budget_secs", 870, "Wall-clock budget for the whole "
-                     "run; a benchmark that would start with too little left "
-                     "is skipped, and each is stopped at what remains.")
+flags.DEFINE_integer(
+  "budget_secs",
+  870,
+  "Wall-clock budget for the whole "
+  "run; a benchmark that would start with too little left "
+  "is skipped, and each is stopped at what remains.",
+)
 
 FLAGS = flags.FLAGS
 
@@ -69,6 +80,7 @@ class Benchmark:
     timeout_secs: how long it may run.
     flags_from: derives more flags from the sections measured before it.
   """
+
   section: str
   module: str
   flags: tuple[str, ...] = ()
@@ -85,93 +97,194 @@ def _resnet50_rate(sections: Mapping[str, dict]) -> list[str]:
     return []
   main, config = rows[0], body["config"]
   size = config["image_size"]
-  return [f"--model_images_per_second={main['images_per_second']}",
-          f"--model_label={config['model']} {main['name']} ({size}x{size})",
-          f"--model_image_size={size}"]
+  return [
+    f"--model_images_per_second={main['images_per_second']}",
+    f"--model_label={config['model']} {main['name']} ({size}x{size})",
+    f"--model_image_size={size}",
+  ]
 
 
-_TINY_THROUGHPUT = ("--model=small_cnn", "--image_size=8", "--batch_size=4",
-                    "--steps=2", "--steps_per_loop=2", "--repeats=1",
-                    "--extras=none", "--matmul_size=256", "--title=")
+_TINY_THROUGHPUT = (
+  "--model=small_cnn",
+  "--image_size=8",
+  "--batch_size=4",
+  "--steps=2",
+  "--steps_per_loop=2",
+  "--repeats=1",
+  "--extras=none",
+  "--matmul_size=256",
+  "--title=",
+)
 
 BENCHMARKS = (
-    Benchmark(
-        "small_model", "benchmarks.throughput",
-        # Many short interleaved rounds: the host overhead measured here is
-        # a few percent, and a shared machine's noise comes in bursts.
-        ("--model=small_cnn", "--image_size=8", "--batch_size=8",
-         "--steps=100", "--steps_per_loop=100", "--repeats=25",
-         "--variants=engine:N,engine:1,bare,bare:N,engine:N+noacc,"
-         "engine:1+noacc,fit:1,fit:N",
-         "--extras=none", "--nomeasure_peak",
-         "--targets=engine:N/bare:N>=1.0,engine:1/bare>=0.95,"
-         "engine:N/engine:1>=1.5,engine:N/fit:1>=2",
-         "--title=Small model (small_cnn 8x8, batch 8): what steps_per_loop "
-         "buys when per-step overhead dominates"),
-        _TINY_THROUGHPUT, timeout_secs=240),
-    Benchmark(
-        "resnet50", "benchmarks.throughput",
-        ("--model=resnet50", "--image_size=224", "--batch_size=16",
-         "--steps=3", "--steps_per_loop=3", "--repeats=3",
-         "--variants=engine:N,engine:1,bare,fit:1", "--extras=auto",
-         "--targets=engine:N/bare>=0.98,engine:N/fit:1>=1.0"),
-        _TINY_THROUGHPUT, timeout_secs=600),
-    Benchmark(
-        "input_pipeline", "benchmarks.input_pipeline",
-        ("--num_jpegs=256", "--image_size=300", "--batch_size=16",
-         "--batches=30", "--repeats=3"),
-        ("--num_jpegs=20", "--jpeg_width=64", "--jpeg_height=48",
-         "--image_size=32", "--batch_size=4", "--batches=2", "--repeats=1"),
-        timeout_secs=120, flags_from=_resnet50_rate),
-    Benchmark(
-        "input_scale", "benchmarks.input_scale",
-        ("--num_records=50000", "--repeats=3"),
-        ("--num_records=2000", "--repeats=1", "--decode_batches=5",
-         "--entry_records=1024"), timeout_secs=420),
-    Benchmark(
-        "scaling", "benchmarks.scaling",
-        ("--train_steps=160", "--steps_per_loop=20", "--repeats=3"),
-        ("--train_steps=4", "--steps_per_loop=2", "--image_size=8",
-         "--per_replica_batch_size=4", "--repeats=1"),
-        timeout_secs=240),
-    Benchmark(
-        "checkpointing", "benchmarks.checkpointing",
-        ("--io_model=resnet50", "--io_image_size=224",
-         "--cost_train_steps=240", "--cost_checkpoint_every=20",
-         "--repeats=3"),
-        ("--io_model=small_cnn", "--io_image_size=16",
-         "--cost_train_steps=20", "--cost_checkpoint_every=10",
-         "--cost_steps_per_loop=5", "--repeats=2",
-         "--cost_variants=none,gcsfs_async"), timeout_secs=240),
-    Benchmark(
-        "goodput", "benchmarks.goodput",
-        ("--epochs=8", "--image_size=32", "--kills=2",
-         "--checkpoint_every=20"),
-        ("--epochs=2", "--image_size=16", "--kills=1",
-         "--checkpoint_every=10", "--restart_model=small_cnn",
-         "--restart_image_size=16"),
-        timeout_secs=480),
-    Benchmark(
-        "stalls", "benchmarks.stalls", ("--repeats=2",),
-        ("--repeats=1", "--stall_timeout_secs=5", "--stall_step=10",
-         "--train_steps=20", "--cost_train_steps=100"), timeout_secs=300),
+  Benchmark(
+    "small_model",
+    "benchmarks.throughput",
+    # Many short interleaved rounds: the host overhead measured here is
+    # a few percent, and a shared machine's noise comes in bursts.
+    (
+      "--model=small_cnn",
+      "--image_size=8",
+      "--batch_size=8",
+      "--steps=100",
+      "--steps_per_loop=100",
+      "--repeats=25",
+      "--variants=engine:N,engine:1,bare,bare:N,engine:N+noacc,"
+      "engine:1+noacc,fit:1,fit:N",
+      "--extras=none",
+      "--nomeasure_peak",
+      "--targets=engine:N/bare:N>=1.0,engine:1/bare>=0.95,"
+      "engine:N/engine:1>=1.5,engine:N/fit:1>=2",
+      "--title=Small model (small_cnn 8x8, batch 8): what steps_per_loop "
+      "buys when per-step overhead dominates",
+    ),
+    _TINY_THROUGHPUT,
+    timeout_secs=240,
+  ),
+  Benchmark(
+    "resnet50",
+    "benchmarks.throughput",
+    (
+      "--model=resnet50",
+      "--image_size=224",
+      "--batch_size=16",
+      "--steps=3",
+      "--steps_per_loop=3",
+      "--repeats=3",
+      "--variants=engine:N,engine:1,bare,fit:1",
+      "--extras=auto",
+      "--targets=engine:N/bare>=0.98,engine:N/fit:1>=1.0",
+    ),
+    _TINY_THROUGHPUT,
+    timeout_secs=600,
+  ),
+  Benchmark(
+    "input_pipeline",
+    "benchmarks.input_pipeline",
+    (
+      "--num_jpegs=256",
+      "--image_size=300",
+      "--batch_size=16",
+      "--batches=30",
+      "--repeats=3",
+    ),
+    (
+      "--num_jpegs=20",
+      "--jpeg_width=64",
+      "--jpeg_height=48",
+      "--image_size=32",
+      "--batch_size=4",
+      "--batches=2",
+      "--repeats=1",
+    ),
+    timeout_secs=120,
+    flags_from=_resnet50_rate,
+  ),
+  Benchmark(
+    "input_scale",
+    "benchmarks.input_scale",
+    ("--num_records=50000", "--repeats=3"),
+    (
+      "--num_records=2000",
+      "--repeats=1",
+      "--decode_batches=5",
+      "--entry_records=1024",
+    ),
+    timeout_secs=420,
+  ),
+  Benchmark(
+    "scaling",
+    "benchmarks.scaling",
+    ("--train_steps=160", "--steps_per_loop=20", "--repeats=3"),
+    (
+      "--train_steps=4",
+      "--steps_per_loop=2",
+      "--image_size=8",
+      "--per_replica_batch_size=4",
+      "--repeats=1",
+    ),
+    timeout_secs=240,
+  ),
+  Benchmark(
+    "checkpointing",
+    "benchmarks.checkpointing",
+    (
+      "--io_model=resnet50",
+      "--io_image_size=224",
+      "--cost_train_steps=240",
+      "--cost_checkpoint_every=20",
+      "--repeats=3",
+    ),
+    (
+      "--io_model=small_cnn",
+      "--io_image_size=16",
+      "--cost_train_steps=20",
+      "--cost_checkpoint_every=10",
+      "--cost_steps_per_loop=5",
+      "--repeats=2",
+      "--cost_variants=none,gcsfs_async",
+    ),
+    timeout_secs=240,
+  ),
+  Benchmark(
+    "goodput",
+    "benchmarks.goodput",
+    ("--epochs=8", "--image_size=32", "--kills=2", "--checkpoint_every=20"),
+    (
+      "--epochs=2",
+      "--image_size=16",
+      "--kills=1",
+      "--checkpoint_every=10",
+      "--restart_model=small_cnn",
+      "--restart_image_size=16",
+    ),
+    timeout_secs=480,
+  ),
+  Benchmark(
+    "stalls",
+    "benchmarks.stalls",
+    ("--repeats=2",),
+    (
+      "--repeats=1",
+      "--stall_timeout_secs=5",
+      "--stall_step=10",
+      "--train_steps=20",
+      "--cost_train_steps=100",
+    ),
+    timeout_secs=300,
+  ),
 )
 
 
-def run_benchmark(benchmark: Benchmark, *, run_dir: str, quick: bool,
-                  timeout_secs: float,
-                  sections: Mapping[str, dict]) -> dict[str, dict]:
+def run_benchmark(
+  benchmark: Benchmark,
+  *,
+  run_dir: str,
+  quick: bool,
+  timeout_secs: float,
+  sections: Mapping[str, dict],
+) -> dict[str, dict]:
   """Runs one benchmark app; returns its sections or a placeholder (why not)."""
   name = benchmark.section
   if importlib.util.find_spec(benchmark.module) is None:
-    return {name: report_lib.placeholder(
-        title=name, status="pending",
-        note=f"{benchmark.module} is not in this tree yet; nothing measured.")}
+    return {
+      name: report_lib.placeholder(
+        title=name,
+        status="pending",
+        note=f"{benchmark.module} is not in this tree yet; nothing measured.",
+      )
+    }
   output = os.path.join(run_dir, "logs", f"{name}.json")
-  command = [sys.executable, "-m", benchmark.module, f"--output={output}",
-             f"--section={name}", *benchmark.flags,
-             *(benchmark.quick_flags if quick else ()),
-             *(benchmark.flags_from(sections) if benchmark.flags_from else ())]
+  command = [
+    sys.executable,
+    "-m",
+    benchmark.module,
+    f"--output={output}",
+    f"--section={name}",
+    *benchmark.flags,
+    *(benchmark.quick_flags if quick else ()),
+    *(benchmark.flags_from(sections) if benchmark.flags_from else ()),
+  ]
   log_path = os.path.join(run_dir, "logs", f"{name}.log")
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   start = time.perf_counter()
@@ -179,8 +292,13 @@ def run_benchmark(benchmark: Benchmark, *, run_dir: str, quick: bool,
     log.write(" ".join(command) + "\n\n")
     log.flush()
     # Its own session, so a timeout stops it and everything it started.
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                               env=env, start_new_session=True)
+    process = subprocess.Popen(
+      command,
+      stdout=log,
+      stderr=subprocess.STDOUT,
+      env=env,
+      start_new_session=True,
+    )
     try:
       code = process.wait(timeout=timeout_secs)
     except subprocess.TimeoutExpired:
@@ -188,15 +306,20 @@ def run_benchmark(benchmark: Benchmark, *, run_dir: str, quick: bool,
       return _after_timeout(name, output, timeout_secs, log_path)
   seconds = time.perf_counter() - start
   if code or not os.path.exists(output):
-    return {name: report_lib.placeholder(
-        title=name, status="failed",
-        note=f"Exited with code {code}: {_tail(log_path)} (log: {log_path})")}
+    return {
+      name: report_lib.placeholder(
+        title=name,
+        status="failed",
+        note=f"Exited with code {code}: {_tail(log_path)} (log: {log_path})",
+      )
+    }
   produced = report_lib.read_sections(output)
   return {key: dict(body, seconds=seconds) for key, body in produced.items()}
 
 
-def _after_timeout(name: str, output: str, timeout_secs: float,
-                   log_path: str) -> dict[str, dict]:
+def _after_timeout(
+  name: str, output: str, timeout_secs: float, log_path: str
+) -> dict[str, dict]:
   """What a benchmark stopped at its time limit leaves: its last write, if any.
 
   An app may write its sections as it goes (status "partial"); those rounds
@@ -205,14 +328,16 @@ def _after_timeout(name: str, output: str, timeout_secs: float,
   """
   note = f"Stopped at its {timeout_secs:.0f} s time limit (log: {log_path})."
   if not os.path.exists(output):
-    return {name: report_lib.placeholder(title=name, status="timeout",
-                                         note=note)}
+    return {
+      name: report_lib.placeholder(title=name, status="timeout", note=note)
+    }
   produced = report_lib.read_sections(output)
   for body in produced.values():
     if body["status"] == "partial":
       body["status"] = "timeout"
-      body["notes"] = [note + " The numbers are from the rounds it finished."
-                       ] + body["notes"]
+      body["notes"] = [
+        note + " The numbers are from the rounds it finished."
+      ] + body["notes"]
     else:
       body["notes"].append(note + " It had written its results already.")
     body["seconds"] = timeout_secs
@@ -221,8 +346,11 @@ def _after_timeout(name: str, output: str, timeout_secs: float,
 
 def machine_info() -> dict:
   """What the numbers were measured on, without importing TensorFlow."""
-  info = {"platform": platform.platform(), "python": platform.python_version(),
-          "cpu_count": os.cpu_count()}
+  info = {
+    "platform": platform.platform(),
+    "python": platform.python_version(),
+    "cpu_count": os.cpu_count(),
+  }
   for package in ("tensorflow", "keras"):
     try:
       info[package] = importlib.metadata.version(package)
@@ -233,9 +361,14 @@ def machine_info() -> dict:
   return info
 
 
-def run(*, results_dir: str, quick: bool = False, only: Sequence[str] = (),
-        budget_secs: float = 870,
-        benchmarks: Sequence[Benchmark] = BENCHMARKS) -> tuple[str, dict]:
+def run(
+  *,
+  results_dir: str,
+  quick: bool = False,
+  only: Sequence[str] = (),
+  budget_secs: float = 870,
+  benchmarks: Sequence[Benchmark] = BENCHMARKS,
+) -> tuple[str, dict]:
   """Runs the benchmarks and writes the results.
 
   Returns:
@@ -243,8 +376,10 @@ def run(*, results_dir: str, quick: bool = False, only: Sequence[str] = (),
   """
   unknown = set(only) - {b.section for b in benchmarks}
   if unknown:
-    raise ValueError(f"--only names unknown sections: {sorted(unknown)}; "
-                     f"known: {[b.section for b in benchmarks]}.")
+    raise ValueError(
+      f"--only names unknown sections: {sorted(unknown)}; "
+      f"known: {[b.section for b in benchmarks]}."
+    )
   started = time.perf_counter()
   run_dir = report_lib.new_run_dir(results_dir)
   os.makedirs(os.path.join(run_dir, "logs"))
@@ -253,18 +388,27 @@ def run(*, results_dir: str, quick: bool = False, only: Sequence[str] = (),
   for index, benchmark in enumerate(chosen, 1):
     left = budget_secs - (time.perf_counter() - started) - _REPORT_RESERVE_SECS
     if left < _MIN_START_SECS:
-      produced = {benchmark.section: report_lib.placeholder(
-          title=benchmark.section, status="skipped",
-          note=f"Not started: the run's {budget_secs:.0f} s budget was spent.")}
+      produced = {
+        benchmark.section: report_lib.placeholder(
+          title=benchmark.section,
+          status="skipped",
+          note=f"Not started: the run's {budget_secs:.0f} s budget was spent.",
+        )
+      }
     else:
-      produced = run_benchmark(benchmark, run_dir=run_dir, quick=quick,
-                               timeout_secs=min(benchmark.timeout_secs, left),
-                               sections=report["sections"])
+      produced = run_benchmark(
+        benchmark,
+        run_dir=run_dir,
+        quick=quick,
+        timeout_secs=min(benchmark.timeout_secs, left),
+        sections=report["sections"],
+      )
     report = report_lib.merge(report, produced)
     for name, body in produced.items():
       took = f" in {body['seconds']:.0f} s" if "seconds" in body else ""
-      print(f"[{index}/{len(chosen)}] {name}: {body['status']}{took}",
-            flush=True)
+      print(
+        f"[{index}/{len(chosen)}] {name}: {body['status']}{took}", flush=True
+      )
   if hasattr(os, "getloadavg"):
     report["machine"]["load_at_end"] = round(os.getloadavg()[0], 2)
   report["machine"]["total_seconds"] = round(time.perf_counter() - started, 1)
@@ -279,8 +423,10 @@ def run(*, results_dir: str, quick: bool = False, only: Sequence[str] = (),
 
 def _stop(process: subprocess.Popen) -> None:
   """SIGTERM to the benchmark's process group, SIGKILL if it lingers."""
-  for signum, wait in ((signal.SIGTERM, _KILL_GRACE_SECS),
-                       (signal.SIGKILL, None)):
+  for signum, wait in (
+    (signal.SIGTERM, _KILL_GRACE_SECS),
+    (signal.SIGKILL, None),
+  ):
     try:
       os.killpg(process.pid, signum)
     except ProcessLookupError:
@@ -300,18 +446,30 @@ def _tail(path: str, lines: int = 3) -> str:
 
 def main(argv):
   del argv  # Unused.
-  run_dir, report = run(results_dir=FLAGS.results_dir, quick=FLAGS.quick,
-                        only=FLAGS.only, budget_secs=FLAGS.budget_secs)
+  run_dir, report = run(
+    results_dir=FLAGS.results_dir,
+    quick=FLAGS.quick,
+    only=FLAGS.only,
+    budget_secs=FLAGS.budget_secs,
+  )
   for target in report_lib.all_targets(report):
-    print(f"{target['section']}: {target['name']}: "
-          f"{markdown.verdict_text(target)}")
-  print(f"Report: {os.path.join(run_dir, report_lib.REPORT_MD)} "
-        f"(also {os.path.join(FLAGS.results_dir, report_lib.LATEST)})")
-  broken = [name for name, body in report["sections"].items()
-            if body["status"] in ("failed", "timeout")]
+    print(
+      f"{target['section']}: {target['name']}: {markdown.verdict_text(target)}"
+    )
+  print(
+    f"Report: {os.path.join(run_dir, report_lib.REPORT_MD)} "
+    f"(also {os.path.join(FLAGS.results_dir, report_lib.LATEST)})"
+  )
+  broken = [
+    name
+    for name, body in report["sections"].items()
+    if body["status"] in ("failed", "timeout")
+  ]
   if broken:
-    print(f"Benchmarks that failed or timed out: {', '.join(broken)}.",
-          file=sys.stderr)
+    print(
+      f"Benchmarks that failed or timed out: {', '.join(broken)}.",
+      file=sys.stderr,
+    )
     sys.exit(1)
 
 

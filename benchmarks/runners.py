@@ -34,6 +34,7 @@ class ModelGroup:
   Runners of the same precision share a group (and so its variables); XLA
   and non-XLA runners do too, as XLA changes the compiled step, not the model.
   """
+
   model: keras.Model
   optimizer: keras.optimizers.Optimizer
   global_step: tf.Variable
@@ -51,8 +52,9 @@ def precision_policy(precision: str):
     keras.mixed_precision.set_global_policy(previous)
 
 
-def synthetic_batch(*, image_size: int,
-                    batch_size: int) -> tuple[tf.data.Dataset, int]:
+def synthetic_batch(
+  *, image_size: int, batch_size: int
+) -> tuple[tf.data.Dataset, int]:
   """One batch of the trainer's synthetic data, repeated forever.
 
   Building the batch once keeps the input pipeline out of the measurement:
@@ -62,42 +64,76 @@ def synthetic_batch(*, image_size: int,
     (dataset of (images, labels) batches, number of classes).
   """
   source = data_lib.load("synthetic", image_size=image_size)
-  batch = next(iter(input_lib.eval_dataset(
-      records=source.train_records, decode_fn=source.decode_fn,
-      input_context=tf.distribute.InputContext(),
-      global_batch_size=batch_size)))
+  batch = next(
+    iter(
+      input_lib.eval_dataset(
+        records=source.train_records,
+        decode_fn=source.decode_fn,
+        input_context=tf.distribute.InputContext(),
+        global_batch_size=batch_size,
+      )
+    )
+  )
   return tf.data.Dataset.from_tensors(batch).repeat(), source.num_classes
 
 
-def build_group(*, strategy: tf.distribute.Strategy, model_name: str,
-                image_size: int, num_classes: int, precision: str,
-                optimizer: str = "adam",
-                learning_rate: float = 1e-3) -> ModelGroup:
+def build_group(
+  *,
+  strategy: tf.distribute.Strategy,
+  model_name: str,
+  image_size: int,
+  num_classes: int,
+  precision: str,
+  optimizer: str = "adam",
+  learning_rate: float = 1e-3,
+) -> ModelGroup:
   """Builds the trainer's model and a built optimizer under `strategy`."""
   with precision_policy(precision), strategy.scope():
-    model = model_lib.build_model(name=model_name, num_classes=num_classes,
-                                  image_shape=(image_size, image_size, 3))
-    opt = (keras.optimizers.Adam(learning_rate) if optimizer == "adam" else
-           keras.optimizers.SGD(learning_rate, momentum=0.9))
+    model = model_lib.build_model(
+      name=model_name,
+      num_classes=num_classes,
+      image_shape=(image_size, image_size, 3),
+    )
+    opt = (
+      keras.optimizers.Adam(learning_rate)
+      if optimizer == "adam"
+      else keras.optimizers.SGD(learning_rate, momentum=0.9)
+    )
     if precision == "fp16":
       opt = keras.optimizers.LossScaleOptimizer(opt)
     opt.build(model.trainable_variables)
     global_step = tf.Variable(
-        0, name="global_step", trainable=False, dtype=tf.int64,
-        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-  return ModelGroup(model=model, optimizer=opt, global_step=global_step,
-                    precision=precision)
+      0,
+      name="global_step",
+      trainable=False,
+      dtype=tf.int64,
+      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+    )
+  return ModelGroup(
+    model=model, optimizer=opt, global_step=global_step, precision=precision
+  )
 
 
-def train_loop(*, strategy, group: ModelGroup, global_batch_size: int,
-               steps_per_loop: int, xla: bool,
-               train_accuracy: bool = True) -> loop_lib.TrainLoop:
+def train_loop(
+  *,
+  strategy,
+  group: ModelGroup,
+  global_batch_size: int,
+  steps_per_loop: int,
+  xla: bool,
+  train_accuracy: bool = True,
+) -> loop_lib.TrainLoop:
   """The engine's compiled loops for `group`, up to `steps_per_loop` a call."""
   return loop_lib.TrainLoop(
-      strategy=strategy, model=group.model, optimizer=group.optimizer,
-      global_step=group.global_step, global_batch_size=global_batch_size,
-      steps_per_loop=steps_per_loop, jit_compile=xla,
-      train_accuracy=train_accuracy)
+    strategy=strategy,
+    model=group.model,
+    optimizer=group.optimizer,
+    global_step=group.global_step,
+    global_batch_size=global_batch_size,
+    steps_per_loop=steps_per_loop,
+    jit_compile=xla,
+    train_accuracy=train_accuracy,
+  )
 
 
 class EngineRunner:
@@ -111,8 +147,9 @@ class EngineRunner:
   `tf.range` loop, as users get it.
   """
 
-  def __init__(self, *, strategy, loop: loop_lib.TrainLoop, dataset,
-               steps_per_loop: int):
+  def __init__(
+    self, *, strategy, loop: loop_lib.TrainLoop, dataset, steps_per_loop: int
+  ):
     self.warmup_steps = 1  # num_steps is a tensor: one call traces it all.
     self._steps_per_loop = steps_per_loop
     self._loop = loop
@@ -138,8 +175,16 @@ class BareRunner:
   floor for the engine's compiled loop.
   """
 
-  def __init__(self, *, strategy, group: ModelGroup, dataset,
-               global_batch_size: int, xla: bool, steps_per_loop: int = 1):
+  def __init__(
+    self,
+    *,
+    strategy,
+    group: ModelGroup,
+    dataset,
+    global_batch_size: int,
+    xla: bool,
+    steps_per_loop: int = 1,
+  ):
     self.warmup_steps = 1
     self._steps_per_loop = steps_per_loop
     model, optimizer = group.model, group.optimizer
@@ -148,8 +193,9 @@ class BareRunner:
       with tf.GradientTape() as tape:
         logits = model(images, training=True)
         loss = tf.nn.compute_average_loss(
-            loop_lib.sparse_softmax_cross_entropy(labels, logits),
-            global_batch_size=global_batch_size)
+          loop_lib.sparse_softmax_cross_entropy(labels, logits),
+          global_batch_size=global_batch_size,
+        )
         scaled_loss = optimizer.scale_loss(loss)
       return loss, tape.gradient(scaled_loss, model.trainable_variables)
 
@@ -169,7 +215,8 @@ class BareRunner:
       loss = tf.zeros([])
       for _ in tf.range(num_steps):
         loss = strategy.experimental_local_results(
-            strategy.run(replica_step, args=next(iterator)))[0]
+          strategy.run(replica_step, args=next(iterator))
+        )[0]
       return loss
 
     self._step = step
@@ -184,8 +231,10 @@ class BareRunner:
         loss = self._step(self._iterator)
     else:
       for done in range(0, num_steps, self._steps_per_loop):
-        loss = self._loop(self._iterator, tf.constant(
-            min(self._steps_per_loop, num_steps - done)))
+        loss = self._loop(
+          self._iterator,
+          tf.constant(min(self._steps_per_loop, num_steps - done)),
+        )
     float(loss)  # Waits for the last step (devices may run asynchronously).
     return time.perf_counter() - start
 
@@ -200,22 +249,37 @@ class FitRunner:
   `fit` does on every call is left out, which favours `fit`.
   """
 
-  def __init__(self, *, strategy, group: ModelGroup, dataset,
-               steps_per_execution: int, xla: bool):
+  def __init__(
+    self,
+    *,
+    strategy,
+    group: ModelGroup,
+    dataset,
+    steps_per_execution: int,
+    xla: bool,
+  ):
     self.warmup_steps = steps_per_execution  # One whole execution.
     self._dataset = dataset
     with precision_policy(group.precision), strategy.scope():
       self._model = keras.Model(group.model.inputs, group.model.outputs)
       self._model.compile(
-          optimizer=group.optimizer,
-          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-          metrics=["accuracy"], steps_per_execution=steps_per_execution,
-          jit_compile=xla)
+        optimizer=group.optimizer,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+        steps_per_execution=steps_per_execution,
+        jit_compile=xla,
+      )
     self._timer = _EpochTimer()
 
   def run(self, num_steps: int) -> float:
-    self._model.fit(self._dataset, epochs=1, steps_per_epoch=num_steps,
-                    verbose=0, shuffle=False, callbacks=[self._timer])
+    self._model.fit(
+      self._dataset,
+      epochs=1,
+      steps_per_epoch=num_steps,
+      verbose=0,
+      shuffle=False,
+      callbacks=[self._timer],
+    )
     return self._timer.seconds
 
 

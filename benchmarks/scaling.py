@@ -11,18 +11,33 @@ from absl import flags
 from benchmarks import cli
 from benchmarks import scaling_lib
 
-flags.DEFINE_enum("model", "small_cnn", ["resnet50", "small_cnn"],
-                  "Trainer --model.")
+flags.DEFINE_enum(
+  "model", "small_cnn", ["resnet50", "small_cnn"], "Trainer --model."
+)
 flags.DEFINE_integer("image_size", 32, "Trainer --image_size.")
-flags.DEFINE_integer("per_replica_batch_size", 32, "Trainer "
-                     "--per_replica_batch_size (the same for every count).")
+flags.DEFINE_integer(
+  "per_replica_batch_size",
+  32,
+  "Trainer --per_replica_batch_size (the same for every count).",
+)
 flags.DEFINE_integer("train_steps", 200, "Trainer --train_steps.")
-flags.DEFINE_integer("steps_per_loop", 20, "Trainer --steps_per_loop and "
-                     "--log_every_steps (one throughput window each).")
-flags.DEFINE_list("worker_counts", ["1", "2"], "Worker counts to compare; the "
-                  "first is the baseline.")
-flags.DEFINE_bool("workers_on_cpu", True, "Hide GPUs from the workers, so "
-                  "they do not fight over one GPU on a one-GPU machine.")
+flags.DEFINE_integer(
+  "steps_per_loop",
+  20,
+  "Trainer --steps_per_loop and "
+  "--log_every_steps (one throughput window each).",
+)
+flags.DEFINE_list(
+  "worker_counts",
+  ["1", "2"],
+  "Worker counts to compare; the first is the baseline.",
+)
+flags.DEFINE_bool(
+  "workers_on_cpu",
+  True,
+  "Hide GPUs from the workers, so "
+  "they do not fight over one GPU on a one-GPU machine.",
+)
 flags.DEFINE_integer("run_timeout_secs", 300, "Limit for one trainer run.")
 
 FLAGS = flags.FLAGS
@@ -30,14 +45,22 @@ FLAGS = flags.FLAGS
 
 def main(argv):
   del argv  # Unused.
-  cli.emit(scaling_lib.run(scaling_lib.Config(
-      model=FLAGS.model, image_size=FLAGS.image_size,
-      batch_size=FLAGS.per_replica_batch_size, steps=FLAGS.train_steps,
-      steps_per_loop=FLAGS.steps_per_loop,
-      worker_counts=tuple(int(c) for c in FLAGS.worker_counts),
-      repeats=FLAGS.repeats, workers_on_cpu=FLAGS.workers_on_cpu,
-      run_timeout_secs=FLAGS.run_timeout_secs,
-      section=cli.section_name("scaling"))))
+  cli.emit(
+    scaling_lib.run(
+      scaling_lib.Config(
+        model=FLAGS.model,
+        image_size=FLAGS.image_size,
+        batch_size=FLAGS.per_replica_batch_size,
+        steps=FLAGS.train_steps,
+        steps_per_loop=FLAGS.steps_per_loop,
+        worker_counts=tuple(int(c) for c in FLAGS.worker_counts),
+        repeats=FLAGS.repeats,
+        workers_on_cpu=FLAGS.workers_on_cpu,
+        run_timeout_secs=FLAGS.run_timeout_secs,
+        section=cli.section_name("scaling"),
+      )
+    )
+  )
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ class Config:
     worker_command: the trainer command each worker runs (the trainer's
       flags are appended); tests put a stand-in here.
   """
+
   model: str = "small_cnn"
   image_size: int = 32
   batch_size: int = 32
@@ -53,14 +54,18 @@ class Config:
 def trainer_flags(config: Config, model_dir: str) -> list[str]:
   """The trainer's flags: synthetic data, no checkpoints but the final one."""
   return [
-      "--dataset=synthetic", f"--model={config.model}",
-      f"--image_size={config.image_size}",
-      f"--per_replica_batch_size={config.batch_size}",
-      f"--train_steps={config.steps}",
-      f"--steps_per_loop={config.steps_per_loop}",
-      f"--log_every_steps={config.steps_per_loop}",
-      "--checkpoint_every_steps=0", "--checkpoint_every_secs=0",
-      "--max_nan_recoveries=0", f"--model_dir={model_dir}"]
+    "--dataset=synthetic",
+    f"--model={config.model}",
+    f"--image_size={config.image_size}",
+    f"--per_replica_batch_size={config.batch_size}",
+    f"--train_steps={config.steps}",
+    f"--steps_per_loop={config.steps_per_loop}",
+    f"--log_every_steps={config.steps_per_loop}",
+    "--checkpoint_every_steps=0",
+    "--checkpoint_every_secs=0",
+    "--max_nan_recoveries=0",
+    f"--model_dir={model_dir}",
+  ]
 
 
 def run_once(config: Config, workers: int, model_dir: str) -> dict:
@@ -70,22 +75,31 @@ def run_once(config: Config, workers: int, model_dir: str) -> dict:
     RuntimeError: the launcher failed or ran past `run_timeout_secs`, with
       the end of its output.
   """
-  command = [sys.executable, "-m", "ctl.launch", f"--num_workers={workers}",
-             "--", *config.worker_command, *trainer_flags(config, model_dir)]
+  command = [
+    sys.executable,
+    "-m",
+    "ctl.launch",
+    f"--num_workers={workers}",
+    "--",
+    *config.worker_command,
+    *trainer_flags(config, model_dir),
+  ]
   env = trainer_testing.trainer_env()
   if config.workers_on_cpu:
     env["CUDA_VISIBLE_DEVICES"] = "-1"
   with tempfile.TemporaryFile("w+") as log:
-    process = subprocess.Popen(command, env=env, stdout=log,
-                               stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+      command, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     try:
       code = process.wait(timeout=config.run_timeout_secs)
     except subprocess.TimeoutExpired:
       # SIGTERM: the launcher forwards it and kills what does not stop.
       process.send_signal(signal.SIGTERM)
       code = process.wait()
-      raise RuntimeError(f"{workers} worker(s) ran past "
-                         f"{config.run_timeout_secs} s.") from None
+      raise RuntimeError(
+        f"{workers} worker(s) ran past {config.run_timeout_secs} s."
+      ) from None
     if code:
       log.seek(0)
       tail = log.read()[-1500:]
@@ -111,7 +125,8 @@ def run(config: Config) -> dict:
   for count in config.worker_counts:
     summary = stats.spread(rates[count])
     per_worker = [rate / count for rate in rates[count]]
-    rows.append({
+    rows.append(
+      {
         "name": f"{count} worker{'s' if count > 1 else ''}",
         "workers": count,
         "examples_per_second": summary["median"],
@@ -120,33 +135,54 @@ def run(config: Config) -> dict:
         "examples_per_second_per_round": rates[count],
         "examples_per_second_per_worker": stats.spread(per_worker)["median"],
         "wall_seconds": stats.spread(walls[count])["median"],
-    })
+      }
+    )
     if count != base:
-      ratios.append(stats.ratio(
+      ratios.append(
+        stats.ratio(
           name=f"{count} workers / {base} worker (global examples/s)",
-          numerator=rows[-1]["name"], denominator=rows[0]["name"],
-          numerator_values=rates[count], denominator_values=rates[base]))
+          numerator=rows[-1]["name"],
+          denominator=rows[0]["name"],
+          numerator_values=rates[count],
+          denominator_values=rates[base],
+        )
+      )
   cores = os.cpu_count()
   notes = [
-      f"Same per-replica batch ({config.batch_size}) for every worker count, "
-      f"so K workers train a global batch K times larger; examples/s is "
-      "global (all workers), from the chief's train_summary.json.",
-      "The ideal for K workers on K times the hardware is K x; scaling "
-      "efficiency = ratio / K.",
-      f"This machine has {cores} logical cores and every worker shares them "
-      "(a GPU, if any, is hidden from the workers). So the ratio is not a "
-      "speed-up from more hardware: a gain means one worker left cores "
-      "idle, a loss is the coordination cost of MultiWorkerMirroredStrategy "
-      "(an all-reduce per step over loopback gRPC) plus the competition.",
-      "wall_seconds includes process start, model build, the final "
-      "checkpoint and SavedModel export."]
-  return {config.section: report_lib.section(
+    f"Same per-replica batch ({config.batch_size}) for every worker count, "
+    f"so K workers train a global batch K times larger; examples/s is "
+    "global (all workers), from the chief's train_summary.json.",
+    "The ideal for K workers on K times the hardware is K x; scaling "
+    "efficiency = ratio / K.",
+    f"This machine has {cores} logical cores and every worker shares them "
+    "(a GPU, if any, is hidden from the workers). So the ratio is not a "
+    "speed-up from more hardware: a gain means one worker left cores "
+    "idle, a loss is the coordination cost of MultiWorkerMirroredStrategy "
+    "(an all-reduce per step over loopback gRPC) plus the competition.",
+    "wall_seconds includes process start, model build, the final "
+    "checkpoint and SavedModel export.",
+  ]
+  return {
+    config.section: report_lib.section(
       title="Scaling: 1 vs 2 local workers (ctl.launch + trainer.task)",
-      rows=rows, ratios=ratios, notes=notes, chart_key="examples_per_second",
-      columns=["name", "examples_per_second",
-               "examples_per_second_per_worker", "wall_seconds"],
-      config={"model": config.model, "image_size": config.image_size,
-              "per_replica_batch_size": config.batch_size,
-              "train_steps": config.steps,
-              "steps_per_loop": config.steps_per_loop,
-              "repeats": config.repeats, "cpu_cores": cores})}
+      rows=rows,
+      ratios=ratios,
+      notes=notes,
+      chart_key="examples_per_second",
+      columns=[
+        "name",
+        "examples_per_second",
+        "examples_per_second_per_worker",
+        "wall_seconds",
+      ],
+      config={
+        "model": config.model,
+        "image_size": config.image_size,
+        "per_replica_batch_size": config.batch_size,
+        "train_steps": config.steps,
+        "steps_per_loop": config.steps_per_loop,
+        "repeats": config.repeats,
+        "cpu_cores": cores,
+      },
+    )
+  }

@@ -27,7 +27,8 @@ from benchmarks import stats
 from ctl import progress
 from ctl import watchdog
 from ctl.testing.run_files import read_summary
-from trainer.testing import trainer_command, trainer_env
+from trainer.testing import trainer_command
+from trainer.testing import trainer_env
 
 _STEP = re.compile(r"step (\d+)/")
 
@@ -35,6 +36,7 @@ _STEP = re.compile(r"step (\d+)/")
 @dataclasses.dataclass(frozen=True)
 class Config:
   """Fields mirror the flags of `stalls.py`."""
+
   stall_timeout_secs: float = 10.0
   stall_step: int = 20
   train_steps: int = 40
@@ -46,24 +48,46 @@ class Config:
 
 def _trainer(model_dir: str, *flags: str) -> list[str]:
   return trainer_command(
-      "--dataset=digits", "--model=small_cnn", "--image_size=8",
-      "--per_replica_batch_size=8", "--eval_every_steps=0",
-      "--checkpoint_every_secs=0", f"--model_dir={model_dir}", *flags)
+    "--dataset=digits",
+    "--model=small_cnn",
+    "--image_size=8",
+    "--per_replica_batch_size=8",
+    "--eval_every_steps=0",
+    "--checkpoint_every_secs=0",
+    f"--model_dir={model_dir}",
+    *flags,
+  )
 
 
 def detection(config: Config, place: str, model_dir: str) -> dict:
   """Seconds from a stall at `place` to the stall line and the next step."""
-  command = [sys.executable, "-m", "ctl.launch", "--num_workers=1",
-             "--max_restarts=1", "--restart_backoff_secs=0", "--",
-             *_trainer(model_dir, f"--train_steps={config.train_steps}",
-                       "--steps_per_loop=5", "--log_every_steps=5",
-                       "--checkpoint_every_steps=10",
-                       f"--stall_timeout_secs={config.stall_timeout_secs}")]
+  command = [
+    sys.executable,
+    "-m",
+    "ctl.launch",
+    "--num_workers=1",
+    "--max_restarts=1",
+    "--restart_backoff_secs=0",
+    "--",
+    *_trainer(
+      model_dir,
+      f"--train_steps={config.train_steps}",
+      "--steps_per_loop=5",
+      "--log_every_steps=5",
+      "--checkpoint_every_steps=10",
+      f"--stall_timeout_secs={config.stall_timeout_secs}",
+    ),
+  ]
   fault = f"stall@{config.stall_step}:{place}:attempt=0"
   env = trainer_env(CTL_FAULTS=fault)
   times = {}
-  process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+  process = subprocess.Popen(
+    command,
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
   deadline = time.monotonic() + config.run_timeout_secs
   for line in process.stdout:
     now = time.monotonic()
@@ -78,10 +102,13 @@ def detection(config: Config, place: str, model_dir: str) -> dict:
     if now > deadline:
       process.kill()
   if process.wait() or len(times) != 4:
-    raise RuntimeError(f"{fault}: exited {process.returncode}, saw "
-                       f"{sorted(times)}")
-  return {"to_line": times["line"] - times["fault"],
-          "to_next_step": times["step"] - times["fault"]}
+    raise RuntimeError(
+      f"{fault}: exited {process.returncode}, saw {sorted(times)}"
+    )
+  return {
+    "to_line": times["line"] - times["fault"],
+    "to_next_step": times["step"] - times["fault"],
+  }
 
 
 def listener_cost(loops: int = 20000) -> float:
@@ -97,14 +124,22 @@ def listener_cost(loops: int = 20000) -> float:
 
 
 def trainer_rate(config: Config, model_dir: str, *, watched: bool) -> float:
-  flags = ["--steps_per_loop=1", "--log_every_steps=50",
-           "--checkpoint_every_steps=0", "--max_nan_recoveries=0",
-           f"--train_steps={config.cost_train_steps}"]
+  flags = [
+    "--steps_per_loop=1",
+    "--log_every_steps=50",
+    "--checkpoint_every_steps=0",
+    "--max_nan_recoveries=0",
+    f"--train_steps={config.cost_train_steps}",
+  ]
   if not watched:
     flags.append("--stall_timeout_secs=0")
-  subprocess.run(_trainer(model_dir, *flags), check=True,
-                 capture_output=True, timeout=config.run_timeout_secs,
-                 env=trainer_env())
+  subprocess.run(
+    _trainer(model_dir, *flags),
+    check=True,
+    capture_output=True,
+    timeout=config.run_timeout_secs,
+    env=trainer_env(),
+  )
   return float(read_summary(model_dir)["examples_per_second"])
 
 
@@ -114,45 +149,74 @@ def run(config: Config) -> dict:
   rates = {True: [], False: []}
   with tempfile.TemporaryDirectory(prefix="ctl_bench_stalls_") as root:
     for place in ("loop", "input"):
-      found = [detection(config, place, os.path.join(root, f"{place}{r}"))
-               for r in range(config.repeats)]
+      found = [
+        detection(config, place, os.path.join(root, f"{place}{r}"))
+        for r in range(config.repeats)
+      ]
       lines = [f["to_line"] for f in found]
       steps = [f["to_next_step"] for f in found]
-      rows.append({"name": f"stall in {place}", **_spread("to_line", lines),
-                   **_spread("to_next_step", steps)})
+      rows.append(
+        {
+          "name": f"stall in {place}",
+          **_spread("to_line", lines),
+          **_spread("to_next_step", steps),
+        }
+      )
     for r in range(config.repeats):
       for watched in (True, False):
-        rates[watched].append(trainer_rate(
-            config, os.path.join(root, f"cost{r}{watched}"), watched=watched))
+        rates[watched].append(
+          trainer_rate(
+            config, os.path.join(root, f"cost{r}{watched}"), watched=watched
+          )
+        )
   per_loop = listener_cost()
   loop_secs = 8 / stats.spread(rates[False])["median"]  # Batch 8.
-  ratios.append(stats.ratio(
+  ratios.append(
+    stats.ratio(
       name="watchdog on / off (small CNN, steps_per_loop=1, examples/s)",
-      numerator="on", denominator="off", numerator_values=rates[True],
-      denominator_values=rates[False]))
+      numerator="on",
+      denominator="off",
+      numerator_values=rates[True],
+      denominator_values=rates[False],
+    )
+  )
   notes = [
-      f"Stall limit --stall_timeout_secs={config.stall_timeout_secs:g}; "
-      "to_line is the seconds from the injected stall to the watchdog's "
-      "line (the limit plus at most one poll), to_next_step adds the "
-      "process exit, the launcher's restart, start-up and the first loop.",
-      f"Listener cost: {per_loop * 1e6:.1f} us per loop (two marks), "
-      f"{100 * per_loop / loop_secs:.2f}% of one small-CNN step at "
-      f"steps_per_loop=1 ({loop_secs * 1e3:.2f} ms). The watchdog thread "
-      "wakes once a second (a heartbeat write only under the launcher).",
-      "End to end, on/off is the trainer's examples/s with and without the "
-      "watchdog in interleaved rounds; on a shared machine the spread of "
-      "that ratio is the noise."]
-  return {config.section: report_lib.section(
+    f"Stall limit --stall_timeout_secs={config.stall_timeout_secs:g}; "
+    "to_line is the seconds from the injected stall to the watchdog's "
+    "line (the limit plus at most one poll), to_next_step adds the "
+    "process exit, the launcher's restart, start-up and the first loop.",
+    f"Listener cost: {per_loop * 1e6:.1f} us per loop (two marks), "
+    f"{100 * per_loop / loop_secs:.2f}% of one small-CNN step at "
+    f"steps_per_loop=1 ({loop_secs * 1e3:.2f} ms). The watchdog thread "
+    "wakes once a second (a heartbeat write only under the launcher).",
+    "End to end, on/off is the trainer's examples/s with and without the "
+    "watchdog in interleaved rounds; on a shared machine the spread of "
+    "that ratio is the noise.",
+  ]
+  return {
+    config.section: report_lib.section(
       title="Stalls: detection latency and the watchdog's cost",
-      rows=rows, ratios=ratios, notes=notes, chart_key="to_line",
-      targets=[stats.verdict(ratios[0], threshold=0.99,
-                             name="watchdog on >= 0.99x off (small CNN, "
-                             "steps_per_loop=1)")],
+      rows=rows,
+      ratios=ratios,
+      notes=notes,
+      chart_key="to_line",
+      targets=[
+        stats.verdict(
+          ratios[0],
+          threshold=0.99,
+          name="watchdog on >= 0.99x off (small CNN, steps_per_loop=1)",
+        )
+      ],
       columns=["name", "to_line", "to_next_step"],
-      config=dataclasses.asdict(config))}
+      config=dataclasses.asdict(config),
+    )
+  }
 
 
 def _spread(key: str, values: list[float]) -> dict:
   summary = stats.spread(values)
-  return {key: summary["median"], f"{key}_min": summary["min"],
-          f"{key}_max": summary["max"]}
+  return {
+    key: summary["median"],
+    f"{key}_min": summary["min"],
+    f"{key}_max": summary["max"],
+  }

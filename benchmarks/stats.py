@@ -8,8 +8,8 @@ median reaches the threshold; the verdict also says when the range straddles
 the threshold, i.e. when the difference is inside the noise.
 """
 
+from collections.abc import Sequence
 import statistics
-from typing import Sequence
 
 
 def spread(values: Sequence[float]) -> dict:
@@ -26,12 +26,16 @@ def spread(values: Sequence[float]) -> dict:
   """
   if not values:
     raise ValueError("spread() needs at least one value.")
-  return {"median": statistics.median(values), "min": min(values),
-          "max": max(values)}
+  return {
+    "median": statistics.median(values),
+    "min": min(values),
+    "max": max(values),
+  }
 
 
-def per_round_ratios(numerator: Sequence[float],
-                     denominator: Sequence[float]) -> list[float]:
+def per_round_ratios(
+  numerator: Sequence[float], denominator: Sequence[float]
+) -> list[float]:
   """numerator[r] / denominator[r] for every round r.
 
   Raises:
@@ -45,9 +49,14 @@ def per_round_ratios(numerator: Sequence[float],
   return [n / d for n, d in zip(numerator, denominator)]
 
 
-def ratio(*, name: str, numerator: str, denominator: str,
-          numerator_values: Sequence[float],
-          denominator_values: Sequence[float]) -> dict:
+def ratio(
+  *,
+  name: str,
+  numerator: str,
+  denominator: str,
+  numerator_values: Sequence[float],
+  denominator_values: Sequence[float],
+) -> dict:
   """A named ratio of two measured rows, summarised over rounds.
 
   Args:
@@ -62,8 +71,13 @@ def ratio(*, name: str, numerator: str, denominator: str,
     "max"}.
   """
   rounds = per_round_ratios(numerator_values, denominator_values)
-  return {"name": name, "numerator": numerator, "denominator": denominator,
-          "per_round": rounds, **spread(rounds)}
+  return {
+    "name": name,
+    "numerator": numerator,
+    "denominator": denominator,
+    "per_round": rounds,
+    **spread(rounds),
+  }
 
 
 def verdict(ratio_summary: dict, *, threshold: float, name: str) -> dict:
@@ -83,19 +97,26 @@ def verdict(ratio_summary: dict, *, threshold: float, name: str) -> dict:
   measured = ratio_summary["median"]
   low, high = ratio_summary["min"], ratio_summary["max"]
   return {
-      "name": name,
-      "ratio": ratio_summary["name"],
-      "threshold": threshold,
-      "measured": measured,
-      "min": low,
-      "max": high,
-      "status": "PASS" if measured >= threshold else "MISS",
-      "inside_noise": low < threshold <= high,
+    "name": name,
+    "ratio": ratio_summary["name"],
+    "threshold": threshold,
+    "measured": measured,
+    "min": low,
+    "max": high,
+    "status": "PASS" if measured >= threshold else "MISS",
+    "inside_noise": low < threshold <= high,
   }
 
 
 def not_measured(*, name: str, threshold: float) -> dict:
   """A target whose variants did not run: reported, never silently dropped."""
-  return {"name": name, "ratio": None, "threshold": threshold,
-          "measured": None, "min": None, "max": None,
-          "status": "NOT MEASURED", "inside_noise": False}
+  return {
+    "name": name,
+    "ratio": None,
+    "threshold": threshold,
+    "measured": None,
+    "min": None,
+    "max": None,
+    "status": "NOT MEASURED",
+    "inside_noise": False,
+  }

@@ -15,8 +15,10 @@ import numpy as np
 from PIL import Image
 import tensorflow_datasets as tfds
 
-COLORS = np.array([(220, 40, 40), (40, 200, 60), (50, 60, 220),
-                    (220, 200, 40), (180, 60, 200)], np.float32)
+COLORS = np.array(
+  [(220, 40, 40), (40, 200, 60), (50, 60, 220), (220, 200, 40), (180, 60, 200)],
+  np.float32,
+)
 
 
 class GeneratedJpegs(tfds.core.GeneratorBasedBuilder):
@@ -24,8 +26,15 @@ class GeneratedJpegs(tfds.core.GeneratorBasedBuilder):
 
   VERSION = tfds.core.Version("1.0.0")
 
-  def __init__(self, *, num_train: int, num_eval: int, image_size: int,
-               num_classes: int = 3, **kwargs):
+  def __init__(
+    self,
+    *,
+    num_train: int,
+    num_eval: int,
+    image_size: int,
+    num_classes: int = 3,
+    **kwargs,
+  ):
     self._num_train = num_train
     self._num_eval = num_eval
     self._image_size = image_size
@@ -41,19 +50,24 @@ class GeneratedJpegs(tfds.core.GeneratorBasedBuilder):
 
   def _info(self):
     return tfds.core.DatasetInfo(
-        builder=self,
-        features=tfds.features.FeaturesDict({
-            "image": tfds.features.Image(shape=(None, None, 3),
-                                         encoding_format="jpeg"),
-            "label": tfds.features.ClassLabel(num_classes=self._num_classes),
-        }),
-        supervised_keys=("image", "label"))
+      builder=self,
+      features=tfds.features.FeaturesDict(
+        {
+          "image": tfds.features.Image(
+            shape=(None, None, 3), encoding_format="jpeg"
+          ),
+          "label": tfds.features.ClassLabel(num_classes=self._num_classes),
+        }
+      ),
+      supervised_keys=("image", "label"),
+    )
 
   def _split_generators(self, dl_manager):
     del dl_manager  # Nothing to download.
-    return {"train": self._generate_examples(0, self._num_train),
-            "validation": self._generate_examples(self._num_train,
-                                                  self._num_eval)}
+    return {
+      "train": self._generate_examples(0, self._num_train),
+      "validation": self._generate_examples(self._num_train, self._num_eval),
+    }
 
   def _generate_examples(self, first, count):
     rng = np.random.RandomState(first)
@@ -63,12 +77,19 @@ class GeneratedJpegs(tfds.core.GeneratorBasedBuilder):
       pixels = COLORS[label] + rng.normal(0, 25, size=(size, size, 3))
       buffer = io.BytesIO()
       Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(
-          buffer, format="JPEG", quality=90)
+        buffer, format="JPEG", quality=90
+      )
       yield index, {"image": buffer.getvalue(), "label": label}
 
 
-def build(data_dir: str, *, file_format: str, num_train: int, num_eval: int,
-          image_size: int) -> str:
+def build(
+  data_dir: str,
+  *,
+  file_format: str,
+  num_train: int,
+  num_eval: int,
+  image_size: int,
+) -> str:
   """Builds the dataset once into `data_dir`; returns its version directory.
 
   Args:
@@ -79,8 +100,12 @@ def build(data_dir: str, *, file_format: str, num_train: int, num_eval: int,
     num_eval: validation examples.
     image_size: side of the square JPEGs.
   """
-  builder = GeneratedJpegs(num_train=num_train, num_eval=num_eval,
-                           image_size=image_size, data_dir=data_dir,
-                           file_format=file_format)
+  builder = GeneratedJpegs(
+    num_train=num_train,
+    num_eval=num_eval,
+    image_size=image_size,
+    data_dir=data_dir,
+    file_format=file_format,
+  )
   builder.download_and_prepare()
   return str(builder.data_dir)

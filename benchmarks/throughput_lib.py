@@ -12,9 +12,9 @@ FLOPs utilisation against the device's measured matmul rate, and PASS/MISS
 for the targets given. The app is `benchmarks/throughput.py`.
 """
 
+from collections.abc import Callable
 import dataclasses
 import time
-from typing import Callable
 
 from absl import logging
 import tensorflow as tf
@@ -29,20 +29,32 @@ from benchmarks import variants as variants_lib
 
 DEFAULT_VARIANTS = ("engine:1", "engine:N", "bare", "fit:1")
 DEFAULT_RATIOS = (
-    "engine:N/bare", "engine:N/fit:1", "engine:1/bare", "engine:1/fit:1",
-    "engine:N/engine:1", "engine:N/bare:N", "engine:N+noacc/bare:N",
-    "engine:1+noacc/bare", "fit:N/fit:1", "bare/fit:1",
-    "engine:N+bf16/engine:N", "engine:N+fp16/engine:N",
-    "engine:N+xla/engine:N", "engine:N+xla/fit:1+xla")
+  "engine:N/bare",
+  "engine:N/fit:1",
+  "engine:1/bare",
+  "engine:1/fit:1",
+  "engine:N/engine:1",
+  "engine:N/bare:N",
+  "engine:N+noacc/bare:N",
+  "engine:1+noacc/bare",
+  "fit:N/fit:1",
+  "bare/fit:1",
+  "engine:N+bf16/engine:N",
+  "engine:N+fp16/engine:N",
+  "engine:N+xla/engine:N",
+  "engine:N+xla/fit:1+xla",
+)
 # What --extras=auto adds, if the device supports the precision.
-_AUTO_EXTRAS = {"cpu": ("engine:N+bf16", "engine:N+fp16", "engine:N+xla"),
-                "gpu": ("engine:N+fp16", "engine:N+bf16", "engine:N+xla",
-                        "fit:1+xla")}
+_AUTO_EXTRAS = {
+  "cpu": ("engine:N+bf16", "engine:N+fp16", "engine:N+xla"),
+  "gpu": ("engine:N+fp16", "engine:N+bf16", "engine:N+xla", "fit:1+xla"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
   """One throughput run; fields mirror the flags of `throughput.py`."""
+
   model: str = "resnet50"
   image_size: int = 224
   batch_size: int = 16
@@ -64,8 +76,7 @@ class Config:
   section: str = "throughput"
 
 
-def run(config: Config,
-        progress: Callable[[dict], None] | None = None) -> dict:
+def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
   """Runs the benchmark; returns {section: body} (plus "limits" with MFU).
 
   Args:
@@ -84,18 +95,32 @@ def run(config: Config,
     RuntimeError: every variant failed to build or warm up.
   """
   if config.repeats < 1 or config.steps < 1:
-    raise ValueError(f"repeats and steps must be >= 1, got {config.repeats} "
-                     f"and {config.steps}.")
+    raise ValueError(
+      f"repeats and steps must be >= 1, got {config.repeats} "
+      f"and {config.steps}."
+    )
   device = device_lib.resolve(config.device)
-  defaults = dict(steps_per_loop=config.steps_per_loop,
-                  precision=config.precision, xla=config.xla)
+  defaults = dict(
+    steps_per_loop=config.steps_per_loop,
+    precision=config.precision,
+    xla=config.xla,
+  )
   notes = []
   chosen = _choose_variants(config, device, defaults, notes)
   setup = _Setup(config, device, chosen, notes)
-  meters = {precision: peak_lib.MatmulMeter(
-      device=device, precision=precision, size=config.peak_size,
-      chain=config.peak_chain) for precision in setup.groups} if (
-          config.measure_peak) else {}
+  meters = (
+    {
+      precision: peak_lib.MatmulMeter(
+        device=device,
+        precision=precision,
+        size=config.peak_size,
+        chain=config.peak_chain,
+      )
+      for precision in setup.groups
+    }
+    if (config.measure_peak)
+    else {}
+  )
   seconds = {variant: [] for variant in setup.runners}
   peak_rates = {precision: [] for precision in meters}
   order = list(setup.runners)
@@ -104,12 +129,22 @@ def run(config: Config,
       seconds[variant].append(setup.runners[variant].run(config.steps))
     for precision, meter in meters.items():  # The peak is one more variant.
       peak_rates[precision].append(meter.rate())
-    peaks = {precision: meters[precision].row(rates)
-             for precision, rates in peak_rates.items()}
+    peaks = {
+      precision: meters[precision].row(rates)
+      for precision, rates in peak_rates.items()
+    }
     logging.info("round %d of %d done", round_index + 1, config.repeats)
     last = round_index + 1 == config.repeats
-    sections = _sections(config, device, defaults, setup, peaks, seconds,
-                         notes, status="ok" if last else "partial")
+    sections = _sections(
+      config,
+      device,
+      defaults,
+      setup,
+      peaks,
+      seconds,
+      notes,
+      status="ok" if last else "partial",
+    )
     if progress:
       progress(sections)
   return sections
@@ -136,16 +171,21 @@ class _Setup:
   def __init__(self, config, device, chosen, notes):
     strategy = tf.distribute.OneDeviceStrategy(device.name)
     dataset, num_classes = runners.synthetic_batch(
-        image_size=config.image_size, batch_size=config.batch_size)
+      image_size=config.image_size, batch_size=config.batch_size
+    )
     self.groups, self.runners, self.first_call = {}, {}, {}
     loops = {}
     for variant in chosen:
       try:
         if variant.precision not in self.groups:
           self.groups[variant.precision] = runners.build_group(
-              strategy=strategy, model_name=config.model,
-              image_size=config.image_size, num_classes=num_classes,
-              precision=variant.precision, optimizer=config.optimizer)
+            strategy=strategy,
+            model_name=config.model,
+            image_size=config.image_size,
+            num_classes=num_classes,
+            precision=variant.precision,
+            optimizer=config.optimizer,
+          )
         group = self.groups[variant.precision]
         if variant.kind == "engine":
           # A loop of one step is traced without a tf.range loop, as
@@ -153,85 +193,135 @@ class _Setup:
           key = _loop_key(variant)
           if key not in loops:
             loops[key] = runners.train_loop(
-                strategy=strategy, group=group,
-                global_batch_size=config.batch_size, xla=variant.xla,
-                train_accuracy=variant.train_accuracy,
-                steps_per_loop=max(v.steps_per_call for v in chosen
-                                   if v.kind == "engine" and
-                                   _loop_key(v) == key))
+              strategy=strategy,
+              group=group,
+              global_batch_size=config.batch_size,
+              xla=variant.xla,
+              train_accuracy=variant.train_accuracy,
+              steps_per_loop=max(
+                v.steps_per_call
+                for v in chosen
+                if v.kind == "engine" and _loop_key(v) == key
+              ),
+            )
           runner = runners.EngineRunner(
-              strategy=strategy, loop=loops[key], dataset=dataset,
-              steps_per_loop=variant.steps_per_call)
+            strategy=strategy,
+            loop=loops[key],
+            dataset=dataset,
+            steps_per_loop=variant.steps_per_call,
+          )
         elif variant.kind == "bare":
           runner = runners.BareRunner(
-              strategy=strategy, group=group, dataset=dataset,
-              global_batch_size=config.batch_size, xla=variant.xla,
-              steps_per_loop=variant.steps_per_call)
+            strategy=strategy,
+            group=group,
+            dataset=dataset,
+            global_batch_size=config.batch_size,
+            xla=variant.xla,
+            steps_per_loop=variant.steps_per_call,
+          )
         else:
           runner = runners.FitRunner(
-              strategy=strategy, group=group, dataset=dataset,
-              steps_per_execution=variant.steps_per_call, xla=variant.xla)
+            strategy=strategy,
+            group=group,
+            dataset=dataset,
+            steps_per_execution=variant.steps_per_call,
+            xla=variant.xla,
+          )
         start = time.perf_counter()
         runner.run(runner.warmup_steps)
         self.first_call[variant] = time.perf_counter() - start
         self.runners[variant] = runner
-        logging.info("%s: first call %.1f s", variant.name,
-                     self.first_call[variant])
+        logging.info(
+          "%s: first call %.1f s", variant.name, self.first_call[variant]
+        )
       except Exception as e:  # pylint: disable=broad-except
         logging.exception("%s failed", variant.name)
-        notes.append(f"{variant.name} failed and was left out: "
-                     f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+        notes.append(
+          f"{variant.name} failed and was left out: "
+          f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        )
     if not self.runners:
       raise RuntimeError("Every variant failed: " + " ".join(notes))
     self.train_flops = flops_lib.training_flops_per_example(
-        next(iter(self.groups.values())).model)
+      next(iter(self.groups.values())).model
+    )
 
 
 def _loop_key(variant) -> tuple:
   """Engine variants with the same key share one compiled TrainLoop."""
-  return (variant.precision, variant.xla, variant.train_accuracy,
-          variant.steps_per_call == 1)
+  return (
+    variant.precision,
+    variant.xla,
+    variant.train_accuracy,
+    variant.steps_per_call == 1,
+  )
 
 
-def _sections(config, device, defaults, setup, peaks, seconds, notes, *,
-              status) -> dict:
+def _sections(
+  config, device, defaults, setup, peaks, seconds, notes, *, status
+) -> dict:
   """The report sections from the rounds timed so far."""
   rounds = len(next(iter(seconds.values())))
   images = config.steps * config.batch_size
   rows, rates = [], {}
   for variant, times in seconds.items():
     rates[variant] = [images / s for s in times]
-    row = _row(variant, rates[variant], times, images,
-               setup.first_call[variant])
+    row = _row(
+      variant, rates[variant], times, images, setup.first_call[variant]
+    )
     peak = peaks.get(variant.precision)
     if peak:
-      row["mfu_percent"] = 100 * setup.train_flops * row[
-          "images_per_second"] / peak["peak_flops_per_second"]
+      row["mfu_percent"] = (
+        100
+        * setup.train_flops
+        * row["images_per_second"]
+        / peak["peak_flops_per_second"]
+      )
     rows.append(row)
   notes = list(notes)
   targets = _targets(config.targets, defaults, rates, notes)
   notes += _overhead_notes(defaults, seconds, config.steps)
-  notes += _standard_notes(config, device, images, setup.train_flops,
-                           list(seconds), rounds)
+  notes += _standard_notes(
+    config, device, images, setup.train_flops, list(seconds), rounds
+  )
   body = report_lib.section(
-      title=config.title or (f"{config.model} {config.image_size}x"
-                             f"{config.image_size}, batch {config.batch_size}:"
-                             " training throughput"),
-      rows=rows, ratios=_ratios(config.ratios, defaults, rates),
-      targets=targets, notes=notes, status=status,
-      columns=["name", "images_per_second",
-               *(["mfu_percent"] if peaks else []), "first_call_seconds"],
-      config={"model": config.model, "image_size": config.image_size,
-              "batch_size": config.batch_size, "steps": config.steps,
-              "steps_per_loop": config.steps_per_loop,
-              "repeats": config.repeats, "rounds_done": rounds,
-              "precision": config.precision, "xla": config.xla,
-              "optimizer": config.optimizer, "device": device.description,
-              "training_flops_per_image": setup.train_flops})
+    title=config.title
+    or (
+      f"{config.model} {config.image_size}x"
+      f"{config.image_size}, batch {config.batch_size}:"
+      " training throughput"
+    ),
+    rows=rows,
+    ratios=_ratios(config.ratios, defaults, rates),
+    targets=targets,
+    notes=notes,
+    status=status,
+    columns=[
+      "name",
+      "images_per_second",
+      *(["mfu_percent"] if peaks else []),
+      "first_call_seconds",
+    ],
+    config={
+      "model": config.model,
+      "image_size": config.image_size,
+      "batch_size": config.batch_size,
+      "steps": config.steps,
+      "steps_per_loop": config.steps_per_loop,
+      "repeats": config.repeats,
+      "rounds_done": rounds,
+      "precision": config.precision,
+      "xla": config.xla,
+      "optimizer": config.optimizer,
+      "device": device.description,
+      "training_flops_per_image": setup.train_flops,
+    },
+  )
   sections = {config.section: body}
   if peaks:
-    sections["limits"] = _limits_section(peaks, rows, setup.train_flops,
-                                         config, status)
+    sections["limits"] = _limits_section(
+      peaks, rows, setup.train_flops, config, status
+    )
   return sections
 
 
@@ -253,9 +343,11 @@ def _choose_variants(config, device, defaults, notes):
       notes.append(f"{variant.name} skipped: {reason}")
       continue
     if config.steps % variant.steps_per_call:
-      raise ValueError(f"--steps={config.steps} must be a multiple of the "
-                       f"steps per call of {variant.name} "
-                       f"({variant.steps_per_call}).")
+      raise ValueError(
+        f"--steps={config.steps} must be a multiple of the "
+        f"steps per call of {variant.name} "
+        f"({variant.steps_per_call})."
+      )
     chosen.append(variant)
   return chosen
 
@@ -263,18 +355,18 @@ def _choose_variants(config, device, defaults, notes):
 def _row(variant, rates, times, images, first_call) -> dict:
   summary = stats.spread(rates)
   return {
-      "name": variant.name,
-      "kind": variant.kind,
-      "steps_per_loop": variant.steps_per_call,
-      "precision": variant.precision,
-      "xla": variant.xla,
-      "images_per_second": summary["median"],
-      "images_per_second_min": summary["min"],
-      "images_per_second_max": summary["max"],
-      "images_per_second_per_round": rates,
-      "seconds_per_round": times,
-      "images_per_round": images,
-      "first_call_seconds": first_call,
+    "name": variant.name,
+    "kind": variant.kind,
+    "steps_per_loop": variant.steps_per_call,
+    "precision": variant.precision,
+    "xla": variant.xla,
+    "images_per_second": summary["median"],
+    "images_per_second_min": summary["min"],
+    "images_per_second_max": summary["max"],
+    "images_per_second_per_round": rates,
+    "seconds_per_round": times,
+    "images_per_round": images,
+    "first_call_seconds": first_call,
   }
 
 
@@ -282,13 +374,18 @@ def _ratios(specs, defaults, rates) -> list[dict]:
   ratios = []
   for spec in specs:
     numerator, denominator = variants_lib.parse_ratio(spec, **defaults)
-    if numerator in rates and denominator in rates and (
-        numerator != denominator):
-      ratios.append(stats.ratio(
+    if (
+      numerator in rates and denominator in rates and (numerator != denominator)
+    ):
+      ratios.append(
+        stats.ratio(
           name=f"{numerator.name} / {denominator.name}",
-          numerator=numerator.name, denominator=denominator.name,
+          numerator=numerator.name,
+          denominator=denominator.name,
           numerator_values=rates[numerator],
-          denominator_values=rates[denominator]))
+          denominator_values=rates[denominator],
+        )
+      )
   return ratios
 
 
@@ -296,20 +393,29 @@ def _targets(specs, defaults, rates, notes) -> list[dict]:
   targets = []
   for spec in specs:
     numerator, denominator, threshold = variants_lib.parse_target(
-        spec, **defaults)
+      spec, **defaults
+    )
     name = f"{numerator.name} >= {threshold:g}x {denominator.name}"
     missing = [v.name for v in (numerator, denominator) if v not in rates]
     if missing:
       targets.append(stats.not_measured(name=name, threshold=threshold))
-      notes.append(f"Target {name} was not measured: {', '.join(missing)} "
-                   "did not run.")
+      notes.append(
+        f"Target {name} was not measured: {', '.join(missing)} did not run."
+      )
       continue
-    targets.append(stats.verdict(stats.ratio(
-        name=f"{numerator.name} / {denominator.name}",
-        numerator=numerator.name, denominator=denominator.name,
-        numerator_values=rates[numerator],
-        denominator_values=rates[denominator]), threshold=threshold,
-                                 name=name))
+    targets.append(
+      stats.verdict(
+        stats.ratio(
+          name=f"{numerator.name} / {denominator.name}",
+          numerator=numerator.name,
+          denominator=denominator.name,
+          numerator_values=rates[numerator],
+          denominator_values=rates[denominator],
+        ),
+        threshold=threshold,
+        name=name,
+      )
+    )
   return targets
 
 
@@ -322,58 +428,78 @@ def _overhead_notes(defaults, seconds, steps) -> list[str]:
   per_step_one = stats.spread(seconds[one])["median"] / steps
   per_step_many = stats.spread(seconds[many])["median"] / steps
   host = per_step_one - per_step_many
-  return [f"Engine: {_duration(per_step_many)} per step inside the "
-          f"compiled loop ({many.name}); {_duration(host, sign=True)} per "
-          f"step when the host is called every step ({one.name}). "
-          "steps_per_loop can remove only the second part."]
+  return [
+    f"Engine: {_duration(per_step_many)} per step inside the "
+    f"compiled loop ({many.name}); {_duration(host, sign=True)} per "
+    f"step when the host is called every step ({one.name}). "
+    "steps_per_loop can remove only the second part."
+  ]
 
 
 def _duration(seconds: float, sign: bool = False) -> str:
   """0.0042 -> "4.2 ms"; 3.5 -> "3.5 s" (with sign: "+4.2 ms")."""
-  text = (f"{seconds * 1e3:.3g} ms" if abs(seconds) < 1 else
-          f"{seconds:.3g} s")
+  text = f"{seconds * 1e3:.3g} ms" if abs(seconds) < 1 else f"{seconds:.3g} s"
   return ("+" + text) if sign and seconds >= 0 else text
 
 
-def _standard_notes(config, device, images, train_flops, measured,
-                    rounds) -> list[str]:
+def _standard_notes(
+  config, device, images, train_flops, measured, rounds
+) -> list[str]:
   notes = [
-      f"Each variant was warmed up, then timed over {config.steps} steps "
-      f"({images} images) per round, {rounds} round{'s' * (rounds > 1)}"
-      f"{f' of {config.repeats}' if rounds < config.repeats else ''}, "
-      "interleaved, each round starting further along the list.",
-      "Ratios are medians of per-round ratios (min-max in brackets).",
-      "fit is timed from its first batch to the end of its epoch, without "
-      "the setup of each fit call, which favours fit.",
-      "Engine variants of one precision with more than one step per call "
-      "share a compiled loop (the step count is a tensor), so only the "
-      "first of them pays for tracing; spl=1 has its own (no tf.range "
-      "loop).",
-      f"Training FLOPs per image: {train_flops:.3g} (3 x forward, conv and "
-      "dense layers at 2 FLOPs per multiply-add).",
+    f"Each variant was warmed up, then timed over {config.steps} steps "
+    f"({images} images) per round, {rounds} round{'s' * (rounds > 1)}"
+    f"{f' of {config.repeats}' if rounds < config.repeats else ''}, "
+    "interleaved, each round starting further along the list.",
+    "Ratios are medians of per-round ratios (min-max in brackets).",
+    "fit is timed from its first batch to the end of its epoch, without "
+    "the setup of each fit call, which favours fit.",
+    "Engine variants of one precision with more than one step per call "
+    "share a compiled loop (the step count is a tensor), so only the "
+    "first of them pays for tracing; spl=1 has its own (no tf.range "
+    "loop).",
+    f"Training FLOPs per image: {train_flops:.3g} (3 x forward, conv and "
+    "dense layers at 2 FLOPs per multiply-add).",
   ]
   if any(variant.xla for variant in measured):
-    notes.append("XLA variants compile the forward and backward pass (as "
-                 "ctl.loop.TrainLoop(jit_compile=True) does); Keras compiles "
-                 "the whole fit step.")
+    notes.append(
+      "XLA variants compile the forward and backward pass (as "
+      "ctl.loop.TrainLoop(jit_compile=True) does); Keras compiles "
+      "the whole fit step."
+    )
   if device.kind == "gpu":
-    notes.append("Keras fit defaults to jit_compile='auto', which is XLA on a "
-                 "GPU when no tf.distribute strategy is used: compare "
-                 "'fit spe=1 +xla' for that case.")
+    notes.append(
+      "Keras fit defaults to jit_compile='auto', which is XLA on a "
+      "GPU when no tf.distribute strategy is used: compare "
+      "'fit spe=1 +xla' for that case."
+    )
   return notes
 
 
 def _limits_section(peaks, rows, train_flops, config, status) -> dict:
-  notes = [f"Model FLOPs utilisation (MFU) = {train_flops:.3g} training FLOPs"
-           f" per image ({config.model}, {config.image_size}x"
-           f"{config.image_size}) x images/s / the peak matmul rate of the "
-           "variant's precision: the best of the rounds, measured once per "
-           "round between the variants, so under the same machine noise."]
-  notes += [f"MFU of {row['name']}: {row['mfu_percent']:.1f}%"
-            for row in rows if "mfu_percent" in row]
+  notes = [
+    f"Model FLOPs utilisation (MFU) = {train_flops:.3g} training FLOPs"
+    f" per image ({config.model}, {config.image_size}x"
+    f"{config.image_size}) x images/s / the peak matmul rate of the "
+    "variant's precision: the best of the rounds, measured once per "
+    "round between the variants, so under the same machine noise."
+  ]
+  notes += [
+    f"MFU of {row['name']}: {row['mfu_percent']:.1f}%"
+    for row in rows
+    if "mfu_percent" in row
+  ]
   return report_lib.section(
-      title="Limits: dense matmul peak and model FLOPs utilisation",
-      rows=list(peaks.values()), chart_key="peak_flops_per_second",
-      columns=["name", "peak_flops_per_second", "flops_per_second", "size",
-               "chain"], notes=notes, status=status,
-      config={"repeats": config.repeats})
+    title="Limits: dense matmul peak and model FLOPs utilisation",
+    rows=list(peaks.values()),
+    chart_key="peak_flops_per_second",
+    columns=[
+      "name",
+      "peak_flops_per_second",
+      "flops_per_second",
+      "size",
+      "chain",
+    ],
+    notes=notes,
+    status=status,
+    config={"repeats": config.repeats},
+  )

@@ -34,6 +34,7 @@ class Variant:
     xla: whether the forward and backward pass are compiled with XLA.
     train_accuracy: whether the engine counts correct predictions.
   """
+
   kind: str
   steps_per_call: int
   precision: str
@@ -42,10 +43,15 @@ class Variant:
 
   @property
   def name(self) -> str:
-    label = {"engine": f"engine spl={self.steps_per_call}",
-             "bare": ("bare step" if self.steps_per_call == 1 else
-                      f"bare loop spl={self.steps_per_call}"),
-             "fit": f"fit spe={self.steps_per_call}"}[self.kind]
+    label = {
+      "engine": f"engine spl={self.steps_per_call}",
+      "bare": (
+        "bare step"
+        if self.steps_per_call == 1
+        else f"bare loop spl={self.steps_per_call}"
+      ),
+      "fit": f"fit spe={self.steps_per_call}",
+    }[self.kind]
     if self.precision != "none":
       label += f" +{self.precision}"
     if self.xla:
@@ -55,8 +61,9 @@ class Variant:
     return label
 
 
-def parse(spec: str, *, steps_per_loop: int, precision: str,
-          xla: bool) -> Variant:
+def parse(
+  spec: str, *, steps_per_loop: int, precision: str, xla: bool
+) -> Variant:
   """Resolves a spec; `precision` and `xla` are the run's defaults.
 
   Raises:
@@ -65,12 +72,14 @@ def parse(spec: str, *, steps_per_loop: int, precision: str,
   head, *modifiers = spec.strip().split("+")
   kind, _, steps = head.partition(":")
   unknown = [m for m in modifiers if m not in _MODIFIERS]
-  if kind not in KINDS or unknown or (kind != "engine" and
-                                      "noacc" in modifiers):
+  if (
+    kind not in KINDS or unknown or (kind != "engine" and "noacc" in modifiers)
+  ):
     raise ValueError(
-        f"Bad variant {spec!r}: use engine:K, bare[:K] or fit:K (K a number "
-        f"or N for --steps_per_loop), then optional +bf16, +fp16 or +xla "
-        "(and +noacc for engine).")
+      f"Bad variant {spec!r}: use engine:K, bare[:K] or fit:K (K a number "
+      f"or N for --steps_per_loop), then optional +bf16, +fp16 or +xla "
+      "(and +noacc for engine)."
+    )
   if kind == "bare" and not steps:
     steps_per_call = 1
   elif steps in ("", "N"):
@@ -82,17 +91,22 @@ def parse(spec: str, *, steps_per_loop: int, precision: str,
   for modifier in modifiers:
     if modifier in ("bf16", "fp16"):
       precision = modifier
-  return Variant(kind=kind, steps_per_call=steps_per_call,
-                 precision=precision, xla=xla or "xla" in modifiers,
-                 train_accuracy="noacc" not in modifiers)
+  return Variant(
+    kind=kind,
+    steps_per_call=steps_per_call,
+    precision=precision,
+    xla=xla or "xla" in modifiers,
+    train_accuracy="noacc" not in modifiers,
+  )
 
 
 def parse_ratio(spec: str, **defaults) -> tuple[Variant, Variant]:
   """`a/b` -> (variant a, variant b)."""
   parts = spec.split("/")
   if len(parts) != 2:
-    raise ValueError(f"Bad ratio {spec!r}: use numerator/denominator, e.g. "
-                     "engine:N/bare.")
+    raise ValueError(
+      f"Bad ratio {spec!r}: use numerator/denominator, e.g. engine:N/bare."
+    )
   return parse(parts[0], **defaults), parse(parts[1], **defaults)
 
 
@@ -100,7 +114,9 @@ def parse_target(spec: str, **defaults) -> tuple[Variant, Variant, float]:
   """`a/b>=t` -> (variant a, variant b, t)."""
   match = _TARGET.match(spec.replace(" ", ""))
   if not match:
-    raise ValueError(f"Bad target {spec!r}: use numerator/denominator>=x, "
-                     "e.g. engine:N/bare>=0.98.")
+    raise ValueError(
+      f"Bad target {spec!r}: use numerator/denominator>=x, "
+      "e.g. engine:N/bare>=0.98."
+    )
   numerator, denominator = parse_ratio(match["ratio"], **defaults)
   return numerator, denominator, float(match["threshold"])

@@ -19,16 +19,32 @@ pay for.
 
 import importlib
 
-from ctl.errors import (PREEMPTED_EXIT_CODE, STALL_EXIT_CODE,
-                        USER_ERROR_EXIT_CODE, Preempted, Stalled,
-                        TrainingDiverged, UserError)
+from ctl.errors import PREEMPTED_EXIT_CODE
+from ctl.errors import STALL_EXIT_CODE
+from ctl.errors import USER_ERROR_EXIT_CODE
+from ctl.errors import Preempted
+from ctl.errors import Stalled
+from ctl.errors import TrainingDiverged
+from ctl.errors import UserError
 
-_LAZY = {"run": "ctl.controller", "Task": "ctl.options",
-         "RunOptions": "ctl.options"}
+_LAZY = {
+  "run": "ctl.controller",
+  "Task": "ctl.options",
+  "RunOptions": "ctl.options",
+}
 
-__all__ = ["PREEMPTED_EXIT_CODE", "STALL_EXIT_CODE", "USER_ERROR_EXIT_CODE",
-           "Preempted", "RunOptions", "Stalled", "Task", "TrainingDiverged",
-           "UserError", "run"]
+__all__ = [
+  "PREEMPTED_EXIT_CODE",
+  "STALL_EXIT_CODE",
+  "USER_ERROR_EXIT_CODE",
+  "Preempted",
+  "RunOptions",
+  "Stalled",
+  "Task",
+  "TrainingDiverged",
+  "UserError",
+  "run",
+]
 
 
 def __getattr__(name: str):

@@ -16,17 +16,18 @@ then found from their own files (`ckpt-N.index`), the newest readable one is
 restored, and only then is the state file rewritten.
 """
 
+from collections.abc import Callable
 import hashlib
 import os
 import re
 import shutil
 import time
-from typing import Callable
 
 from absl import logging
 from google.protobuf import text_format
 import keras
 import tensorflow as tf
+
 # The state file's parser and writer; the public ones log and raise
 # differently for each kind of damage, and write absolute paths only.
 from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=g-direct-tensorflow-import
@@ -48,15 +49,18 @@ def seed_generator_states(model: keras.Model) -> list:
   return [v for v in model.variables if "seed_generator_state" in v.path]
 
 
-def weights_fingerprint(model: keras.Model,
-                        optimizer: keras.optimizers.Optimizer) -> str:
+def weights_fingerprint(
+  model: keras.Model, optimizer: keras.optimizers.Optimizer
+) -> str:
   """SHA-256 over every model and optimizer variable value, in a fixed order.
 
   Two runs that end with the same fingerprint ended bit-for-bit identical.
   """
   digest = hashlib.sha256()
-  for prefix, variables in (("model", model.variables),
-                            ("optimizer", optimizer.variables)):
+  for prefix, variables in (
+    ("model", model.variables),
+    ("optimizer", optimizer.variables),
+  ):
     for index, variable in enumerate(variables):
       value = variable.numpy()
       digest.update(f"{prefix}/{index}/{value.dtype}/{value.shape}".encode())
@@ -72,9 +76,16 @@ class Checkpointer:
   that is removed on `close()`, so no `workertemp_*` is left in user outputs.
   """
 
-  def __init__(self, *, checkpoint: tf.train.Checkpoint, directory: str,
-               is_chief: bool, keep: int, async_save: bool = False,
-               on_saved: Callable[[], None] = lambda: None):
+  def __init__(
+    self,
+    *,
+    checkpoint: tf.train.Checkpoint,
+    directory: str,
+    is_chief: bool,
+    keep: int,
+    async_save: bool = False,
+    on_saved: Callable[[], None] = lambda: None,
+  ):
     """Initializes the checkpointer.
 
     Args:
@@ -100,7 +111,8 @@ class Checkpointer:
     else:
       self._scratch = tempdirs.scratch_dir("ctl_worker_checkpoint_")
       self._manager = tf.train.CheckpointManager(
-          checkpoint, self._scratch, max_to_keep=1)
+        checkpoint, self._scratch, max_to_keep=1
+      )
     self._options = tf.train.CheckpointOptions(enable_async=async_save)
     if async_save:
       _let_async_checkpoints_copy_keras_variables()
@@ -133,37 +145,51 @@ class Checkpointer:
         candidates.append(state.model_checkpoint_path)
     for path in reversed(candidates):
       if not _files_present(path):
-        logging.warning("Checkpoint %s is incomplete (files missing); "
-                        "trying the previous one.", path)
+        logging.warning(
+          "Checkpoint %s is incomplete (files missing); "
+          "trying the previous one.",
+          path,
+        )
         continue
       try:
         self._checkpoint.restore(path).assert_existing_objects_matched()
       except _DAMAGED as e:
-        logging.warning("Checkpoint %s is unreadable (%s); trying the "
-                        "previous one.", path, type(e).__name__)
+        logging.warning(
+          "Checkpoint %s is unreadable (%s); trying the previous one.",
+          path,
+          type(e).__name__,
+        )
         continue
       except (AssertionError, ValueError) as e:
         raise UserError(
-            f"The checkpoint {path} was written by a different model or "
-            f"configuration ({_first_line(e)}); use another --checkpoint_dir "
-            "or --model_dir.") from None
+          f"The checkpoint {path} was written by a different model or "
+          f"configuration ({_first_line(e)}); use another --checkpoint_dir "
+          "or --model_dir."
+        ) from None
       if damaged:
         logging.warning(
-            "The checkpoint state file %s was damaged; restored %s, the "
-            "newest readable checkpoint among the files.", state_file, path)
+          "The checkpoint state file %s was damaged; restored %s, the "
+          "newest readable checkpoint among the files.",
+          state_file,
+          path,
+        )
         if self._is_chief:
-          _rewrite_state(self._directory,
-                         candidates[:candidates.index(path) + 1])
+          _rewrite_state(
+            self._directory, candidates[: candidates.index(path) + 1]
+          )
       logging.info("Restored checkpoint %s.", path)
       return path
     if damaged:
       raise UserError(
-          f"The checkpoint state file {state_file} is damaged and no "
-          f"checkpoint file beside it can be read; move the directory away to "
-          "start over.")
+        f"The checkpoint state file {state_file} is damaged and no "
+        f"checkpoint file beside it can be read; move the directory away to "
+        "start over."
+      )
     if candidates:
-      raise UserError(f"No checkpoint in {self._directory} can be read; "
-                      "move the directory away to start over.")
+      raise UserError(
+        f"No checkpoint in {self._directory} can be read; "
+        "move the directory away to start over."
+      )
     return None
 
   def save(self, step: int) -> str:
@@ -173,8 +199,11 @@ class Checkpointer:
     self._unpublished = True
     if not self._async_save:
       self.sync()
-    logging.info("Saved checkpoint %s%s.", path,
-                 " (writing in the background)" if self._async_save else "")
+    logging.info(
+      "Saved checkpoint %s%s.",
+      path,
+      " (writing in the background)" if self._async_save else "",
+    )
     return path
 
   def _writer(self) -> tf.train.CheckpointManager:
@@ -182,7 +211,8 @@ class Checkpointer:
     so it is made after `restore_latest` could repair a damaged one."""
     if self._manager is None:
       self._manager = tf.train.CheckpointManager(
-          self._checkpoint, self._directory, max_to_keep=self._keep)
+        self._checkpoint, self._directory, max_to_keep=self._keep
+      )
     return self._manager
 
   def sync(self) -> None:
@@ -250,20 +280,28 @@ def _checkpoints_on_disk(directory: str) -> list[str]:
   for index in tf.io.gfile.glob(os.path.join(directory, "*.index")):
     match = _INDEX_FILE.fullmatch(os.path.basename(index))
     if match:
-      found.append((int(match.group("number")),
-                    os.path.join(directory, match.group("prefix"))))
+      found.append(
+        (
+          int(match.group("number")),
+          os.path.join(directory, match.group("prefix")),
+        )
+      )
   return [prefix for _, prefix in sorted(found)]
 
 
 def _rewrite_state(directory: str, prefixes: list[str]) -> None:
   """Writes a state file that lists `prefixes`, the last one the latest."""
-  stamps = [tf.io.gfile.stat(prefix + ".index").mtime_nsec / 1e9
-            for prefix in prefixes]
+  stamps = [
+    tf.io.gfile.stat(prefix + ".index").mtime_nsec / 1e9 for prefix in prefixes
+  ]
   checkpoint_management.update_checkpoint_state_internal(
-      save_dir=directory, model_checkpoint_path=prefixes[-1],
-      all_model_checkpoint_paths=prefixes, save_relative_paths=True,
-      all_model_checkpoint_timestamps=stamps,
-      last_preserved_timestamp=min(min(stamps), time.time()) - 1)
+    save_dir=directory,
+    model_checkpoint_path=prefixes[-1],
+    all_model_checkpoint_paths=prefixes,
+    save_relative_paths=True,
+    all_model_checkpoint_timestamps=stamps,
+    last_preserved_timestamp=min(min(stamps), time.time()) - 1,
+  )
 
 
 def _files_present(prefix: str) -> bool:

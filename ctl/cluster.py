@@ -9,11 +9,12 @@ with a `UserError` on anything MultiWorkerMirroredStrategy cannot run, and
 `install_tf_config` hands TensorFlow the plain dialect it understands.
 """
 
+from collections.abc import Mapping, MutableMapping
 import dataclasses
 import json
 import os
 import socket
-from typing import Any, Mapping, MutableMapping
+from typing import Any
 
 from ctl.errors import UserError
 
@@ -22,16 +23,16 @@ ENV_VARS = ("TF_CONFIG", "CLUSTER_SPEC")
 
 # Job names as written by the platforms -> the job they mean.
 _JOB_ALIASES = {
-    "chief": "chief",
-    "master": "chief",  # AI Platform Training.
-    "worker": "worker",
-    "evaluator": "evaluator",
-    "ps": "ps",
-    # Vertex AI's CLUSTER_SPEC names jobs by worker pool.
-    "workerpool0": "chief",
-    "workerpool1": "worker",
-    "workerpool2": "ps",
-    "workerpool3": "evaluator",
+  "chief": "chief",
+  "master": "chief",  # AI Platform Training.
+  "worker": "worker",
+  "evaluator": "evaluator",
+  "ps": "ps",
+  # Vertex AI's CLUSTER_SPEC names jobs by worker pool.
+  "workerpool0": "chief",
+  "workerpool1": "worker",
+  "workerpool2": "ps",
+  "workerpool3": "evaluator",
 }
 _SUPPORTED_JOBS = sorted(k for k, v in _JOB_ALIASES.items() if v != "ps")
 
@@ -132,9 +133,9 @@ def tf_config_json(info: ClusterInfo) -> str:
 
 
 def install_tf_config(
-    info: ClusterInfo,
-    *,
-    environ: MutableMapping[str, str] = os.environ,
+  info: ClusterInfo,
+  *,
+  environ: MutableMapping[str, str] = os.environ,
 ) -> None:
   """Sets `TF_CONFIG` to `tf_config_json(info)`, before a strategy is built.
 
@@ -187,8 +188,8 @@ def _parse(var: str, text: str) -> ClusterInfo:
     task_index = task.get("index", 0)
   elif sum(len(addresses) for addresses in jobs.values()) > 1:
     raise UserError(
-        f"{var} describes a cluster of several tasks but has no 'task' saying"
-        " which one this process is."
+      f"{var} describes a cluster of several tasks but has no 'task' saying"
+      " which one this process is."
     )
   else:  # A lone task, possibly with its address listed.
     task_type = next(iter(jobs), "chief")
@@ -196,12 +197,12 @@ def _parse(var: str, text: str) -> ClusterInfo:
   _check_task(var, jobs, task_type, task_index)
   trial = task.get("trial")
   return ClusterInfo(
-      task_type=task_type,
-      task_index=task_index,
-      chief=jobs.get("chief", ()),
-      workers=jobs.get("worker", ()),
-      trial=None if trial is None else str(trial),
-      has_evaluator="evaluator" in jobs or task_type == "evaluator",
+    task_type=task_type,
+    task_index=task_index,
+    chief=jobs.get("chief", ()),
+    workers=jobs.get("worker", ()),
+    trial=None if trial is None else str(trial),
+    has_evaluator="evaluator" in jobs or task_type == "evaluator",
   )
 
 
@@ -213,24 +214,29 @@ def _parse_jobs(var: str, cluster: Any) -> dict[str, tuple[str, ...]]:
   for name, addresses in cluster.items():
     job = _job_name(var, name, what="cluster job")
     if not isinstance(addresses, list) or not all(
-        isinstance(a, str) and a for a in addresses
+      isinstance(a, str) and a for a in addresses
     ):
       raise UserError(
-          f"{var} cluster job {name!r} must be a list of 'host:port' strings,"
-          f" got {addresses!r}."
+        f"{var} cluster job {name!r} must be a list of 'host:port' strings,"
+        f" got {addresses!r}."
       )
     if not addresses:
       continue
     if job in jobs:
-      raise UserError(f"{var} lists the {job} job twice (e.g. as both 'chief'"
-                      " and 'master').")
+      raise UserError(
+        f"{var} lists the {job} job twice (e.g. as both 'chief' and 'master')."
+      )
     jobs[job] = tuple(addresses)
   if "chief" in jobs and len(jobs["chief"]) > 1:
-    raise UserError(f"{var} lists {len(jobs['chief'])} chief tasks, but a"
-                    " cluster has at most one chief.")
+    raise UserError(
+      f"{var} lists {len(jobs['chief'])} chief tasks, but a"
+      " cluster has at most one chief."
+    )
   if "evaluator" in jobs and len(jobs["evaluator"]) > 1:
-    raise UserError(f"{var} lists {len(jobs['evaluator'])} evaluator tasks, but"
-                    " TensorFlow supports at most one evaluator.")
+    raise UserError(
+      f"{var} lists {len(jobs['evaluator'])} evaluator tasks, but"
+      " TensorFlow supports at most one evaluator."
+    )
   return jobs
 
 
@@ -239,20 +245,21 @@ def _job_name(var: str, name: Any, *, what: str) -> str:
   job = _JOB_ALIASES.get(name) if isinstance(name, str) else None
   if job is None:
     raise UserError(
-        f"{var} has unknown {what} {name!r}; expected one of"
-        f" {', '.join(_SUPPORTED_JOBS)}."
+      f"{var} has unknown {what} {name!r}; expected one of"
+      f" {', '.join(_SUPPORTED_JOBS)}."
     )
   if job == "ps":
     raise UserError(
-        f"{var} has a parameter server ({name!r}), but ctl trains with"
-        " MultiWorkerMirroredStrategy, which uses none: remove that worker"
-        " pool."
+      f"{var} has a parameter server ({name!r}), but ctl trains with"
+      " MultiWorkerMirroredStrategy, which uses none: remove that worker"
+      " pool."
     )
   return job
 
 
-def _check_task(var: str, jobs: Mapping[str, tuple[str, ...]],
-                task_type: str, task_index: Any) -> None:
+def _check_task(
+  var: str, jobs: Mapping[str, tuple[str, ...]], task_type: str, task_index: Any
+) -> None:
   """Checks that the task exists in the cluster."""
   if isinstance(task_index, bool) or not isinstance(task_index, int):
     raise UserError(f"{var} task index must be an integer, got {task_index!r}.")
@@ -265,6 +272,6 @@ def _check_task(var: str, jobs: Mapping[str, tuple[str, ...]],
     raise UserError(f"{var} task type {task_type!r} has no job in its cluster.")
   if not 0 <= task_index < size:
     raise UserError(
-        f"{var} task index {task_index} is out of range for the"
-        f" {size} {task_type} task(s) in its cluster."
+      f"{var} task index {task_index} is out of range for the"
+      f" {size} {task_type} task(s) in its cluster."
     )

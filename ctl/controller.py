@@ -10,11 +10,11 @@ Steps are targets: `train_steps=N` means "until the global step is N", so the
 same call after any interruption continues and ends at the same place.
 """
 
+from collections.abc import Callable, Sequence
 import dataclasses
 import json
 import os
 import time
-from typing import Callable, Sequence
 
 from absl import logging
 import numpy as np
@@ -34,15 +34,22 @@ from ctl import state as state_lib
 from ctl import stragglers as stragglers_lib
 from ctl import summaries
 from ctl import watchdog as watchdog_lib
-from ctl.errors import Preempted, TrainingDiverged
-from ctl.options import RunOptions, Task
+from ctl.errors import Preempted
+from ctl.errors import TrainingDiverged
+from ctl.options import RunOptions
+from ctl.options import Task
 
 
-def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
-        eval_callbacks: Sequence[Callable[[int, dict], None]] = (),
-        progress_listeners: Sequence[progress_lib.Listener] = (),
-        faults: Sequence[faults_lib.Fault] = (),
-        watchdog: watchdog_lib.Watchdog | None = None) -> dict:
+def run(
+  *,
+  task: Task,
+  options: RunOptions,
+  strategy: tf.distribute.Strategy,
+  eval_callbacks: Sequence[Callable[[int, dict], None]] = (),
+  progress_listeners: Sequence[progress_lib.Listener] = (),
+  faults: Sequence[faults_lib.Fault] = (),
+  watchdog: watchdog_lib.Watchdog | None = None,
+) -> dict:
   """Trains to `options.train_steps`, resuming from the latest checkpoint.
 
   Args:
@@ -76,16 +83,19 @@ def run(*, task: Task, options: RunOptions, strategy: tf.distribute.Strategy,
   run_state = _Run(task, options, strategy, eval_callbacks, listeners, faults)
   if watchdog and run_state.ledger:
     watchdog.add_stall_callback(
-        lambda stall: run_state.ledger.record("stall", **dataclasses.asdict(
-            stall)))
+      lambda stall: run_state.ledger.record(
+        "stall", **dataclasses.asdict(stall)
+      )
+    )
   return run_state.run()
 
 
 class _Run:
   """The state of one `run` call; split out so each phase reads on its own."""
 
-  def __init__(self, task, options, strategy, eval_callbacks,
-               progress_listeners, faults):
+  def __init__(
+    self, task, options, strategy, eval_callbacks, progress_listeners, faults
+  ):
     self._task = task
     self._options = options
     self._strategy = strategy
@@ -97,16 +107,18 @@ class _Run:
     self._step = 0
     # The chief keeps the run ledger (ctl.ledger), a listener of every mark.
     self._ledger = options.is_chief and ledger_lib.Ledger(
-        directory=ledger_lib.ledger_dir(options.model_dir),
-        storage=options.storage, fuse_root=options.fuse_root)
+      directory=ledger_lib.ledger_dir(options.model_dir),
+      storage=options.storage,
+      fuse_root=options.fuse_root,
+    )
     # Test machinery only when asked for: no listener, hook or wrapper else.
     self._faults = faults_lib.Injector(tuple(faults)) if faults else None
-    listeners = (*([self._ledger] if self._ledger else []),
-                 *progress_listeners)
+    listeners = (*([self._ledger] if self._ledger else []), *progress_listeners)
     if self._faults:
       listeners += (self._faults,)  # After a watchdog: it sees the phase.
     self._progress = progress_lib.Progress(
-        current_step=lambda: self._step, listeners=listeners)
+      current_step=lambda: self._step, listeners=listeners
+    )
     self._first_loop_done = False
 
   @property
@@ -118,48 +130,67 @@ class _Run:
     """Opens the outputs and builds the model, optimizer and loops."""
     task, options, strategy = self._task, self._options, self._strategy
     self._outputs = outputs_lib.open_outputs(
-        outputs_lib.OutputDirs(
-            model_dir=options.model_dir, checkpoint_dir=options.checkpoint_dir,
-            tensorboard_dir=options.tensorboard_dir,
-            export_dir=options.export_dir),
-        is_chief=options.is_chief,
-        storage_route=options.storage, fuse_root=options.fuse_root)
-    self._state = state_lib.build_state(task=task, strategy=strategy,
-                                        seed=options.seed)
+      outputs_lib.OutputDirs(
+        model_dir=options.model_dir,
+        checkpoint_dir=options.checkpoint_dir,
+        tensorboard_dir=options.tensorboard_dir,
+        export_dir=options.export_dir,
+      ),
+      is_chief=options.is_chief,
+      storage_route=options.storage,
+      fuse_root=options.fuse_root,
+    )
+    self._state = state_lib.build_state(
+      task=task, strategy=strategy, seed=options.seed
+    )
     self._model, self._optimizer = self._state.model, self._state.optimizer
     self._global_step = self._state.global_step
-    self._data_seed, self._restores = (self._state.data_seed,
-                                       self._state.restores)
+    self._data_seed, self._restores = (
+      self._state.data_seed,
+      self._state.restores,
+    )
     with strategy.scope():
       loss_hook = self._faults and self._faults.loss_hook()
     checkpoint = self._state.checkpoint()
     checkpoints = self._outputs.checkpoints
     checkpoints.fetch()
     self._checkpointer = checkpointing.Checkpointer(
-        checkpoint=checkpoint, directory=checkpoints.local_path,
-        is_chief=options.is_chief, keep=options.keep_checkpoints,
-        async_save=options.async_checkpoint,
-        on_saved=lambda: self._upload(checkpoints))
+      checkpoint=checkpoint,
+      directory=checkpoints.local_path,
+      is_chief=options.is_chief,
+      keep=options.keep_checkpoints,
+      async_save=options.async_checkpoint,
+      on_saved=lambda: self._upload(checkpoints),
+    )
     self._loop = loop_lib.TrainLoop(
-        strategy=strategy, model=self._model, optimizer=self._optimizer,
-        global_step=self._global_step,
-        global_batch_size=task.global_batch_size,
-        steps_per_loop=options.steps_per_loop, loss_fn=task.loss_fn,
-        jit_compile=options.xla, train_accuracy=options.train_accuracy,
-        loss_hook=loss_hook)
-    self._eval_loop = loop_lib.EvalLoop(strategy=strategy, model=self._model,
-                                        loss_fn=task.loss_fn)
+      strategy=strategy,
+      model=self._model,
+      optimizer=self._optimizer,
+      global_step=self._global_step,
+      global_batch_size=task.global_batch_size,
+      steps_per_loop=options.steps_per_loop,
+      loss_fn=task.loss_fn,
+      jit_compile=options.xla,
+      train_accuracy=options.train_accuracy,
+      loss_hook=loss_hook,
+    )
+    self._eval_loop = loop_lib.EvalLoop(
+      strategy=strategy, model=self._model, loss_fn=task.loss_fn
+    )
     self._writer = summaries.ScalarWriter(
-        logdir=self._outputs.tensorboard and
-        self._outputs.tensorboard.local_path)
+      logdir=self._outputs.tensorboard and self._outputs.tensorboard.local_path
+    )
     self._profiler = profiler.StepProfiler(
-        steps=options.profile_steps,
-        logdir=self._writer.run_dir(summaries.TRAIN))
+      steps=options.profile_steps, logdir=self._writer.run_dir(summaries.TRAIN)
+    )
     self._eval_data = (
-        strategy.distribute_datasets_from_function(task.eval_dataset_fn)
-        if task.eval_dataset_fn else None)
+      strategy.distribute_datasets_from_function(task.eval_dataset_fn)
+      if task.eval_dataset_fn
+      else None
+    )
     self._divergence = DivergenceGuard(
-        max_recoveries=options.max_nan_recoveries)
+      max_recoveries=options.max_nan_recoveries
+    )
     self._last_save_step = None
     self._last_save_time = time.time()
     self._every_secs, self._every_why = None, None
@@ -172,8 +203,9 @@ class _Run:
 
   def _iterator(self):
     step, seed = self._step, int(self._data_seed.numpy())
-    dataset_fn = lambda context: self._task.train_dataset_fn(context, step,
-                                                             seed)
+    dataset_fn = lambda context: self._task.train_dataset_fn(
+      context, step, seed
+    )
     if self._faults:
       dataset_fn = self._faults.wrap_dataset_fn(dataset_fn, start_step=step)
     return iter(self._strategy.distribute_datasets_from_function(dataset_fn))
@@ -189,8 +221,9 @@ class _Run:
     if path is None:
       if not self._options.train_steps:
         return False
-      logging.info("No checkpoint in %s; starting at step 0.",
-                   self._options.checkpoint_dir)
+      logging.info(
+        "No checkpoint in %s; starting at step 0.", self._options.checkpoint_dir
+      )
       # A rollback target for the divergence guard, and a fixed start.
       if self._options.max_nan_recoveries:
         self._save()
@@ -220,12 +253,14 @@ class _Run:
       self._every_secs = float(every) or None
       return
     seconds, why = goodput.checkpoint_interval(
-        self._ledger and self._ledger.accounting(),
-        expected_mtbf_secs=self._options.expected_mtbf_secs)
+      self._ledger and self._ledger.accounting(),
+      expected_mtbf_secs=self._options.expected_mtbf_secs,
+    )
     previous = self._every_secs
     if previous is None or abs(seconds - previous) > 0.1 * previous:
-      logging.info("checkpoint_every_secs=auto: every %.0f s: %s.", seconds,
-                   why)
+      logging.info(
+        "checkpoint_every_secs=auto: every %.0f s: %s.", seconds, why
+      )
     self._every_secs, self._every_why = seconds, why
 
   def run(self) -> dict:
@@ -240,8 +275,11 @@ class _Run:
         restored = self._restore()
       if not restored and not options.train_steps:
         # Nothing to train: an untrained export or checkpoint helps no one.
-        logging.info("train_steps is 0 and %s holds no checkpoint: nothing to "
-                     "train, nothing written.", options.checkpoint_dir)
+        logging.info(
+          "train_steps is 0 and %s holds no checkpoint: nothing to "
+          "train, nothing written.",
+          options.checkpoint_dir,
+        )
         if self._ledger:
           self._ledger.discard()
         self._close()
@@ -250,25 +288,39 @@ class _Run:
     self._choose_interval()
     start_step = self._step
     if start_step >= options.train_steps:
-      logging.info("Step %d reaches --train_steps=%d: nothing to train.",
-                   start_step, options.train_steps)
+      logging.info(
+        "Step %d reaches --train_steps=%d: nothing to train.",
+        start_step,
+        options.train_steps,
+      )
     iterator = self._iterator()
     returned = time.perf_counter()
     with preemption.StopRequest() as stop:
       while self._step < options.train_steps:
-        num_steps = min(options.steps_per_loop,
-                        options.train_steps - self._step)
+        num_steps = min(
+          options.steps_per_loop, options.train_steps - self._step
+        )
         started = time.time()
-        phase = (progress_lib.TRAIN_LOOP if self._first_loop_done else
-                 progress_lib.FIRST_LOOP)
-        with self._progress.phase(phase), self._profiler.loop(
-            first_step=self._step + 1, last_step=self._step + num_steps):
+        phase = (
+          progress_lib.TRAIN_LOOP
+          if self._first_loop_done
+          else progress_lib.FIRST_LOOP
+        )
+        with (
+          self._progress.phase(phase),
+          self._profiler.loop(
+            first_step=self._step + 1, last_step=self._step + num_steps
+          ),
+        ):
           # Host time since the previous loop returned: what the others
           # wait for in this loop's all-reduce if this worker is the slowest.
           output = self._loop.train(
-              iterator, num_steps, stop_requested=stop.requested,
-              save_requested=self._save_due(),
-              host_seconds=time.perf_counter() - returned)
+            iterator,
+            num_steps,
+            stop_requested=stop.requested,
+            save_requested=self._save_due(),
+            host_seconds=time.perf_counter() - returned,
+          )
           returned = time.perf_counter()
           self._step += num_steps
         self._first_loop_done = True
@@ -286,8 +338,11 @@ class _Run:
 
   def _save_due(self) -> bool:
     every = self._every_secs
-    return bool(self._options.is_chief and every is not None and
-                time.time() - self._last_save_time >= every)
+    return bool(
+      self._options.is_chief
+      and every is not None
+      and time.time() - self._last_save_time >= every
+    )
 
   def _roll_back(self, losses: np.ndarray) -> None:
     """Returns to the last checkpoint after a non-finite loss."""
@@ -308,12 +363,19 @@ class _Run:
       self._check_stragglers(output.host_seconds, step)
     if step % options.log_every_steps == 0 or step == options.train_steps:
       self._log(step)
-    if (options.eval_every_steps and step % options.eval_every_steps == 0 and
-        step < options.train_steps):
+    if (
+      options.eval_every_steps
+      and step % options.eval_every_steps == 0
+      and step < options.train_steps
+    ):
       self._evaluate(step)
-    if ((options.checkpoint_every_steps and
-         step % options.checkpoint_every_steps == 0) or
-        output.save_requested) and step < options.train_steps:
+    if (
+      (
+        options.checkpoint_every_steps
+        and step % options.checkpoint_every_steps == 0
+      )
+      or output.save_requested
+    ) and step < options.train_steps:
       self._save()
 
   def _check_stragglers(self, host_seconds: np.ndarray, step: int) -> None:
@@ -323,41 +385,63 @@ class _Run:
     self._straggler = straggler
     if straggler and (not before or before.worker != straggler.worker):
       logging.warning(
-          "straggler: worker %d is the slowest at step %d: %.3f s of host "
-          "time per loop, %.1fx the median %.3f s (seconds by worker: %s); "
-          "the others wait for it in every all-reduce.", straggler.worker,
-          step, straggler.seconds, straggler.ratio, straggler.median_seconds,
-          " ".join(f"{s:.3f}" for s in host_seconds))
+        "straggler: worker %d is the slowest at step %d: %.3f s of host "
+        "time per loop, %.1fx the median %.3f s (seconds by worker: %s); "
+        "the others wait for it in every all-reduce.",
+        straggler.worker,
+        step,
+        straggler.seconds,
+        straggler.ratio,
+        straggler.median_seconds,
+        " ".join(f"{s:.3f}" for s in host_seconds),
+      )
     elif before and not straggler:
-      logging.info("straggler: worker %d no longer straggles at step %d.",
-                   before.worker, step)
+      logging.info(
+        "straggler: worker %d no longer straggles at step %d.",
+        before.worker,
+        step,
+      )
 
   def _log(self, step: int) -> None:
     window = self._window
     steps_per_second = window.steps / max(window.seconds, 1e-9)
     examples_per_second = steps_per_second * self._task.global_batch_size
     self._throughput.append(examples_per_second)
-    remaining = (self._options.train_steps - step) / max(steps_per_second,
-                                                         1e-9)
+    remaining = (self._options.train_steps - step) / max(steps_per_second, 1e-9)
     self._train_metrics = {"loss": window.mean_loss}
     accuracy = ""
     if window.accuracy is not None:
       self._train_metrics["accuracy"] = window.accuracy
       accuracy = f"  accuracy {window.accuracy:.4f}"
     logging.info(
-        "step %d/%d  loss %.4f%s  %.1f examples/s  ETA %s",
-        step, self._options.train_steps, window.mean_loss, accuracy,
-        examples_per_second, time.strftime("%H:%M:%S", time.gmtime(remaining)))
-    self._writer.write(step, {
+      "step %d/%d  loss %.4f%s  %.1f examples/s  ETA %s",
+      step,
+      self._options.train_steps,
+      window.mean_loss,
+      accuracy,
+      examples_per_second,
+      time.strftime("%H:%M:%S", time.gmtime(remaining)),
+    )
+    self._writer.write(
+      step,
+      {
         **self._train_metrics,
-        "learning_rate": float(tf.convert_to_tensor(
-            self._optimizer.learning_rate)),
+        "learning_rate": float(
+          tf.convert_to_tensor(self._optimizer.learning_rate)
+        ),
         "examples_per_second": examples_per_second,
         "steps_per_second": steps_per_second,
-        **({"straggler/ratio": self._straggler.ratio,
-            "straggler/worker": self._straggler.worker}
-           if self._straggler else {}),
-    }, run=summaries.TRAIN)
+        **(
+          {
+            "straggler/ratio": self._straggler.ratio,
+            "straggler/worker": self._straggler.worker,
+          }
+          if self._straggler
+          else {}
+        ),
+      },
+      run=summaries.TRAIN,
+    )
     self._publish(self._outputs.tensorboard)
     self._window = _Window()
 
@@ -367,13 +451,19 @@ class _Run:
     with self._progress.phase(progress_lib.EVALUATION):
       metrics = self._eval_loop.evaluate(self._eval_data)
     self._eval_metrics = metrics
-    logging.info("eval at step %d: loss %.4f  accuracy %.4f  (%d examples)",
-                 step, metrics["loss"], metrics["accuracy"],
-                 metrics["examples"])
+    logging.info(
+      "eval at step %d: loss %.4f  accuracy %.4f  (%d examples)",
+      step,
+      metrics["loss"],
+      metrics["accuracy"],
+      metrics["examples"],
+    )
     if not self._options.evaluator_writes_validation:
-      self._writer.write(step, {"loss": metrics["loss"],
-                                "accuracy": metrics["accuracy"]},
-                         run=summaries.VALIDATION)
+      self._writer.write(
+        step,
+        {"loss": metrics["loss"], "accuracy": metrics["accuracy"]},
+        run=summaries.VALIDATION,
+      )
       self._publish(self._outputs.tensorboard)
     for callback in self._eval_callbacks:
       callback(step, metrics)
@@ -388,49 +478,64 @@ class _Run:
     if trained or not _exists(export_location):
       with self._progress.phase(progress_lib.EXPORT):
         export.export_saved_model(
-            model=self._model, image_shape=self._task.image_shape,
-            export_dir=export_location and export_location.local_path)
+          model=self._model,
+          image_shape=self._task.image_shape,
+          export_dir=export_location and export_location.local_path,
+        )
         self._publish(export_location)
     summary = {
-        "final_step": step,
-        "train_loss": self._train_metrics.get("loss"),
-        "train_accuracy": self._train_metrics.get("accuracy"),
-        "eval_loss": self._eval_metrics.get("loss"),
-        "eval_accuracy": self._eval_metrics.get("accuracy"),
-        "examples_per_second": (float(np.median(self._throughput[1:] or
-                                                self._throughput))
-                                if self._throughput else None),
-        "wall_seconds": round(time.time() - self._process_start, 3),
-        "restores": int(self._restores.numpy()),
-        "restarts": options.restarts,
-        "nan_recoveries": self._divergence.recoveries,
-        "weights_fingerprint": checkpointing.weights_fingerprint(
-            self._model, self._optimizer),
+      "final_step": step,
+      "train_loss": self._train_metrics.get("loss"),
+      "train_accuracy": self._train_metrics.get("accuracy"),
+      "eval_loss": self._eval_metrics.get("loss"),
+      "eval_accuracy": self._eval_metrics.get("accuracy"),
+      "examples_per_second": (
+        float(np.median(self._throughput[1:] or self._throughput))
+        if self._throughput
+        else None
+      ),
+      "wall_seconds": round(time.time() - self._process_start, 3),
+      "restores": int(self._restores.numpy()),
+      "restarts": options.restarts,
+      "nan_recoveries": self._divergence.recoveries,
+      "weights_fingerprint": checkpointing.weights_fingerprint(
+        self._model, self._optimizer
+      ),
     }
     if self._every_why:
-      summary["checkpoint_every_secs"] = {"seconds": self._every_secs,
-                                          "why": self._every_why}
+      summary["checkpoint_every_secs"] = {
+        "seconds": self._every_secs,
+        "why": self._every_why,
+      }
     if self._ledger:
       accounting = self._ledger.accounting()
       summary["goodput"] = accounting.summary()
       self._writer.write(step, {"goodput/percent": accounting.goodput_percent})
-      logging.info("Goodput %.1f%% of %.1f s over %d start(s) (ctl-report %s "
-                   "shows where the rest went).", accounting.goodput_percent,
-                   accounting.total_seconds, len(accounting.attempts),
-                   options.model_dir)
+      logging.info(
+        "Goodput %.1f%% of %.1f s over %d start(s) (ctl-report %s "
+        "shows where the rest went).",
+        accounting.goodput_percent,
+        accounting.total_seconds,
+        len(accounting.attempts),
+        options.model_dir,
+      )
     if self._outputs.model:
       model_dir = self._outputs.model.local_path
       tf.io.gfile.makedirs(model_dir)
-      with tf.io.gfile.GFile(os.path.join(model_dir, "train_summary.json"),
-                             "w") as f:
+      with tf.io.gfile.GFile(
+        os.path.join(model_dir, "train_summary.json"), "w"
+      ) as f:
         json.dump(summary, f, indent=2)
     self._close()
     accuracy = summary["eval_accuracy"]
     logging.info(
-        "Done at step %d: eval accuracy %s, weights fingerprint %s; summary "
-        "in %s.", step, "n/a" if accuracy is None else f"{accuracy:.4f}",
-        summary["weights_fingerprint"][:16],
-        os.path.join(options.model_dir, "train_summary.json"))
+      "Done at step %d: eval accuracy %s, weights fingerprint %s; summary "
+      "in %s.",
+      step,
+      "n/a" if accuracy is None else f"{accuracy:.4f}",
+      summary["weights_fingerprint"][:16],
+      os.path.join(options.model_dir, "train_summary.json"),
+    )
     return summary
 
   def _publish(self, location) -> None:
@@ -462,18 +567,24 @@ class DivergenceGuard:
     self.recoveries += 1
     if self.recoveries > self._max_recoveries:
       raise TrainingDiverged(
-          f"The loss was not finite at step {first_bad} after "
-          f"{self._max_recoveries} rollbacks; stopping without saving it. "
-          "Lower the learning rate or check the data.")
-    logging.warning("Loss not finite at step %d; rolling back to the last "
-                    "checkpoint (recovery %d of %d).", first_bad,
-                    self.recoveries, self._max_recoveries)
+        f"The loss was not finite at step {first_bad} after "
+        f"{self._max_recoveries} rollbacks; stopping without saving it. "
+        "Lower the learning rate or check the data."
+      )
+    logging.warning(
+      "Loss not finite at step %d; rolling back to the last "
+      "checkpoint (recovery %d of %d).",
+      first_bad,
+      self.recoveries,
+      self._max_recoveries,
+    )
 
 
 def _exists(location) -> bool:
   """Whether a (chief's) export location already holds a SavedModel."""
   return bool(location) and tf.io.gfile.exists(
-      os.path.join(location.local_path, "saved_model.pb"))
+    os.path.join(location.local_path, "saved_model.pb")
+  )
 
 
 class _Window:
@@ -485,14 +596,16 @@ class _Window:
     self.loss_sum = 0.0
     self.correct_fraction_sum = None  # None: the loop counts no accuracy.
 
-  def add(self, output: loop_lib.LoopOutput, num_steps: int,
-          seconds: float) -> None:
+  def add(
+    self, output: loop_lib.LoopOutput, num_steps: int, seconds: float
+  ) -> None:
     self.steps += num_steps
     self.seconds += seconds
     self.loss_sum += float(np.sum(output.step_losses))
     if output.accuracy is not None:
       self.correct_fraction_sum = (self.correct_fraction_sum or 0.0) + (
-          output.accuracy * num_steps)
+        output.accuracy * num_steps
+      )
 
   @property
   def mean_loss(self) -> float:

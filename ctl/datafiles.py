@@ -15,10 +15,10 @@ the chief writes it) and reads it back on every restart: files added later do
 not move the order of a resumed job.
 """
 
+from collections.abc import Sequence
 import json
 import os
 import posixpath
-from typing import Sequence
 
 from absl import logging
 import tensorflow as tf
@@ -57,8 +57,7 @@ class Files:
     names = []
     for directory, _, files in tf.io.gfile.walk(self.root):
       relative = os.path.relpath(directory, self.root)
-      names.extend(os.path.normpath(os.path.join(relative, f))
-                   for f in files)
+      names.extend(os.path.normpath(os.path.join(relative, f)) for f in files)
     return sorted(name.replace(os.sep, "/") for name in names)
 
   def read(self, name: str) -> bytes | None:
@@ -88,18 +87,21 @@ class Files:
     if self._fs is None:
       raise ValueError("TensorFlow reads these files itself; use path().")
     return input_lib.IndexedRecords.from_source(
-        _BatchReader(self._fs, [self.path(name) for name in names]))
+      _BatchReader(self._fs, [self.path(name) for name in names])
+    )
 
 
-def open_files(url: str, *, storage: str = "auto",
-               fuse_root: str = "/gcs") -> Files:
+def open_files(
+  url: str, *, storage: str = "auto", fuse_root: str = "/gcs"
+) -> Files:
   """The files under `url` (local, FUSE_ROOT/BUCKET/PATH or gs://)."""
   root, fs = storage_lib.read_route(url, storage=storage, fuse_root=fuse_root)
   return Files(url=url, root=root, fs=fs)
 
 
-def load_manifest(files: Files, *, manifest_dir: Files | None
-                  ) -> list[str] | None:
+def load_manifest(
+  files: Files, *, manifest_dir: Files | None
+) -> list[str] | None:
   """The file list saved for `files` in `manifest_dir`, or None.
 
   Raises:
@@ -111,21 +113,31 @@ def load_manifest(files: Files, *, manifest_dir: Files | None
   content = json.loads(saved)
   if content["data_dir"] != files.url:
     raise UserError(
-        f"{manifest_dir.path(MANIFEST)} lists the files of "
-        f"{content['data_dir']}, not of --data_dir={files.url}; use a new "
-        f"model directory, or remove the manifest to start over.")
-  logging.info("Training files: the %d listed in %s.", len(content["files"]),
-               manifest_dir.path(MANIFEST))
+      f"{manifest_dir.path(MANIFEST)} lists the files of "
+      f"{content['data_dir']}, not of --data_dir={files.url}; use a new "
+      f"model directory, or remove the manifest to start over."
+    )
+  logging.info(
+    "Training files: the %d listed in %s.",
+    len(content["files"]),
+    manifest_dir.path(MANIFEST),
+  )
   return content["files"]
 
 
-def save_manifest(files: Files, *, manifest_dir: Files,
-                  names: Sequence[str]) -> None:
+def save_manifest(
+  files: Files, *, manifest_dir: Files, names: Sequence[str]
+) -> None:
   """Saves the file list (names relative to `files.root`) for restarts."""
-  manifest_dir.write(MANIFEST, json.dumps(
-      {"data_dir": files.url, "files": list(names)}).encode())
-  logging.info("Training files: %d under %s, listed into %s.", len(names),
-               files.url, manifest_dir.path(MANIFEST))
+  manifest_dir.write(
+    MANIFEST, json.dumps({"data_dir": files.url, "files": list(names)}).encode()
+  )
+  logging.info(
+    "Training files: %d under %s, listed into %s.",
+    len(names),
+    files.url,
+    manifest_dir.path(MANIFEST),
+  )
 
 
 class _BatchReader:

@@ -46,8 +46,10 @@ class Preempted(Exception):
       signum: the signal this process got; None when another worker asked
         (reported as SIGTERM).
     """
-    super().__init__(f"Stopped on request after saving the checkpoint at "
-                     f"step {step}; run the same command again to continue.")
+    super().__init__(
+      f"Stopped on request after saving the checkpoint at "
+      f"step {step}; run the same command again to continue."
+    )
     self.step = step
     self.exit_code = 128 + (signum or signal.SIGTERM)
 

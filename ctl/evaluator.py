@@ -20,13 +20,18 @@ from ctl import loop as loop_lib
 from ctl import state as state_lib
 from ctl import storage
 from ctl import summaries
-from ctl.options import RunOptions, Task
+from ctl.options import RunOptions
+from ctl.options import Task
 
 
-def evaluate_checkpoints(*, task: Task, options: RunOptions,
-                         strategy: tf.distribute.Strategy,
-                         poll_secs: float = 5.0,
-                         timeout_secs: float = 3600.0) -> dict:
+def evaluate_checkpoints(
+  *,
+  task: Task,
+  options: RunOptions,
+  strategy: tf.distribute.Strategy,
+  poll_secs: float = 5.0,
+  timeout_secs: float = 3600.0,
+) -> dict:
   """Evaluates every new checkpoint until the final one.
 
   Args:
@@ -40,16 +45,23 @@ def evaluate_checkpoints(*, task: Task, options: RunOptions,
     {step: metrics} for every checkpoint evaluated.
   """
   checkpoints = storage.open_location(
-      options.checkpoint_dir, storage=options.storage,
-      fuse_root=options.fuse_root, read_only=True)
+    options.checkpoint_dir,
+    storage=options.storage,
+    fuse_root=options.fuse_root,
+    read_only=True,
+  )
   board = storage.open_location(
-      posixpath.join(options.tensorboard_dir, summaries.VALIDATION),
-      storage=options.storage, fuse_root=options.fuse_root)
-  state = state_lib.build_state(task=task, strategy=strategy,
-                                with_optimizer=False)
+    posixpath.join(options.tensorboard_dir, summaries.VALIDATION),
+    storage=options.storage,
+    fuse_root=options.fuse_root,
+  )
+  state = state_lib.build_state(
+    task=task, strategy=strategy, with_optimizer=False
+  )
   checkpoint = state.checkpoint()
-  loop = loop_lib.EvalLoop(strategy=strategy, model=state.model,
-                           loss_fn=task.loss_fn)
+  loop = loop_lib.EvalLoop(
+    strategy=strategy, model=state.model, loss_fn=task.loss_fn
+  )
   data = strategy.distribute_datasets_from_function(task.eval_dataset_fn)
   writer = summaries.ScalarWriter(logdir=board.local_path)
   results, last_path, waited_since = {}, None, time.time()
@@ -62,18 +74,25 @@ def evaluate_checkpoints(*, task: Task, options: RunOptions,
         step = int(state.global_step.numpy())
         metrics = loop.evaluate(data)
         results[step] = metrics
-        logging.info("evaluator: step %d accuracy %.4f loss %.4f", step,
-                     metrics["accuracy"], metrics["loss"])
-        writer.write(step, {"loss": metrics["loss"],
-                            "accuracy": metrics["accuracy"]},
-                     run="")  # `board` is the validation run dir itself.
+        logging.info(
+          "evaluator: step %d accuracy %.4f loss %.4f",
+          step,
+          metrics["accuracy"],
+          metrics["loss"],
+        )
+        writer.write(
+          step,
+          {"loss": metrics["loss"], "accuracy": metrics["accuracy"]},
+          run="",
+        )  # `board` is the validation run dir itself.
         board.publish()
         last_path, waited_since = path, time.time()
         if step >= options.train_steps:
           return results
       elif time.time() - waited_since > timeout_secs:
-        logging.warning("evaluator: no new checkpoint for %d s; stopping.",
-                        timeout_secs)
+        logging.warning(
+          "evaluator: no new checkpoint for %d s; stopping.", timeout_secs
+        )
         return results
       time.sleep(poll_secs)
   finally:

@@ -12,8 +12,12 @@ import keras
 import tensorflow as tf
 
 
-def export_saved_model(*, model: keras.Model, export_dir: str | None,
-                       image_shape: tuple[int, int, int]) -> None:
+def export_saved_model(
+  *,
+  model: keras.Model,
+  export_dir: str | None,
+  image_shape: tuple[int, int, int],
+) -> None:
   """Exports `model` with a `serving_default` signature.
 
   The signature takes float32 images `[batch, height, width, channels]` with
@@ -33,9 +37,12 @@ def export_saved_model(*, model: keras.Model, export_dir: str | None,
     return {"logits": logits, "probabilities": tf.nn.softmax(logits)}
 
   archive.add_endpoint(
-      name="serving_default", fn=serve,
-      input_signature=[tf.TensorSpec([None, *image_shape], tf.float32,
-                                     name="images")])
+    name="serving_default",
+    fn=serve,
+    input_signature=[
+      tf.TensorSpec([None, *image_shape], tf.float32, name="images")
+    ],
+  )
   target = export_dir or tempfile.mkdtemp(prefix="ctl_export_")
   try:
     archive.write_out(target, verbose=False)

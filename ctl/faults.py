@@ -32,13 +32,13 @@ fault is a `tf.py_function` appended to the worker's train dataset; a NaN
 fault replaces the loss inside the step, where a rollback can see it.
 """
 
+from collections.abc import Callable, Mapping
 import dataclasses
 import os
 import signal
 import sys
 import threading
 import time
-from typing import Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -69,6 +69,7 @@ class Fault:
     worker: only this worker (TF_CONFIG task index); None: every worker.
     attempt: only this restart of the job; None: every one.
   """
+
   kind: str
   step: int | None
   where: str = LOOP
@@ -83,21 +84,28 @@ def parse(spec: str) -> tuple[Fault, ...]:
   Raises:
     UserError: for a malformed fault, in one sentence.
   """
-  return tuple(_parse_one(text.strip()) for text in spec.split(",")
-               if text.strip())
+  return tuple(
+    _parse_one(text.strip()) for text in spec.split(",") if text.strip()
+  )
 
 
-def from_environ(environ: Mapping[str, str] = os.environ, *, worker: int,
-                 attempt: int) -> tuple[Fault, ...]:
+def from_environ(
+  environ: Mapping[str, str] = os.environ, *, worker: int, attempt: int
+) -> tuple[Fault, ...]:
   """The faults in `CTL_FAULTS` that apply to this worker and attempt."""
-  return tuple(f for f in parse(environ.get(ENV_VAR, ""))
-               if f.worker in (None, worker) and f.attempt in (None, attempt))
+  return tuple(
+    f
+    for f in parse(environ.get(ENV_VAR, ""))
+    if f.worker in (None, worker) and f.attempt in (None, attempt)
+  )
 
 
 def _parse_one(text: str) -> Fault:
   def bad(why):
-    return UserError(f"{ENV_VAR} fault {text!r} {why}; expected "
-                     "KIND@STEP[:OPTION]..., e.g. stall@40:input:worker=1.")
+    return UserError(
+      f"{ENV_VAR} fault {text!r} {why}; expected "
+      "KIND@STEP[:OPTION]..., e.g. stall@40:input:worker=1."
+    )
 
   head, *options = text.split(":")
   kind, _, step_text = head.partition("@")
@@ -121,8 +129,9 @@ def _parse_one(text: str) -> Fault:
       raise bad(f"has a bad number in {option!r}") from None
   if kind == "nan":
     if set(fields) - {"kind", "step", "worker", "attempt"}:
-      raise bad("is a NaN loss, which happens in the step: it takes no place "
-                "or secs")
+      raise bad(
+        "is a NaN loss, which happens in the step: it takes no place or secs"
+      )
     fields["where"] = "step"
   if kind == "slow" and fields.get("secs") is None:
     raise bad("needs secs=S, the delay")
@@ -142,8 +151,10 @@ class Injector:
     self._input = [f for f in faults if f.where == INPUT]
     self._nan = [f for f in faults if f.kind == "nan"]
     if len(self._nan) > 1:
-      raise UserError(f"{ENV_VAR} has {len(self._nan)} NaN faults for this "
-                      "worker; one at a time is supported.")
+      raise UserError(
+        f"{ENV_VAR} has {len(self._nan)} NaN faults for this "
+        "worker; one at a time is supported."
+      )
     self._fired = set()
     self._announced = set()
     self._nan_target = None
@@ -157,27 +168,33 @@ class Injector:
       return None
     fault = self._nan[0]
     self._nan_target = tf.Variable(
-        _EVERY_STEP if fault.step is None else fault.step, dtype=tf.int64,
-        trainable=False, name="fault_nan_step",
-        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+      _EVERY_STEP if fault.step is None else fault.step,
+      dtype=tf.int64,
+      trainable=False,
+      name="fault_nan_step",
+      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+    )
     target = self._nan_target
 
     def hook(loss, global_step):
-      fire = tf.logical_or(tf.equal(target, _EVERY_STEP),
-                           tf.equal(global_step, target))
+      fire = tf.logical_or(
+        tf.equal(target, _EVERY_STEP), tf.equal(global_step, target)
+      )
       return tf.where(fire, tf.constant(np.nan, loss.dtype), loss)
 
     return hook
 
-  def wrap_dataset_fn(self, dataset_fn: Callable, *,
-                      start_step: int) -> Callable:
+  def wrap_dataset_fn(
+    self, dataset_fn: Callable, *, start_step: int
+  ) -> Callable:
     """Adds the input faults to `dataset_fn(input_context)`'s dataset."""
     if not self._input:
       return dataset_fn
 
     def wrapped(context):
       per_pipeline = max(
-          1, context.num_replicas_in_sync // context.num_input_pipelines)
+        1, context.num_replicas_in_sync // context.num_input_pipelines
+      )
 
       def element(index, batch):
         step = start_step + index // per_pipeline
@@ -197,24 +214,30 @@ class Injector:
       return
     for fault in self._host:
       if fault.where in (mark.phase, LOOP if mark.phase in _LOOPS else None):
-        if fault.step is None or (mark.step >= fault.step and
-                                  fault not in self._fired):
+        if fault.step is None or (
+          mark.step >= fault.step and fault not in self._fired
+        ):
           self._fire(fault, mark)
 
   def _at_input_step(self, step) -> int:
     step = int(step)
     for fault in self._input:
-      if fault.step is None or (step == fault.step and
-                                fault not in self._fired):
-        self._fire(fault, progress.Mark(phase=INPUT, step=step,
-                                        time=time.time()))
+      if fault.step is None or (
+        step == fault.step and fault not in self._fired
+      ):
+        self._fire(
+          fault, progress.Mark(phase=INPUT, step=step, time=time.time())
+        )
     return step
 
   def _end_nan(self, step: int) -> None:
     """A NaN at step S fires once: disarmed once a loop has run past S."""
     fault = self._nan[0]
-    if fault.step is not None and step > fault.step and (
-        fault not in self._fired):
+    if (
+      fault.step is not None
+      and step > fault.step
+      and (fault not in self._fired)
+    ):
       self._fired.add(fault)
       self._nan_target.assign(_NEVER)
 
@@ -223,8 +246,12 @@ class Injector:
     if fault not in self._announced:  # `*` faults: once, not every loop.
       self._announced.add(fault)
       secs = "" if fault.secs is None else f" ({fault.secs:g} s)"
-      print(f"fault: injecting {fault.kind} in {mark.phase} at step "
-            f"{mark.step}{secs}", file=sys.stderr, flush=True)
+      print(
+        f"fault: injecting {fault.kind} in {mark.phase} at step "
+        f"{mark.step}{secs}",
+        file=sys.stderr,
+        flush=True,
+      )
     if fault.kind == "crash":
       os.kill(os.getpid(), signal.SIGKILL)
     elif fault.kind == "stall" and fault.secs is None:

@@ -26,11 +26,11 @@ Input waits are not split out: the compiled loop reads its input inside the
 same `tf.function` call, so its time is part of the loop's.
 """
 
+from collections.abc import Sequence
 import dataclasses
 import math
 import signal
 import statistics
-from typing import Sequence
 
 from ctl.errors import STALL_EXIT_CODE
 
@@ -45,18 +45,32 @@ EXPORT = "export"
 LOST = "progress_lost"
 RESTART_GAP = "restart_gap"
 OTHER = "other"
-CATEGORIES = (GOODPUT, STARTUP, RESTORE, TRACING, CHECKPOINT_SAVE,
-              CHECKPOINT_UPLOAD, EVALUATION, EXPORT, LOST, RESTART_GAP, OTHER)
+CATEGORIES = (
+  GOODPUT,
+  STARTUP,
+  RESTORE,
+  TRACING,
+  CHECKPOINT_SAVE,
+  CHECKPOINT_UPLOAD,
+  EVALUATION,
+  EXPORT,
+  LOST,
+  RESTART_GAP,
+  OTHER,
+)
 
 # Phase -> (category, priority): a nested phase (a restore inside start-up,
 # a save inside the restore of a new run, an upload inside a save) outranks
 # the one around it.
 _PHASES = {
-    "startup": (STARTUP, 1), "first_loop": (GOODPUT, 1),
-    "train_loop": (GOODPUT, 1), "evaluation": (EVALUATION, 1),
-    "export": (EXPORT, 1), "restore": (RESTORE, 2),
-    "checkpoint_save": (CHECKPOINT_SAVE, 3),
-    "checkpoint_upload": (CHECKPOINT_UPLOAD, 4),
+  "startup": (STARTUP, 1),
+  "first_loop": (GOODPUT, 1),
+  "train_loop": (GOODPUT, 1),
+  "evaluation": (EVALUATION, 1),
+  "export": (EXPORT, 1),
+  "restore": (RESTORE, 2),
+  "checkpoint_save": (CHECKPOINT_SAVE, 3),
+  "checkpoint_upload": (CHECKPOINT_UPLOAD, 4),
 }
 _CLEAN_ENDS = ("done", "Preempted")
 
@@ -64,6 +78,7 @@ _CLEAN_ENDS = ("done", "Preempted")
 @dataclasses.dataclass(frozen=True)
 class Segment:
   """A stretch of wall time in one category (for the timeline)."""
+
   attempt: int
   category: str
   start: float
@@ -88,6 +103,7 @@ class Attempt:
     lost_steps: steps it trained after the checkpoint the next attempt
       resumed from.
   """
+
   index: int
   start: float
   end: float
@@ -114,6 +130,7 @@ class Accounting:
     attempts: per attempt.
     segments: the timeline, in time order.
   """
+
   total_seconds: float
   seconds: dict[str, float]
   goodput_percent: float
@@ -127,19 +144,27 @@ class Accounting:
   def summary(self) -> dict:
     """A JSON-ready digest (no timeline) for train_summary.json."""
     return {
-        "total_seconds": round(self.total_seconds, 3),
-        "goodput_percent": round(self.goodput_percent, 2),
-        "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
-        "failures": self.failures, "lost_steps": self.lost_steps,
-        "attempts": [{"outcome": a.outcome, "restored_step": a.restored_step,
-                      "last_step": a.last_step, "lost_steps": a.lost_steps,
-                      "seconds": round(a.end - a.start, 3)}
-                     for a in self.attempts],
+      "total_seconds": round(self.total_seconds, 3),
+      "goodput_percent": round(self.goodput_percent, 2),
+      "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+      "failures": self.failures,
+      "lost_steps": self.lost_steps,
+      "attempts": [
+        {
+          "outcome": a.outcome,
+          "restored_step": a.restored_step,
+          "last_step": a.last_step,
+          "lost_steps": a.lost_steps,
+          "seconds": round(a.end - a.start, 3),
+        }
+        for a in self.attempts
+      ],
     }
 
 
-def account(attempts: Sequence[Sequence[dict]], *,
-            now: float | None = None) -> Accounting:
+def account(
+  attempts: Sequence[Sequence[dict]], *, now: float | None = None
+) -> Accounting:
   """Splits a job's wall time into CATEGORIES.
 
   Args:
@@ -156,8 +181,10 @@ def account(attempts: Sequence[Sequence[dict]], *,
   if not attempts:
     raise ValueError("the ledger has no attempts.")
   step_seconds = _median_step_seconds(attempts)
-  infos = [_attempt(i, events, attempts[i + 1:], now)
-           for i, events in enumerate(attempts)]
+  infos = [
+    _attempt(i, events, attempts[i + 1 :], now)
+    for i, events in enumerate(attempts)
+  ]
   segments = []
   floor = infos[0].start
   for info, events in zip(infos, attempts):
@@ -165,8 +192,11 @@ def account(attempts: Sequence[Sequence[dict]], *,
     if start > floor and infos[info.index - 1].outcome != "done":
       segments.append(Segment(info.index, RESTART_GAP, floor, start))
     end = max(info.end, start)
-    cut = (None if info.index == len(infos) - 1 else
-           _resume_time(events, info, attempts[info.index + 1:]))
+    cut = (
+      None
+      if info.index == len(infos) - 1
+      else _resume_time(events, info, attempts[info.index + 1 :])
+    )
     segments += _paint(info.index, events, start, end, cut, step_seconds)
     floor = end
   seconds = dict.fromkeys(CATEGORIES, 0.0)
@@ -174,14 +204,21 @@ def account(attempts: Sequence[Sequence[dict]], *,
     seconds[segment.category] += segment.end - segment.start
   total = sum(seconds.values())
   return Accounting(
-      total_seconds=total, seconds=seconds,
-      goodput_percent=100.0 * seconds[GOODPUT] / total if total > 0 else 0.0,
-      final_step=infos[-1].last_step,
-      failures=sum(info.failed for info in infos),
-      lost_steps=sum(info.lost_steps for info in infos),
-      checkpoint_saves=sum(1 for events in attempts for e in _phases(events)
-                           if e["phase"] == "checkpoint_save"),
-      attempts=tuple(infos), segments=tuple(segments))
+    total_seconds=total,
+    seconds=seconds,
+    goodput_percent=100.0 * seconds[GOODPUT] / total if total > 0 else 0.0,
+    final_step=infos[-1].last_step,
+    failures=sum(info.failed for info in infos),
+    lost_steps=sum(info.lost_steps for info in infos),
+    checkpoint_saves=sum(
+      1
+      for events in attempts
+      for e in _phases(events)
+      if e["phase"] == "checkpoint_save"
+    ),
+    attempts=tuple(infos),
+    segments=tuple(segments),
+  )
 
 
 def young_daly_interval(*, save_seconds: float, mtbf_seconds: float) -> float:
@@ -194,8 +231,9 @@ def young_daly_interval(*, save_seconds: float, mtbf_seconds: float) -> float:
   return math.sqrt(2.0 * save_seconds * mtbf_seconds)
 
 
-def checkpoint_interval(accounting: Accounting | None, *,
-                        expected_mtbf_secs: float) -> tuple[float, str]:
+def checkpoint_interval(
+  accounting: Accounting | None, *, expected_mtbf_secs: float
+) -> tuple[float, str]:
   """The `checkpoint_every_secs=auto` interval from what the ledger saw.
 
   Args:
@@ -208,20 +246,25 @@ def checkpoint_interval(accounting: Accounting | None, *,
     loop boundary, to measure one), else the Young/Daly interval.
   """
   if accounting is None or not accounting.checkpoint_saves:
-    return 0.0, ("no checkpoint save measured yet: saving at the next loop "
-                 "to measure one")
-  save = (accounting.seconds[CHECKPOINT_SAVE] +
-          accounting.seconds[CHECKPOINT_UPLOAD]) / accounting.checkpoint_saves
+    return 0.0, (
+      "no checkpoint save measured yet: saving at the next loop to measure one"
+    )
+  save = (
+    accounting.seconds[CHECKPOINT_SAVE] + accounting.seconds[CHECKPOINT_UPLOAD]
+  ) / accounting.checkpoint_saves
   if accounting.failures:
     mtbf = accounting.total_seconds / accounting.failures
-    seen = (f"MTBF {mtbf:.0f} s ({accounting.failures} failure(s) in "
-            f"{accounting.total_seconds:.0f} s)")
+    seen = (
+      f"MTBF {mtbf:.0f} s ({accounting.failures} failure(s) in "
+      f"{accounting.total_seconds:.0f} s)"
+    )
   else:
     mtbf = expected_mtbf_secs
     seen = f"MTBF {mtbf:.0f} s (--expected_mtbf_secs; no failure seen yet)"
   interval = young_daly_interval(save_seconds=save, mtbf_seconds=mtbf)
-  return interval, (f"sqrt(2 x {save:.2f} s per save x {seen}) = "
-                    f"{interval:.0f} s")
+  return interval, (
+    f"sqrt(2 x {save:.2f} s per save x {seen}) = {interval:.0f} s"
+  )
 
 
 def _phases(events: Sequence[dict]) -> list[dict]:
@@ -229,18 +272,26 @@ def _phases(events: Sequence[dict]) -> list[dict]:
 
 
 def _median_step_seconds(attempts: Sequence[Sequence[dict]]) -> float | None:
-  rates = [e["busy"] / (e["step"] - e["step0"])
-           for events in attempts for e in _phases(events)
-           if e["phase"] == "train_loop" and e["step"] > e["step0"]]
+  rates = [
+    e["busy"] / (e["step"] - e["step0"])
+    for events in attempts
+    for e in _phases(events)
+    if e["phase"] == "train_loop" and e["step"] > e["step0"]
+  ]
   return statistics.median(rates) if rates else None
 
 
-def _attempt(index: int, events: Sequence[dict],
-             later: Sequence[Sequence[dict]], now: float | None) -> Attempt:
+def _attempt(
+  index: int,
+  events: Sequence[dict],
+  later: Sequence[Sequence[dict]],
+  now: float | None,
+) -> Attempt:
   """What one attempt did and how it ended."""
   start = events[0]["time"]
-  last_time = max([start] + [e.get("t1", e.get("time", start))
-                             for e in events[1:]])
+  last_time = max(
+    [start] + [e.get("t1", e.get("time", start)) for e in events[1:]]
+  )
   phases = _phases(events)
   restored = _restored_step(events)
   last_step = max([e["step"] for e in phases] + [restored or 0])
@@ -249,20 +300,29 @@ def _attempt(index: int, events: Sequence[dict],
   if end_event:
     end, outcome = end_event["time"], end_event["outcome"]
     outcome = {"done": "done", "Preempted": "preempted (saved)"}.get(
-        outcome, f"failed: {outcome}")
+      outcome, f"failed: {outcome}"
+    )
   else:
     exit_time = following and following.get("previous_exit_time")
     end = max(last_time, exit_time or 0.0)
     if not later and now is not None:
       end = max(end, now)
     outcome = _unrecorded_end(events, following, last=not later)
-  failed = bool(later) and not (end_event and end_event["outcome"] in
-                                _CLEAN_ENDS)
+  failed = bool(later) and not (
+    end_event and end_event["outcome"] in _CLEAN_ENDS
+  )
   resume = _resume_step(events, later)
   lost = max(0, last_step - resume) if later and resume is not None else 0
-  return Attempt(index=index, start=start, end=end, outcome=outcome,
-                 failed=failed, restored_step=restored, last_step=last_step,
-                 lost_steps=lost)
+  return Attempt(
+    index=index,
+    start=start,
+    end=end,
+    outcome=outcome,
+    failed=failed,
+    restored_step=restored,
+    last_step=last_step,
+    lost_steps=lost,
+  )
 
 
 def _unrecorded_end(events, following: dict | None, *, last: bool) -> str:
@@ -282,8 +342,9 @@ def _unrecorded_end(events, following: dict | None, *, last: bool) -> str:
 
 
 def _restored_step(events: Sequence[dict]) -> int | None:
-  return next((e["step"] for e in _phases(events) if e["phase"] == "startup"),
-              None)
+  return next(
+    (e["step"] for e in _phases(events) if e["phase"] == "startup"), None
+  )
 
 
 def _resume_step(events, later) -> int | None:
@@ -292,22 +353,35 @@ def _resume_step(events, later) -> int | None:
     step = _restored_step(other)
     if step is not None:
       return step
-  saves = [e["step"] for e in _phases(events)
-           if e["phase"] == "checkpoint_save" and e["ok"]]
+  saves = [
+    e["step"]
+    for e in _phases(events)
+    if e["phase"] == "checkpoint_save" and e["ok"]
+  ]
   return max(saves) if saves else _restored_step(events)
 
 
 def _resume_time(events, info: Attempt, later) -> float:
   """When this attempt last stood at the step the job later resumed from."""
   resume = _resume_step(events, later)
-  times = [e["t1"] for e in _phases(events)
-           if resume is not None and e["step"] <= resume and
-           (e["phase"] != "checkpoint_save" or e["ok"])]
+  times = [
+    e["t1"]
+    for e in _phases(events)
+    if resume is not None
+    and e["step"] <= resume
+    and (e["phase"] != "checkpoint_save" or e["ok"])
+  ]
   return max(times, default=info.start)
 
 
-def _paint(index: int, events: Sequence[dict], start: float, end: float,
-           cut: float | None, step_seconds: float | None) -> list[Segment]:
+def _paint(
+  index: int,
+  events: Sequence[dict],
+  start: float,
+  end: float,
+  cut: float | None,
+  step_seconds: float | None,
+) -> list[Segment]:
   """The attempt's timeline: innermost phase wins; after `cut`, all is lost."""
   spans = [(start, end, OTHER, 0)]  # (start, end, category, priority)
   for e in _phases(events):
@@ -315,14 +389,19 @@ def _paint(index: int, events: Sequence[dict], start: float, end: float,
     t0 = start if e["phase"] == "startup" else e["t0"]
     if e["phase"] == "first_loop":
       steps = e["step"] - e["step0"]
-      tracing = (e["t1"] - e["t0"] if step_seconds is None else
-                 max(0.0, e["t1"] - e["t0"] - steps * step_seconds))
+      tracing = (
+        e["t1"] - e["t0"]
+        if step_seconds is None
+        else max(0.0, e["t1"] - e["t0"] - steps * step_seconds)
+      )
       spans.append((t0, t0 + tracing, TRACING, priority))
       t0 += tracing
     spans.append((t0, e["t1"], category, priority))
-  bounds = sorted({t for s in spans for t in s[:2] if start <= t <= end} |
-                  {start, end} | ({cut} if cut and start < cut < end else
-                                  set()))
+  bounds = sorted(
+    {t for s in spans for t in s[:2] if start <= t <= end}
+    | {start, end}
+    | ({cut} if cut and start < cut < end else set())
+  )
   painted = []
   for a, b in zip(bounds, bounds[1:]):
     if cut is not None and a >= cut:

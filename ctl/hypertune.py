@@ -35,7 +35,8 @@ class MetricReporter:
     """
     if not metric_name:
       raise errors.UserError(
-          "The hyperparameter tuning metric name must not be empty.")
+        "The hyperparameter tuning metric name must not be empty."
+      )
     self._metric_name = metric_name
     # One HyperTune per process: it rewrites the file from its own queue of
     # reports, so a second instance would drop the earlier lines.
@@ -51,6 +52,7 @@ class MetricReporter:
     if self._hypertune is None:
       return
     self._hypertune.report_hyperparameter_tuning_metric(
-        hyperparameter_metric_tag=self._metric_name,
-        metric_value=float(value),
-        global_step=int(step))
+      hyperparameter_metric_tag=self._metric_name,
+      metric_value=float(value),
+      global_step=int(step),
+    )

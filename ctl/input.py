@@ -26,8 +26,9 @@ Records come in two kinds:
 In both, decoding happens after the selection, in parallel tf.data maps.
 """
 
+from collections.abc import Callable, Sequence
 import dataclasses
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -38,11 +39,9 @@ _EPOCH_SEED_STRIDE = 1_000_003  # More blocks than any epoch will have.
 class RandomAccessSource(Protocol):
   """What TFDS data sources, Grain sources and `array_record` readers offer."""
 
-  def __len__(self) -> int:
-    ...
+  def __len__(self) -> int: ...
 
-  def __getitems__(self, keys: Sequence[int]) -> Sequence[bytes]:
-    ...
+  def __getitems__(self, keys: Sequence[int]) -> Sequence[bytes]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +53,7 @@ class IndexedRecords:
     fetch: int64 indices of shape [n] -> the records at those indices (a
       structure of tensors with leading dimension n); traced inside tf.data.
   """
+
   size: int
   fetch: Callable[[tf.Tensor], Any]
 
@@ -62,8 +62,12 @@ class IndexedRecords:
     """Records held in memory: a structure of arrays with a common length."""
     tensors = tf.nest.map_structure(tf.convert_to_tensor, tensors)
     size = int(tf.nest.flatten(tensors)[0].shape[0])
-    return cls(size=size, fetch=lambda indices: tf.nest.map_structure(
-        lambda t: tf.gather(t, indices), tensors))
+    return cls(
+      size=size,
+      fetch=lambda indices: tf.nest.map_structure(
+        lambda t: tf.gather(t, indices), tensors
+      ),
+    )
 
   @classmethod
   def from_source(cls, source: RandomAccessSource) -> "IndexedRecords":
@@ -106,6 +110,7 @@ class PipelineOptions:
       (`distribute_datasets_from_function` then copies each batch to its
       device ahead of the step.)
   """
+
   records_per_fetch: int = 256
   parallel_fetches: int = tf.data.AUTOTUNE
   parallel_decodes: int = tf.data.AUTOTUNE
@@ -126,14 +131,18 @@ def steps_per_epoch(num_records: int, global_batch_size: int) -> int:
   return num_records // global_batch_size
 
 
-def train_dataset(*, records: IndexedRecords | tf.data.Dataset,
-                  decode_fn: Callable,
-                  input_context: tf.distribute.InputContext,
-                  global_batch_size: int, seed: int, start_step: int,
-                  num_records: int | None = None,
-                  shuffle_buffer: int | None = None,
-                  options: PipelineOptions = PipelineOptions()
-                  ) -> tf.data.Dataset:
+def train_dataset(
+  *,
+  records: IndexedRecords | tf.data.Dataset,
+  decode_fn: Callable,
+  input_context: tf.distribute.InputContext,
+  global_batch_size: int,
+  seed: int,
+  start_step: int,
+  num_records: int | None = None,
+  shuffle_buffer: int | None = None,
+  options: PipelineOptions = PipelineOptions(),
+) -> tf.data.Dataset:
   """An endless, per-replica-batched training dataset that starts at a step.
 
   Args:
@@ -158,34 +167,48 @@ def train_dataset(*, records: IndexedRecords | tf.data.Dataset,
   num_records = records.size if indexed else num_records
   spe = steps_per_epoch(num_records, global_batch_size)
   if spe < 1:
-    raise ValueError(f"{num_records} records cannot fill one global batch of "
-                     f"{global_batch_size}.")
+    raise ValueError(
+      f"{num_records} records cannot fill one global batch of "
+      f"{global_batch_size}."
+    )
   pipelines = input_context.num_input_pipelines
   per_replica = input_context.get_per_replica_batch_size(global_batch_size)
   if indexed:
     dataset = _indexed_train_records(
-        records, pipelines=pipelines,
-        pipeline_id=input_context.input_pipeline_id,
-        global_batch_size=global_batch_size, seed=seed, start_step=start_step,
-        options=options)
+      records,
+      pipelines=pipelines,
+      pipeline_id=input_context.input_pipeline_id,
+      global_batch_size=global_batch_size,
+      seed=seed,
+      start_step=start_step,
+      options=options,
+    )
   else:
     dataset = _streamed_train_records(
-        records, pipelines=pipelines,
-        pipeline_id=input_context.input_pipeline_id, spe=spe,
-        global_batch_size=global_batch_size, seed=seed, start_step=start_step,
-        block=shuffle_buffer or num_records)
-  dataset = dataset.map(decode_fn, num_parallel_calls=options.parallel_decodes,
-                        deterministic=True)
+      records,
+      pipelines=pipelines,
+      pipeline_id=input_context.input_pipeline_id,
+      spe=spe,
+      global_batch_size=global_batch_size,
+      seed=seed,
+      start_step=start_step,
+      block=shuffle_buffer or num_records,
+    )
+  dataset = dataset.map(
+    decode_fn, num_parallel_calls=options.parallel_decodes, deterministic=True
+  )
   dataset = dataset.batch(per_replica, drop_remainder=True)
   return options.apply(dataset)
 
 
-def eval_dataset(*, records: IndexedRecords | tf.data.Dataset,
-                 decode_fn: Callable,
-                 input_context: tf.distribute.InputContext,
-                 global_batch_size: int,
-                 options: PipelineOptions = PipelineOptions()
-                 ) -> tf.data.Dataset:
+def eval_dataset(
+  *,
+  records: IndexedRecords | tf.data.Dataset,
+  decode_fn: Callable,
+  input_context: tf.distribute.InputContext,
+  global_batch_size: int,
+  options: PipelineOptions = PipelineOptions(),
+) -> tf.data.Dataset:
   """A finite evaluation dataset, sharded by record, keeping every example.
 
   Args:
@@ -203,18 +226,32 @@ def eval_dataset(*, records: IndexedRecords | tf.data.Dataset,
   pipeline_id = input_context.input_pipeline_id
   if isinstance(records, IndexedRecords):
     dataset = tf.data.Dataset.range(pipeline_id, records.size, pipelines)
-    dataset = dataset.batch(options.records_per_fetch).map(
-        records.fetch, num_parallel_calls=options.parallel_fetches,
-        deterministic=True).unbatch()
+    dataset = (
+      dataset.batch(options.records_per_fetch)
+      .map(
+        records.fetch,
+        num_parallel_calls=options.parallel_fetches,
+        deterministic=True,
+      )
+      .unbatch()
+    )
   else:
     dataset = records.shard(pipelines, pipeline_id)
-  dataset = dataset.map(decode_fn, num_parallel_calls=options.parallel_decodes,
-                        deterministic=True)
+  dataset = dataset.map(
+    decode_fn, num_parallel_calls=options.parallel_decodes, deterministic=True
+  )
   return options.apply(dataset.batch(per_replica))
 
 
-def train_indices(*, step, num_records: int, global_batch_size: int,
-                  seed: int, pipelines: int = 1, pipeline_id: int = 0):
+def train_indices(
+  *,
+  step,
+  num_records: int,
+  global_batch_size: int,
+  seed: int,
+  pipelines: int = 1,
+  pipeline_id: int = 0,
+):
   """The record indices pipeline `pipeline_id` reads at global step `step`.
 
   Pure arithmetic on the step: this is the whole data position.
@@ -225,62 +262,103 @@ def train_indices(*, step, num_records: int, global_batch_size: int,
   spe = steps_per_epoch(num_records, global_batch_size)
   step = tf.cast(step, tf.int64)
   epoch, step_in_epoch = step // spe, step % spe
-  positions = (step_in_epoch * global_batch_size + pipeline_id +
-               pipelines * tf.range(global_batch_size // pipelines,
-                                    dtype=tf.int64))
+  positions = (
+    step_in_epoch * global_batch_size
+    + pipeline_id
+    + pipelines * tf.range(global_batch_size // pipelines, dtype=tf.int64)
+  )
   return tf.random.experimental.index_shuffle(
-      positions, seed=tf.stack([tf.constant(seed, tf.int64), epoch]),
-      max_index=num_records - 1)
+    positions,
+    seed=tf.stack([tf.constant(seed, tf.int64), epoch]),
+    max_index=num_records - 1,
+  )
 
 
-def fetch_steps(*, global_batch_size: int, pipelines: int,
-                options: PipelineOptions = PipelineOptions()) -> int:
+def fetch_steps(
+  *,
+  global_batch_size: int,
+  pipelines: int,
+  options: PipelineOptions = PipelineOptions(),
+) -> int:
   """How many steps' shares one `fetch` call of a training pipeline reads."""
   share = global_batch_size // pipelines
   return max(1, -(-options.records_per_fetch // share))
 
 
-def _indexed_train_records(records: IndexedRecords, *, pipelines: int,
-                           pipeline_id: int, global_batch_size: int,
-                           seed: int, start_step: int,
-                           options: PipelineOptions) -> tf.data.Dataset:
+def _indexed_train_records(
+  records: IndexedRecords,
+  *,
+  pipelines: int,
+  pipeline_id: int,
+  global_batch_size: int,
+  seed: int,
+  start_step: int,
+  options: PipelineOptions,
+) -> tf.data.Dataset:
   """Each step's share of records, fetched by index, a few steps per call."""
-  steps_per_fetch = fetch_steps(global_batch_size=global_batch_size,
-                                pipelines=pipelines, options=options)
+  steps_per_fetch = fetch_steps(
+    global_batch_size=global_batch_size, pipelines=pipelines, options=options
+  )
 
   def indices(first_step):
     steps = first_step + tf.range(steps_per_fetch, dtype=tf.int64)
-    return tf.reshape(tf.map_fn(
+    return tf.reshape(
+      tf.map_fn(
         lambda step: train_indices(
-            step=step, num_records=records.size,
-            global_batch_size=global_batch_size, seed=seed,
-            pipelines=pipelines, pipeline_id=pipeline_id), steps), [-1])
+          step=step,
+          num_records=records.size,
+          global_batch_size=global_batch_size,
+          seed=seed,
+          pipelines=pipelines,
+          pipeline_id=pipeline_id,
+        ),
+        steps,
+      ),
+      [-1],
+    )
 
-  return tf.data.Dataset.range(start_step, 2**62, steps_per_fetch).map(
-      indices).map(records.fetch, num_parallel_calls=options.parallel_fetches,
-                   deterministic=True).unbatch()
+  return (
+    tf.data.Dataset.range(start_step, 2**62, steps_per_fetch)
+    .map(indices)
+    .map(
+      records.fetch,
+      num_parallel_calls=options.parallel_fetches,
+      deterministic=True,
+    )
+    .unbatch()
+  )
 
 
-def _streamed_train_records(records: tf.data.Dataset, *, pipelines: int,
-                            pipeline_id: int, spe: int,
-                            global_batch_size: int, seed: int, start_step: int,
-                            block: int) -> tf.data.Dataset:
+def _streamed_train_records(
+  records: tf.data.Dataset,
+  *,
+  pipelines: int,
+  pipeline_id: int,
+  spe: int,
+  global_batch_size: int,
+  seed: int,
+  start_step: int,
+  block: int,
+) -> tf.data.Dataset:
   """Every N-th record of the block-shuffled stream, skipped to the step."""
   start_epoch, step_in_epoch = divmod(start_step, spe)
   skip_records = step_in_epoch * global_batch_size // pipelines
 
   def epoch_records(epoch):
-    shuffled = _shuffle_in_blocks(records, block_size=block, seed=seed,
-                                  epoch=epoch)
+    shuffled = _shuffle_in_blocks(
+      records, block_size=block, seed=seed, epoch=epoch
+    )
     shard = shuffled.take(spe * global_batch_size).shard(pipelines, pipeline_id)
     return shard.skip(
-        tf.where(epoch == start_epoch, tf.constant(skip_records, tf.int64), 0))
+      tf.where(epoch == start_epoch, tf.constant(skip_records, tf.int64), 0)
+    )
 
   return tf.data.Dataset.range(start_epoch, 2**62).flat_map(epoch_records)
 
 
-def _shuffle_in_blocks(records: tf.data.Dataset, *, block_size: int, seed: int,
-                       epoch) -> tf.data.Dataset:
+def _shuffle_in_blocks(
+  records: tf.data.Dataset, *, block_size: int, seed: int, epoch
+) -> tf.data.Dataset:
   """Permutes each block of `block_size` records with a stateless seed.
 
   The permutation is a pure function of (seed, epoch, block index): no RNG
@@ -292,9 +370,11 @@ def _shuffle_in_blocks(records: tf.data.Dataset, *, block_size: int, seed: int,
   def permute(index, block):
     size = tf.shape(tf.nest.flatten(block)[0])[0]
     order = tf.random.experimental.stateless_shuffle(
-        tf.range(size),
-        seed=tf.stack([tf.cast(seed, tf.int64),
-                       epoch * _EPOCH_SEED_STRIDE + index]))
+      tf.range(size),
+      seed=tf.stack(
+        [tf.cast(seed, tf.int64), epoch * _EPOCH_SEED_STRIDE + index]
+      ),
+    )
     return tf.nest.map_structure(lambda t: tf.gather(t, order), block)
 
   return records.batch(block_size).enumerate().map(permute).unbatch()

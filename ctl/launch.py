@@ -27,6 +27,7 @@ or a watchdog that cannot run).
 
 import argparse
 import collections
+from collections.abc import Sequence
 import dataclasses
 import json
 import os
@@ -37,12 +38,14 @@ import sys
 import tempfile
 import threading
 import time
-from typing import IO, Sequence, TextIO
+from typing import IO, TextIO
 
 from ctl import cluster
 from ctl import errors
 from ctl import watchdog
-from ctl.errors import STALL_EXIT_CODE, USER_ERROR_EXIT_CODE, UserError
+from ctl.errors import STALL_EXIT_CODE
+from ctl.errors import USER_ERROR_EXIT_CODE
+from ctl.errors import UserError
 
 RESTART_COUNT_ENV = "CTL_RESTART_COUNT"
 PREVIOUS_EXIT_ENV = "CTL_PREVIOUS_EXIT"
@@ -83,22 +86,33 @@ class LaunchOptions:
 
   def __post_init__(self):
     if not self.command:
-      raise UserError("no worker command given: put it after '--', e.g."
-                      " ctl-launch --num_workers=2 -- python -m trainer.task.")
+      raise UserError(
+        "no worker command given: put it after '--', e.g."
+        " ctl-launch --num_workers=2 -- python -m trainer.task."
+      )
     if self.num_workers < 1:
       raise UserError(
-          f"--num_workers must be at least 1, got {self.num_workers}.")
+        f"--num_workers must be at least 1, got {self.num_workers}."
+      )
     if self.port_base is not None and not (
-        1024 <= self.port_base <= 65536 - self.num_workers):
-      raise UserError(f"--port_base={self.port_base} leaves no room for"
-                      f" {self.num_workers} ports between 1024 and 65535.")
+      1024 <= self.port_base <= 65536 - self.num_workers
+    ):
+      raise UserError(
+        f"--port_base={self.port_base} leaves no room for"
+        f" {self.num_workers} ports between 1024 and 65535."
+      )
     if self.max_restarts < 0:
       raise UserError(
-          f"--max_restarts must be 0 or more, got {self.max_restarts}.")
-    if min(self.restart_backoff_secs, self.grace_secs,
-           self.heartbeat_grace_secs) < 0:
-      raise UserError("--restart_backoff_secs, --grace_secs and"
-                      " --heartbeat_grace_secs must be 0 or more.")
+        f"--max_restarts must be 0 or more, got {self.max_restarts}."
+      )
+    if (
+      min(self.restart_backoff_secs, self.grace_secs, self.heartbeat_grace_secs)
+      < 0
+    ):
+      raise UserError(
+        "--restart_backoff_secs, --grace_secs and"
+        " --heartbeat_grace_secs must be 0 or more."
+      )
 
 
 def run(options: LaunchOptions) -> int:
@@ -120,8 +134,8 @@ def run(options: LaunchOptions) -> int:
   """
   events = queue.SimpleQueue()  # Its put() is safe in a signal handler.
   previous = {
-      signum: signal.signal(signum, lambda s, _: events.put(("signal", s)))
-      for signum in _FORWARDED_SIGNALS
+    signum: signal.signal(signum, lambda s, _: events.put(("signal", s)))
+    for signum in _FORWARDED_SIGNALS
   }
   try:
     return _supervise(options, events)
@@ -136,46 +150,62 @@ def _supervise(options: LaunchOptions, events: queue.SimpleQueue) -> int:
     return _restart_loop(options, events, heartbeats)
 
 
-def _restart_loop(options: LaunchOptions, events: queue.SimpleQueue,
-                  heartbeats: str) -> int:
+def _restart_loop(
+  options: LaunchOptions, events: queue.SimpleQueue, heartbeats: str
+) -> int:
   restart = 0
   previous_exit = {}
   stalls = collections.Counter()  # "at step S in PHASE" -> times.
   while True:
-    workers = _Workers(options, restart_count=restart, events=events,
-                       previous_exit=previous_exit,
-                       heartbeat_dir=os.path.join(heartbeats, str(restart)))
+    workers = _Workers(
+      options,
+      restart_count=restart,
+      events=events,
+      previous_exit=previous_exit,
+      heartbeat_dir=os.path.join(heartbeats, str(restart)),
+    )
     index, code, signum = workers.wait_for_failure()
-    previous_exit = {PREVIOUS_EXIT_ENV: str(code),
-                     PREVIOUS_EXIT_TIME_ENV: f"{time.time():.3f}"}
-    signum = (workers.stop(signum or signal.SIGTERM, options.grace_secs) or
-              signum)
+    previous_exit = {
+      PREVIOUS_EXIT_ENV: str(code),
+      PREVIOUS_EXIT_TIME_ENV: f"{time.time():.3f}",
+    }
+    signum = (
+      workers.stop(signum or signal.SIGTERM, options.grace_secs) or signum
+    )
     if signum:
       return 128 + signum
     if index is None:
       return 0
     if code == USER_ERROR_EXIT_CODE:
-      _log(f"not restarting: worker {index} exited with code {code}, a user "
-           "error (bad flag, environment or files) that a restart cannot fix")
+      _log(
+        f"not restarting: worker {index} exited with code {code}, a user "
+        "error (bad flag, environment or files) that a restart cannot fix"
+      )
       return code
     failure = f"exited with code {code}"
     if code == STALL_EXIT_CODE:
       where = workers.stalled_at(index)
       stalls[where] += 1
-      times = {1: "", 2: " twice"}.get(stalls[where],
-                                       f" {stalls[where]} times")
+      times = {1: "", 2: " twice"}.get(stalls[where], f" {stalls[where]} times")
       failure = f"stalled{times}{where}"
-      _log(f"worker {index} {failure} (exit code {code})" +
-           ("; the stall is not transient" if stalls[where] > 1 else ""))
+      _log(
+        f"worker {index} {failure} (exit code {code})"
+        + ("; the stall is not transient" if stalls[where] > 1 else "")
+      )
     if restart == options.max_restarts:
-      _log(f"giving up: worker {index} {failure} and all"
-           f" {options.max_restarts} restart(s) (--max_restarts) are used")
+      _log(
+        f"giving up: worker {index} {failure} and all"
+        f" {options.max_restarts} restart(s) (--max_restarts) are used"
+      )
       return code if code > 0 else 128 - code
     restart += 1
-    backoff = restart_pause_secs(base_secs=options.restart_backoff_secs,
-                                 restart=restart)
-    _log(f"restart {restart}/{options.max_restarts} after worker {index}"
-         f" exited with code {code}; starting again in {backoff:g}s")
+    backoff = restart_pause_secs(
+      base_secs=options.restart_backoff_secs, restart=restart
+    )
+    _log(
+      f"restart {restart}/{options.max_restarts} after worker {index}"
+      f" exited with code {code}; starting again in {backoff:g}s"
+    )
     signum = _sleep(events, backoff)
     if signum:
       return 128 + signum
@@ -201,9 +231,15 @@ class _Workers:
   pid, and so its group id, cannot be reused by an unrelated process.
   """
 
-  def __init__(self, options: LaunchOptions, *, restart_count: int,
-               events: queue.SimpleQueue, previous_exit: dict[str, str],
-               heartbeat_dir: str):
+  def __init__(
+    self,
+    options: LaunchOptions,
+    *,
+    restart_count: int,
+    events: queue.SimpleQueue,
+    previous_exit: dict[str, str],
+    heartbeat_dir: str,
+  ):
     self._events = events
     self._generation = restart_count  # Tells our events from older ones.
     self._procs = []
@@ -222,21 +258,29 @@ class _Workers:
       env[RESTART_COUNT_ENV] = str(restart_count)
       env.update(previous_exit)
       env[watchdog.HEARTBEAT_DIR_ENV] = heartbeat_dir
-      env["TF_CONFIG"] = json.dumps({
+      env["TF_CONFIG"] = json.dumps(
+        {
           "cluster": {"worker": addresses},
           "task": {"type": "worker", "index": index},
-      })
+        }
+      )
       self._start(options.command, index, env)
 
   def _start(self, command: Sequence[str], index: int, env: dict[str, str]):
     """Starts worker `index` with its output pumps and its waiter."""
     try:
-      proc = subprocess.Popen(command, env=env, start_new_session=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+      proc = subprocess.Popen(
+        command,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+      )
     except OSError as e:
       self.stop(signal.SIGKILL, 0)
-      raise UserError(f"cannot run worker command {command[0]!r}:"
-                      f" {e.strerror}.") from None
+      raise UserError(
+        f"cannot run worker command {command[0]!r}: {e.strerror}."
+      ) from None
     self._procs.append(proc)
     self._running.add(index)
     prefix = f"[worker {index}] ".encode()
@@ -303,10 +347,12 @@ class _Workers:
     for index in sorted(self._running):
       beat = self._heartbeat(index)
       if beat and now > beat["deadline"] + self._heartbeat_grace_secs:
-        _log(f"worker {index} made no progress for"
-             f" {now - beat['deadline'] + beat['limit']:.0f} s in"
-             f" {beat['phase']} at step {beat['step']} and its watchdog did"
-             " not act (a frozen process?)")
+        _log(
+          f"worker {index} made no progress for"
+          f" {now - beat['deadline'] + beat['limit']:.0f} s in"
+          f" {beat['phase']} at step {beat['step']} and its watchdog did"
+          " not act (a frozen process?)"
+        )
         return index
     return None
 
@@ -329,15 +375,18 @@ class _Workers:
       The signal the launcher got meanwhile, or None.
     """
     if self._running:
-      _log(f"sending {signal.Signals(signum).name} to"
-           f" {len(self._running)} running worker(s)")
+      _log(
+        f"sending {signal.Signals(signum).name} to"
+        f" {len(self._running)} running worker(s)"
+      )
       self._signal_all(signum)
     deadline = time.monotonic() + grace_secs
     got = None
     while self._running and not got:
       try:
         exit_or_signum = self._next_exit(
-            timeout=max(0.0, deadline - time.monotonic()))
+          timeout=max(0.0, deadline - time.monotonic())
+        )
       except queue.Empty:
         break
       if isinstance(exit_or_signum, int):
@@ -394,37 +443,60 @@ def _sleep(events: queue.SimpleQueue, secs: float) -> int | None:
 
 def _parse_args(argv: Sequence[str]) -> LaunchOptions:
   parser = errors.ArgumentParser(
-      prog="ctl-launch",
-      description="Run a command as N workers of a loopback TF_CONFIG cluster.",
-      usage="%(prog)s --num_workers=N [options] -- command [args...]")
-  parser.add_argument("--num_workers", type=int, required=True,
-                      help="Number of worker processes.")
-  parser.add_argument("--port_base", type=int, default=None,
-                      help="Worker i listens on port_base + i (default: free"
-                      " ports, fresh on every restart).")
-  parser.add_argument("--max_restarts", type=int, default=0,
-                      help="Restarts of the cluster after a worker fails.")
-  parser.add_argument("--restart_backoff_secs", type=float, default=1.0,
-                      help="Wait before the first restart; doubles each"
-                      f" time, up to {MAX_BACKOFF_SECS:g}s (never under"
-                      f" {MIN_PAUSE_SECS:g}s).")
-  parser.add_argument("--grace_secs", type=float, default=10.0,
-                      help="Time stopped workers get before SIGKILL.")
-  parser.add_argument("--heartbeat_grace_secs", type=float, default=30.0,
-                      help="A worker this long past its stall watchdog's"
-                      " deadline is stopped as stalled.")
-  parser.add_argument("command", nargs=argparse.REMAINDER,
-                      help="The worker command, after '--'.")
+    prog="ctl-launch",
+    description="Run a command as N workers of a loopback TF_CONFIG cluster.",
+    usage="%(prog)s --num_workers=N [options] -- command [args...]",
+  )
+  parser.add_argument(
+    "--num_workers", type=int, required=True, help="Number of worker processes."
+  )
+  parser.add_argument(
+    "--port_base",
+    type=int,
+    default=None,
+    help="Worker i listens on port_base + i (default: free"
+    " ports, fresh on every restart).",
+  )
+  parser.add_argument(
+    "--max_restarts",
+    type=int,
+    default=0,
+    help="Restarts of the cluster after a worker fails.",
+  )
+  parser.add_argument(
+    "--restart_backoff_secs",
+    type=float,
+    default=1.0,
+    help="Wait before the first restart; doubles each"
+    f" time, up to {MAX_BACKOFF_SECS:g}s (never under"
+    f" {MIN_PAUSE_SECS:g}s).",
+  )
+  parser.add_argument(
+    "--grace_secs",
+    type=float,
+    default=10.0,
+    help="Time stopped workers get before SIGKILL.",
+  )
+  parser.add_argument(
+    "--heartbeat_grace_secs",
+    type=float,
+    default=30.0,
+    help="A worker this long past its stall watchdog's"
+    " deadline is stopped as stalled.",
+  )
+  parser.add_argument(
+    "command", nargs=argparse.REMAINDER, help="The worker command, after '--'."
+  )
   args = parser.parse_args(argv)
   command = args.command[1:] if args.command[:1] == ["--"] else args.command
   return LaunchOptions(
-      command=tuple(command),
-      num_workers=args.num_workers,
-      port_base=args.port_base,
-      max_restarts=args.max_restarts,
-      restart_backoff_secs=args.restart_backoff_secs,
-      grace_secs=args.grace_secs,
-      heartbeat_grace_secs=args.heartbeat_grace_secs,
+    command=tuple(command),
+    num_workers=args.num_workers,
+    port_base=args.port_base,
+    max_restarts=args.max_restarts,
+    restart_backoff_secs=args.restart_backoff_secs,
+    grace_secs=args.grace_secs,
+    heartbeat_grace_secs=args.heartbeat_grace_secs,
   )
 
 

@@ -30,13 +30,13 @@ steps. A file damaged by a crash in the middle of a write loses only its
 unreadable lines (a truncated last line is skipped).
 """
 
+from collections.abc import Mapping
 import json
 import os
 import posixpath
 import socket
 import tempfile
 import time
-from typing import Mapping
 
 from absl import logging
 
@@ -61,7 +61,7 @@ def process_start_time() -> float:
       uptime = float(f.read().split()[0])
     # Field 22 (starttime, in clock ticks after boot); the command name in
     # field 2 may hold spaces, so count from its closing parenthesis.
-    ticks = int(stat[stat.rindex(")") + 2:].split()[19])
+    ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
     return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
   except (OSError, ValueError, IndexError):
     return _IMPORTED
@@ -74,9 +74,14 @@ class Ledger:
   next event.
   """
 
-  def __init__(self, *, directory: str, storage: str = "auto",
-               fuse_root: str = "/gcs",
-               environ: Mapping[str, str] = os.environ):
+  def __init__(
+    self,
+    *,
+    directory: str,
+    storage: str = "auto",
+    fuse_root: str = "/gcs",
+    environ: Mapping[str, str] = os.environ,
+  ):
     """Starts the record of this attempt (written from the end of start-up).
 
     Args:
@@ -94,18 +99,24 @@ class Ledger:
     self._writing = False  # Until start-up ends: see __call__.
     self._discarded = False
     started = process_start_time()
-    self._name = (time.strftime("attempt-%Y%m%dT%H%M%S", time.gmtime(started))
-                  + f"-{int(started * 1000) % 1000:03d}-{os.getpid()}"
-                  + _SUFFIX)
+    self._name = (
+      time.strftime("attempt-%Y%m%dT%H%M%S", time.gmtime(started))
+      + f"-{int(started * 1000) % 1000:03d}-{os.getpid()}"
+      + _SUFFIX
+    )
     previous_exit = environ.get(launch.PREVIOUS_EXIT_ENV)
     previous_time = environ.get(launch.PREVIOUS_EXIT_TIME_ENV)
-    self._events = [{
-        "event": "start", "time": round(started, 3), "pid": os.getpid(),
+    self._events = [
+      {
+        "event": "start",
+        "time": round(started, 3),
+        "pid": os.getpid(),
         "host": socket.gethostname(),
         "restart": int(environ.get(launch.RESTART_COUNT_ENV, "0") or 0),
         "previous_exit": int(previous_exit) if previous_exit else None,
         "previous_exit_time": float(previous_time) if previous_time else None,
-    }]
+      }
+    ]
 
   def __call__(self, mark: progress_lib.Mark) -> None:
     """Records a phase's end (the listener interface)."""
@@ -120,21 +131,35 @@ class Ledger:
       self._discarded = self._discarded or mark.error == "UserError"
       self._writing = not self._discarded
     if mark.phase == progress_lib.RUN:
-      self.record("end", step=mark.step,
-                  outcome="done" if mark.ok else mark.error or "error")
+      self.record(
+        "end",
+        step=mark.step,
+        outcome="done" if mark.ok else mark.error or "error",
+      )
       self.close()
       return
-    event = {"event": "phase", "phase": mark.phase,
-             "t0": round(mark.time - mark.seconds, 3),
-             "t1": round(mark.time, 3), "step0": mark.step - mark.steps,
-             "step": mark.step, "ok": mark.ok}
+    event = {
+      "event": "phase",
+      "phase": mark.phase,
+      "t0": round(mark.time - mark.seconds, 3),
+      "t1": round(mark.time, 3),
+      "step0": mark.step - mark.steps,
+      "step": mark.step,
+      "ok": mark.ok,
+    }
     last = self._events[-1]
-    if (mark.phase == progress_lib.TRAIN_LOOP and
-        last.get("phase") == progress_lib.TRAIN_LOOP and
-        last["step"] == event["step0"]):
-      last.update(t1=event["t1"], step=event["step"], ok=event["ok"],
-                  loops=last["loops"] + 1,
-                  busy=round(last["busy"] + mark.seconds, 3))
+    if (
+      mark.phase == progress_lib.TRAIN_LOOP
+      and last.get("phase") == progress_lib.TRAIN_LOOP
+      and last["step"] == event["step0"]
+    ):
+      last.update(
+        t1=event["t1"],
+        step=event["step"],
+        ok=event["ok"],
+        loops=last["loops"] + 1,
+        busy=round(last["busy"] + mark.seconds, 3),
+      )
     else:
       if mark.phase == progress_lib.TRAIN_LOOP:
         event.update(loops=1, busy=round(mark.seconds, 3))
@@ -148,8 +173,9 @@ class Ledger:
     come right before the process exits.
     """
     self._writing = not self._discarded
-    self._events.append({"event": kind, "time": round(time.time(), 3),
-                         **fields})
+    self._events.append(
+      {"event": kind, "time": round(time.time(), 3), **fields}
+    )
     self._write(upload=True)
 
   def discard(self) -> None:
@@ -159,10 +185,13 @@ class Ledger:
 
   def attempts(self) -> list[list[dict]]:
     """Every attempt's events so far, this one as it is in memory."""
-    others = [events for name, events in _read_files(
-        self._directory, storage_route=self._storage,
-        fuse_root=self._fuse_root)
-              if name != self._name]
+    others = [
+      events
+      for name, events in _read_files(
+        self._directory, storage_route=self._storage, fuse_root=self._fuse_root
+      )
+      if name != self._name
+    ]
     return sorted([*others, list(self._events)], key=_start_time)
 
   def accounting(self) -> goodput.Accounting:
@@ -187,24 +216,28 @@ class Ledger:
       if self._location is None:
         # Imported here: ctl.storage loads TensorFlow; readers need not.
         from ctl import storage  # pylint: disable=g-import-not-at-top
+
         self._location = storage.open_location(
-            self._directory, storage=self._storage, fuse_root=self._fuse_root)
+          self._directory, storage=self._storage, fuse_root=self._fuse_root
+        )
       path = posixpath.join(self._location.local_path, self._name)
       if upload or "://" not in path:  # The tf route writes the bucket.
         _write_file(path, text)
       if upload:
         self._location.publish()
     except Exception:  # pylint: disable=broad-except
-      logging.exception("Could not write the run ledger in %s.",
-                        self._directory)
+      logging.exception(
+        "Could not write the run ledger in %s.", self._directory
+      )
 
 
 def ledger_dir(model_dir: str) -> str:
   return posixpath.join(model_dir.rstrip("/"), SUBDIR)
 
 
-def read(directory: str, *, storage_route: str = "auto",
-         fuse_root: str = "/gcs") -> list[list[dict]]:
+def read(
+  directory: str, *, storage_route: str = "auto", fuse_root: str = "/gcs"
+) -> list[list[dict]]:
   """Every attempt's events from a ledger directory, in start order.
 
   Args:
@@ -215,9 +248,15 @@ def read(directory: str, *, storage_route: str = "auto",
   Returns:
     One list of events per attempt; empty when there is no ledger.
   """
-  return sorted((events for _, events in _read_files(
-      directory, storage_route=storage_route, fuse_root=fuse_root)),
-                key=_start_time)
+  return sorted(
+    (
+      events
+      for _, events in _read_files(
+        directory, storage_route=storage_route, fuse_root=fuse_root
+      )
+    ),
+    key=_start_time,
+  )
 
 
 def parse(text: str) -> list[dict]:
@@ -233,15 +272,19 @@ def parse(text: str) -> list[dict]:
   return events
 
 
-def _read_files(directory: str, *, storage_route: str,
-                fuse_root: str) -> list[tuple[str, list[dict]]]:
+def _read_files(
+  directory: str, *, storage_route: str, fuse_root: str
+) -> list[tuple[str, list[dict]]]:
   from ctl import storage  # pylint: disable=g-import-not-at-top
+
   if storage_route == "tf":  # Read the bucket directly, without TensorFlow.
     storage_route = "gcsfs"
-  path, fs = storage.read_route(directory, storage=storage_route,
-                                fuse_root=fuse_root)
+  path, fs = storage.read_route(
+    directory, storage=storage_route, fuse_root=fuse_root
+  )
   if fs is None:  # A local directory or the FUSE mount of the bucket.
     import fsspec  # pylint: disable=g-import-not-at-top
+
     fs = fsspec.filesystem("file")
   try:
     names = fs.ls(path, detail=False)
@@ -264,12 +307,14 @@ def _write_file(path: str, text: str) -> None:
   """Replaces `path` with `text`: atomically on local disks."""
   if "://" in path:  # TensorFlow's own filesystem (the tf route).
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     with tf.io.gfile.GFile(path, "w") as f:
       f.write(text)
     return
   directory = os.path.dirname(path)
   os.makedirs(directory, exist_ok=True)
-  with tempfile.NamedTemporaryFile("w", dir=directory, suffix=".tmp",
-                                   delete=False) as f:
+  with tempfile.NamedTemporaryFile(
+    "w", dir=directory, suffix=".tmp", delete=False
+  ) as f:
     f.write(text)
   os.replace(f.name, path)

@@ -24,17 +24,19 @@ predictions for the train accuracy can be switched off
 (`train_accuracy=False`).
 """
 
+from collections.abc import Callable
 import dataclasses
-from typing import Callable
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+
 def sparse_softmax_cross_entropy(labels, logits):
   """Per-example cross entropy from float32 logits (mixed precision safe)."""
   return keras.losses.sparse_categorical_crossentropy(
-      labels, tf.cast(logits, tf.float32), from_logits=True)
+    labels, tf.cast(logits, tf.float32), from_logits=True
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +52,7 @@ class LoopOutput:
     host_seconds: every worker's `host_seconds` of this call, by index in the
       cluster (the chief first); see `TrainLoop.train`.
   """
+
   step_losses: np.ndarray
   accuracy: float | None
   stop_requested: bool
@@ -65,12 +68,20 @@ class TrainLoop:
   so that no variable is created inside a `tf.function`.
   """
 
-  def __init__(self, *, strategy: tf.distribute.Strategy, model: keras.Model,
-               optimizer: keras.optimizers.Optimizer, global_step: tf.Variable,
-               global_batch_size: int, steps_per_loop: int,
-               loss_fn: Callable | None = None,
-               jit_compile: bool = False, train_accuracy: bool = True,
-               loss_hook: Callable | None = None):
+  def __init__(
+    self,
+    *,
+    strategy: tf.distribute.Strategy,
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
+    global_step: tf.Variable,
+    global_batch_size: int,
+    steps_per_loop: int,
+    loss_fn: Callable | None = None,
+    jit_compile: bool = False,
+    train_accuracy: bool = True,
+    loss_hook: Callable | None = None,
+  ):
     """Initializes the loop.
 
     Args:
@@ -100,32 +111,39 @@ class TrainLoop:
     self._loss_hook = loss_hook
     with strategy.scope():
       self._step_losses = _replica_accumulator([steps_per_loop])
-      self._correct = (_replica_accumulator([]) if train_accuracy else
-                       None)
-    self._gradients = tf.function(self._loss_and_gradients,
-                                  jit_compile=True) if jit_compile else (
-                                      self._loss_and_gradients)
+      self._correct = _replica_accumulator([]) if train_accuracy else None
+    self._gradients = (
+      tf.function(self._loss_and_gradients, jit_compile=True)
+      if jit_compile
+      else (self._loss_and_gradients)
+    )
     self._train = tf.function(self._train_loop)
     self._traced = self._traced_for = None  # The trace; the iterator it read.
     # Arguments of `train` made once: a new tensor per call costs host time.
     self._num_steps = {}
-    self._controls = {(stop, save): tf.constant([float(stop), float(save)])
-                      for stop in (False, True) for save in (False, True)}
+    self._controls = {
+      (stop, save): tf.constant([float(stop), float(save)])
+      for stop in (False, True)
+      for save in (False, True)
+    }
     try:
       local_replicas = len(strategy.extended.worker_devices)
     except RuntimeError:  # The default strategy: one replica in all.
       local_replicas = strategy.num_replicas_in_sync
     self._num_workers = strategy.num_replicas_in_sync // local_replicas
     # Each local replica adds its share: the SUM is the worker's seconds.
-    self._host_slot = tf.one_hot(_worker_index(strategy), self._num_workers,
-                                 dtype=tf.float32) / local_replicas
+    self._host_slot = (
+      tf.one_hot(_worker_index(strategy), self._num_workers, dtype=tf.float32)
+      / local_replicas
+    )
 
   def _loss_and_gradients(self, images, labels):
     with tf.GradientTape() as tape:
       logits = self._model(images, training=True)
       per_example = self._loss_fn(labels, logits)
       loss = tf.nn.compute_average_loss(
-          per_example, global_batch_size=self._global_batch_size)
+        per_example, global_batch_size=self._global_batch_size
+      )
       if self._model.losses:
         loss += tf.nn.scale_regularization_loss(tf.add_n(self._model.losses))
       if self._loss_hook:
@@ -133,18 +151,23 @@ class TrainLoop:
       scaled_loss = self._optimizer.scale_loss(loss)
     variables = self._model.trainable_variables
     gradients = tape.gradient(scaled_loss, variables)
-    correct = (_count_correct(labels, logits) if self._correct is not None
-               else None)
+    correct = (
+      _count_correct(labels, logits) if self._correct is not None else None
+    )
     return loss, correct, gradients
 
   def _replica_step(self, batch, index):
     images, labels = batch
     loss, correct, gradients = self._gradients(images, labels)
     self._optimizer.apply_gradients(
-        zip(gradients, self._model.trainable_variables))
+      zip(gradients, self._model.trainable_variables)
+    )
     # Local bookkeeping only: no communication per step beyond the gradients.
-    self._step_losses.assign_add(tf.scatter_nd(  # Not one_hot * loss: NaN * 0.
-        [[index]], [loss], [self._steps_per_loop]))
+    self._step_losses.assign_add(
+      tf.scatter_nd(  # Not one_hot * loss: NaN * 0.
+        [[index]], [loss], [self._steps_per_loop]
+      )
+    )
     if self._correct is not None:
       self._correct.assign_add(correct)
 
@@ -160,20 +183,40 @@ class TrainLoop:
     # whether any worker was asked to stop, or the chief wants a time-based
     # save, so all of them take the same decision at the same step; each
     # worker's host seconds fill its own slot, so the sum holds everyone's.
-    return strategy.reduce("SUM", strategy.run(
-        lambda: tf.concat([self._step_losses.read_value(),
-                           *([[self._correct.read_value()]] if self._correct
-                             is not None else []),
-                           self._host_slot * host_seconds, control], 0)),
-                           axis=None)
+    return strategy.reduce(
+      "SUM",
+      strategy.run(
+        lambda: tf.concat(
+          [
+            self._step_losses.read_value(),
+            *(
+              [[self._correct.read_value()]]
+              if self._correct is not None
+              else []
+            ),
+            self._host_slot * host_seconds,
+            control,
+          ],
+          0,
+        )
+      ),
+      axis=None,
+    )
 
   def _accumulators(self) -> tuple[tf.Variable, ...]:
     return (self._step_losses,) + (
-        (self._correct,) if self._correct is not None else ())
+      (self._correct,) if self._correct is not None else ()
+    )
 
-  def train(self, iterator, num_steps: int, *, stop_requested: bool = False,
-            save_requested: bool = False,
-            host_seconds: float = 0.0) -> LoopOutput:
+  def train(
+    self,
+    iterator,
+    num_steps: int,
+    *,
+    stop_requested: bool = False,
+    save_requested: bool = False,
+    host_seconds: float = 0.0,
+  ) -> LoopOutput:
     """Runs `num_steps` training steps in one `tf.function` call.
 
     Args:
@@ -190,13 +233,17 @@ class TrainLoop:
       worker's `host_seconds`.
     """
     if not 0 < num_steps <= self._steps_per_loop:
-      raise ValueError(f"num_steps must be in [1, {self._steps_per_loop}], "
-                       f"got {num_steps}.")
+      raise ValueError(
+        f"num_steps must be in [1, {self._steps_per_loop}], got {num_steps}."
+      )
     if num_steps not in self._num_steps:
       self._num_steps[num_steps] = tf.constant(num_steps, tf.int32)
-    args = (iterator, self._num_steps[num_steps],
-            self._controls[bool(stop_requested), bool(save_requested)],
-            tf.constant(float(host_seconds)))  # float32; faster sans dtype.
+    args = (
+      iterator,
+      self._num_steps[num_steps],
+      self._controls[bool(stop_requested), bool(save_requested)],
+      tf.constant(float(host_seconds)),
+    )  # float32; faster sans dtype.
     if iterator is not self._traced_for:
       # Called directly from now on, the trace skips tf.function's matching
       # of every argument against its traces (about 0.1 ms a call).
@@ -204,14 +251,19 @@ class TrainLoop:
       self._traced_for = iterator
     totals = self._traced(*args).numpy()
     stop, save = totals[-2:]
-    workers = totals[-2 - self._num_workers:-2]
+    workers = totals[-2 - self._num_workers : -2]
     return LoopOutput(
-        step_losses=totals[:num_steps],
-        accuracy=(None if self._correct is None else float(
-            totals[self._steps_per_loop]) / (
-                num_steps * self._global_batch_size)),
-        stop_requested=bool(stop > 0), save_requested=bool(save > 0),
-        host_seconds=workers)
+      step_losses=totals[:num_steps],
+      accuracy=(
+        None
+        if self._correct is None
+        else float(totals[self._steps_per_loop])
+        / (num_steps * self._global_batch_size)
+      ),
+      stop_requested=bool(stop > 0),
+      save_requested=bool(save > 0),
+      host_seconds=workers,
+    )
 
 
 class EvalLoop:
@@ -221,8 +273,13 @@ class EvalLoop:
   controller and the side-car evaluator (ctl.evaluator) share it.
   """
 
-  def __init__(self, *, strategy: tf.distribute.Strategy, model: keras.Model,
-               loss_fn: Callable | None = None):
+  def __init__(
+    self,
+    *,
+    strategy: tf.distribute.Strategy,
+    model: keras.Model,
+    loss_fn: Callable | None = None,
+  ):
     """Initializes the loop.
 
     Args:
@@ -250,18 +307,21 @@ class EvalLoop:
     # shaped result for an empty batch (the input's channels), which breaks
     # the next layer.
     count = tf.shape(labels)[0]
-    loss_sum, correct = tf.cond(count > 0, sums,
-                                lambda: (tf.constant(0.0), tf.constant(0.0)))
+    loss_sum, correct = tf.cond(
+      count > 0, sums, lambda: (tf.constant(0.0), tf.constant(0.0))
+    )
     self._eval_sums.assign_add(
-        tf.stack([loss_sum, correct, tf.cast(count, tf.float32)]))
+      tf.stack([loss_sum, correct, tf.cast(count, tf.float32)])
+    )
 
   def _eval_loop(self, dataset):
     strategy = self._strategy
     strategy.run(_zero, args=(self._eval_sums,))
     for batch in dataset:
       strategy.run(self._replica_eval, args=(batch,))
-    return strategy.reduce("SUM", strategy.run(self._eval_sums.read_value),
-                           axis=None)
+    return strategy.reduce(
+      "SUM", strategy.run(self._eval_sums.read_value), axis=None
+    )
 
   def evaluate(self, dataset) -> dict[str, float]:
     """Evaluates on a finite distributed dataset.
@@ -275,8 +335,11 @@ class EvalLoop:
     """
     loss_sum, correct, count = self._eval(dataset).numpy()
     count = max(count, 1.0)
-    return {"loss": float(loss_sum / count), "accuracy": float(correct / count),
-            "examples": int(count)}
+    return {
+      "loss": float(loss_sum / count),
+      "accuracy": float(correct / count),
+      "examples": int(count),
+    }
 
 
 def _worker_index(strategy: tf.distribute.Strategy) -> int:
@@ -291,9 +354,12 @@ def _worker_index(strategy: tf.distribute.Strategy) -> int:
 
 def _replica_accumulator(shape) -> tf.Variable:
   """A float32 variable each replica adds to locally (sync on read, SUM)."""
-  return tf.Variable(tf.zeros(shape), trainable=False,
-                     synchronization=tf.VariableSynchronization.ON_READ,
-                     aggregation=tf.VariableAggregation.SUM)
+  return tf.Variable(
+    tf.zeros(shape),
+    trainable=False,
+    synchronization=tf.VariableSynchronization.ON_READ,
+    aggregation=tf.VariableAggregation.SUM,
+  )
 
 
 def _zero(*variables) -> None:
@@ -305,4 +371,5 @@ def _zero(*variables) -> None:
 def _count_correct(labels, logits):
   predictions = tf.argmax(logits, axis=-1, output_type=tf.int64)
   return tf.reduce_sum(
-      tf.cast(tf.equal(predictions, tf.cast(labels, tf.int64)), tf.float32))
+    tf.cast(tf.equal(predictions, tf.cast(labels, tf.int64)), tf.float32)
+  )

@@ -13,15 +13,15 @@ remote state file names complete checkpoints only, and `fetch` copies exactly
 those.
 """
 
+from collections.abc import Callable
 import fcntl
 import functools
 import os
 import posixpath
-import shutil
 import re
+import shutil
 import tempfile
 import uuid
-from typing import Callable
 
 import fsspec
 
@@ -45,10 +45,18 @@ class Mirror:
   or publish from the same staging directory.
   """
 
-  def __init__(self, *, fs: fsspec.AbstractFileSystem, remote_dir: str,
-               url: str, local_dir: str, retry_policy: retry.RetryPolicy,
-               is_transient: Callable[[Exception], bool],
-               read_only: bool = False, remove_on_close: bool = False):
+  def __init__(
+    self,
+    *,
+    fs: fsspec.AbstractFileSystem,
+    remote_dir: str,
+    url: str,
+    local_dir: str,
+    retry_policy: retry.RetryPolicy,
+    is_transient: Callable[[Exception], bool],
+    read_only: bool = False,
+    remove_on_close: bool = False,
+  ):
     """Checks that the remote is writable, then creates and locks `local_dir`.
 
     The check writes and removes a probe object, so that a missing bucket or
@@ -105,18 +113,29 @@ class Mirror:
     wanted = set()
     if state is not None:
       listed = _listed_checkpoints(state, where=self._remote(STATE_FILE))
-      remote_names = (posixpath.basename(path) for path in self._call(
-          "list " + self._remote_dir, self._fs.ls, self._remote_dir,
-          detail=False))
-      wanted = {name for name in remote_names
-                if _checkpoint_prefix(name) in listed}
+      remote_names = (
+        posixpath.basename(path)
+        for path in self._call(
+          "list " + self._remote_dir,
+          self._fs.ls,
+          self._remote_dir,
+          detail=False,
+        )
+      )
+      wanted = {
+        name for name in remote_names if _checkpoint_prefix(name) in listed
+      }
     for name in os.listdir(self._local_dir):
       if _checkpoint_prefix(name) and name not in wanted:
         os.remove(os.path.join(self._local_dir, name))
     self._published = {}
     for name in sorted(wanted):
-      self._call("download " + name, self._fs.get_file, self._remote(name),
-                 os.path.join(self._local_dir, name))
+      self._call(
+        "download " + name,
+        self._fs.get_file,
+        self._remote(name),
+        os.path.join(self._local_dir, name),
+      )
       self._published[name] = _stamp(os.path.join(self._local_dir, name))
     if state is not None:
       with open(local_state, "wb") as f:
@@ -136,14 +155,21 @@ class Mirror:
     if commit_file is not None:
       self._commit_file = commit_file
     local = self._local_stamps()
-    changed = sorted(name for name, stamp in local.items()
-                     if self._published.get(name) != stamp)
+    changed = sorted(
+      name
+      for name, stamp in local.items()
+      if self._published.get(name) != stamp
+    )
     if self._commit_file in changed:
       changed.remove(self._commit_file)
       changed.append(self._commit_file)
     for name in changed:
-      self._call("upload " + name, self._fs.put_file,
-                 os.path.join(self._local_dir, name), self._remote(name))
+      self._call(
+        "upload " + name,
+        self._fs.put_file,
+        os.path.join(self._local_dir, name),
+        self._remote(name),
+      )
       self._published[name] = local[name]
     for name in sorted(self._published.keys() - local.keys()):
       try:
@@ -169,17 +195,20 @@ class Mirror:
       self._call("remove " + probe, self._fs.rm_file, probe)
     except Exception as error:  # pylint: disable=broad-except
       reason = " ".join(f"{type(error).__name__}: {error}".split())
-      raise UserError(f"Cannot write to {url} ({reason}); check that the "
-                      f"bucket exists and that this job may write to "
-                      f"it.") from error
+      raise UserError(
+        f"Cannot write to {url} ({reason}); check that the "
+        f"bucket exists and that this job may write to "
+        f"it."
+      ) from error
 
   def _remote(self, name: str) -> str:
     return posixpath.join(self._remote_dir, name)
 
   def _remote_state(self) -> bytes | None:
     try:
-      return self._call("read " + STATE_FILE, self._fs.cat_file,
-                        self._remote(STATE_FILE))
+      return self._call(
+        "read " + STATE_FILE, self._fs.cat_file, self._remote(STATE_FILE)
+      )
     except FileNotFoundError:
       return None
 
@@ -189,7 +218,8 @@ class Mirror:
       for file in files:
         path = os.path.join(root, file)
         stamps[os.path.relpath(path, self._local_dir).replace(os.sep, "/")] = (
-            _stamp(path))
+          _stamp(path)
+        )
     return stamps
 
   def _call(self, what, method, *args, **kwargs):
@@ -199,9 +229,12 @@ class Mirror:
       # fsspec's blocking wrapper of an async filesystem cancels the whole
       # call, gcsfs's own retries included, after `timeout` seconds.
       kwargs["timeout"] = timeout
-    return retry.call(functools.partial(method, *args, **kwargs),
-                      policy=self._retry_policy,
-                      is_transient=self._is_transient, what=what)
+    return retry.call(
+      functools.partial(method, *args, **kwargs),
+      policy=self._retry_policy,
+      is_transient=self._is_transient,
+      what=what,
+    )
 
 
 def _lock(directory: str):
@@ -211,18 +244,25 @@ def _lock(directory: str):
   """
   path = directory.rstrip("/") + ".lock"
   try:
-    handle = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW |
-                               os.O_CLOEXEC, 0o600), "w")
+    handle = os.fdopen(
+      os.open(
+        path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+      ),
+      "w",
+    )
   except OSError as e:
-    raise UserError(f"Cannot lock the staging directory {directory}: {path} "
-                    f"cannot be opened ({e.strerror}).") from None
+    raise UserError(
+      f"Cannot lock the staging directory {directory}: {path} "
+      f"cannot be opened ({e.strerror})."
+    ) from None
   try:
     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
     handle.close()
     raise UserError(
-        f"The staging directory {directory} is in use by another process; "
-        f"give each process its own staging_dir.") from None
+      f"The staging directory {directory} is in use by another process; "
+      f"give each process its own staging_dir."
+    ) from None
   return handle
 
 
@@ -239,6 +279,7 @@ def _checkpoint_prefix(name: str) -> str | None:
 def _listed_checkpoints(state: bytes, *, where: str) -> set[str]:
   """The checkpoint prefixes a CheckpointManager state file lists."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top  (slow import)
+
   with tempfile.TemporaryDirectory() as parse_dir:
     with open(os.path.join(parse_dir, STATE_FILE), "wb") as f:
       f.write(state)
@@ -247,7 +288,9 @@ def _listed_checkpoints(state: bytes, *, where: str) -> set[str]:
     except ValueError:  # It parsed, but names no latest checkpoint.
       parsed = None
   if parsed is None:
-    raise UserError(f"The checkpoint state file {where} cannot be parsed; "
-                    f"restore it from a backup or remove it to start over.")
+    raise UserError(
+      f"The checkpoint state file {where} cannot be parsed; "
+      f"restore it from a backup or remove it to start over."
+    )
   paths = [parsed.model_checkpoint_path, *parsed.all_model_checkpoint_paths]
   return {os.path.basename(path) for path in paths}

@@ -7,8 +7,9 @@ this module does not import TensorFlow, so a command line can check its
 options in a fraction of a second.
 """
 
+from collections.abc import Callable, Mapping
 import dataclasses
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING
 
 from ctl.errors import UserError
 
@@ -33,6 +34,7 @@ class Task:
     loss_fn: `(labels, logits) -> per-example loss`; None: sparse softmax
       cross-entropy (ctl.loop's).
   """
+
   build_model: Callable[[], "keras.Model"]
   build_optimizer: Callable[[], "keras.optimizers.Optimizer"]
   train_dataset_fn: Callable[..., "tf.data.Dataset"]
@@ -82,6 +84,7 @@ class RunOptions:
       summaries, so the chief's own evaluations are logged and reported but
       not written to TensorBoard (one writer per run dir).
   """
+
   model_dir: str
   checkpoint_dir: str
   tensorboard_dir: str
@@ -106,7 +109,8 @@ class RunOptions:
   restarts: int = 0
   profile_steps: tuple[int, int] | None = None
   hparams: Mapping[str, bool | int | float | str] = dataclasses.field(
-      default_factory=dict)
+    default_factory=dict
+  )
   evaluator_writes_validation: bool = False
 
   def validate(self) -> None:
@@ -115,26 +119,35 @@ class RunOptions:
       raise UserError(f"train_steps must be >= 0, got {self.train_steps}.")
     if self.steps_per_loop < 1:
       raise UserError(
-          f"steps_per_loop must be >= 1, got {self.steps_per_loop}.")
-    for name in ("log_every_steps", "eval_every_steps",
-                 "checkpoint_every_steps"):
+        f"steps_per_loop must be >= 1, got {self.steps_per_loop}."
+      )
+    for name in (
+      "log_every_steps",
+      "eval_every_steps",
+      "checkpoint_every_steps",
+    ):
       value = getattr(self, name)
       if value < 0 or value % self.steps_per_loop:
         raise UserError(
-            f"{name} must be a multiple of steps_per_loop "
-            f"({self.steps_per_loop}), got {value}.")
+          f"{name} must be a multiple of steps_per_loop "
+          f"({self.steps_per_loop}), got {value}."
+        )
     if self.log_every_steps == 0:
       raise UserError("log_every_steps must be > 0.")
     if self.keep_checkpoints < (2 if self.async_checkpoint else 1):
       raise UserError(
-          "keep_checkpoints must be >= 2 with async_checkpoint (so a complete "
-          "checkpoint is never deleted before its successor is written), "
-          f"got {self.keep_checkpoints}." if self.async_checkpoint else
-          f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}.")
+        "keep_checkpoints must be >= 2 with async_checkpoint (so a complete "
+        "checkpoint is never deleted before its successor is written), "
+        f"got {self.keep_checkpoints}."
+        if self.async_checkpoint
+        else f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}."
+      )
     if isinstance(self.checkpoint_every_secs, str):
       if self.checkpoint_every_secs != "auto":
-        raise UserError("checkpoint_every_secs must be auto or a number of "
-                        f"seconds, got {self.checkpoint_every_secs!r}.")
+        raise UserError(
+          "checkpoint_every_secs must be auto or a number of "
+          f"seconds, got {self.checkpoint_every_secs!r}."
+        )
     elif self.checkpoint_every_secs < 0:
       raise UserError("checkpoint_every_secs must be >= 0.")
     if not self.expected_mtbf_secs > 0:
@@ -144,8 +157,10 @@ class RunOptions:
     if self.profile_steps is not None:
       first, last = self.profile_steps
       if not 1 <= first <= last:
-        raise UserError("profile_steps must be START,END with 1 <= START <= "
-                        f"END, got {first},{last}.")
+        raise UserError(
+          "profile_steps must be START,END with 1 <= START <= "
+          f"END, got {first},{last}."
+        )
 
 
 def default(options_class: type, name: str):

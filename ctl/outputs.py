@@ -16,9 +16,9 @@ subdirectory so trials do not overwrite each other. Vertex AI already gives
 each trial its own AIP_* directories, so those are used as they are.
 """
 
+from collections.abc import Mapping
 import dataclasses
 import posixpath
-from typing import Mapping
 
 from ctl import storage
 from ctl.errors import UserError
@@ -39,16 +39,22 @@ class OutputDirs:
     tensorboard_dir: Where the chief's summary writers write.
     export_dir: Where the final SavedModel goes.
   """
+
   model_dir: str
   checkpoint_dir: str
   tensorboard_dir: str
   export_dir: str
 
 
-def resolve_output_dirs(*, model_dir: str | None, checkpoint_dir: str | None,
-                        tensorboard_dir: str | None, export_dir: str | None,
-                        job_dir: str | None,
-                        environ: Mapping[str, str]) -> OutputDirs:
+def resolve_output_dirs(
+  *,
+  model_dir: str | None,
+  checkpoint_dir: str | None,
+  tensorboard_dir: str | None,
+  export_dir: str | None,
+  job_dir: str | None,
+  environ: Mapping[str, str],
+) -> OutputDirs:
   """Resolves the output directories from flags and the environment.
 
   Args:
@@ -66,42 +72,54 @@ def resolve_output_dirs(*, model_dir: str | None, checkpoint_dir: str | None,
     UserError: If neither model_dir, job_dir nor AIP_MODEL_DIR is set, or a
       gs:// url names no bucket or an invalid one.
   """
-  for url in (model_dir, checkpoint_dir, tensorboard_dir, export_dir, job_dir,
-              *(environ.get(name) for name in _AIP_DIRS)):
+  for url in (
+    model_dir,
+    checkpoint_dir,
+    tensorboard_dir,
+    export_dir,
+    job_dir,
+    *(environ.get(name) for name in _AIP_DIRS),
+  ):
     if url:
       storage.check_url(url)  # Before "gs://" loses its slashes below.
   trial_id = environ.get("CLOUD_ML_TRIAL_ID")
 
   def from_flag(value: str | None) -> str | None:
     value = _normalize(value)
-    return posixpath.join(value, f"trial_{trial_id}") if (
-        value and trial_id) else value
+    return (
+      posixpath.join(value, f"trial_{trial_id}")
+      if (value and trial_id)
+      else value
+    )
 
   aip_model_dir = _normalize(environ.get("AIP_MODEL_DIR"))
   if model_dir:
     root = from_flag(model_dir)
     aip = {}
   else:
-    root = from_flag(job_dir) or (aip_model_dir and
-                                  posixpath.dirname(aip_model_dir))
+    root = from_flag(job_dir) or (
+      aip_model_dir and posixpath.dirname(aip_model_dir)
+    )
     aip = {
-        CHECKPOINTS_SUBDIR: _normalize(environ.get("AIP_CHECKPOINT_DIR")),
-        TENSORBOARD_SUBDIR: _normalize(environ.get("AIP_TENSORBOARD_LOG_DIR")),
-        EXPORT_SUBDIR: aip_model_dir,
+      CHECKPOINTS_SUBDIR: _normalize(environ.get("AIP_CHECKPOINT_DIR")),
+      TENSORBOARD_SUBDIR: _normalize(environ.get("AIP_TENSORBOARD_LOG_DIR")),
+      EXPORT_SUBDIR: aip_model_dir,
     }
   if not root:
-    raise UserError("No output directory is set: pass model_dir (or job_dir), "
-                    "or run where Vertex AI sets AIP_MODEL_DIR.")
+    raise UserError(
+      "No output directory is set: pass model_dir (or job_dir), "
+      "or run where Vertex AI sets AIP_MODEL_DIR."
+    )
 
   def resolve(flag: str | None, subdir: str) -> str:
-    return (from_flag(flag) or aip.get(subdir) or
-            posixpath.join(root, subdir))
+    return from_flag(flag) or aip.get(subdir) or posixpath.join(root, subdir)
 
   return OutputDirs(
-      model_dir=root,
-      checkpoint_dir=resolve(checkpoint_dir, CHECKPOINTS_SUBDIR),
-      tensorboard_dir=resolve(tensorboard_dir, TENSORBOARD_SUBDIR),
-      export_dir=resolve(export_dir, EXPORT_SUBDIR))
+    model_dir=root,
+    checkpoint_dir=resolve(checkpoint_dir, CHECKPOINTS_SUBDIR),
+    tensorboard_dir=resolve(tensorboard_dir, TENSORBOARD_SUBDIR),
+    export_dir=resolve(export_dir, EXPORT_SUBDIR),
+  )
 
 
 def _normalize(path: str | None) -> str | None:
@@ -119,6 +137,7 @@ class OpenedOutputs:
     tensorboard: the chief's event files (else None).
     export: the chief's SavedModel (else None).
   """
+
   model: storage.Location | None
   checkpoints: storage.Location
   tensorboard: storage.Location | None
@@ -126,8 +145,12 @@ class OpenedOutputs:
 
   def close(self) -> None:
     """Publishes what is left and releases staging directories."""
-    for location in (self.model, self.checkpoints, self.tensorboard,
-                     self.export):
+    for location in (
+      self.model,
+      self.checkpoints,
+      self.tensorboard,
+      self.export,
+    ):
       if location:
         location.close()
 
@@ -143,9 +166,13 @@ def check_writable(dirs: OutputDirs, *, fuse_root: str = "/gcs") -> None:
     storage.check_writable(url, fuse_root=fuse_root)
 
 
-def open_outputs(dirs: OutputDirs, *, is_chief: bool,
-                 storage_route: str = "auto",
-                 fuse_root: str = "/gcs") -> OpenedOutputs:
+def open_outputs(
+  dirs: OutputDirs,
+  *,
+  is_chief: bool,
+  storage_route: str = "auto",
+  fuse_root: str = "/gcs",
+) -> OpenedOutputs:
   """Opens the output directories this worker uses.
 
   Only the chief writes outputs; every other worker only reads checkpoints,
@@ -169,15 +196,18 @@ def open_outputs(dirs: OutputDirs, *, is_chief: bool,
     check_writable(dirs, fuse_root=fuse_root)
 
   def open_dir(url: str) -> storage.Location:
-    return storage.open_location(url, storage=storage_route,
-                                 fuse_root=fuse_root, read_only=not is_chief)
+    return storage.open_location(
+      url, storage=storage_route, fuse_root=fuse_root, read_only=not is_chief
+    )
 
   checkpoints = open_dir(dirs.checkpoint_dir)
   if not is_chief:
-    return OpenedOutputs(model=None, checkpoints=checkpoints, tensorboard=None,
-                         export=None)
+    return OpenedOutputs(
+      model=None, checkpoints=checkpoints, tensorboard=None, export=None
+    )
   return OpenedOutputs(
-      model=open_dir(dirs.model_dir),
-      checkpoints=checkpoints,
-      tensorboard=open_dir(dirs.tensorboard_dir),
-      export=open_dir(dirs.export_dir))
+    model=open_dir(dirs.model_dir),
+    checkpoints=checkpoints,
+    tensorboard=open_dir(dirs.tensorboard_dir),
+    export=open_dir(dirs.export_dir),
+  )

@@ -10,9 +10,9 @@ probes every other task's address until each has answered once, saying
 every so often whom it still waits for, and giving up after a limit.
 """
 
+from collections.abc import Callable
 import socket
 import time
-from typing import Callable
 
 from absl import logging
 
@@ -22,9 +22,14 @@ from ctl.errors import Stalled
 _FLAG = "--startup_timeout_secs"
 
 
-def wait_for_peers(info: cluster_lib.ClusterInfo, *, timeout_secs: float,
-                   report_every_secs: float = 10.0, poll_secs: float = 0.2,
-                   log: Callable[..., None] = logging.warning) -> None:
+def wait_for_peers(
+  info: cluster_lib.ClusterInfo,
+  *,
+  timeout_secs: float,
+  report_every_secs: float = 10.0,
+  poll_secs: float = 0.2,
+  log: Callable[..., None] = logging.warning,
+) -> None:
   """Returns once every other training task accepts connections.
 
   Args:
@@ -41,8 +46,9 @@ def wait_for_peers(info: cluster_lib.ClusterInfo, *, timeout_secs: float,
     return
   tasks = [("chief", i, a) for i, a in enumerate(info.chief)]
   tasks += [("worker", i, a) for i, a in enumerate(info.workers)]
-  mine = [a for job, i, a in tasks if (job, i) == (info.task_type,
-                                                    info.task_index)]
+  mine = [
+    a for job, i, a in tasks if (job, i) == (info.task_type, info.task_index)
+  ]
   waiting = {f"{job} {i} ({a})": a for job, i, a in tasks if a not in mine}
   beacon = _listen(mine[0]) if mine else None
   if beacon is None:  # The port is taken: TensorFlow will say so at once.
@@ -57,12 +63,18 @@ def wait_for_peers(info: cluster_lib.ClusterInfo, *, timeout_secs: float,
       now = time.monotonic()
       if now - started >= timeout_secs:
         raise Stalled(
-            f"gave up after {timeout_secs:g} s ({_FLAG}) waiting for "
-            f"{', '.join(waiting)} of TF_CONFIG to start; start it or fix "
-            "TF_CONFIG, then run again.")
+          f"gave up after {timeout_secs:g} s ({_FLAG}) waiting for "
+          f"{', '.join(waiting)} of TF_CONFIG to start; start it or fix "
+          "TF_CONFIG, then run again."
+        )
       if now >= next_report:
-        log("Waiting %.0f s so far for %s to start (limit %g s, %s).",
-            now - started, ", ".join(waiting), timeout_secs, _FLAG)
+        log(
+          "Waiting %.0f s so far for %s to start (limit %g s, %s).",
+          now - started,
+          ", ".join(waiting),
+          timeout_secs,
+          _FLAG,
+        )
         next_report += report_every_secs
       time.sleep(poll_secs)
   finally:

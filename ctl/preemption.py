@@ -42,9 +42,11 @@ class StopRequest:
         self._pipe = os.pipe()
         os.set_blocking(self._pipe[1], False)
         self._previous_wakeup_fd = signal.set_wakeup_fd(
-            self._pipe[1], warn_on_full_buffer=False)
-        threading.Thread(target=_exit_on_second_sigint, args=(self._pipe[0],),
-                         daemon=True).start()
+          self._pipe[1], warn_on_full_buffer=False
+        )
+        threading.Thread(
+          target=_exit_on_second_sigint, args=(self._pipe[0],), daemon=True
+        ).start()
     return self
 
   def __exit__(self, *exc_info):

@@ -33,13 +33,18 @@ class StepProfiler:
   @contextlib.contextmanager
   def loop(self, *, first_step: int, last_step: int):
     """Profiles the loop call that runs steps first_step..last_step if due."""
-    if self._steps is None or not (first_step <= self._steps[1] and
-                                   last_step >= self._steps[0]):
+    if self._steps is None or not (
+      first_step <= self._steps[1] and last_step >= self._steps[0]
+    ):
       yield
       return
     if not self._running:
-      logging.info("Profiling steps %d-%d into %s.", first_step,
-                   self._steps[1], self._logdir)
+      logging.info(
+        "Profiling steps %d-%d into %s.",
+        first_step,
+        self._steps[1],
+        self._logdir,
+      )
       tf.profiler.experimental.start(self._logdir)
       self._running = True
     with tf.profiler.experimental.Trace("train", step_num=last_step, _r=1):

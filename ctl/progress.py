@@ -21,10 +21,10 @@ that marks the phase, so it must be quick and must not raise; one that does
 is a bug, not a reason to stop training, so the error is logged and dropped.
 """
 
+from collections.abc import Callable, Iterator
 import contextlib
 import dataclasses
 import time
-from typing import Callable, Iterator
 
 from absl import logging
 
@@ -38,8 +38,17 @@ EVALUATION = "evaluation"
 CHECKPOINT_SAVE = "checkpoint_save"  # Writing the checkpoint's files.
 CHECKPOINT_UPLOAD = "checkpoint_upload"  # Publishing them (gcsfs / FUSE).
 EXPORT = "export"  # The SavedModel at the end.
-PHASES = (RUN, STARTUP, RESTORE, FIRST_LOOP, TRAIN_LOOP, EVALUATION,
-          CHECKPOINT_SAVE, CHECKPOINT_UPLOAD, EXPORT)
+PHASES = (
+  RUN,
+  STARTUP,
+  RESTORE,
+  FIRST_LOOP,
+  TRAIN_LOOP,
+  EVALUATION,
+  CHECKPOINT_SAVE,
+  CHECKPOINT_UPLOAD,
+  EXPORT,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +64,7 @@ class Mark:
     ok: False when the phase ended by an exception.
     error: the name of that exception's type (e.g. "Preempted"), else None.
   """
+
   phase: str
   step: int
   time: float
@@ -74,8 +84,12 @@ Listener = Callable[[Mark], None]
 class Progress:
   """Marks phases and hands each mark to every listener."""
 
-  def __init__(self, *, current_step: Callable[[], int],
-               listeners: tuple[Listener, ...] = ()):
+  def __init__(
+    self,
+    *,
+    current_step: Callable[[], int],
+    listeners: tuple[Listener, ...] = (),
+  ):
     """Initializes the tracker.
 
     Args:
@@ -106,9 +120,17 @@ class Progress:
     finally:
       ended = time.time()
       end_step = self._current_step()
-      self._emit(Mark(phase=name, step=end_step, time=ended,
-                      seconds=ended - started, steps=end_step - start_step,
-                      ok=ok, error=error))
+      self._emit(
+        Mark(
+          phase=name,
+          step=end_step,
+          time=ended,
+          seconds=ended - started,
+          steps=end_step - start_step,
+          ok=ok,
+          error=error,
+        )
+      )
 
   def _emit(self, mark: Mark) -> None:
     for listener in self._listeners:

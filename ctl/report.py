@@ -11,97 +11,129 @@ failures marked. The picture goes to `<MODEL_DIR>/goodput_timeline.png`
 it needs matplotlib (`pip install ctl[report]`).
 """
 
+from collections.abc import Sequence
 import os
 import sys
-from typing import Sequence
 
+from ctl import errors
 from ctl import goodput
 from ctl import ledger as ledger_lib
-from ctl import errors
 from ctl.errors import USER_ERROR_EXIT_CODE
 
 PNG_NAME = "goodput_timeline.png"
 
 _LABELS = {
-    goodput.GOODPUT: "training (goodput)",
-    goodput.STARTUP: "start-up (imports, build)",
-    goodput.RESTORE: "restore",
-    goodput.TRACING: "first-loop tracing",
-    goodput.CHECKPOINT_SAVE: "checkpoint save",
-    goodput.CHECKPOINT_UPLOAD: "checkpoint upload",
-    goodput.EVALUATION: "evaluation",
-    goodput.EXPORT: "export",
-    goodput.LOST: "progress lost (redone later)",
-    goodput.RESTART_GAP: "restart gap (no process)",
-    goodput.OTHER: "other (logging, bookkeeping)",
+  goodput.GOODPUT: "training (goodput)",
+  goodput.STARTUP: "start-up (imports, build)",
+  goodput.RESTORE: "restore",
+  goodput.TRACING: "first-loop tracing",
+  goodput.CHECKPOINT_SAVE: "checkpoint save",
+  goodput.CHECKPOINT_UPLOAD: "checkpoint upload",
+  goodput.EVALUATION: "evaluation",
+  goodput.EXPORT: "export",
+  goodput.LOST: "progress lost (redone later)",
+  goodput.RESTART_GAP: "restart gap (no process)",
+  goodput.OTHER: "other (logging, bookkeeping)",
 }
 _COLORS = {
-    goodput.GOODPUT: "#2ca02c", goodput.STARTUP: "#1f77b4",
-    goodput.RESTORE: "#aec7e8",
-    goodput.TRACING: "#9467bd", goodput.CHECKPOINT_SAVE: "#ff7f0e",
-    goodput.CHECKPOINT_UPLOAD: "#e6c229", goodput.EVALUATION: "#17becf",
-    goodput.EXPORT: "#8c564b", goodput.LOST: "#d62728",
-    goodput.RESTART_GAP: "#bbbbbb", goodput.OTHER: "#e0e0e0",
+  goodput.GOODPUT: "#2ca02c",
+  goodput.STARTUP: "#1f77b4",
+  goodput.RESTORE: "#aec7e8",
+  goodput.TRACING: "#9467bd",
+  goodput.CHECKPOINT_SAVE: "#ff7f0e",
+  goodput.CHECKPOINT_UPLOAD: "#e6c229",
+  goodput.EVALUATION: "#17becf",
+  goodput.EXPORT: "#8c564b",
+  goodput.LOST: "#d62728",
+  goodput.RESTART_GAP: "#bbbbbb",
+  goodput.OTHER: "#e0e0e0",
 }
 
 
 def table(accounting: goodput.Accounting) -> str:
   """The accounting as plain-text tables: categories, then attempts."""
   total = accounting.total_seconds
-  lines = [f"Goodput {accounting.goodput_percent:.1f}% of {total:.1f} s wall "
-           f"time; {len(accounting.attempts)} start(s), "
-           f"{accounting.failures} failure(s), {accounting.lost_steps} "
-           f"step(s) trained twice; final step {accounting.final_step}.", "",
-           f"{'category':<36} {'seconds':>9} {'share':>7}"]
+  lines = [
+    f"Goodput {accounting.goodput_percent:.1f}% of {total:.1f} s wall "
+    f"time; {len(accounting.attempts)} start(s), "
+    f"{accounting.failures} failure(s), {accounting.lost_steps} "
+    f"step(s) trained twice; final step {accounting.final_step}.",
+    "",
+    f"{'category':<36} {'seconds':>9} {'share':>7}",
+  ]
   for category in goodput.CATEGORIES:
     seconds = accounting.seconds[category]
     share = 100.0 * seconds / total if total else 0.0
     lines.append(f"{_LABELS[category]:<36} {seconds:>9.2f} {share:>6.1f}%")
-  lines.append(f"{'total':<36} {sum(accounting.seconds.values()):>9.2f} "
-               f"{100.0:>6.1f}%")
-  lines += ["", f"{'start':>5} {'at s':>8} {'seconds':>8} {'restored':>8} "
-            f"{'last step':>9} {'lost':>5}  outcome"]
+  lines.append(
+    f"{'total':<36} {sum(accounting.seconds.values()):>9.2f} {100.0:>6.1f}%"
+  )
+  lines += [
+    "",
+    f"{'start':>5} {'at s':>8} {'seconds':>8} {'restored':>8} "
+    f"{'last step':>9} {'lost':>5}  outcome",
+  ]
   origin = accounting.attempts[0].start
   for a in accounting.attempts:
     restored = "-" if a.restored_step is None else str(a.restored_step)
-    lines.append(f"{a.index + 1:>5} {a.start - origin:>8.1f} "
-                 f"{a.end - a.start:>8.1f} {restored:>8} {a.last_step:>9} "
-                 f"{a.lost_steps:>5}  {a.outcome}")
+    lines.append(
+      f"{a.index + 1:>5} {a.start - origin:>8.1f} "
+      f"{a.end - a.start:>8.1f} {restored:>8} {a.last_step:>9} "
+      f"{a.lost_steps:>5}  {a.outcome}"
+    )
   return "\n".join(lines)
 
 
-def timeline(accounting: goodput.Accounting, path: str, *,
-             title: str = "") -> None:
+def timeline(
+  accounting: goodput.Accounting, path: str, *, title: str = ""
+) -> None:
   """Draws one row per start of the job, colored by category, into `path`."""
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   from matplotlib import patches  # pylint: disable=g-import-not-at-top
   from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
+
   attempts = accounting.attempts
   origin = attempts[0].start
   figure, axes = pyplot.subplots(
-      figsize=(11, 1.6 + 0.75 * len(attempts)), layout="constrained")
+    figsize=(11, 1.6 + 0.75 * len(attempts)), layout="constrained"
+  )
   for segment in accounting.segments:
     row = len(attempts) - 1 - segment.attempt
-    axes.broken_barh([(segment.start - origin, segment.end - segment.start)],
-                     (row - 0.35, 0.7), facecolors=_COLORS[segment.category],
-                     edgecolor="none",
-                     hatch="//" if segment.category == goodput.RESTART_GAP
-                     else None)
+    axes.broken_barh(
+      [(segment.start - origin, segment.end - segment.start)],
+      (row - 0.35, 0.7),
+      facecolors=_COLORS[segment.category],
+      edgecolor="none",
+      hatch="//" if segment.category == goodput.RESTART_GAP else None,
+    )
   for a in attempts:
     row = len(attempts) - 1 - a.index
     if a.failed:
-      axes.plot(a.end - origin, row, marker="X", markersize=13,
-                color="black", zorder=3)
-    note = a.outcome + (f", {a.lost_steps} steps redone" if a.lost_steps
-                        else "")
-    axes.annotate(note, (a.end - origin, row), xytext=(12, 0),
-                  textcoords="offset points", va="center", fontsize=9)
+      axes.plot(
+        a.end - origin, row, marker="X", markersize=13, color="black", zorder=3
+      )
+    note = a.outcome + (
+      f", {a.lost_steps} steps redone" if a.lost_steps else ""
+    )
+    axes.annotate(
+      note,
+      (a.end - origin, row),
+      xytext=(12, 0),
+      textcoords="offset points",
+      va="center",
+      fontsize=9,
+    )
   axes.set_yticks(range(len(attempts)))
   axes.set_yticklabels(
-      [f"start {a.index + 1}\n(from step {a.restored_step})"
-       if a.restored_step is not None else f"start {a.index + 1}"
-       for a in reversed(attempts)])
+    [
+      f"start {a.index + 1}\n(from step {a.restored_step})"
+      if a.restored_step is not None
+      else f"start {a.index + 1}"
+      for a in reversed(attempts)
+    ]
+  )
   axes.set_ylim(-0.7, len(attempts) - 0.3)
   span = max(segment.end for segment in accounting.segments) - origin
   axes.set_xlim(0, span * 1.3)
@@ -109,19 +141,42 @@ def timeline(accounting: goodput.Accounting, path: str, *,
   axes.grid(axis="x", alpha=0.3)
   used = [c for c in goodput.CATEGORIES if accounting.seconds[c] > 0]
   axes.legend(
-      handles=[patches.Patch(
-          facecolor=_COLORS[c], hatch="//" if c == goodput.RESTART_GAP else
-          None, label=f"{_LABELS[c]}: {accounting.seconds[c]:.1f} s")
-               for c in used] + ([pyplot.Line2D(
-                   [], [], marker="X", color="black", linestyle="none",
-                   markersize=9, label="failure")] if accounting.failures
-                                 else []),
-      loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9,
-      frameon=False)
-  axes.set_title(title or (
+    handles=[
+      patches.Patch(
+        facecolor=_COLORS[c],
+        hatch="//" if c == goodput.RESTART_GAP else None,
+        label=f"{_LABELS[c]}: {accounting.seconds[c]:.1f} s",
+      )
+      for c in used
+    ]
+    + (
+      [
+        pyplot.Line2D(
+          [],
+          [],
+          marker="X",
+          color="black",
+          linestyle="none",
+          markersize=9,
+          label="failure",
+        )
+      ]
+      if accounting.failures
+      else []
+    ),
+    loc="upper left",
+    bbox_to_anchor=(1.01, 1.0),
+    fontsize=9,
+    frameon=False,
+  )
+  axes.set_title(
+    title
+    or (
       f"Goodput {accounting.goodput_percent:.1f}% of "
       f"{accounting.total_seconds:.1f} s; {accounting.failures} failure(s), "
-      f"{accounting.lost_steps} step(s) trained twice"))
+      f"{accounting.lost_steps} step(s) trained twice"
+    )
+  )
   figure.savefig(path, dpi=110)
   pyplot.close(figure)
 
@@ -129,13 +184,19 @@ def timeline(accounting: goodput.Accounting, path: str, *,
 def main(argv: Sequence[str] | None = None) -> None:
   """Entry point of `ctl-report` and `python -m ctl.report`; exits."""
   parser = errors.ArgumentParser(
-      prog="ctl-report",
-      description="Where a ctl job's wall time went (its run ledger).")
-  parser.add_argument("model_dir", help="The run's --model_dir (local or "
-                      "gs://).")
-  parser.add_argument("--png", default=None, help="Where to write the "
-                      f"timeline (default: <model_dir>/{PNG_NAME}; for gs:// "
-                      f"./{PNG_NAME}); empty for none.")
+    prog="ctl-report",
+    description="Where a ctl job's wall time went (its run ledger).",
+  )
+  parser.add_argument(
+    "model_dir", help="The run's --model_dir (local or gs://)."
+  )
+  parser.add_argument(
+    "--png",
+    default=None,
+    help="Where to write the "
+    f"timeline (default: <model_dir>/{PNG_NAME}; for gs:// "
+    f"./{PNG_NAME}); empty for none.",
+  )
   args = parser.parse_args(sys.argv[1:] if argv is None else argv)
   directory = ledger_lib.ledger_dir(args.model_dir)
   try:
@@ -145,21 +206,28 @@ def main(argv: Sequence[str] | None = None) -> None:
   else:
     reason = ""
   if not attempts:
-    print(f"error: no run ledger in {directory}{reason}; pass the "
-          f"--model_dir of a run made with ctl.", file=sys.stderr)
+    print(
+      f"error: no run ledger in {directory}{reason}; pass the "
+      f"--model_dir of a run made with ctl.",
+      file=sys.stderr,
+    )
     sys.exit(USER_ERROR_EXIT_CODE)
   accounting = goodput.account(attempts)
   print(table(accounting))
   png = args.png
   if png is None:
-    png = (PNG_NAME if args.model_dir.startswith("gs://") else
-           os.path.join(args.model_dir, PNG_NAME))
+    png = (
+      PNG_NAME
+      if args.model_dir.startswith("gs://")
+      else os.path.join(args.model_dir, PNG_NAME)
+    )
   if png:
     try:
       timeline(accounting, png)
     except ImportError:
-      print("\nNo timeline: matplotlib is not installed (pip install "
-            "ctl[report]).")
+      print(
+        "\nNo timeline: matplotlib is not installed (pip install ctl[report])."
+      )
     else:
       print(f"\nTimeline: {png}")
 

@@ -6,9 +6,10 @@ then; a checkpoint upload must ride that out, but not for ever: after
 instead of hanging.
 """
 
+from collections.abc import Callable
 import dataclasses
 import time
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from absl import logging
 
@@ -30,14 +31,20 @@ class RetryPolicy:
       asynchronous filesystems (gcsfs) can be cancelled; None leaves each
       attempt to the client's own timeouts and retries.
   """
+
   deadline_s: float = 600.0
   initial_backoff_s: float = 1.0
   max_backoff_s: float = 30.0
   attempt_timeout_s: float | None = None
 
 
-def call(fn: Callable[[], _T], *, policy: RetryPolicy,
-         is_transient: Callable[[Exception], bool], what: str) -> _T:
+def call(
+  fn: Callable[[], _T],
+  *,
+  policy: RetryPolicy,
+  is_transient: Callable[[Exception], bool],
+  what: str,
+) -> _T:
   """Calls `fn` until it returns, retrying transient errors.
 
   Args:
@@ -61,7 +68,12 @@ def call(fn: Callable[[], _T], *, policy: RetryPolicy,
     except Exception as error:  # pylint: disable=broad-except
       if not is_transient(error) or time.monotonic() + backoff > deadline:
         raise
-      logging.warning("%s failed (%s: %s); retrying in %.1f s.", what,
-                      type(error).__name__, error, backoff)
+      logging.warning(
+        "%s failed (%s: %s); retrying in %.1f s.",
+        what,
+        type(error).__name__,
+        error,
+        backoff,
+      )
     time.sleep(backoff)
     backoff = min(2 * backoff, policy.max_backoff_s)

@@ -27,6 +27,7 @@ class TrainState:
     data_seed: int64, the seed of the data order (changes on a reshuffle).
     restores: int64, how many times the run was restored.
   """
+
   model: keras.Model
   optimizer: keras.optimizers.Optimizer | None
   global_step: tf.Variable
@@ -35,16 +36,25 @@ class TrainState:
 
   def checkpoint(self) -> tf.train.Checkpoint:
     """A checkpoint of everything that decides the next step."""
-    parts = dict(model=self.model, global_step=self.global_step,
-                 data_seed=self.data_seed, restores=self.restores,
-                 rng=checkpointing.seed_generator_states(self.model))
+    parts = dict(
+      model=self.model,
+      global_step=self.global_step,
+      data_seed=self.data_seed,
+      restores=self.restores,
+      rng=checkpointing.seed_generator_states(self.model),
+    )
     if self.optimizer is not None:
       parts["optimizer"] = self.optimizer
     return tf.train.Checkpoint(**parts)
 
 
-def build_state(*, task: Task, strategy: tf.distribute.Strategy, seed: int = 0,
-                with_optimizer: bool = True) -> TrainState:
+def build_state(
+  *,
+  task: Task,
+  strategy: tf.distribute.Strategy,
+  seed: int = 0,
+  with_optimizer: bool = True,
+) -> TrainState:
   """Builds the state under `strategy.scope()`.
 
   Args:
@@ -57,8 +67,11 @@ def build_state(*, task: Task, strategy: tf.distribute.Strategy, seed: int = 0,
   Returns:
     The state.
   """
-  counter = dict(trainable=False, dtype=tf.int64,
-                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+  counter = dict(
+    trainable=False,
+    dtype=tf.int64,
+    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+  )
   with strategy.scope():
     model = task.build_model()
     optimizer = None
@@ -66,7 +79,9 @@ def build_state(*, task: Task, strategy: tf.distribute.Strategy, seed: int = 0,
       optimizer = task.build_optimizer()
       optimizer.build(model.trainable_variables)
     return TrainState(
-        model=model, optimizer=optimizer,
-        global_step=tf.Variable(0, name="global_step", **counter),
-        data_seed=tf.Variable(seed, name="data_seed", **counter),
-        restores=tf.Variable(0, name="restores", **counter))
+      model=model,
+      optimizer=optimizer,
+      global_step=tf.Variable(0, name="global_step", **counter),
+      data_seed=tf.Variable(seed, name="data_seed", **counter),
+      restores=tf.Variable(0, name="restores", **counter),
+    )

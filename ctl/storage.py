@@ -67,8 +67,9 @@ class Location:
       the bucket.
   """
 
-  def __init__(self, *, url: str, local_path: str,
-               mirror: mirror_lib.Mirror | None = None):
+  def __init__(
+    self, *, url: str, local_path: str, mirror: mirror_lib.Mirror | None = None
+  ):
     self.url = url
     self.local_path = local_path
     self._mirror = mirror
@@ -105,10 +106,15 @@ class Location:
       self._mirror.close()
 
 
-def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
-                  staging_dir: str | None = None,
-                  retry_policy: retry.RetryPolicy | None = None,
-                  read_only: bool = False) -> Location:
+def open_location(
+  url: str,
+  *,
+  storage: str = "auto",
+  fuse_root: str = "/gcs",
+  staging_dir: str | None = None,
+  retry_policy: retry.RetryPolicy | None = None,
+  read_only: bool = False,
+) -> Location:
   """Opens a local or Cloud Storage directory for TensorFlow to use.
 
   Args:
@@ -134,8 +140,9 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
       route, the bucket cannot be written, or the staging directory is in use.
   """
   if storage not in ROUTES:
-    raise UserError(f"storage must be one of {', '.join(ROUTES)}, not "
-                    f"{storage!r}.")
+    raise UserError(
+      f"storage must be one of {', '.join(ROUTES)}, not {storage!r}."
+    )
   parsed = _parse_cloud_url(url, fuse_root=fuse_root)
   if parsed is None:
     return Location(url=url, local_path=url)
@@ -147,9 +154,11 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
   storage = _route(storage, mount)
   if storage == "fuse":
     if not os.path.isdir(mount):
-      raise UserError(f"{url} is to be written through Cloud Storage FUSE, but "
-                      f"{mount} is not a directory; mount the bucket there or "
-                      f"use storage='gcsfs'.")
+      raise UserError(
+        f"{url} is to be written through Cloud Storage FUSE, but "
+        f"{mount} is not a directory; mount the bucket there or "
+        f"use storage='gcsfs'."
+      )
     fs = fsspec_local.LocalFileSystem(auto_mkdir=True)
     remote_dir = posixpath.join(mount, path).rstrip("/")
     is_transient = _is_transient_fuse_error
@@ -163,12 +172,19 @@ def open_location(url: str, *, storage: str = "auto", fuse_root: str = "/gcs",
   else:
     local_dir = staging_dir or _default_staging_dir(gs_url)
   return Location(
-      url=url, local_path=local_dir,
-      mirror=mirror_lib.Mirror(
-          fs=fs, remote_dir=remote_dir, url=url, local_dir=local_dir,
-          retry_policy=retry_policy or retry.RetryPolicy(),
-          is_transient=is_transient, read_only=read_only,
-          remove_on_close=not staging_dir))
+    url=url,
+    local_path=local_dir,
+    mirror=mirror_lib.Mirror(
+      fs=fs,
+      remote_dir=remote_dir,
+      url=url,
+      local_dir=local_dir,
+      retry_policy=retry_policy or retry.RetryPolicy(),
+      is_transient=is_transient,
+      read_only=read_only,
+      remove_on_close=not staging_dir,
+    ),
+  )
 
 
 def check_url(url: str, *, fuse_root: str = "/gcs") -> None:
@@ -181,8 +197,9 @@ def check_url(url: str, *, fuse_root: str = "/gcs") -> None:
   _parse_cloud_url(url, fuse_root=fuse_root)
 
 
-def check_reachable(url: str, *, storage: str = "auto",
-                    fuse_root: str = "/gcs") -> None:
+def check_reachable(
+  url: str, *, storage: str = "auto", fuse_root: str = "/gcs"
+) -> None:
   """Checks, in a moment, what `open_location` would otherwise find late.
 
   Raises:
@@ -191,7 +208,8 @@ def check_reachable(url: str, *, storage: str = "auto",
   """
   parsed = _parse_cloud_url(url, fuse_root=fuse_root)
   if parsed and _route(storage, os.path.join(fuse_root, parsed[0])) == (
-      "gcsfs"):
+    "gcsfs"
+  ):
     _check_resolvable(url)
 
 
@@ -210,15 +228,19 @@ def check_writable(url: str, *, fuse_root: str = "/gcs") -> None:
   while not os.path.lexists(existing):
     existing = os.path.dirname(existing)
   if not os.path.isdir(existing):
-    raise UserError(f"Cannot use {url} as a directory: {existing} is a file, "
-                    "not a directory.")
+    raise UserError(
+      f"Cannot use {url} as a directory: {existing} is a file, not a directory."
+    )
   if not os.access(existing, os.W_OK | os.X_OK):
-    raise UserError(f"Cannot write to {url}: this process (user id "
-                    f"{os.geteuid()}) may not write in {existing}.")
+    raise UserError(
+      f"Cannot write to {url}: this process (user id "
+      f"{os.geteuid()}) may not write in {existing}."
+    )
 
 
-def read_route(url: str, *, storage: str = "auto",
-               fuse_root: str = "/gcs") -> tuple[str, object | None]:
+def read_route(
+  url: str, *, storage: str = "auto", fuse_root: str = "/gcs"
+) -> tuple[str, object | None]:
   """How to read files under `url`: (root, None) or (root, gcsfs filesystem).
 
   With None, TensorFlow reads `root` itself: a local directory, the FUSE
@@ -230,8 +252,9 @@ def read_route(url: str, *, storage: str = "auto",
       bucket is not mounted.
   """
   if storage not in ROUTES:
-    raise UserError(f"storage must be one of {', '.join(ROUTES)}, not "
-                    f"{storage!r}.")
+    raise UserError(
+      f"storage must be one of {', '.join(ROUTES)}, not {storage!r}."
+    )
   parsed = _parse_cloud_url(url, fuse_root=fuse_root)
   if parsed is None:
     return url, None
@@ -241,9 +264,11 @@ def read_route(url: str, *, storage: str = "auto",
     return posixpath.join(f"gs://{bucket}", path).rstrip("/"), None
   if storage == "fuse" or (storage == "auto" and os.path.isdir(mount)):
     if not os.path.isdir(mount):
-      raise UserError(f"{url} is to be read through Cloud Storage FUSE, but "
-                      f"{mount} is not a directory; mount the bucket there or "
-                      f"use storage='gcsfs'.")
+      raise UserError(
+        f"{url} is to be read through Cloud Storage FUSE, but "
+        f"{mount} is not a directory; mount the bucket there or "
+        f"use storage='gcsfs'."
+      )
     return posixpath.join(mount, path).rstrip("/"), None
   return posixpath.join(bucket, path).rstrip("/"), _gcs_filesystem()
 
@@ -256,9 +281,9 @@ def _parse_cloud_url(url: str, *, fuse_root: str) -> tuple[str, str] | None:
   """
   fuse_prefix = fuse_root.rstrip("/") + "/"
   if url.startswith("gs://"):
-    rest = url[len("gs://"):]
+    rest = url[len("gs://") :]
   elif url.startswith(fuse_prefix):
-    rest = url[len(fuse_prefix):]
+    rest = url[len(fuse_prefix) :]
   else:
     return None
   bucket, _, path = rest.partition("/")
@@ -266,16 +291,20 @@ def _parse_cloud_url(url: str, *, fuse_root: str) -> tuple[str, str] | None:
     raise UserError(f"{url} names no bucket; write gs://BUCKET/PATH.")
   if not _valid_bucket_name(bucket):
     raise UserError(
-        f"{bucket} is not a valid bucket name (in {url}): use 3-63 lowercase "
-        "letters, digits, -, _ and ., starting and ending with a letter or "
-        "digit.")
+      f"{bucket} is not a valid bucket name (in {url}): use 3-63 lowercase "
+      "letters, digits, -, _ and ., starting and ending with a letter or "
+      "digit."
+    )
   return bucket, path.strip("/")
 
 
 def _valid_bucket_name(name: str) -> bool:
   """Whether Cloud Storage allows `name` (its "Bucket names" rules)."""
-  if not _BUCKET_NAME.fullmatch(name) or name.startswith("goog") or (
-      "google" in name):
+  if (
+    not _BUCKET_NAME.fullmatch(name)
+    or name.startswith("goog")
+    or ("google" in name)
+  ):
     return False
   if any(len(part) > 63 or not part for part in name.split(".")):
     return False
@@ -311,27 +340,32 @@ def _check_resolvable(url: str) -> None:
     UserError: the name does not resolve.
   """
   endpoint = os.environ.get("STORAGE_EMULATOR_HOST") or _GCS_ENDPOINT
-  parsed = urllib.parse.urlsplit(endpoint if "://" in endpoint else
-                                 f"http://{endpoint}")
+  parsed = urllib.parse.urlsplit(
+    endpoint if "://" in endpoint else f"http://{endpoint}"
+  )
   try:
     socket.getaddrinfo(parsed.hostname, parsed.port or 443)
   except socket.gaierror as e:
-    raise UserError(f"Cannot reach Cloud Storage for {url}: the host name "
-                    f"{parsed.hostname} does not resolve ({e.strerror}); check "
-                    "the network and DNS.") from None
+    raise UserError(
+      f"Cannot reach Cloud Storage for {url}: the host name "
+      f"{parsed.hostname} does not resolve ({e.strerror}); check "
+      "the network and DNS."
+    ) from None
 
 
 def _gcs_filesystem():
   """A gcsfs filesystem for the bucket, or for the emulator when one is set."""
   import gcsfs  # pylint: disable=g-import-not-at-top  (only gs:// needs it)
+
   emulator = os.environ.get("STORAGE_EMULATOR_HOST")
   # By default gcsfs.GCSFileSystem is an experimental subclass that asks each
   # bucket over gRPC whether it is zonal or hierarchical; an HTTP emulator
   # never answers and each call would wait about 60 s. The base class speaks
   # only the JSON API, as GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false would select
   # if it were set before gcsfs's first import.
-  filesystem_class = (gcsfs.core.GCSFileSystem if emulator
-                      else gcsfs.GCSFileSystem)
+  filesystem_class = (
+    gcsfs.core.GCSFileSystem if emulator else gcsfs.GCSFileSystem
+  )
   kwargs = {"token": "anon"} if emulator else {}
   if os.environ.get("CLOUD_ML_PROJECT_ID"):
     kwargs["project"] = os.environ["CLOUD_ML_PROJECT_ID"]
@@ -341,6 +375,7 @@ def _gcs_filesystem():
 def _is_transient_gcs_error(error: Exception) -> bool:
   """429, 5xx, timeouts and dropped connections: as gcsfs itself retries."""
   from gcsfs import retry as gcsfs_retry  # pylint: disable=g-import-not-at-top
+
   return isinstance(error, TimeoutError) or gcsfs_retry.is_retriable(error)
 
 

@@ -32,6 +32,7 @@ class Straggler:
     seconds: its host seconds in the latest loop.
     median_seconds: the median of all workers' host seconds in that loop.
   """
+
   worker: int
   ratio: float
   seconds: float
@@ -41,8 +42,9 @@ class Straggler:
 class Detector:
   """Applies the straggler rule (module docstring) to one loop at a time."""
 
-  def __init__(self, *, loops: int = 5, ratio: float = 1.5,
-               min_excess_secs: float = 0.01):
+  def __init__(
+    self, *, loops: int = 5, ratio: float = 1.5, min_excess_secs: float = 0.01
+  ):
     self._loops = loops
     self._ratio = ratio
     self._min_excess_secs = min_excess_secs
@@ -63,8 +65,9 @@ class Detector:
       return None
     worker = int(np.argmax(seconds))
     slowest, median = float(seconds[worker]), float(np.median(seconds))
-    if (slowest - median < self._min_excess_secs or
-        slowest < self._ratio * median):
+    if (
+      slowest - median < self._min_excess_secs or slowest < self._ratio * median
+    ):
       self._worker, self._streak = None, 0
       return None
     if worker != self._worker:
@@ -72,5 +75,9 @@ class Detector:
     self._streak += 1
     if self._streak < self._loops:
       return None
-    return Straggler(worker=worker, ratio=slowest / max(median, 1e-9),
-                     seconds=slowest, median_seconds=median)
+    return Straggler(
+      worker=worker,
+      ratio=slowest / max(median, 1e-9),
+      seconds=slowest,
+      median_seconds=median,
+    )

@@ -12,23 +12,23 @@ STRATEGY_NAMES = ("auto", "one_device", "mirrored", "multi_worker")
 COLLECTIVE_NAMES = ("auto", "ring", "nccl")
 
 _IMPLEMENTATIONS = {
-    "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
-    "ring": tf.distribute.experimental.CommunicationImplementation.RING,
-    "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+  "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+  "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+  "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
 }
 # MirroredStrategy has no ring all-reduce; "ring" there means "without NCCL".
 _CROSS_DEVICE_OPS = {
-    "auto": lambda: None,  # TensorFlow's choice: NCCL when it can.
-    "ring": tf.distribute.ReductionToOneDevice,
-    "nccl": tf.distribute.NcclAllReduce,
+  "auto": lambda: None,  # TensorFlow's choice: NCCL when it can.
+  "ring": tf.distribute.ReductionToOneDevice,
+  "nccl": tf.distribute.NcclAllReduce,
 }
 
 
 def make_strategy(
-    *,
-    name: str,
-    cluster: cluster_lib.ClusterInfo,
-    collective: str = "auto",
+  *,
+  name: str,
+  cluster: cluster_lib.ClusterInfo,
+  collective: str = "auto",
 ) -> tf.distribute.Strategy:
   """Builds the distribution strategy for this process.
 
@@ -55,11 +55,13 @@ def make_strategy(
       without a GPU.
   """
   if name not in STRATEGY_NAMES:
-    raise UserError(f"strategy {name!r} is not one of"
-                    f" {', '.join(STRATEGY_NAMES)}.")
+    raise UserError(
+      f"strategy {name!r} is not one of {', '.join(STRATEGY_NAMES)}."
+    )
   if collective not in COLLECTIVE_NAMES:
-    raise UserError(f"collective {collective!r} is not one of"
-                    f" {', '.join(COLLECTIVE_NAMES)}.")
+    raise UserError(
+      f"collective {collective!r} is not one of {', '.join(COLLECTIVE_NAMES)}."
+    )
   # Visible devices can be listed without starting the TensorFlow runtime,
   # which MultiWorkerMirroredStrategy needs to configure first.
   num_gpus = len(tf.config.get_visible_devices("GPU"))
@@ -70,26 +72,32 @@ def make_strategy(
       name = "mirrored" if num_gpus > 1 else "one_device"
   if cluster.is_multi_worker and name != "multi_worker":
     raise UserError(
-        f"strategy {name!r} trains on one machine, but this process is one of"
-        f" {cluster.num_workers} workers in TF_CONFIG; use 'multi_worker' or"
-        " 'auto'."
+      f"strategy {name!r} trains on one machine, but this process is one of"
+      f" {cluster.num_workers} workers in TF_CONFIG; use 'multi_worker' or"
+      " 'auto'."
     )
   if collective == "nccl" and name != "one_device" and not num_gpus:
-    raise UserError("collective 'nccl' needs a GPU, but none is visible; use"
-                    " 'auto' or 'ring'.")
+    raise UserError(
+      "collective 'nccl' needs a GPU, but none is visible; use"
+      " 'auto' or 'ring'."
+    )
 
   if name == "one_device":
     return tf.distribute.OneDeviceStrategy("/gpu:0" if num_gpus else "/cpu:0")
   if name == "mirrored":
-    devices = (tf.config.list_logical_devices("GPU") or
-               tf.config.list_logical_devices("CPU"))
+    devices = tf.config.list_logical_devices(
+      "GPU"
+    ) or tf.config.list_logical_devices("CPU")
     return tf.distribute.MirroredStrategy(
-        devices=[d.name for d in devices],
-        cross_device_ops=_CROSS_DEVICE_OPS[collective]())
+      devices=[d.name for d in devices],
+      cross_device_ops=_CROSS_DEVICE_OPS[collective](),
+    )
   cluster_lib.install_tf_config(cluster)
   strategy = tf.distribute.MultiWorkerMirroredStrategy(
-      communication_options=tf.distribute.experimental.CommunicationOptions(
-          implementation=_IMPLEMENTATIONS[collective]))
+    communication_options=tf.distribute.experimental.CommunicationOptions(
+      implementation=_IMPLEMENTATIONS[collective]
+    )
+  )
   # TensorFlow's coordination service installs a C++ SIGTERM handler that
   # only records the signal: until the train loop's own handler takes over
   # (ctl.preemption), SIGTERM must end a worker that is still starting.
@@ -109,5 +117,7 @@ def describe(strategy: tf.distribute.Strategy) -> str:
     the per-replica and the global batch size) and this worker's devices.
   """
   devices = ", ".join(strategy.extended.worker_devices)
-  return (f"{type(strategy).__name__}: {strategy.num_replicas_in_sync}"
-          f" replica(s) in sync; local devices: {devices}")
+  return (
+    f"{type(strategy).__name__}: {strategy.num_replicas_in_sync}"
+    f" replica(s) in sync; local devices: {devices}"
+  )

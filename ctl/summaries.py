@@ -14,18 +14,22 @@ Other workers get no logdir, so they never put event files in the run
 directories (which would show up as duplicate runs in TensorBoard).
 """
 
+from collections.abc import Mapping
 import posixpath
-from typing import Mapping
 
-import tensorflow as tf
 from tensorboard.plugins.hparams import api as hp
+import tensorflow as tf
 
 TRAIN = "train"
 VALIDATION = "validation"
 
 # The columns of the HParams dashboard: (run, tag), final values.
-HPARAMS_METRICS = ((VALIDATION, "accuracy"), (VALIDATION, "loss"),
-                   (TRAIN, "accuracy"), (TRAIN, "loss"))
+HPARAMS_METRICS = (
+  (VALIDATION, "accuracy"),
+  (VALIDATION, "loss"),
+  (TRAIN, "accuracy"),
+  (TRAIN, "loss"),
+)
 
 HParamValue = bool | int | float | str
 
@@ -49,8 +53,9 @@ class ScalarWriter:
       return None
     return posixpath.join(self._logdir, run) if run else self._logdir
 
-  def write(self, step: int, scalars: Mapping[str, float], *,
-            run: str = TRAIN) -> None:
+  def write(
+    self, step: int, scalars: Mapping[str, float], *, run: str = TRAIN
+  ) -> None:
     """Writes the scalars into run `run` and flushes, so readers see them."""
     with self._writer(run).as_default(step=step):
       for tag, value in scalars.items():
@@ -72,17 +77,22 @@ class ScalarWriter:
       return
     with self._writer("").as_default(step=0):
       hp.hparams_config(
-          hparams=[hp.HParam(name) for name in hparams],
-          metrics=[hp.Metric(tag, group=run, display_name=f"{run} {tag}")
-                   for run, tag in HPARAMS_METRICS])
+        hparams=[hp.HParam(name) for name in hparams],
+        metrics=[
+          hp.Metric(tag, group=run, display_name=f"{run} {tag}")
+          for run, tag in HPARAMS_METRICS
+        ],
+      )
       hp.hparams(dict(hparams))
     self._writers[""].flush()
 
   def _writer(self, run: str):
     if run not in self._writers:
       self._writers[run] = (
-          tf.summary.create_file_writer(self.run_dir(run)) if self._logdir
-          else tf.summary.create_noop_writer())
+        tf.summary.create_file_writer(self.run_dir(run))
+        if self._logdir
+        else tf.summary.create_noop_writer()
+      )
     return self._writers[run]
 
   def close(self) -> None:

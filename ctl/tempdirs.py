@@ -32,11 +32,15 @@ def private_root(name: str) -> str:
   except FileExistsError:
     pass
   status = os.lstat(root)
-  if (not stat.S_ISDIR(status.st_mode) or status.st_uid != os.getuid() or
-      status.st_mode & 0o077):
+  if (
+    not stat.S_ISDIR(status.st_mode)
+    or status.st_uid != os.getuid()
+    or status.st_mode & 0o077
+  ):
     raise UserError(
-        f"{root} is not a private directory of this user (a link, another "
-        "owner, or open to others); remove it and run again.")
+      f"{root} is not a private directory of this user (a link, another "
+      "owner, or open to others); remove it and run again."
+    )
   return root
 
 

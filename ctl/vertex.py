@@ -27,11 +27,12 @@ Needs the `vertex` extra (google-cloud-aiplatform).
 """
 
 import argparse
+from collections.abc import Mapping, Sequence
 import difflib
 import json
 import re
 import sys
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import descriptor as descriptor_lib
 from google.protobuf import json_format
@@ -49,15 +50,15 @@ _FIXED_GPU_MACHINE_TYPE = re.compile(r"^a\d+\w*-\w+-(\d+)g$")
 
 
 def build_job_spec(
-    *,
-    image: str,
-    num_workers: int = 1,
-    machine_type: str = "n1-standard-8",
-    accelerator_type: str | None = None,
-    accelerator_count: int | None = None,
-    base_output_dir: str | None = None,
-    restart_job_on_worker_restart: bool | None = None,
-    trainer_args: Sequence[str] = (),
+  *,
+  image: str,
+  num_workers: int = 1,
+  machine_type: str = "n1-standard-8",
+  accelerator_type: str | None = None,
+  accelerator_count: int | None = None,
+  base_output_dir: str | None = None,
+  restart_job_on_worker_restart: bool | None = None,
+  trainer_args: Sequence[str] = (),
 ) -> dict[str, Any]:
   """Builds a camelCase CustomJobSpec with identical machines in two pools.
 
@@ -90,12 +91,14 @@ def build_job_spec(
   """
   if num_workers < 1:
     raise errors.UserError(
-        f"num_workers counts the chief too, so it must be at least 1, not "
-        f"{num_workers}.")
+      f"num_workers counts the chief too, so it must be at least 1, not "
+      f"{num_workers}."
+    )
   if base_output_dir:
     if not base_output_dir.startswith("gs://"):
-      raise errors.UserError(f"base_output_dir must be a gs:// url, not "
-                             f"{base_output_dir}.")
+      raise errors.UserError(
+        f"base_output_dir must be a gs:// url, not {base_output_dir}."
+      )
     storage.check_url(base_output_dir)
   if accelerator_type and accelerator_count is None:
     accelerator_count = _gpus_in_machine_type(machine_type) or 1
@@ -111,9 +114,9 @@ def build_job_spec(
     if trainer_args:
       container_spec["args"] = list(trainer_args)
     return {
-        "replicaCount": replica_count,
-        "machineSpec": machine_spec,
-        "containerSpec": container_spec,
+      "replicaCount": replica_count,
+      "machineSpec": machine_spec,
+      "containerSpec": container_spec,
     }
 
   spec: dict[str, Any] = {"workerPoolSpecs": [pool(1)]}
@@ -160,8 +163,9 @@ def validate_job_spec(spec: Any) -> "aiplatform_v1.CustomJobSpec":
     prefix = message.base_output_directory.output_uri_prefix
     if not prefix.startswith("gs://"):
       raise errors.UserError(
-          f"baseOutputDirectory.outputUriPrefix must be a gs:// URI, not "
-          f"{prefix!r}.")
+        f"baseOutputDirectory.outputUriPrefix must be a gs:// URI, not "
+        f"{prefix!r}."
+      )
   return aiplatform_v1.CustomJobSpec.wrap(message)
 
 
@@ -183,7 +187,8 @@ def load_job_config(path: str) -> "aiplatform_v1.CustomJobSpec":
       spec = yaml.safe_load(f)
   except OSError as e:
     raise errors.UserError(
-        f"Cannot read the job config {path}: {e.strerror}.") from None
+      f"Cannot read the job config {path}: {e.strerror}."
+    ) from None
   except yaml.YAMLError as e:
     problem = " ".join(str(e).split())
     raise errors.UserError(f"{path} is not valid YAML: {problem}.") from None
@@ -201,12 +206,12 @@ def format_job_spec(spec: Mapping[str, Any], output_format: str) -> str:
 
 
 def submit(
-    spec: Mapping[str, Any],
-    *,
-    project: str,
-    region: str,
-    display_name: str,
-    client: Any = None,
+  spec: Mapping[str, Any],
+  *,
+  project: str,
+  region: str,
+  display_name: str,
+  client: Any = None,
 ) -> str:
   """Validates `spec` and creates a Vertex AI custom job that runs it.
 
@@ -234,20 +239,25 @@ def submit(
   # Both come with google-cloud-aiplatform.
   from google.api_core import exceptions as api_exceptions  # pylint: disable=g-import-not-at-top
   from google.auth import exceptions as auth_exceptions  # pylint: disable=g-import-not-at-top
+
   try:
     if client is None:
       endpoint = f"{region}-aiplatform.googleapis.com"
       client = aiplatform_v1.JobServiceClient(
-          client_options={"api_endpoint": endpoint})
+        client_options={"api_endpoint": endpoint}
+      )
     job = client.create_custom_job(
-        parent=f"projects/{project}/locations/{region}",
-        custom_job=aiplatform_v1.CustomJob(
-            display_name=display_name, job_spec=job_spec))
+      parent=f"projects/{project}/locations/{region}",
+      custom_job=aiplatform_v1.CustomJob(
+        display_name=display_name, job_spec=job_spec
+      ),
+    )
   except auth_exceptions.DefaultCredentialsError as e:
     reason = str(e).split(". ")[0].rstrip(".")
     raise errors.UserError(
-        f"Google Cloud credentials are missing ({reason}); run gcloud auth "
-        "application-default login.") from None
+      f"Google Cloud credentials are missing ({reason}); run gcloud auth "
+      "application-default login."
+    ) from None
   except api_exceptions.ClientError as e:
     reason = e.message.rstrip(".")
     raise errors.UserError(f"Vertex AI refused the job: {reason}.") from None
@@ -259,25 +269,32 @@ def main(argv: Sequence[str] | None = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   if "--" in argv:
     split = argv.index("--")
-    argv, trainer_args = argv[:split], argv[split + 1:]
+    argv, trainer_args = argv[:split], argv[split + 1 :]
   else:
     trainer_args = []
   args = _parser().parse_args(argv)
   try:
     spec = build_job_spec(
-        image=args.image,
-        num_workers=args.num_workers,
-        machine_type=args.machine_type,
-        accelerator_type=args.accelerator_type,
-        accelerator_count=args.accelerator_count,
-        base_output_dir=args.base_output_dir,
-        restart_job_on_worker_restart=args.restart_job_on_worker_restart,
-        trainer_args=trainer_args)
+      image=args.image,
+      num_workers=args.num_workers,
+      machine_type=args.machine_type,
+      accelerator_type=args.accelerator_type,
+      accelerator_count=args.accelerator_count,
+      base_output_dir=args.base_output_dir,
+      restart_job_on_worker_restart=args.restart_job_on_worker_restart,
+      trainer_args=trainer_args,
+    )
     if args.submit:
       if not (args.project and args.region):
         raise errors.UserError("--submit needs --project and --region.")
-      print(submit(spec, project=args.project, region=args.region,
-                   display_name=args.display_name))
+      print(
+        submit(
+          spec,
+          project=args.project,
+          region=args.region,
+          display_name=args.display_name,
+        )
+      )
     else:
       validate_job_spec(spec)
       print(format_job_spec(spec, args.format), end="")
@@ -290,57 +307,81 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
   """The `ctl-vertex` command line; trainer arguments follow `--`."""
   parser = errors.ArgumentParser(
-      prog="ctl-vertex",
-      description="Build, check and optionally submit a Vertex AI custom job "
-      "that runs the trainer image on one or more machines.",
-      epilog="Arguments after -- become the trainer command line "
-      "(containerSpec.args); without them the image default CMD runs.")
+    prog="ctl-vertex",
+    description="Build, check and optionally submit a Vertex AI custom job "
+    "that runs the trainer image on one or more machines.",
+    epilog="Arguments after -- become the trainer command line "
+    "(containerSpec.args); without them the image default CMD runs.",
+  )
   parser.add_argument(
-      "--image", required=True,
-      help="Trainer image URI, e.g. us-docker.pkg.dev/PROJECT/ctl/trainer:tag.")
+    "--image",
+    required=True,
+    help="Trainer image URI, e.g. us-docker.pkg.dev/PROJECT/ctl/trainer:tag.",
+  )
   parser.add_argument(
-      "--num_workers", type=int, default=1,
-      help="Machines in the job, the chief included.")
+    "--num_workers",
+    type=int,
+    default=1,
+    help="Machines in the job, the chief included.",
+  )
   parser.add_argument(
-      "--machine_type", default="n1-standard-8",
-      help="Compute Engine machine type of every machine.")
+    "--machine_type",
+    default="n1-standard-8",
+    help="Compute Engine machine type of every machine.",
+  )
   parser.add_argument(
-      "--accelerator_type",
-      help="e.g. NVIDIA_TESLA_V100, NVIDIA_TESLA_A100, NVIDIA_H100_80GB; "
-      "omit for CPU-only machines.")
+    "--accelerator_type",
+    help="e.g. NVIDIA_TESLA_V100, NVIDIA_TESLA_A100, NVIDIA_H100_80GB; "
+    "omit for CPU-only machines.",
+  )
   parser.add_argument(
-      "--accelerator_count", type=int,
-      help="Accelerators per machine; default: what the machine type comes "
-      "with (a3-highgpu-8g: 8), else 1.")
+    "--accelerator_count",
+    type=int,
+    help="Accelerators per machine; default: what the machine type comes "
+    "with (a3-highgpu-8g: 8), else 1.",
+  )
   parser.add_argument(
-      "--base_output_dir",
-      help="gs:// directory; Vertex AI sets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR "
-      "and AIP_TENSORBOARD_LOG_DIR under it.")
+    "--base_output_dir",
+    help="gs:// directory; Vertex AI sets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR "
+    "and AIP_TENSORBOARD_LOG_DIR under it.",
+  )
   restart = parser.add_mutually_exclusive_group()
   restart.add_argument(
-      "--restart_job_on_worker_restart", action="store_true",
-      help="Restart the whole job when a worker restarts (default when "
-      "num_workers > 1).")
+    "--restart_job_on_worker_restart",
+    action="store_true",
+    help="Restart the whole job when a worker restarts (default when "
+    "num_workers > 1).",
+  )
   restart.add_argument(
-      "--norestart_job_on_worker_restart", action="store_false",
-      dest="restart_job_on_worker_restart")
+    "--norestart_job_on_worker_restart",
+    action="store_false",
+    dest="restart_job_on_worker_restart",
+  )
   parser.set_defaults(restart_job_on_worker_restart=None)
   parser.add_argument(
-      "--format", choices=("yaml", "json"), default="yaml",
-      help="How to print the spec when not submitting.")
+    "--format",
+    choices=("yaml", "json"),
+    default="yaml",
+    help="How to print the spec when not submitting.",
+  )
   parser.add_argument(
-      "--submit", action="store_true",
-      help="Create the job on Vertex AI instead of printing the spec.")
+    "--submit",
+    action="store_true",
+    help="Create the job on Vertex AI instead of printing the spec.",
+  )
   parser.add_argument("--project", help="Google Cloud project for --submit.")
   parser.add_argument("--region", help="Vertex AI region for --submit.")
   parser.add_argument(
-      "--display_name", default="ctl-trainer",
-      help="Job name shown in the console, for --submit.")
+    "--display_name",
+    default="ctl-trainer",
+    help="Job name shown in the console, for --submit.",
+  )
   return parser
 
 
 def _check_fields(
-    value: Any, descriptor: descriptor_lib.Descriptor, *, path: str) -> None:
+  value: Any, descriptor: descriptor_lib.Descriptor, *, path: str
+) -> None:
   """Rejects unknown or snake_case keys and unknown enum names, by path.
 
   `json_format.ParseDict` catches most of these too, but accepts snake_case
@@ -359,8 +400,8 @@ def _check_fields(
   where = path or "the job spec"
   if not isinstance(value, Mapping):
     raise errors.UserError(
-        f"{where} must be a mapping of field names to values, not "
-        f"{_kind(value)}.")
+      f"{where} must be a mapping of field names to values, not {_kind(value)}."
+    )
   fields = {field.json_name: field for field in descriptor.fields}
   for key, item in value.items():
     field = fields.get(key)
@@ -368,16 +409,21 @@ def _check_fields(
       raise errors.UserError(_unknown_field_sentence(key, where, descriptor))
     field_path = f"{path}.{key}" if path else key
     if field.enum_type is not None and (
-        not isinstance(item, str) or
-        item not in field.enum_type.values_by_name):
-      known = ", ".join(v.name for v in field.enum_type.values
-                        if not v.name.endswith("_UNSPECIFIED"))
+      not isinstance(item, str) or item not in field.enum_type.values_by_name
+    ):
+      known = ", ".join(
+        v.name
+        for v in field.enum_type.values
+        if not v.name.endswith("_UNSPECIFIED")
+      )
       raise errors.UserError(
-          f"{field_path} {item!r} is not a Vertex AI {field.enum_type.name}; "
-          f"use one of {known}.")
+        f"{field_path} {item!r} is not a Vertex AI {field.enum_type.name}; "
+        f"use one of {known}."
+      )
     message_type = field.message_type
     if message_type is None or message_type.full_name.startswith(
-        "google.protobuf."):
+      "google.protobuf."
+    ):
       continue  # Scalars and well-known types: ParseDict checks the values.
     if not field.is_repeated:
       _check_fields(item, message_type, path=field_path)
@@ -393,48 +439,58 @@ def _check_worker_pools(message: Any, aiplatform_v1: Any) -> None:
   pools = message.worker_pool_specs
   if not pools or not pools[0].ByteSize():
     raise errors.UserError(
-        "workerPoolSpecs[0] must describe the chief, the one machine every "
-        "job has.")
+      "workerPoolSpecs[0] must describe the chief, the one machine every "
+      "job has."
+    )
   for index, pool in enumerate(pools):
     if not pool.ByteSize():
       continue  # Vertex AI takes {} as a placeholder for an unused pool.
     where = f"workerPoolSpecs[{index}]"
     if pool.replica_count < 1:
       raise errors.UserError(
-          f"{where}.replicaCount must be at least 1, not {pool.replica_count}.")
+        f"{where}.replicaCount must be at least 1, not {pool.replica_count}."
+      )
     if index == 0 and pool.replica_count != 1:
       raise errors.UserError(
-          f"{where} is the chief and must have replicaCount 1, not "
-          f"{pool.replica_count}; put the other workers in workerPoolSpecs[1].")
+        f"{where} is the chief and must have replicaCount 1, not "
+        f"{pool.replica_count}; put the other workers in workerPoolSpecs[1]."
+      )
     if not pool.machine_spec.machine_type:
       raise errors.UserError(f"{where}.machineSpec.machineType is missing.")
-    if not (pool.container_spec.image_uri or
-            pool.python_package_spec.executor_image_uri):
+    if not (
+      pool.container_spec.image_uri
+      or pool.python_package_spec.executor_image_uri
+    ):
       raise errors.UserError(f"{where}.containerSpec.imageUri is missing.")
-    _check_accelerators(pool.machine_spec, f"{where}.machineSpec",
-                        aiplatform_v1)
+    _check_accelerators(
+      pool.machine_spec, f"{where}.machineSpec", aiplatform_v1
+    )
 
 
 def _check_accelerators(
-    machine_spec: Any, where: str, aiplatform_v1: Any) -> None:
+  machine_spec: Any, where: str, aiplatform_v1: Any
+) -> None:
   """Checks that accelerator type, count and machine type agree."""
   count = machine_spec.accelerator_count
   accelerator = aiplatform_v1.AcceleratorType(machine_spec.accelerator_type)
   if accelerator == aiplatform_v1.AcceleratorType.ACCELERATOR_TYPE_UNSPECIFIED:
     if count:
       raise errors.UserError(
-          f"{where} asks for {count} accelerators but has no acceleratorType.")
+        f"{where} asks for {count} accelerators but has no acceleratorType."
+      )
     return
   if count < 1:
     raise errors.UserError(
-        f"{where} has acceleratorType {accelerator.name} but acceleratorCount "
-        f"{count}; set acceleratorCount to at least 1.")
+      f"{where} has acceleratorType {accelerator.name} but acceleratorCount "
+      f"{count}; set acceleratorCount to at least 1."
+    )
   machine_type = machine_spec.machine_type
   gpus = _gpus_in_machine_type(machine_type)
   if gpus is not None and count != gpus:
     raise errors.UserError(
-        f"{where}: {machine_type} comes with {gpus} GPUs, so acceleratorCount "
-        f"must be {gpus}, not {count}.")
+      f"{where}: {machine_type} comes with {gpus} GPUs, so acceleratorCount "
+      f"must be {gpus}, not {count}."
+    )
 
 
 def _gpus_in_machine_type(machine_type: str) -> int | None:
@@ -444,12 +500,15 @@ def _gpus_in_machine_type(machine_type: str) -> int | None:
 
 
 def _unknown_field_sentence(
-    key: str, where: str, descriptor: descriptor_lib.Descriptor) -> str:
+  key: str, where: str, descriptor: descriptor_lib.Descriptor
+) -> str:
   """Says that `key` is not a field here, with the likely intended name."""
   snake = descriptor.fields_by_name.get(key)
   if snake is not None:
-    return (f"{where} spells {key!r} in snake_case; gcloud only accepts "
-            f"{snake.json_name!r}.")
+    return (
+      f"{where} spells {key!r} in snake_case; gcloud only accepts "
+      f"{snake.json_name!r}."
+    )
   names = sorted(field.json_name for field in descriptor.fields)
   close = difflib.get_close_matches(key, names, n=1)
   if close:
@@ -472,7 +531,8 @@ def _kind(value: Any) -> str:
   if value is None:
     return "empty"
   return {dict: "a mapping", list: "a list", str: "a string"}.get(
-      type(value), type(value).__name__)
+    type(value), type(value).__name__
+  )
 
 
 def _import_aiplatform() -> Any:
@@ -481,8 +541,9 @@ def _import_aiplatform() -> Any:
     from google.cloud import aiplatform_v1  # pylint: disable=g-import-not-at-top
   except ImportError:
     raise errors.UserError(
-        "Vertex AI support needs google-cloud-aiplatform; install the vertex "
-        "extra: pip install '.[vertex]'.") from None
+      "Vertex AI support needs google-cloud-aiplatform; install the vertex "
+      "extra: pip install '.[vertex]'."
+    ) from None
   return aiplatform_v1
 
 

@@ -32,6 +32,7 @@ so the launcher can stop a worker whose watchdog cannot run at all (a frozen
 process) and name the phase and step of a stall.
 """
 
+from collections.abc import Callable
 import contextlib
 import dataclasses
 import faulthandler
@@ -39,10 +40,11 @@ import json
 import os
 import threading
 import time
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from ctl import progress
-from ctl.errors import STALL_EXIT_CODE, UserError
+from ctl.errors import STALL_EXIT_CODE
+from ctl.errors import UserError
 
 HEARTBEAT_DIR_ENV = "CTL_HEARTBEAT_DIR"
 BACKSTOP_GRACE_SECS = 10.0
@@ -63,6 +65,7 @@ class Limits:
     floor_secs: the least an adaptive limit can be.
     factor: an adaptive limit is this times the slowest run of its phase.
   """
+
   stall_timeout_secs: float | None = None
   startup_timeout_secs: float = 900.0
   floor_secs: float = 120.0
@@ -70,11 +73,14 @@ class Limits:
 
   def validate(self) -> None:
     if self.stall_timeout_secs is not None and self.stall_timeout_secs < 0:
-      raise UserError("stall_timeout_secs must be >= 0 (0 turns the watchdog "
-                      f"off), got {self.stall_timeout_secs}.")
+      raise UserError(
+        "stall_timeout_secs must be >= 0 (0 turns the watchdog "
+        f"off), got {self.stall_timeout_secs}."
+      )
     if self.startup_timeout_secs <= 0:
-      raise UserError("startup_timeout_secs must be > 0, got "
-                      f"{self.startup_timeout_secs}.")
+      raise UserError(
+        f"startup_timeout_secs must be > 0, got {self.startup_timeout_secs}."
+      )
 
   @property
   def enabled(self) -> bool:
@@ -84,6 +90,7 @@ class Limits:
 @dataclasses.dataclass(frozen=True)
 class Stall:
   """Where a worker stalled: what `on_stall` receives."""
+
   worker: int
   phase: str
   step: int
@@ -92,10 +99,12 @@ class Stall:
   flag: str
 
   def message(self) -> str:
-    return (f"stall: worker {self.worker} made no progress for "
-            f"{self.seconds:.0f} s in {self.phase} at step {self.step} (limit "
-            f"{self.limit:g} s, {self.flag}); stacks of all threads follow; "
-            f"exiting with {STALL_EXIT_CODE}.")
+    return (
+      f"stall: worker {self.worker} made no progress for "
+      f"{self.seconds:.0f} s in {self.phase} at step {self.step} (limit "
+      f"{self.limit:g} s, {self.flag}); stacks of all threads follow; "
+      f"exiting with {STALL_EXIT_CODE}."
+    )
 
 
 class _State(NamedTuple):
@@ -109,10 +118,15 @@ class _State(NamedTuple):
 class Watchdog:
   """Ends the process when the current phase makes no progress in time."""
 
-  def __init__(self, *, limits: Limits, worker: int = 0,
-               heartbeat_dir: str | None = None,
-               on_stall: Callable[[Stall], None] | None = None,
-               poll_secs: float = 1.0):
+  def __init__(
+    self,
+    *,
+    limits: Limits,
+    worker: int = 0,
+    heartbeat_dir: str | None = None,
+    on_stall: Callable[[Stall], None] | None = None,
+    poll_secs: float = 1.0,
+  ):
     """Initializes the watchdog; `start` starts watching.
 
     Args:
@@ -128,13 +142,19 @@ class Watchdog:
     self._limits = limits
     self._worker = worker
     self._heartbeat = heartbeat_dir and os.path.join(
-        heartbeat_dir, f"worker-{worker}.json")
+      heartbeat_dir, f"worker-{worker}.json"
+    )
     self._on_stall = [on_stall] if on_stall else []
     self._poll_secs = poll_secs
     self._slowest = {}  # phase -> longest run seen.
     self._stack = []  # Phases in progress (saves nest in start-up).
-    self._state = _State(progress.STARTUP, 0, time.monotonic(),
-                         limits.startup_timeout_secs, _STARTUP_FLAG)
+    self._state = _State(
+      progress.STARTUP,
+      0,
+      time.monotonic(),
+      limits.startup_timeout_secs,
+      _STARTUP_FLAG,
+    )
     self._stop = threading.Event()
     self._thread = None
 
@@ -147,9 +167,11 @@ class Watchdog:
     if self._limits.enabled and self._thread is None:
       self._state = self._state._replace(since=time.monotonic())
       faulthandler.dump_traceback_later(
-          self._state.limit + BACKSTOP_GRACE_SECS, exit=True, file=_STDERR)
-      self._thread = threading.Thread(target=self._watch, daemon=True,
-                                      name="ctl-watchdog")
+        self._state.limit + BACKSTOP_GRACE_SECS, exit=True, file=_STDERR
+      )
+      self._thread = threading.Thread(
+        target=self._watch, daemon=True, name="ctl-watchdog"
+      )
       self._thread.start()
     return self
 
@@ -184,11 +206,15 @@ class Watchdog:
       phase = self._stack[-1] if self._stack else None
     if phase is None:  # Between phases: the controller's bookkeeping.
       first_loop_done = progress.FIRST_LOOP in self._slowest
-      limit, flag = self._steady(None) if first_loop_done else (
-          self._limits.startup_timeout_secs, _STARTUP_FLAG)
+      limit, flag = (
+        self._steady(None)
+        if first_loop_done
+        else (self._limits.startup_timeout_secs, _STARTUP_FLAG)
+      )
       phase = f"bookkeeping after {mark.phase}"
-    elif phase in _STARTUP_PHASES or (phase != progress.TRAIN_LOOP and
-                                      phase not in self._slowest):
+    elif phase in _STARTUP_PHASES or (
+      phase != progress.TRAIN_LOOP and phase not in self._slowest
+    ):
       limit, flag = self._limits.startup_timeout_secs, _STARTUP_FLAG
     else:
       limit, flag = self._steady(phase)
@@ -210,18 +236,26 @@ class Watchdog:
       if left < 0:
         self._stalled(state, waited)
       # If this thread cannot run again, the C watchdog acts instead.
-      faulthandler.dump_traceback_later(left + BACKSTOP_GRACE_SECS,
-                                        exit=True, file=_STDERR)
+      faulthandler.dump_traceback_later(
+        left + BACKSTOP_GRACE_SECS, exit=True, file=_STDERR
+      )
       if self._heartbeat and state is not written:
         self._beat(state, deadline=time.time() + left)
         written = state
 
-  def _beat(self, state: _State, *, deadline: float,
-            stalled: bool = False) -> None:
+  def _beat(
+    self, state: _State, *, deadline: float, stalled: bool = False
+  ) -> None:
     """Atomically replaces the heartbeat file; errors are not fatal."""
-    record = {"pid": os.getpid(), "worker": self._worker,
-              "phase": state.phase, "step": state.step,
-              "limit": state.limit, "deadline": deadline, "stalled": stalled}
+    record = {
+      "pid": os.getpid(),
+      "worker": self._worker,
+      "phase": state.phase,
+      "step": state.step,
+      "limit": state.limit,
+      "deadline": deadline,
+      "stalled": stalled,
+    }
     temporary = f"{self._heartbeat}.{os.getpid()}.tmp"
     try:
       with open(temporary, "w") as f:
@@ -232,8 +266,14 @@ class Watchdog:
 
   def _stalled(self, state: _State, waited: float) -> None:
     """Reports the stall and ends the process; never returns."""
-    stall = Stall(worker=self._worker, phase=state.phase, step=state.step,
-                  seconds=waited, limit=state.limit, flag=state.flag)
+    stall = Stall(
+      worker=self._worker,
+      phase=state.phase,
+      step=state.step,
+      seconds=waited,
+      limit=state.limit,
+      flag=state.flag,
+    )
     # os.write and faulthandler take no Python lock the stuck thread may hold.
     os.write(_STDERR, f"{stall.message()}\n".encode())
     faulthandler.dump_traceback(file=_STDERR, all_threads=True)
@@ -241,8 +281,9 @@ class Watchdog:
       self._beat(state, deadline=time.time(), stalled=True)
     if self._on_stall:
       hook = threading.Thread(
-          target=lambda: [_call_quietly(f, stall) for f in self._on_stall],
-          daemon=True)
+        target=lambda: [_call_quietly(f, stall) for f in self._on_stall],
+        daemon=True,
+      )
       hook.start()
       hook.join(timeout=5.0)
     os._exit(STALL_EXIT_CODE)  # pylint: disable=protected-access

@@ -69,10 +69,18 @@ CA_BUNDLE = pathlib.Path("/etc/ssl/certs/ca-certificates.crt")
 ALLOWED_WRITABLE = ("/tmp", "/var/tmp", "/run/lock", "/var/lock", "/app/runs")
 # Offline stand-ins for cassava and ResNet50 in the cluster check; later
 # flags win over the flagfile, as in tests/test_vertex_contract.py.
-OFFLINE = ("--dataset=digits", "--model=small_cnn", "--weights=none",
-           "--image_size=16", "--per_replica_batch_size=16", "--epochs=1",
-           "--steps_per_loop=11", "--log_every_steps=11",
-           "--checkpoint_every_steps=0", "--data_dir=")
+OFFLINE = (
+  "--dataset=digits",
+  "--model=small_cnn",
+  "--weights=none",
+  "--image_size=16",
+  "--per_replica_batch_size=16",
+  "--epochs=1",
+  "--steps_per_loop=11",
+  "--log_every_steps=11",
+  "--checkpoint_every_steps=0",
+  "--data_dir=",
+)
 # What Vertex AI leaves under a job's base output directory.
 VERTEX_OUTPUTS = ["checkpoints", "logs", "model", "train_summary.json"]
 
@@ -113,6 +121,7 @@ class Context:
     image_uid: The image's default user, as Vertex AI runs it.
     image_gid: Its group.
   """
+
   work: pathlib.Path
   host_uid: int
   host_gid: int
@@ -122,11 +131,19 @@ class Context:
 
 def _run(cmd, *, check=True, timeout=900, **kwargs):
   """Runs `cmd`, capturing text output; raises CheckFailed if it fails."""
-  result = subprocess.run([str(c) for c in cmd], capture_output=True,
-                          text=True, timeout=timeout, check=False, **kwargs)
+  result = subprocess.run(
+    [str(c) for c in cmd],
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+    check=False,
+    **kwargs,
+  )
   if check and result.returncode != 0:
-    raise CheckFailed(f"{' '.join(map(str, cmd[:3]))} ... exited "
-                      f"{result.returncode}: {_tail(result)}")
+    raise CheckFailed(
+      f"{' '.join(map(str, cmd[:3]))} ... exited "
+      f"{result.returncode}: {_tail(result)}"
+    )
   return result
 
 
@@ -138,16 +155,22 @@ def _tail(result, lines=15) -> str:
 def _install_packages() -> None:
   """Installs the apt packages this script needs, only those missing."""
   missing = [
-      package for package in APT_PACKAGES
-      if "install ok installed" not in _run(
-          ["dpkg-query", "-W", "-f=${Status}", package], check=False).stdout]
+    package
+    for package in APT_PACKAGES
+    if "install ok installed"
+    not in _run(
+      ["dpkg-query", "-W", "-f=${Status}", package], check=False
+    ).stdout
+  ]
   if not missing:
     return
   print(f"apt-get install {' '.join(missing)}", flush=True)
   env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
   _run(["apt-get", "update", "-qq"], env=env)
-  _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends",
-        *missing], env=env)
+  _run(
+    ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+    env=env,
+  )
 
 
 def _configure(workdir: pathlib.Path) -> None:
@@ -166,8 +189,9 @@ def _image_exists(image: str) -> bool:
 
 
 def _image_size(image: str) -> int:
-  return int(_run(["podman", "image", "inspect", "--format", "{{.Size}}",
-                   image]).stdout)
+  return int(
+    _run(["podman", "image", "inspect", "--format", "{{.Size}}", image]).stdout
+  )
 
 
 def _make_base(mirror: str) -> None:
@@ -175,16 +199,29 @@ def _make_base(mirror: str) -> None:
   container = _run(["buildah", "from", "scratch"]).stdout.strip()
   try:
     root = pathlib.Path(_run(["buildah", "mount", container]).stdout.strip())
-    _run(["debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}",
-          "bookworm", root, mirror], timeout=1800)
+    _run(
+      [
+        "debootstrap",
+        "--variant=minbase",
+        f"--include={BASE_PACKAGES}",
+        "bookworm",
+        root,
+        mirror,
+      ],
+      timeout=1800,
+    )
     for cache in ("var/lib/apt/lists", "var/cache/apt/archives"):
       shutil.rmtree(root / cache, ignore_errors=True)
     path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     config = ["--env", f"PATH={path}", "--cmd", "/bin/bash"]
     if CA_BUNDLE.is_file():
       shutil.copyfile(CA_BUNDLE, root / CA_BUNDLE.relative_to("/"))
-      config += ["--env", f"PIP_CERT={CA_BUNDLE}",
-                 "--env", f"SSL_CERT_FILE={CA_BUNDLE}"]
+      config += [
+        "--env",
+        f"PIP_CERT={CA_BUNDLE}",
+        "--env",
+        f"SSL_CERT_FILE={CA_BUNDLE}",
+      ]
     _run(["buildah", "umount", container])
     _run(["buildah", "config", *config, container])
     _run(["buildah", "commit", "--rm", container, BASE_IMAGE])
@@ -195,9 +232,19 @@ def _make_base(mirror: str) -> None:
 
 def _build(context: pathlib.Path, tag: str) -> str:
   """Builds the Dockerfile in `context` with the stand-in base; the log."""
-  result = _run(["podman", "build", "--layers",
-                 "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "-t", tag,
-                 context], timeout=3600)
+  result = _run(
+    [
+      "podman",
+      "build",
+      "--layers",
+      "--build-arg",
+      f"BASE_IMAGE={BASE_IMAGE}",
+      "-t",
+      tag,
+      context,
+    ],
+    timeout=3600,
+  )
   return result.stdout + result.stderr
 
 
@@ -213,8 +260,10 @@ def _dependency_layer_reused(build_log: str) -> bool:
 def _code_change_context(workdir: pathlib.Path) -> pathlib.Path:
   """A copy of the build context with one Python file changed."""
   context = workdir / "context"
-  files = _run(["git", "ls-files", "-z", "--cached", "--others",
-                "--exclude-standard"], cwd=REPO).stdout.split("\0")
+  files = _run(
+    ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+    cwd=REPO,
+  ).stdout.split("\0")
   for name in filter(None, files):
     source = REPO / name
     if source.is_file() and not source.is_symlink():
@@ -228,15 +277,29 @@ def _code_change_context(workdir: pathlib.Path) -> pathlib.Path:
 
 def _podman_run(name, args, *, timeout=900, **options):
   """`podman run --rm` of the image to its end; returns the process."""
-  return _run(_podman_run_command(name, args, **options), check=False,
-              timeout=timeout)
+  return _run(
+    _podman_run_command(name, args, **options), check=False, timeout=timeout
+  )
 
 
-def _podman_run_command(name, args, *, user=None, volumes=(), env=None,
-                        network="none", entrypoint=None) -> list[str]:
+def _podman_run_command(
+  name,
+  args,
+  *,
+  user=None,
+  volumes=(),
+  env=None,
+  network="none",
+  entrypoint=None,
+) -> list[str]:
   """The `podman run --rm` command line; no network unless asked for."""
-  command = ["podman", "run", "--rm", f"--name={CONTAINER_PREFIX}{name}",
-             f"--network={network}"]
+  command = [
+    "podman",
+    "run",
+    "--rm",
+    f"--name={CONTAINER_PREFIX}{name}",
+    f"--network={network}",
+  ]
   if user:
     command.append(f"--user={user}")
   if entrypoint:
@@ -282,60 +345,85 @@ def check_quickstart(ctx: Context) -> str:
   _expect(ctx.host_uid != 0, "the host user for --user must not be root")
   out = _owned_dir(ctx.work / "quickstart", ctx.host_uid, ctx.host_gid)
   result = _podman_run(
-      "quickstart", ["--flagfile=configs/quickstart.cfg",
-                     "--model_dir=/out/quickstart"],
-      user=f"{ctx.host_uid}:{ctx.host_gid}", volumes=[(out, "/out")])
-  _expect(result.returncode == 0,
-          f"exit {result.returncode}: {_tail(result)}")
+    "quickstart",
+    ["--flagfile=configs/quickstart.cfg", "--model_dir=/out/quickstart"],
+    user=f"{ctx.host_uid}:{ctx.host_gid}",
+    volumes=[(out, "/out")],
+  )
+  _expect(result.returncode == 0, f"exit {result.returncode}: {_tail(result)}")
   model_dir = out / "quickstart"
   steps = _train_steps("configs/quickstart.cfg")
-  _expect(_summary(model_dir)["final_step"] == steps,
-          f"train_summary.json does not end at step {steps}")
-  _expect(sorted(p.name for p in model_dir.iterdir()) == [
-      "checkpoints", "saved_model", "tensorboard", "train_summary.json"],
-          f"unexpected outputs {sorted(os.listdir(model_dir))}")
+  _expect(
+    _summary(model_dir)["final_step"] == steps,
+    f"train_summary.json does not end at step {steps}",
+  )
+  _expect(
+    sorted(p.name for p in model_dir.iterdir())
+    == ["checkpoints", "saved_model", "tensorboard", "train_summary.json"],
+    f"unexpected outputs {sorted(os.listdir(model_dir))}",
+  )
   owners = _owners(out)
-  _expect(owners == {(ctx.host_uid, ctx.host_gid)},
-          f"outputs owned by {owners}, not {ctx.host_uid}:{ctx.host_gid}")
-  return (f"uid {ctx.host_uid} trained to step {steps}; every output owned by "
-          f"{ctx.host_uid}:{ctx.host_gid}")
+  _expect(
+    owners == {(ctx.host_uid, ctx.host_gid)},
+    f"outputs owned by {owners}, not {ctx.host_uid}:{ctx.host_gid}",
+  )
+  return (
+    f"uid {ctx.host_uid} trained to step {steps}; every output owned by "
+    f"{ctx.host_uid}:{ctx.host_gid}"
+  )
 
 
 def check_stop_and_resume(ctx: Context) -> str:
   """Check 2: `podman stop` mid-training, then the same `podman run`."""
   out = _owned_dir(ctx.work / "stop", ctx.image_uid, ctx.image_gid)
   command = _podman_run_command(
-      "stop", ["--flagfile=configs/quickstart.cfg", "--model_dir=/out/run"],
-      volumes=[(out, "/out")])
+    "stop",
+    ["--flagfile=configs/quickstart.cfg", "--model_dir=/out/run"],
+    volumes=[(out, "/out")],
+  )
   steps = _train_steps("configs/quickstart.cfg")
   log = []
-  with subprocess.Popen(command, stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT, text=True) as process:
+  with subprocess.Popen(
+    command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+  ) as process:
     for line in process.stdout:
       log.append(line)
       if re.search(rf"\] step \d+/{steps} ", line):
-        _run(["podman", "stop", "--time=120", f"{CONTAINER_PREFIX}stop"],
-             check=False)
+        _run(
+          ["podman", "stop", "--time=120", f"{CONTAINER_PREFIX}stop"],
+          check=False,
+        )
         break
     log.extend(process.stdout)
     code = process.wait(timeout=300)
-  _expect(code == 143, f"podman stop: exit {code}, not 143: "
-          f"{''.join(log[-10:])}")
+  _expect(
+    code == 143, f"podman stop: exit {code}, not 143: {''.join(log[-10:])}"
+  )
   stopped = re.search(r"checkpoint at step (\d+)", "".join(log))
   _expect(stopped is not None, "no 'saving the checkpoint at step' line")
   step = int(stopped.group(1))
   state = (out / "run" / "checkpoints" / "checkpoint").read_text()
-  _expect(f'model_checkpoint_path: "ckpt-{step}"' in state,
-          f"the newest checkpoint is not ckpt-{step}: {state!r}")
+  _expect(
+    f'model_checkpoint_path: "ckpt-{step}"' in state,
+    f"the newest checkpoint is not ckpt-{step}: {state!r}",
+  )
   resumed = _run(command, check=False)
-  _expect(resumed.returncode == 0,
-          f"the same podman run: exit {resumed.returncode}: {_tail(resumed)}")
-  _expect(f"Restored step {step} from" in resumed.stdout + resumed.stderr,
-          f"the second run did not restore step {step}")
-  _expect(_summary(out / "run")["final_step"] == steps,
-          f"the resumed run did not reach step {steps}")
-  return (f"exit 143 with ckpt-{step} saved; the same podman run restored "
-          f"step {step} and finished at {steps}")
+  _expect(
+    resumed.returncode == 0,
+    f"the same podman run: exit {resumed.returncode}: {_tail(resumed)}",
+  )
+  _expect(
+    f"Restored step {step} from" in resumed.stdout + resumed.stderr,
+    f"the second run did not restore step {step}",
+  )
+  _expect(
+    _summary(out / "run")["final_step"] == steps,
+    f"the resumed run did not reach step {steps}",
+  )
+  return (
+    f"exit 143 with ckpt-{step} saved; the same podman run restored "
+    f"step {step} and finished at {steps}"
+  )
 
 
 def _free_ports(count: int) -> list[int]:
@@ -350,28 +438,38 @@ def _vertex_env(spec, pool_index, bucket_prefix, ports) -> dict:
   """What Vertex AI sets in the container of pool `pool_index`, replica 0."""
   prefix = spec["baseOutputDirectory"]["outputUriPrefix"].rstrip("/")
   env = testing.vertex_output_env(prefix)
-  _expect(prefix.startswith(bucket_prefix),
-          f"{prefix} is not in {bucket_prefix}")
+  _expect(
+    prefix.startswith(bucket_prefix), f"{prefix} is not in {bucket_prefix}"
+  )
   pools = spec["workerPoolSpecs"]
   if len(pools) > 1:
-    hosts = [f"localhost:{port}" for port in ports[:len(pools)]]
+    hosts = [f"localhost:{port}" for port in ports[: len(pools)]]
     task_type = "chief" if pool_index == 0 else "worker"
-    tf_config = {"cluster": {"chief": hosts[:1], "worker": hosts[1:]},
-                 "task": {"type": task_type, "index": 0},
-                 "environment": "cloud", "job": json.dumps(spec)}
-    cluster_spec = {"cluster": {f"workerpool{i}": [host]
-                                for i, host in enumerate(hosts)},
-                    "task": {"type": f"workerpool{pool_index}", "index": 0},
-                    "environment": "cloud", "job": spec}
-    env.update(TF_CONFIG=json.dumps(tf_config),
-               CLUSTER_SPEC=json.dumps(cluster_spec))
+    tf_config = {
+      "cluster": {"chief": hosts[:1], "worker": hosts[1:]},
+      "task": {"type": task_type, "index": 0},
+      "environment": "cloud",
+      "job": json.dumps(spec),
+    }
+    cluster_spec = {
+      "cluster": {f"workerpool{i}": [host] for i, host in enumerate(hosts)},
+      "task": {"type": f"workerpool{pool_index}", "index": 0},
+      "environment": "cloud",
+      "job": spec,
+    }
+    env.update(
+      TF_CONFIG=json.dumps(tf_config), CLUSTER_SPEC=json.dumps(cluster_spec)
+    )
   return env
 
 
 def _vertex_specs() -> dict:
   import yaml  # pylint: disable=g-import-not-at-top  # python3-yaml, step 1.
-  return {path.name: yaml.safe_load(path.read_text())
-          for path in sorted((REPO / "configs" / "vertex").glob("*.yaml"))}
+
+  return {
+    path.name: yaml.safe_load(path.read_text())
+    for path in sorted((REPO / "configs" / "vertex").glob("*.yaml"))
+  }
 
 
 def check_cluster(ctx: Context) -> str:
@@ -384,32 +482,52 @@ def check_cluster(ctx: Context) -> str:
   for index, pool in enumerate(spec["workerPoolSpecs"]):
     env = _vertex_env(spec, index, "gs://BUCKET/", ports)
     command = _podman_run_command(
-        f"pool{index}", [*pool["containerSpec"]["args"], *OFFLINE],
-        volumes=[(bucket, "/gcs/BUCKET")], env=env, network="host")
-    processes.append(subprocess.Popen(command, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
+      f"pool{index}",
+      [*pool["containerSpec"]["args"], *OFFLINE],
+      volumes=[(bucket, "/gcs/BUCKET")],
+      env=env,
+      network="host",
+    )
+    processes.append(
+      subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+      )
+    )
   for index, process in enumerate(processes):
     output, _ = process.communicate(timeout=900)
-    _expect(process.returncode == 0,
-            f"pool {index} exited {process.returncode}: "
-            f"{output.strip()[-1500:]}")
+    _expect(
+      process.returncode == 0,
+      f"pool {index} exited {process.returncode}: {output.strip()[-1500:]}",
+    )
   base = spec["baseOutputDirectory"]["outputUriPrefix"].replace(
-      "gs://BUCKET/", "")
-  everything = sorted(str(p.relative_to(bucket)) for p in bucket.rglob("*")
-                      if p.is_file())
+    "gs://BUCKET/", ""
+  )
+  everything = sorted(
+    str(p.relative_to(bucket)) for p in bucket.rglob("*") if p.is_file()
+  )
   outside = [p for p in everything if not p.startswith(base + "/")]
   _expect(not outside, f"files outside {base}/: {outside}")
   job_dir = bucket / base
-  _expect(sorted(os.listdir(job_dir)) == VERTEX_OUTPUTS,
-          f"{base}/ holds {sorted(os.listdir(job_dir))}")
-  _expect("checkpoint" in os.listdir(job_dir / "checkpoints"),
-          "no checkpoint state file")
-  _expect("saved_model.pb" in os.listdir(job_dir / "model"),
-          "no SavedModel in AIP_MODEL_DIR")
-  _expect(any("tfevents" in f for f in os.listdir(job_dir / "logs")),
-          "no TensorBoard events in AIP_TENSORBOARD_LOG_DIR")
-  return (f"{name}: chief + worker finished; {len(everything)} files, all "
-          f"in gs://BUCKET/{base}/{{{','.join(VERTEX_OUTPUTS)}}}")
+  _expect(
+    sorted(os.listdir(job_dir)) == VERTEX_OUTPUTS,
+    f"{base}/ holds {sorted(os.listdir(job_dir))}",
+  )
+  _expect(
+    "checkpoint" in os.listdir(job_dir / "checkpoints"),
+    "no checkpoint state file",
+  )
+  _expect(
+    "saved_model.pb" in os.listdir(job_dir / "model"),
+    "no SavedModel in AIP_MODEL_DIR",
+  )
+  _expect(
+    any("tfevents" in f for f in os.listdir(job_dir / "logs")),
+    "no TensorBoard events in AIP_TENSORBOARD_LOG_DIR",
+  )
+  return (
+    f"{name}: chief + worker finished; {len(everything)} files, all "
+    f"in gs://BUCKET/{base}/{{{','.join(VERTEX_OUTPUTS)}}}"
+  )
 
 
 def check_vertex_args(ctx: Context) -> str:
@@ -421,19 +539,26 @@ def check_vertex_args(ctx: Context) -> str:
     for index, pool in enumerate(spec["workerPoolSpecs"]):
       env = _vertex_env(spec, index, "gs://BUCKET/", ports)
       result = _podman_run(
-          "dry-run", [*pool["containerSpec"]["args"], "--dry_run"],
-          volumes=[(bucket, "/gcs/BUCKET")], env=env)
-      _expect(result.returncode == 0,
-              f"{name} pool {index}: exit {result.returncode}: "
-              f"{_tail(result)}")
+        "dry-run",
+        [*pool["containerSpec"]["args"], "--dry_run"],
+        volumes=[(bucket, "/gcs/BUCKET")],
+        env=env,
+      )
+      _expect(
+        result.returncode == 0,
+        f"{name} pool {index}: exit {result.returncode}: {_tail(result)}",
+      )
       described = json.loads(result.stdout)
-      _expect(described["output_dirs"]["export_dir"] + "/" ==
-              env["AIP_MODEL_DIR"],
-              f"{name} pool {index}: export_dir is not AIP_MODEL_DIR")
+      _expect(
+        described["output_dirs"]["export_dir"] + "/" == env["AIP_MODEL_DIR"],
+        f"{name} pool {index}: export_dir is not AIP_MODEL_DIR",
+      )
       runs += 1
   _expect(not any(bucket.iterdir()), "a --dry_run wrote to the bucket")
-  return (f"{runs} pools in {len(_vertex_specs())} configs accepted; output "
-          "dirs resolved to the AIP_* directories; nothing written")
+  return (
+    f"{runs} pools in {len(_vertex_specs())} configs accepted; output "
+    "dirs resolved to the AIP_* directories; nothing written"
+  )
 
 
 def _outside(args) -> subprocess.CompletedProcess | None:
@@ -441,8 +566,12 @@ def _outside(args) -> subprocess.CompletedProcess | None:
   python = REPO / ".venv" / "bin" / "python"
   if not python.exists():
     return None
-  return _run([python, "-m", "trainer.task", *args], check=False, cwd=REPO,
-              env=dict(os.environ, PYTHONPATH=str(REPO)))
+  return _run(
+    [python, "-m", "trainer.task", *args],
+    check=False,
+    cwd=REPO,
+    env=dict(os.environ, PYTHONPATH=str(REPO)),
+  )
 
 
 def check_help_and_bad_flag(ctx: Context) -> str:
@@ -450,60 +579,89 @@ def check_help_and_bad_flag(ctx: Context) -> str:
   del ctx  # Nothing is mounted or written.
   bad = _podman_run("bad-flag", ["--no_such_flag=1"])
   lines = bad.stderr.strip().splitlines()
-  _expect(bad.returncode == 2 and len(lines) == 1 and not bad.stdout and
-          lines[0].startswith("error: "),
-          f"a bad flag: exit {bad.returncode}, stderr {lines}")
+  _expect(
+    bad.returncode == 2
+    and len(lines) == 1
+    and not bad.stdout
+    and lines[0].startswith("error: "),
+    f"a bad flag: exit {bad.returncode}, stderr {lines}",
+  )
   usage = _podman_run("help", ["--help"])
-  _expect("--model_dir" in usage.stdout and not usage.stderr,
-          f"--help: exit {usage.returncode}, no usage on stdout")
+  _expect(
+    "--model_dir" in usage.stdout and not usage.stderr,
+    f"--help: exit {usage.returncode}, no usage on stdout",
+  )
   compared = "outside: not run (no .venv)"
-  outside_bad, outside_usage = _outside(["--no_such_flag=1"]), _outside(
-      ["--help"])
+  outside_bad, outside_usage = (
+    _outside(["--no_such_flag=1"]),
+    _outside(["--help"]),
+  )
   if outside_bad and outside_usage:
-    _expect((outside_bad.returncode, outside_bad.stderr) ==
-            (bad.returncode, bad.stderr), "a bad flag answers differently")
-    _expect(outside_usage.returncode == usage.returncode and
-            outside_usage.stdout.replace(str(REPO), "/app") == usage.stdout,
-            "--help answers differently")
+    _expect(
+      (outside_bad.returncode, outside_bad.stderr)
+      == (bad.returncode, bad.stderr),
+      "a bad flag answers differently",
+    )
+    _expect(
+      outside_usage.returncode == usage.returncode
+      and outside_usage.stdout.replace(str(REPO), "/app") == usage.stdout,
+      "--help answers differently",
+    )
     compared = "identical to outside"
-  return (f"bad flag: exit 2, {lines[0]!r}; --help: usage on stdout, exit "
-          f"{usage.returncode}; {compared}")
+  return (
+    f"bad flag: exit 2, {lines[0]!r}; --help: usage on stdout, exit "
+    f"{usage.returncode}; {compared}"
+  )
 
 
 def check_writable(ctx: Context) -> str:
   """Check 6: what the image's default user can write."""
   uid = ctx.image_uid
   _expect(uid != 0, "the image's default user is root")
-  find = ("find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) "
-          "-prune -o -writable -print 2>/dev/null; echo HOME=$HOME")
+  find = (
+    "find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) "
+    "-prune -o -writable -print 2>/dev/null; echo HOME=$HOME"
+  )
   result = _podman_run("writable", ["-c", find], entrypoint="sh")
   lines = result.stdout.split()
-  home = lines.pop()[len("HOME="):]
+  home = lines.pop()[len("HOME=") :]
   allowed = (*ALLOWED_WRITABLE, home)
-  extra = [p for p in lines if not any(p == a or p.startswith(a + "/")
-                                       for a in allowed)]
+  extra = [
+    p
+    for p in lines
+    if not any(p == a or p.startswith(a + "/") for a in allowed)
+  ]
   _expect(not extra, f"writable by uid {uid}: {extra[:20]}")
-  return (f"default user uid {uid}; writable only: {', '.join(allowed)}")
+  return f"default user uid {uid}; writable only: {', '.join(allowed)}"
 
 
 CHECKS = (
-    ("quickstart as a non-root user, outputs owned by the host user",
-     check_quickstart),
-    ("podman stop -> 143 at the agreed step; the same run resumes",
-     check_stop_and_resume),
-    ("2-worker Vertex-shaped cluster writes only to AIP_* directories",
-     check_cluster),
-    ("configs/vertex/*.yaml args accepted (--dry_run)", check_vertex_args),
-    ("--help and a bad flag as outside", check_help_and_bad_flag),
-    ("no file outside the app's directories writable by its user",
-     check_writable),
+  (
+    "quickstart as a non-root user, outputs owned by the host user",
+    check_quickstart,
+  ),
+  (
+    "podman stop -> 143 at the agreed step; the same run resumes",
+    check_stop_and_resume,
+  ),
+  (
+    "2-worker Vertex-shaped cluster writes only to AIP_* directories",
+    check_cluster,
+  ),
+  ("configs/vertex/*.yaml args accepted (--dry_run)", check_vertex_args),
+  ("--help and a bad flag as outside", check_help_and_bad_flag),
+  (
+    "no file outside the app's directories writable by its user",
+    check_writable,
+  ),
 )
 
 
 def _cleanup(workdir: pathlib.Path) -> None:
   """Removes this run's containers, images, store and outputs."""
-  names = _run(["podman", "ps", "-a", "--format", "{{.Names}}"],
-               check=False).stdout.split()
+  names = _run(
+    ["podman", "ps", "-a", "--format", "{{.Names}}"], check=False
+  ).stdout.split()
   ours = [n for n in names if n.startswith(CONTAINER_PREFIX)]
   if ours:
     _run(["podman", "rm", "--force", *ours], check=False)
@@ -515,17 +673,29 @@ def _cleanup(workdir: pathlib.Path) -> None:
 
 def _parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--keep", action="store_true",
-                      help="keep the images, the store and the outputs")
-  parser.add_argument("--workdir", type=pathlib.Path,
-                      default=pathlib.Path("/var/tmp/ctl-container-check"),
-                      help="configuration, image store and outputs")
-  parser.add_argument("--mirror", default="http://deb.debian.org/debian",
-                      help="Debian mirror for the stand-in base")
   parser.add_argument(
-      "--host_user", type=_uid_gid, default=None,
-      help="UID:GID that owns check 1's outputs (default: the sudo user, "
-      "else 1234:1234, a uid the image does not know)")
+    "--keep",
+    action="store_true",
+    help="keep the images, the store and the outputs",
+  )
+  parser.add_argument(
+    "--workdir",
+    type=pathlib.Path,
+    default=pathlib.Path("/var/tmp/ctl-container-check"),
+    help="configuration, image store and outputs",
+  )
+  parser.add_argument(
+    "--mirror",
+    default="http://deb.debian.org/debian",
+    help="Debian mirror for the stand-in base",
+  )
+  parser.add_argument(
+    "--host_user",
+    type=_uid_gid,
+    default=None,
+    help="UID:GID that owns check 1's outputs (default: the sudo user, "
+    "else 1234:1234, a uid the image does not know)",
+  )
   return parser.parse_args(argv)
 
 
@@ -555,17 +725,22 @@ def _seconds(start: float) -> str:
 def main(argv=None) -> int:
   args = _parse_args(argv)
   if os.geteuid() != 0:
-    print("error: run as root (podman and buildah without a daemon, as root"
-          "); e.g. sudo make container-check.", file=sys.stderr)
+    print(
+      "error: run as root (podman and buildah without a daemon, as root"
+      "); e.g. sudo make container-check.",
+      file=sys.stderr,
+    )
     return 2
   host_uid, host_gid = _host_user(args.host_user)
   started = time.monotonic()
   _install_packages()
   _configure(args.workdir)
-  versions = "; ".join(_run([tool, "--version"]).stdout.strip()
-                       for tool in ("podman", "buildah"))
-  print(f"{versions}; runc, cgroupfs, overlay store in {args.workdir}",
-        flush=True)
+  versions = "; ".join(
+    _run([tool, "--version"]).stdout.strip() for tool in ("podman", "buildah")
+  )
+  print(
+    f"{versions}; runc, cgroupfs, overlay store in {args.workdir}", flush=True
+  )
   work = args.workdir / "checks"
   shutil.rmtree(work, ignore_errors=True)
   work.mkdir()
@@ -575,33 +750,53 @@ def main(argv=None) -> int:
     kept = _image_exists(BASE_IMAGE)
     if not kept:
       _make_base(args.mirror)
-    print(f"stand-in base {BASE_IMAGE}: "
-          f"{'kept from a --keep run' if kept else _seconds(start)}, "
-          f"{_image_size(BASE_IMAGE) / 1e6:.0f} MB", flush=True)
+    print(
+      f"stand-in base {BASE_IMAGE}: "
+      f"{'kept from a --keep run' if kept else _seconds(start)}, "
+      f"{_image_size(BASE_IMAGE) / 1e6:.0f} MB",
+      flush=True,
+    )
     start = time.monotonic()
     _build(REPO, IMAGE)
-    print(f"image build {IMAGE} (only BASE_IMAGE differs): "
-          f"{_seconds(start)}, {_image_size(IMAGE) / 1e9:.2f} GB", flush=True)
+    print(
+      f"image build {IMAGE} (only BASE_IMAGE differs): "
+      f"{_seconds(start)}, {_image_size(IMAGE) / 1e9:.2f} GB",
+      flush=True,
+    )
     context = _code_change_context(args.workdir)
     start = time.monotonic()
     log = _build(context, REBUILT_IMAGE)
     reused = _dependency_layer_reused(log)
-    print(f"rebuild after a code-only change: {_seconds(start)}, dependency "
-          f"layer {'reused' if reused else 'REINSTALLED'}", flush=True)
+    print(
+      f"rebuild after a code-only change: {_seconds(start)}, dependency "
+      f"layer {'reused' if reused else 'REINSTALLED'}",
+      flush=True,
+    )
     _run(["podman", "rmi", REBUILT_IMAGE])
     shutil.rmtree(context)
     failures += not reused
     image_uid, image_gid = _image_user_ids()
-    ctx = Context(work=work, host_uid=host_uid, host_gid=host_gid,
-                  image_uid=image_uid, image_gid=image_gid)
+    ctx = Context(
+      work=work,
+      host_uid=host_uid,
+      host_gid=host_gid,
+      image_uid=image_uid,
+      image_gid=image_gid,
+    )
     for number, (title, check) in enumerate(CHECKS, start=1):
       start = time.monotonic()
       try:
         detail = check(ctx)
-        print(f"PASS {number}. {title} ({_seconds(start)}): {detail}",
-              flush=True)
-      except (CheckFailed, subprocess.TimeoutExpired, OSError,
-              KeyError, ValueError) as e:
+        print(
+          f"PASS {number}. {title} ({_seconds(start)}): {detail}", flush=True
+        )
+      except (
+        CheckFailed,
+        subprocess.TimeoutExpired,
+        OSError,
+        KeyError,
+        ValueError,
+      ) as e:
         failures += 1
         print(f"FAIL {number}. {title} ({_seconds(start)}): {e}", flush=True)
   except CheckFailed as e:
@@ -609,9 +804,11 @@ def main(argv=None) -> int:
     print(f"FAIL: {e}", flush=True)
   finally:
     if args.keep:
-      print(f"kept: images {BASE_IMAGE} and {IMAGE}, store and outputs in "
-            f"{args.workdir} (CONTAINERS_CONF, CONTAINERS_STORAGE_CONF "
-            "there)")
+      print(
+        f"kept: images {BASE_IMAGE} and {IMAGE}, store and outputs in "
+        f"{args.workdir} (CONTAINERS_CONF, CONTAINERS_STORAGE_CONF "
+        "there)"
+      )
     else:
       _cleanup(args.workdir)
   verdict = "all checks passed" if not failures else f"{failures} failed"

@@ -30,12 +30,19 @@ import urllib.request
 from absl import app
 from absl import flags
 
-flags.DEFINE_string("logdir", "runs/quickstart/tensorboard", "The run's "
-                    "TensorBoard directory.")
-flags.DEFINE_string("out", "docs/tensorboard.png", "Where the PNG goes; "
-                    "what was drawn goes to the same path with .json.")
-flags.DEFINE_string("tag_filter", "^(loss|accuracy)$", "Show the cards whose "
-                    "tag matches this regex (the page's filter box).")
+flags.DEFINE_string(
+  "logdir", "runs/quickstart/tensorboard", "The run's TensorBoard directory."
+)
+flags.DEFINE_string(
+  "out",
+  "docs/tensorboard.png",
+  "Where the PNG goes; what was drawn goes to the same path with .json.",
+)
+flags.DEFINE_string(
+  "tag_filter",
+  "^(loss|accuracy)$",
+  "Show the cards whose tag matches this regex (the page's filter box).",
+)
 flags.DEFINE_integer("width", 1400, "Browser window width.")
 flags.DEFINE_integer("height", 760, "Browser window height.")
 flags.DEFINE_integer("timeout_secs", 180, "Give up after this long.")
@@ -46,11 +53,17 @@ BROWSER = "chromium"
 DRIVER = "chromedriver"
 # Headless Chromium as root in a container: no sandbox, no GPU, and nothing
 # that reaches outside the machine.
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu",
-                  "--disable-quic", "--no-first-run",
-                  "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync",
-                  "--hide-scrollbars")
+CHROMIUM_FLAGS = (
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+  "--hide-scrollbars",
+)
 RUNS = ("train", "validation")
 
 # Per line-chart card: its title and the runs whose lines it drew (by the
@@ -79,8 +92,11 @@ def _free_port() -> int:
 def _call(method: str, url: str, body=None):
   """One JSON request; returns the decoded answer (WebDriver: its value)."""
   request = urllib.request.Request(
-      url, method=method, headers={"Content-Type": "application/json"},
-      data=None if body is None else json.dumps(body).encode())
+    url,
+    method=method,
+    headers={"Content-Type": "application/json"},
+    data=None if body is None else json.dumps(body).encode(),
+  )
   with urllib.request.urlopen(request, timeout=120) as answer:
     return json.load(answer)
 
@@ -96,8 +112,9 @@ def _poll(what: str, fn, deadline: float):
     except (OSError, urllib.error.HTTPError):
       pass  # Not listening yet.
     time.sleep(1)
-  raise RuntimeError(f"{what} did not happen in {FLAGS.timeout_secs} s "
-                     f"(last answer: {last}).")
+  raise RuntimeError(
+    f"{what} did not happen in {FLAGS.timeout_secs} s (last answer: {last})."
+  )
 
 
 class _Browser:
@@ -106,30 +123,53 @@ class _Browser:
   def __init__(self, profile: str, deadline: float):
     port = _free_port()
     self._driver = subprocess.Popen(
-        [shutil.which(DRIVER), f"--port={port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+      [shutil.which(DRIVER), f"--port={port}"],
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL,
+    )
     self._url = f"http://127.0.0.1:{port}"
-    _poll("chromedriver start", lambda: _call(
-        "GET", f"{self._url}/status")["value"]["ready"], deadline)
-    options = {"binary": shutil.which(BROWSER), "args": [
-        *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-        f"--window-size={FLAGS.width},{FLAGS.height}"]}
-    self._session = self._url + "/session/" + _call(
-        "POST", f"{self._url}/session",
-        {"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": options}}})["value"]["sessionId"]
+    _poll(
+      "chromedriver start",
+      lambda: _call("GET", f"{self._url}/status")["value"]["ready"],
+      deadline,
+    )
+    options = {
+      "binary": shutil.which(BROWSER),
+      "args": [
+        *CHROMIUM_FLAGS,
+        f"--user-data-dir={profile}",
+        f"--window-size={FLAGS.width},{FLAGS.height}",
+      ],
+    }
+    self._session = (
+      self._url
+      + "/session/"
+      + _call(
+        "POST",
+        f"{self._url}/session",
+        {
+          "capabilities": {
+            "alwaysMatch": {
+              "browserName": "chrome",
+              "goog:chromeOptions": options,
+            }
+          }
+        },
+      )["value"]["sessionId"]
+    )
 
   def go(self, url: str) -> None:
     _call("POST", f"{self._session}/url", {"url": url})
 
   def run(self, script: str):
-    return _call("POST", f"{self._session}/execute/sync",
-                 {"script": script, "args": []})["value"]
+    return _call(
+      "POST", f"{self._session}/execute/sync", {"script": script, "args": []}
+    )["value"]
 
   def screenshot(self) -> bytes:
-    return base64.b64decode(_call("GET", f"{self._session}/screenshot")
-                            ["value"])
+    return base64.b64decode(
+      _call("GET", f"{self._session}/screenshot")["value"]
+    )
 
   def close(self) -> None:
     try:
@@ -145,29 +185,52 @@ def screenshot(logdir: str, out: str) -> list[dict]:
   port = _free_port()
   board_url = f"http://127.0.0.1:{port}"
   board = subprocess.Popen(
-      [sys.executable, "-m", "tensorboard.main", f"--logdir={logdir}",
-       "--host=127.0.0.1", f"--port={port}"],
-      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    [
+      sys.executable,
+      "-m",
+      "tensorboard.main",
+      f"--logdir={logdir}",
+      "--host=127.0.0.1",
+      f"--port={port}",
+    ],
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+  )
   try:
-    _poll(f"TensorBoard listing the runs {RUNS}",
-          lambda: set(RUNS) <= set(_call("GET", f"{board_url}/data/runs")),
-          deadline)
+    _poll(
+      f"TensorBoard listing the runs {RUNS}",
+      lambda: set(RUNS) <= set(_call("GET", f"{board_url}/data/runs")),
+      deadline,
+    )
     with tempfile.TemporaryDirectory() as profile:
       browser = _Browser(profile, deadline)
       try:
         # forceSVG: headless Chromium has no WebGL, TensorBoard's default
         # line renderer.
-        browser.go(f"{board_url}/?darkMode=false&forceSVG=true&tagFilter="
-                   f"{urllib.parse.quote(FLAGS.tag_filter)}#timeseries")
-        browser.run("const close = document.querySelector("
-                    "'[aria-label=\"Close side pane\"]');"
-                    "if (close) close.click();")
+        browser.go(
+          f"{board_url}/?darkMode=false&forceSVG=true&tagFilter="
+          f"{urllib.parse.quote(FLAGS.tag_filter)}#timeseries"
+        )
+        browser.run(
+          "const close = document.querySelector("
+          "'[aria-label=\"Close side pane\"]');"
+          "if (close) close.click();"
+        )
         cards = _poll(
-            "every card drawing the train and validation lines",
-            lambda: (lambda cards: cards if cards and all(
+          "every card drawing the train and validation lines",
+          lambda: (
+            lambda cards: (
+              cards
+              if cards
+              and all(
                 c["colors"] >= len(RUNS) and len(c["runs"]) == len(RUNS)
-                for c in cards) else None)(browser.run(_CARDS_JS)),
-            deadline)
+                for c in cards
+              )
+              else None
+            )
+          )(browser.run(_CARDS_JS)),
+          deadline,
+        )
         time.sleep(1)  # Let the last frame settle.
         with open(out, "wb") as f:
           f.write(browser.screenshot())
@@ -183,12 +246,17 @@ def main(argv):
   del argv
   missing = [name for name in (BROWSER, DRIVER) if not shutil.which(name)]
   if missing:
-    print(f"error: {' and '.join(missing)} not found; install Debian's: "
-          "apt-get install -y chromium chromium-driver.", file=sys.stderr)
+    print(
+      f"error: {' and '.join(missing)} not found; install Debian's: "
+      "apt-get install -y chromium chromium-driver.",
+      file=sys.stderr,
+    )
     sys.exit(2)
   if not os.path.isdir(FLAGS.logdir):
-    print(f"error: {FLAGS.logdir} is not a directory; train first (make "
-          "demo).", file=sys.stderr)
+    print(
+      f"error: {FLAGS.logdir} is not a directory; train first (make demo).",
+      file=sys.stderr,
+    )
     sys.exit(2)
   os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
   try:
@@ -198,8 +266,10 @@ def main(argv):
     sys.exit(1)
   with open(os.path.splitext(FLAGS.out)[0] + ".json", "w") as f:
     json.dump({"cards": cards}, f, indent=2)
-  print(f"Wrote {FLAGS.out}: " + "; ".join(
-      f"{c['title']}: {', '.join(c['runs'])}" for c in cards))
+  print(
+    f"Wrote {FLAGS.out}: "
+    + "; ".join(f"{c['title']}: {', '.join(c['runs'])}" for c in cards)
+  )
 
 
 if __name__ == "__main__":

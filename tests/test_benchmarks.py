@@ -25,17 +25,53 @@ from benchmarks import scaling_lib
 from benchmarks import stats
 from benchmarks import throughput_lib
 from benchmarks import variants as variants_lib
-from tests.conftest import REPO, trainer_env
-_ROW_FIELDS = ("name", "kind", "steps_per_loop", "precision", "xla",
-               "images_per_second", "images_per_second_min",
-               "images_per_second_max", "images_per_second_per_round",
-               "seconds_per_round", "images_per_round", "first_call_seconds")
-_RATIO_FIELDS = ("name", "numerator", "denominator", "per_round", "median",
-                 "min", "max")
-_TARGET_FIELDS = ("name", "ratio", "threshold", "measured", "min", "max",
-                  "status", "inside_noise")
-_SECTION_FIELDS = ("title", "status", "config", "columns", "chart_key", "rows",
-                   "ratios", "targets", "notes")
+from tests.conftest import REPO
+from tests.conftest import trainer_env
+
+_ROW_FIELDS = (
+  "name",
+  "kind",
+  "steps_per_loop",
+  "precision",
+  "xla",
+  "images_per_second",
+  "images_per_second_min",
+  "images_per_second_max",
+  "images_per_second_per_round",
+  "seconds_per_round",
+  "images_per_round",
+  "first_call_seconds",
+)
+_RATIO_FIELDS = (
+  "name",
+  "numerator",
+  "denominator",
+  "per_round",
+  "median",
+  "min",
+  "max",
+)
+_TARGET_FIELDS = (
+  "name",
+  "ratio",
+  "threshold",
+  "measured",
+  "min",
+  "max",
+  "status",
+  "inside_noise",
+)
+_SECTION_FIELDS = (
+  "title",
+  "status",
+  "config",
+  "columns",
+  "chart_key",
+  "rows",
+  "ratios",
+  "targets",
+  "notes",
+)
 
 
 def _check_section(body, row_fields=("name",)):
@@ -51,13 +87,17 @@ def _check_section(body, row_fields=("name",)):
 
 def _check_ratios_follow_from_rows(body, key="images_per_second"):
   """Recomputes every ratio and verdict from the rows' per-round rates."""
-  per_round = {row["name"]: row[f"{key}_per_round"] for row in body["rows"]
-               if f"{key}_per_round" in row}
+  per_round = {
+    row["name"]: row[f"{key}_per_round"]
+    for row in body["rows"]
+    if f"{key}_per_round" in row
+  }
   by_name = {row["name"]: row for row in body["rows"]}
   for ratio in body["ratios"]:
     numerator = per_round[ratio["numerator"]]
-    denominator = (per_round.get(ratio["denominator"]) or
-                   [by_name[ratio["denominator"]][key]] * len(numerator))
+    denominator = per_round.get(ratio["denominator"]) or [
+      by_name[ratio["denominator"]][key]
+    ] * len(numerator)
     expected = [n / d for n, d in zip(numerator, denominator)]
     assert ratio["per_round"] == pytest.approx(expected)
     assert ratio["median"] == pytest.approx(statistics.median(expected))
@@ -69,33 +109,46 @@ def _check_ratios_follow_from_rows(body, key="images_per_second"):
       assert target["status"] == "NOT MEASURED"
       continue
     numerator_name, denominator_name = target["ratio"].split(" / ")
-    expected = [n / d for n, d in zip(per_round[numerator_name],
-                                      per_round[denominator_name])]
+    expected = [
+      n / d
+      for n, d in zip(per_round[numerator_name], per_round[denominator_name])
+    ]
     assert target["measured"] == pytest.approx(statistics.median(expected))
     passed = target["measured"] >= target["threshold"]
     assert target["status"] == ("PASS" if passed else "MISS")
     assert target["inside_noise"] == (
-        min(expected) < target["threshold"] <= max(expected))
+      min(expected) < target["threshold"] <= max(expected)
+    )
     if target["ratio"] in ratios:
       assert ratios[target["ratio"]]["median"] == pytest.approx(
-          target["measured"])
+        target["measured"]
+      )
 
 
 def test_ratio_is_the_median_of_per_round_ratios():
-  ratio = stats.ratio(name="a / b", numerator="a", denominator="b",
-                      numerator_values=[10.0, 12.0, 9.0],
-                      denominator_values=[10.0, 10.0, 10.0])
+  ratio = stats.ratio(
+    name="a / b",
+    numerator="a",
+    denominator="b",
+    numerator_values=[10.0, 12.0, 9.0],
+    denominator_values=[10.0, 10.0, 10.0],
+  )
   assert ratio["per_round"] == pytest.approx([1.0, 1.2, 0.9])
   assert (ratio["median"], ratio["min"], ratio["max"]) == pytest.approx(
-      (1.0, 0.9, 1.2))
+    (1.0, 0.9, 1.2)
+  )
   with pytest.raises(ValueError, match="Rounds differ"):
     stats.per_round_ratios([1.0], [1.0, 2.0])
 
 
 def test_verdict_says_pass_miss_and_inside_the_noise():
-  summary = stats.ratio(name="a / b", numerator="a", denominator="b",
-                        numerator_values=[0.97, 0.99, 1.01],
-                        denominator_values=[1.0, 1.0, 1.0])
+  summary = stats.ratio(
+    name="a / b",
+    numerator="a",
+    denominator="b",
+    numerator_values=[0.97, 0.99, 1.01],
+    denominator_values=[1.0, 1.0, 1.0],
+  )
   met = stats.verdict(summary, threshold=0.98, name="t")
   assert (met["status"], met["inside_noise"]) == ("PASS", True)
   missed = stats.verdict(summary, threshold=1.0, name="t")
@@ -109,19 +162,26 @@ def test_verdict_says_pass_miss_and_inside_the_noise():
 def test_variant_specs():
   defaults = dict(steps_per_loop=100, precision="none", xla=False)
   engine = variants_lib.parse("engine:N+bf16+xla", **defaults)
-  assert (engine.kind, engine.steps_per_call, engine.precision,
-          engine.xla) == ("engine", 100, "bf16", True)
+  assert (engine.kind, engine.steps_per_call, engine.precision, engine.xla) == (
+    "engine",
+    100,
+    "bf16",
+    True,
+  )
   assert engine.name == "engine spl=100 +bf16 +xla"
   assert variants_lib.parse("bare", **defaults).name == "bare step"
   assert variants_lib.parse("bare:N", **defaults).name == "bare loop spl=100"
   assert variants_lib.parse("fit:1", **defaults).name == "fit spe=1"
   lean = variants_lib.parse("engine:1+noacc", **defaults)
-  assert (lean.train_accuracy, lean.name) == (False,
-                                              "engine spl=1 no accuracy")
+  assert (lean.train_accuracy, lean.name) == (False, "engine spl=1 no accuracy")
   numerator, denominator, threshold = variants_lib.parse_target(
-      "engine:N/fit:1>=2", **defaults)
+    "engine:N/fit:1>=2", **defaults
+  )
   assert (numerator.steps_per_call, denominator.kind, threshold) == (
-      100, "fit", 2.0)
+    100,
+    "fit",
+    2.0,
+  )
   for bad in ("keras:1", "engine:x", "engine:1+fp8", "bare+noacc"):
     with pytest.raises(ValueError, match="Bad"):
       variants_lib.parse(bad, **defaults)
@@ -130,24 +190,46 @@ def test_variant_specs():
 
 
 def test_report_renders_every_section_and_target(tmp_path):
-  summary = stats.ratio(name="x / y", numerator="x", denominator="y",
-                        numerator_values=[2.0], denominator_values=[1.0])
+  summary = stats.ratio(
+    name="x / y",
+    numerator="x",
+    denominator="y",
+    numerator_values=[2.0],
+    denominator_values=[1.0],
+  )
   measured = report_lib.section(
-      title="Measured", rows=[{"name": "x", "images_per_second": 2.0},
-                              {"name": "y", "images_per_second": 1.0}],
-      ratios=[summary], notes=["a note"],
-      targets=[stats.verdict(summary, threshold=3.0, name="x >= 3x y"),
-               stats.not_measured(name="z >= 1x y", threshold=1.0)])
-  report = report_lib.merge(report_lib.new_report({"cpu_count": 2}), {
+    title="Measured",
+    rows=[
+      {"name": "x", "images_per_second": 2.0},
+      {"name": "y", "images_per_second": 1.0},
+    ],
+    ratios=[summary],
+    notes=["a note"],
+    targets=[
+      stats.verdict(summary, threshold=3.0, name="x >= 3x y"),
+      stats.not_measured(name="z >= 1x y", threshold=1.0),
+    ],
+  )
+  report = report_lib.merge(
+    report_lib.new_report({"cpu_count": 2}),
+    {
       "measured": measured,
       "checkpointing": report_lib.placeholder(
-          title="checkpointing", status="pending", note="not yet"),
-  })
+        title="checkpointing", status="pending", note="not yet"
+      ),
+    },
+  )
   with pytest.raises(ValueError, match="already"):
     report_lib.merge(report, {"measured": measured})
   text = markdown.render(report)
-  for expected in ("## Targets", "MISS 2x", "NOT MEASURED", "a note",
-                   "status: **pending**", "| x | 2 |"):
+  for expected in (
+    "## Targets",
+    "MISS 2x",
+    "NOT MEASURED",
+    "a note",
+    "status: **pending**",
+    "| x | 2 |",
+  ):
     assert expected in text
   run_dir = report_lib.new_run_dir(str(tmp_path))
   report_lib.write_json(report, run_dir)
@@ -163,15 +245,27 @@ def test_report_renders_every_section_and_target(tmp_path):
 
 def test_throughput_on_tiny_settings(tmp_path):
   progress = []
-  sections = throughput_lib.run(throughput_lib.Config(
-      model="small_cnn", image_size=8, batch_size=4, steps=2,
-      steps_per_loop=2, repeats=2,
+  sections = throughput_lib.run(
+    throughput_lib.Config(
+      model="small_cnn",
+      image_size=8,
+      batch_size=4,
+      steps=2,
+      steps_per_loop=2,
+      repeats=2,
       variants=("engine:N", "engine:1", "bare", "bare:N", "fit:1", "fit:N"),
       extras=("auto",),
-      targets=("engine:N/bare>=0.98", "engine:N/fit:1>=1.0",
-               "engine:N+fp16/engine:N>=1.0"),
-      measure_peak=True, peak_size=128, section="tiny"),
-      progress=progress.append)
+      targets=(
+        "engine:N/bare>=0.98",
+        "engine:N/fit:1>=1.0",
+        "engine:N+fp16/engine:N>=1.0",
+      ),
+      measure_peak=True,
+      peak_size=128,
+      section="tiny",
+    ),
+    progress=progress.append,
+  )
   # A write after every round: a run stopped at its limit keeps its rounds,
   # and the final one is out before the models are torn down.
   partial, final = progress
@@ -186,8 +280,14 @@ def test_throughput_on_tiny_settings(tmp_path):
   body = sections["tiny"]
   _check_section(body, _ROW_FIELDS + ("mfu_percent",))
   names = [row["name"] for row in body["rows"]]
-  assert names[:6] == ["engine spl=2", "engine spl=1", "bare step",
-                       "bare loop spl=2", "fit spe=1", "fit spe=2"]
+  assert names[:6] == [
+    "engine spl=2",
+    "engine spl=1",
+    "bare step",
+    "bare loop spl=2",
+    "fit spe=1",
+    "fit spe=2",
+  ]
   assert "engine spl=2 +xla" in names
   notes = " ".join(body["notes"])
   for precision in ("bf16", "fp16"):  # Run, or skipped with the reason.
@@ -196,35 +296,59 @@ def test_throughput_on_tiny_settings(tmp_path):
   for row in body["rows"]:
     assert row["images_per_round"] == 2 * 4
     assert row["images_per_second_per_round"] == pytest.approx(
-        [row["images_per_round"] / s for s in row["seconds_per_round"]])
+      [row["images_per_round"] / s for s in row["seconds_per_round"]]
+    )
     assert row["images_per_second"] == pytest.approx(
-        statistics.median(row["images_per_second_per_round"]))
+      statistics.median(row["images_per_second_per_round"])
+    )
   _check_ratios_follow_from_rows(body)
   statuses = [t["status"] for t in body["targets"]]
   assert set(statuses[:2]) <= {"PASS", "MISS"}
   assert (statuses[2] == "NOT MEASURED") == ("engine spl=2 +fp16" not in names)
   # MFU follows from the measured peak and the model's FLOPs.
-  peaks = {row["precision"]: row["peak_flops_per_second"]
-           for row in sections["limits"]["rows"]}
+  peaks = {
+    row["precision"]: row["peak_flops_per_second"]
+    for row in sections["limits"]["rows"]
+  }
   flops = body["config"]["training_flops_per_image"]
   for row in body["rows"]:
     assert row["mfu_percent"] == pytest.approx(
-        100 * flops * row["images_per_second"] / peaks[row["precision"]])
+      100 * flops * row["images_per_second"] / peaks[row["precision"]]
+    )
 
 
 def test_throughput_rejects_steps_that_do_not_fill_a_loop():
   with pytest.raises(ValueError, match="multiple"):
-    throughput_lib.run(throughput_lib.Config(
-        model="small_cnn", image_size=8, batch_size=4, steps=3,
-        steps_per_loop=2, repeats=1, extras=("none",), measure_peak=False))
+    throughput_lib.run(
+      throughput_lib.Config(
+        model="small_cnn",
+        image_size=8,
+        batch_size=4,
+        steps=3,
+        steps_per_loop=2,
+        repeats=1,
+        extras=("none",),
+        measure_peak=False,
+      )
+    )
 
 
 def test_input_pipeline_on_tiny_settings():
-  sections = input_pipeline_lib.run(input_pipeline_lib.Config(
-      num_jpegs=12, jpeg_width=48, jpeg_height=40, image_size=16,
-      batch_size=4, batches=2, warmup_batches=1, repeats=2,
-      model_images_per_second=50.0, model_label="a model",
-      model_image_size=8))
+  sections = input_pipeline_lib.run(
+    input_pipeline_lib.Config(
+      num_jpegs=12,
+      jpeg_width=48,
+      jpeg_height=40,
+      image_size=16,
+      batch_size=4,
+      batches=2,
+      warmup_batches=1,
+      repeats=2,
+      model_images_per_second=50.0,
+      model_label="a model",
+      model_image_size=8,
+    )
+  )
   body = sections["input_pipeline"]
   _check_section(body, ("name", "images_per_second"))
   pipeline, model = body["rows"]
@@ -236,9 +360,17 @@ def test_input_pipeline_on_tiny_settings():
 
 def test_input_scale_on_tiny_settings(tmp_path):
   config = input_scale_lib.Config(
-      num_records=200, jpeg_size=8, image_size=8, global_batch=16,
-      pipelines=(1, 2), resume_points=(0.1, 0.9), decode_batches=2,
-      entry_records=64, repeats=1, cache_dir=str(tmp_path))
+    num_records=200,
+    jpeg_size=8,
+    image_size=8,
+    global_batch=16,
+    pipelines=(1, 2),
+    resume_points=(0.1, 0.9),
+    decode_batches=2,
+    entry_records=64,
+    repeats=1,
+    cache_dir=str(tmp_path),
+  )
   sections = input_scale_lib.run(config)
   body = sections["input_scale"]
   _check_section(body)
@@ -279,12 +411,20 @@ _STAND_IN_WORKER = textwrap.dedent("""\
 def test_scaling_reads_the_chief_summary_of_each_run(tmp_path):
   script = tmp_path / "worker.py"
   script.write_text(_STAND_IN_WORKER)
-  config = scaling_lib.Config(repeats=2, steps=5,
-                              worker_command=(sys.executable, str(script)))
+  config = scaling_lib.Config(
+    repeats=2, steps=5, worker_command=(sys.executable, str(script))
+  )
   body = scaling_lib.run(config)["scaling"]
-  _check_section(body, ("name", "workers", "examples_per_second",
-                        "examples_per_second_per_round",
-                        "examples_per_second_per_worker"))
+  _check_section(
+    body,
+    (
+      "name",
+      "workers",
+      "examples_per_second",
+      "examples_per_second_per_round",
+      "examples_per_second_per_worker",
+    ),
+  )
   one, two = body["rows"]
   assert one["examples_per_second_per_round"] == pytest.approx([200.0] * 2)
   assert two["examples_per_second_per_round"] == pytest.approx([150.0] * 2)
@@ -292,8 +432,11 @@ def test_scaling_reads_the_chief_summary_of_each_run(tmp_path):
   _check_ratios_follow_from_rows(body, key="examples_per_second")
   assert body["ratios"][0]["median"] == pytest.approx(0.75)
   with pytest.raises(RuntimeError, match="exited with 3"):
-    scaling_lib.run(scaling_lib.Config(
-        repeats=1, steps=-1, worker_command=(sys.executable, str(script))))
+    scaling_lib.run(
+      scaling_lib.Config(
+        repeats=1, steps=-1, worker_command=(sys.executable, str(script))
+      )
+    )
 
 
 def test_run_all_quick_writes_json_markdown_and_chart(tmp_path):
@@ -303,16 +446,30 @@ def test_run_all_quick_writes_json_markdown_and_chart(tmp_path):
     only.append("checkpointing")
   results = tmp_path / "results"
   completed = subprocess.run(
-      [sys.executable, "-m", "benchmarks.run_all", "--quick",
-       f"--results_dir={results}", f"--only={','.join(only)}"],
-      cwd=REPO, capture_output=True, text=True, timeout=240, check=False,
-      env=trainer_env())
+    [
+      sys.executable,
+      "-m",
+      "benchmarks.run_all",
+      "--quick",
+      f"--results_dir={results}",
+      f"--only={','.join(only)}",
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=240,
+    check=False,
+    env=trainer_env(),
+  )
   assert completed.returncode == 0, completed.stdout + completed.stderr
   latest = results / report_lib.LATEST
   assert os.path.islink(latest)
   assert os.path.dirname(os.path.realpath(latest)) == os.path.realpath(results)
-  for name in (report_lib.RESULTS_JSON, report_lib.REPORT_MD,
-               report_lib.CHART_PNG):
+  for name in (
+    report_lib.RESULTS_JSON,
+    report_lib.REPORT_MD,
+    report_lib.CHART_PNG,
+  ):
     assert (latest / name).stat().st_size > 0
   report = json.loads((latest / report_lib.RESULTS_JSON).read_text())
   assert list(report["sections"]) == only

@@ -14,14 +14,20 @@ import pytest
 
 from benchmarks import report as report_lib
 from benchmarks import run_all
-from tests.conftest import REPO, trainer_env
+from tests.conftest import REPO
+from tests.conftest import trainer_env
 
 STEPS = 20  # Per round; the first round starts fresh, the second resumes.
 VARIANTS = ("none", "gcsfs_async")
-TINY = ("--io_model=small_cnn", "--io_image_size=16",
-        f"--cost_train_steps={STEPS}", "--cost_checkpoint_every=10",
-        "--cost_steps_per_loop=5", "--repeats=2",
-        f"--cost_variants={','.join(VARIANTS)}")
+TINY = (
+  "--io_model=small_cnn",
+  "--io_image_size=16",
+  f"--cost_train_steps={STEPS}",
+  "--cost_checkpoint_every=10",
+  "--cost_steps_per_loop=5",
+  "--repeats=2",
+  f"--cost_variants={','.join(VARIANTS)}",
+)
 
 
 def _close(actual, expected):
@@ -38,8 +44,9 @@ def _check_spread(row, key, values):
 
 def _check_ratio(ratio, numerator, denominator):
   """A ratio is summarised from the per-round ratios of the two rows."""
-  assert _close(ratio["per_round"],
-                [n / d for n, d in zip(numerator, denominator)])
+  assert _close(
+    ratio["per_round"], [n / d for n, d in zip(numerator, denominator)]
+  )
   assert _close(ratio["median"], statistics.median(ratio["per_round"]))
   assert _close(ratio["min"], min(ratio["per_round"]))
   assert _close(ratio["max"], max(ratio["per_round"]))
@@ -49,16 +56,29 @@ def _check_ratio(ratio, numerator, denominator):
 def sections(tmp_path_factory):
   output = tmp_path_factory.mktemp("bench") / "checkpointing.json"
   result = subprocess.run(
-      [sys.executable, "-m", "benchmarks.checkpointing", f"--output={output}",
-       "--section=ckpt", *TINY], cwd=REPO, env=trainer_env(), capture_output=True,
-      text=True, timeout=300, check=False)
+    [
+      sys.executable,
+      "-m",
+      "benchmarks.checkpointing",
+      f"--output={output}",
+      "--section=ckpt",
+      *TINY,
+    ],
+    cwd=REPO,
+    env=trainer_env(),
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
   assert result.returncode == 0, result.stderr[-4000:]
   return report_lib.read_sections(str(output))
 
 
 def test_it_is_in_the_standard_run():
-  (entry,) = [b for b in run_all.BENCHMARKS
-              if b.module == "benchmarks.checkpointing"]
+  (entry,) = [
+    b for b in run_all.BENCHMARKS if b.module == "benchmarks.checkpointing"
+  ]
   assert entry.section == "checkpointing"
   assert "--io_model=resnet50" in entry.flags
   assert "--io_model=small_cnn" in entry.quick_flags
@@ -80,9 +100,14 @@ def test_checkpoint_io_numbers_come_from_the_rounds(sections):
   size = body["config"]["checkpoint_megabytes"]
   assert size > 0
   rows = {row["name"]: row for row in body["rows"]}
-  assert sorted(rows) == sorted([
-      "save, local disk", "save, gs:// (gcsfs)", "restore, local disk",
-      "restore, gs:// (gcsfs)"])
+  assert sorted(rows) == sorted(
+    [
+      "save, local disk",
+      "save, gs:// (gcsfs)",
+      "restore, local disk",
+      "restore, gs:// (gcsfs)",
+    ]
+  )
   for name, row in rows.items():
     rounds = row["seconds_per_round"]
     assert len(rounds) == 2 and all(s > 0 for s in rounds)
@@ -97,15 +122,20 @@ def test_checkpoint_io_numbers_come_from_the_rounds(sections):
       assert "transfer_seconds" not in row
   assert len(body["ratios"]) == 2
   for ratio in body["ratios"]:
-    _check_ratio(ratio, rows[ratio["numerator"]]["seconds_per_round"],
-                 rows[ratio["denominator"]]["seconds_per_round"])
+    _check_ratio(
+      ratio,
+      rows[ratio["numerator"]]["seconds_per_round"],
+      rows[ratio["denominator"]]["seconds_per_round"],
+    )
 
 
 def test_training_numbers_come_from_the_runs(sections):
   body = sections["ckpt_training"]
   rows = body["rows"]
   assert [row["name"] for row in rows] == [
-      "no checkpoints", "async, gs:// (gcsfs)"]
+    "no checkpoints",
+    "async, gs:// (gcsfs)",
+  ]
   baseline = rows[0]["examples_per_second_per_round"]
   for row in rows:
     rates = row["examples_per_second_per_round"]
@@ -124,16 +154,22 @@ def test_training_numbers_come_from_the_runs(sections):
     else:
       assert "save_seconds" not in row
     if row is not rows[0]:
-      _check_spread(row, "throughput_cost_percent", [
-          100 * (1 - r / b) for r, b in zip(rates, baseline)])
+      _check_spread(
+        row,
+        "throughput_cost_percent",
+        [100 * (1 - r / b) for r, b in zip(rates, baseline)],
+      )
   # One save inside each round's window (at step 10, then at 30).
   assert [row["save_count"] for row in rows] == [0, 2]
   assert "throughput_cost_percent" not in rows[0]
 
   by_name = {row["name"]: row for row in rows}
   assert [(r["numerator"], r["denominator"]) for r in body["ratios"]] == [
-      ("async, gs:// (gcsfs)", "no checkpoints")]
+    ("async, gs:// (gcsfs)", "no checkpoints")
+  ]
   for ratio in body["ratios"]:
     _check_ratio(
-        ratio, by_name[ratio["numerator"]]["examples_per_second_per_round"],
-        by_name[ratio["denominator"]]["examples_per_second_per_round"])
+      ratio,
+      by_name[ratio["numerator"]]["examples_per_second_per_round"],
+      by_name[ratio["denominator"]]["examples_per_second_per_round"],
+    )

@@ -18,13 +18,18 @@ IMAGE_SHAPE = (8, 8, 3)
 def _state(num_classes=3, dropout=0.0, seed=0):
   """A model, a built optimizer and a step, in a tf.train.Checkpoint."""
   keras.utils.set_random_seed(seed)
-  model = model_lib.build_model(name="small_cnn", num_classes=num_classes,
-                                image_shape=IMAGE_SHAPE, dropout=dropout)
+  model = model_lib.build_model(
+    name="small_cnn",
+    num_classes=num_classes,
+    image_shape=IMAGE_SHAPE,
+    dropout=dropout,
+  )
   optimizer = keras.optimizers.Adam(0.01)
   optimizer.build(model.trainable_variables)
   step = tf.Variable(0, dtype=tf.int64, trainable=False)
-  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
-                                   global_step=step)
+  checkpoint = tf.train.Checkpoint(
+    model=model, optimizer=optimizer, global_step=step
+  )
   return model, optimizer, step, checkpoint
 
 
@@ -48,7 +53,8 @@ def saved(tmp_path):
   directory = str(tmp_path / "checkpoints")
   model, _, step, checkpoint = _state()
   checkpointer = checkpointing.Checkpointer(
-      checkpoint=checkpoint, directory=directory, is_chief=True, keep=3)
+    checkpoint=checkpoint, directory=directory, is_chief=True, keep=3
+  )
   step.assign(10)
   first = _save_at(checkpointer, 10, model, 1.0)
   step.assign(20)
@@ -60,7 +66,8 @@ def saved(tmp_path):
 def _restore_into_new_state(directory, **state_kwargs):
   model, _, step, checkpoint = _state(seed=1, **state_kwargs)
   checkpointer = checkpointing.Checkpointer(
-      checkpoint=checkpoint, directory=directory, is_chief=True, keep=3)
+    checkpoint=checkpoint, directory=directory, is_chief=True, keep=3
+  )
   path = checkpointer.restore_latest()
   checkpointer.close()
   return path, model, step
@@ -92,8 +99,9 @@ def test_truncated_latest_checkpoint_falls_back_to_the_previous(saved, caplog):
   assert path == first
   assert int(step.numpy()) == 10
   np.testing.assert_array_equal(_kernel(model).numpy(), 1.0)
-  warnings = [r.getMessage() for r in caplog.records
-              if r.levelno == logging.WARNING]
+  warnings = [
+    r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+  ]
   assert any(second in m and "previous" in m for m in warnings), warnings
 
 
@@ -117,11 +125,14 @@ def test_no_readable_checkpoint_is_a_user_error(saved):
   assert "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("content", [b"garbage text\n",
-                                     b"\x00\xff\xfe binary \x80", b""],
-                         ids=["text", "binary", "empty"])
+@pytest.mark.parametrize(
+  "content",
+  [b"garbage text\n", b"\x00\xff\xfe binary \x80", b""],
+  ids=["text", "binary", "empty"],
+)
 def test_damaged_state_file_restores_the_newest_checkpoint_file(
-    saved, caplog, content):
+  saved, caplog, content
+):
   directory, first, second = saved
   state_file = os.path.join(directory, "checkpoint")
   with open(state_file, "wb") as f:
@@ -130,8 +141,7 @@ def test_damaged_state_file_restores_the_newest_checkpoint_file(
     path, model, step = _restore_into_new_state(directory)
   assert path == second and int(step.numpy()) == 20
   np.testing.assert_array_equal(_kernel(model).numpy(), 2.0)
-  said = [r.getMessage() for r in caplog.records
-          if "damaged" in r.getMessage()]
+  said = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
   assert len(said) == 1 and state_file in said[0] and second in said[0], said
   # Rewritten after the restore: both checkpoints listed, the newest latest.
   state = tf.train.get_checkpoint_state(directory)
@@ -154,8 +164,7 @@ def test_damaged_state_file_is_not_rewritten_by_a_failed_restore(saved):
     assert f.read() == b"garbage"
 
 
-def test_damaged_state_file_without_checkpoint_files_is_a_user_error(
-    tmp_path):
+def test_damaged_state_file_without_checkpoint_files_is_a_user_error(tmp_path):
   directory = tmp_path / "checkpoints"
   directory.mkdir()
   (directory / "checkpoint").write_bytes(b"\x00")
@@ -169,8 +178,9 @@ def test_checkpoint_of_a_different_model_is_a_user_error(saved):
     _restore_into_new_state(directory, num_classes=5)
   message = str(error.value)
   assert "\n" not in message
-  assert message.startswith(f"The checkpoint {second} was written by a "
-                            "different model")
+  assert message.startswith(
+    f"The checkpoint {second} was written by a different model"
+  )
   assert message.endswith(".")
   assert "--checkpoint_dir" in message
 
@@ -181,30 +191,38 @@ def test_weights_fingerprint_follows_the_values():
   other_model, other_optimizer, _, _ = _state(seed=4)
   fingerprint = checkpointing.weights_fingerprint(model, optimizer)
   assert len(fingerprint) == 64
-  assert checkpointing.weights_fingerprint(same_model,
-                                           same_optimizer) == fingerprint
-  assert checkpointing.weights_fingerprint(other_model,
-                                           other_optimizer) != fingerprint
+  assert (
+    checkpointing.weights_fingerprint(same_model, same_optimizer) == fingerprint
+  )
+  assert (
+    checkpointing.weights_fingerprint(other_model, other_optimizer)
+    != fingerprint
+  )
 
   kernel = _kernel(same_model)
   changed = kernel.numpy()
   changed[0, 0] = np.nextafter(changed[0, 0], np.float32(np.inf))
   kernel.assign(changed)
-  assert checkpointing.weights_fingerprint(same_model,
-                                           same_optimizer) != fingerprint
+  assert (
+    checkpointing.weights_fingerprint(same_model, same_optimizer) != fingerprint
+  )
   # Optimizer state counts too.
   same_optimizer.variables[-1].assign_add(
-      tf.ones_like(same_optimizer.variables[-1]))
+    tf.ones_like(same_optimizer.variables[-1])
+  )
   changed_both = checkpointing.weights_fingerprint(same_model, same_optimizer)
   kernel.assign(_kernel(model))
-  assert checkpointing.weights_fingerprint(
-      same_model, same_optimizer) not in (fingerprint, changed_both)
+  assert checkpointing.weights_fingerprint(same_model, same_optimizer) not in (
+    fingerprint,
+    changed_both,
+  )
 
 
 def test_seed_generator_states_finds_the_dropout_rng_state():
   model, _, _, _ = _state(dropout=0.5)
-  (dropout,) = [layer for layer in model.layers
-                if isinstance(layer, keras.layers.Dropout)]
+  (dropout,) = [
+    layer for layer in model.layers if isinstance(layer, keras.layers.Dropout)
+  ]
   states = checkpointing.seed_generator_states(model)
   assert [v.path for v in states] == [dropout.seed_generator.state.path]
   before = states[0].numpy().copy()
@@ -216,7 +234,8 @@ def test_seed_generator_states_finds_the_dropout_rng_state():
 def test_dropout_rng_state_round_trips_through_a_checkpoint(tmp_path):
   model, _, _, _ = _state(dropout=0.5)
   checkpoint = tf.train.Checkpoint(
-      model=model, rng=checkpointing.seed_generator_states(model))
+    model=model, rng=checkpointing.seed_generator_states(model)
+  )
   images = np.ones((4, *IMAGE_SHAPE), np.float32)
   model(images, training=True)
   path = checkpoint.save(str(tmp_path / "ckpt"))
@@ -224,10 +243,11 @@ def test_dropout_rng_state_round_trips_through_a_checkpoint(tmp_path):
 
   restored, _, _, _ = _state(dropout=0.5, seed=9)
   tf.train.Checkpoint(
-      model=restored, rng=checkpointing.seed_generator_states(restored)
+    model=restored, rng=checkpointing.seed_generator_states(restored)
   ).restore(path).assert_existing_objects_matched()
-  np.testing.assert_array_equal(restored(images, training=True).numpy(),
-                                expected)
+  np.testing.assert_array_equal(
+    restored(images, training=True).numpy(), expected
+  )
 
 
 def test_non_chief_saves_into_a_scratch_dir_that_close_removes(saved):
@@ -236,8 +256,12 @@ def test_non_chief_saves_into_a_scratch_dir_that_close_removes(saved):
   model, _, step, checkpoint = _state(seed=1)
   published = []
   worker = checkpointing.Checkpointer(
-      checkpoint=checkpoint, directory=directory, is_chief=False, keep=3,
-      on_saved=lambda: published.append(True))
+    checkpoint=checkpoint,
+    directory=directory,
+    is_chief=False,
+    keep=3,
+    on_saved=lambda: published.append(True),
+  )
   # Non-chiefs still read the real directory.
   assert worker.restore_latest() == second
   assert int(step.numpy()) == 20
@@ -258,9 +282,13 @@ def test_async_save_then_sync_is_complete_and_published_once(tmp_path):
   model, _, step, checkpoint = _state()
   published = []
   checkpointer = checkpointing.Checkpointer(
-      checkpoint=checkpoint, directory=directory, is_chief=True, keep=2,
-      async_save=True, on_saved=lambda: published.append(
-          tf.train.latest_checkpoint(directory)))
+    checkpoint=checkpoint,
+    directory=directory,
+    is_chief=True,
+    keep=2,
+    async_save=True,
+    on_saved=lambda: published.append(tf.train.latest_checkpoint(directory)),
+  )
   step.assign(5)
   path = _save_at(checkpointer, 5, model, 5.0)
   _kernel(model).assign(tf.zeros_like(_kernel(model)))  # After the save.
@@ -281,11 +309,13 @@ def test_each_chief_save_is_published_after_it_is_written(tmp_path):
   model, _, _, checkpoint = _state()
   published = []
   checkpointer = checkpointing.Checkpointer(
-      checkpoint=checkpoint, directory=directory, is_chief=True, keep=1,
-      on_saved=lambda: published.append(tf.train.latest_checkpoint(
-          directory)))
-  paths = [_save_at(checkpointer, step, model, float(step))
-           for step in (1, 2)]
+    checkpoint=checkpoint,
+    directory=directory,
+    is_chief=True,
+    keep=1,
+    on_saved=lambda: published.append(tf.train.latest_checkpoint(directory)),
+  )
+  paths = [_save_at(checkpointer, step, model, float(step)) for step in (1, 2)]
   assert published == paths
   checkpointer.close()
   assert published == paths

@@ -19,19 +19,30 @@ import time
 from fsspec.implementations import local as fsspec_local
 import pytest
 
-from tests.conftest import (FAST_FLAGS, read_scalars, read_summary,
-                            run_trainer, trainer_command, trainer_env)
 from ctl.testing.gcs_emulator import GcsEmulator
-from tests.test_fault_tolerance import finish, start, wait_for_step
+from tests.conftest import FAST_FLAGS
+from tests.conftest import read_scalars
+from tests.conftest import read_summary
+from tests.conftest import run_trainer
+from tests.conftest import trainer_command
+from tests.conftest import trainer_env
+from tests.test_fault_tolerance import finish
+from tests.test_fault_tolerance import start
+from tests.test_fault_tolerance import wait_for_step
 from trainer.testing import vertex_output_env
 
 BUCKET = GcsEmulator.BUCKET
 STEPS = 60
 CHECKPOINT_EVERY = 10
-FLAGS = (*FAST_FLAGS, "--deterministic", f"--train_steps={STEPS}",
-         "--steps_per_loop=5", "--log_every_steps=5",
-         f"--checkpoint_every_steps={CHECKPOINT_EVERY}",
-         "--eval_every_steps=20")
+FLAGS = (
+  *FAST_FLAGS,
+  "--deterministic",
+  f"--train_steps={STEPS}",
+  "--steps_per_loop=5",
+  "--log_every_steps=5",
+  f"--checkpoint_every_steps={CHECKPOINT_EVERY}",
+  "--eval_every_steps=20",
+)
 _RESTORED = re.compile(r"Restored step (\d+) from")
 _LATEST = re.compile(rb'^model_checkpoint_path: "ckpt-(\d+)"', re.MULTILINE)
 
@@ -58,8 +69,7 @@ class _Bucket:
   def names(self, prefix: str) -> set[str]:
     """Every object under `prefix`, as a path relative to it."""
     base = f"{self._root}/{prefix}"
-    return {os.path.relpath(path, base)
-            for path in self._fs.find(base)}
+    return {os.path.relpath(path, base) for path in self._fs.find(base)}
 
   def read(self, path: str) -> bytes:
     return self._fs.cat_file(f"{self._root}/{path}")
@@ -83,8 +93,9 @@ def _env(tmp_path, name: str, **extra) -> dict:
   """The trainer's environment with a TMPDIR (so staging) of its own."""
   tmpdir = tmp_path / name
   tmpdir.mkdir()
-  return trainer_env(TMPDIR=str(tmpdir),
-                     GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false", **extra)
+  return trainer_env(
+    TMPDIR=str(tmpdir), GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false", **extra
+  )
 
 
 def _restored_step(log: str) -> int:
@@ -121,8 +132,9 @@ def route(request, tmp_path):
 
 def test_sigkill_then_resume_from_the_bucket(reference, route, tmp_path):
   storage_flags, bucket = route
-  command = trainer_command(*FLAGS, *storage_flags,
-                            f"--model_dir=gs://{BUCKET}/run")
+  command = trainer_command(
+    *FLAGS, *storage_flags, f"--model_dir=gs://{BUCKET}/run"
+  )
   kill_at = 25  # After ckpt-20 is published: saves block until uploaded.
   process = start(command, env=_env(tmp_path, "first"))
   wait_for_step(process, kill_at)
@@ -133,9 +145,12 @@ def test_sigkill_then_resume_from_the_bucket(reference, route, tmp_path):
   assert committed >= kill_at - kill_at % CHECKPOINT_EVERY
 
   # A fresh TMPDIR: no staging is left, the checkpoint comes from the bucket.
-  result = run_trainer(*FLAGS, *storage_flags,
-                       f"--model_dir=gs://{BUCKET}/run",
-                       env=_env(tmp_path, "second"))
+  result = run_trainer(
+    *FLAGS,
+    *storage_flags,
+    f"--model_dir=gs://{BUCKET}/run",
+    env=_env(tmp_path, "second"),
+  )
   assert _restored_step(result.stderr) == committed
   summary = read_summary(bucket.download("run", str(tmp_path / "downloaded")))
   assert summary["final_step"] == STEPS
@@ -147,8 +162,16 @@ def test_sigkill_then_resume_from_the_bucket(reference, route, tmp_path):
   assert "checkpoints/checkpoint" in names
   assert bucket.latest_checkpoint_step("run/checkpoints") == STEPS
   # One events file per process; together they hold the whole run.
-  assert len([n for n in names if n.startswith("tensorboard/train/") and
-              "tfevents" in n]) == 2
+  assert (
+    len(
+      [
+        n
+        for n in names
+        if n.startswith("tensorboard/train/") and "tfevents" in n
+      ]
+    )
+    == 2
+  )
   board = tmp_path / "downloaded" / "tensorboard"
   train = read_scalars(str(board / "train"))
   validation = read_scalars(str(board / "validation"))
@@ -157,8 +180,7 @@ def test_sigkill_then_resume_from_the_bucket(reference, route, tmp_path):
   assert {step for step, _ in train["loss"]} >= set(range(5, STEPS + 1, 5))
 
 
-def test_upload_cut_by_an_outage_is_retried(reference, gcs_emulator,
-                                            tmp_path):
+def test_upload_cut_by_an_outage_is_retried(reference, gcs_emulator, tmp_path):
   cut = 30
   # The server dies as ckpt-30's data arrives and is back 2 s later.
   gcs_emulator.restart(exit_on_upload=_data_file(cut))
@@ -176,9 +198,13 @@ def test_upload_cut_by_an_outage_is_retried(reference, gcs_emulator,
   restarter = threading.Thread(target=restart_after_outage)
   restarter.start()
   try:
-    result = run_trainer(*FLAGS, "--storage=gcsfs",
-                         f"--model_dir=gs://{BUCKET}/run",
-                         env=_env(tmp_path, "run"), check=False)
+    result = run_trainer(
+      *FLAGS,
+      "--storage=gcsfs",
+      f"--model_dir=gs://{BUCKET}/run",
+      env=_env(tmp_path, "run"),
+      check=False,
+    )
   finally:
     restarter.join()
   assert "error" not in outage, outage
@@ -193,13 +219,17 @@ def test_upload_cut_by_an_outage_is_retried(reference, gcs_emulator,
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
 
 
-def test_checkpoint_cut_mid_upload_is_never_restored(reference, gcs_emulator,
-                                                     tmp_path):
+def test_checkpoint_cut_mid_upload_is_never_restored(
+  reference, gcs_emulator, tmp_path
+):
   cut = 30
   gcs_emulator.restart(exit_on_upload=_data_file(cut))
-  process = start(trainer_command(*FLAGS, "--storage=gcsfs",
-                                  f"--model_dir=gs://{BUCKET}/run"),
-                  env=_env(tmp_path, "first"))
+  process = start(
+    trainer_command(
+      *FLAGS, "--storage=gcsfs", f"--model_dir=gs://{BUCKET}/run"
+    ),
+    env=_env(tmp_path, "first"),
+  )
   try:
     gcs_emulator.wait_until_exited(timeout_s=240)
   finally:
@@ -208,30 +238,39 @@ def test_checkpoint_cut_mid_upload_is_never_restored(reference, gcs_emulator,
     code, output = finish(process)
   assert code == -signal.SIGKILL, output[-3000:]
   # It was saved in the staging directory, and cut off on its way up.
-  assert glob.glob(str(tmp_path / "first" / "ctl-staging-*" / "*" /
-                       f"ckpt-{cut}.index"))
+  assert glob.glob(
+    str(tmp_path / "first" / "ctl-staging-*" / "*" / f"ckpt-{cut}.index")
+  )
   gcs_emulator.start()
   bucket = _Bucket.emulated(gcs_emulator)
   committed = bucket.latest_checkpoint_step("run/checkpoints")
   assert 0 < committed < cut
 
-  result = run_trainer(*FLAGS, "--storage=gcsfs",
-                       f"--model_dir=gs://{BUCKET}/run",
-                       env=_env(tmp_path, "second"))
+  result = run_trainer(
+    *FLAGS,
+    "--storage=gcsfs",
+    f"--model_dir=gs://{BUCKET}/run",
+    env=_env(tmp_path, "second"),
+  )
   assert _restored_step(result.stderr) == committed
   summary = read_summary(bucket.download("run", str(tmp_path / "downloaded")))
   assert summary["final_step"] == STEPS
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
 
 
-def test_upload_that_never_completes_is_a_stall(reference, gcs_emulator,
-                                                tmp_path):
+def test_upload_that_never_completes_is_a_stall(
+  reference, gcs_emulator, tmp_path
+):
   """The server freezes (SIGSTOP) as ckpt-20's data arrives, mid-save."""
   cut = 20  # Not the first upload: the first run of a phase has a longer
   # limit (--startup_timeout_secs).
   gcs_emulator.restart(freeze_on_upload=_data_file(cut))
-  flags = (*FLAGS, "--storage=gcsfs", f"--model_dir=gs://{BUCKET}/run",
-           "--stall_timeout_secs=10")
+  flags = (
+    *FLAGS,
+    "--storage=gcsfs",
+    f"--model_dir=gs://{BUCKET}/run",
+    "--stall_timeout_secs=10",
+  )
   process = start(trainer_command(*flags), env=_env(tmp_path, "first"))
   try:
     gcs_emulator.wait_until_frozen(timeout_s=240)
@@ -240,9 +279,11 @@ def test_upload_that_never_completes_is_a_stall(reference, gcs_emulator,
     process.kill()
     gcs_emulator.resume()
   assert code == 75, output[-3000:]
-  stall = re.search(r"stall: worker 0 made no progress for \d+ s in "
-                    r"(checkpoint_upload|checkpoint_save) at step (\d+)",
-                    output)
+  stall = re.search(
+    r"stall: worker 0 made no progress for \d+ s in "
+    r"(checkpoint_upload|checkpoint_save) at step (\d+)",
+    output,
+  )
   assert stall and int(stall.group(2)) == cut, output[-3000:]
   bucket = _Bucket.emulated(gcs_emulator)
   committed = bucket.latest_checkpoint_step("run/checkpoints")
@@ -259,15 +300,27 @@ def test_upload_that_never_completes_is_a_stall(reference, gcs_emulator,
 def test_vertex_directories_alone_place_every_output(gcs_emulator, tmp_path):
   aip = vertex_output_env(f"gs://{BUCKET}/aip")
   # No mount at --fuse_root, so `auto` takes gcsfs wherever this runs.
-  run_trainer(*FLAGS, "--train_steps=20", f"--fuse_root={tmp_path / 'gcs'}",
-              env=_env(tmp_path, "run", **aip))
+  run_trainer(
+    *FLAGS,
+    "--train_steps=20",
+    f"--fuse_root={tmp_path / 'gcs'}",
+    env=_env(tmp_path, "run", **aip),
+  )
 
   bucket = _Bucket.emulated(gcs_emulator)
   names = bucket.names("aip")
   assert {name.split("/")[0] for name in names} == {
-      "checkpoints", "ledger", "logs", "model", "train_summary.json"}
-  assert {"checkpoints/checkpoint", "model/saved_model.pb",
-          "train_summary.json"} <= names
+    "checkpoints",
+    "ledger",
+    "logs",
+    "model",
+    "train_summary.json",
+  }
+  assert {
+    "checkpoints/checkpoint",
+    "model/saved_model.pb",
+    "train_summary.json",
+  } <= names
   assert bucket.latest_checkpoint_step("aip/checkpoints") == 20
   logs = bucket.download("aip/logs", str(tmp_path / "logs"))
   assert "loss" in read_scalars(os.path.join(logs, "train"))
@@ -276,15 +329,21 @@ def test_vertex_directories_alone_place_every_output(gcs_emulator, tmp_path):
 
 def test_missing_bucket_fails_before_training(gcs_emulator, tmp_path):
   del gcs_emulator  # Running, but without that bucket.
-  result = run_trainer(*FLAGS, "--storage=gcsfs",
-                       "--model_dir=gs://no-such-bucket/run",
-                       env=_env(tmp_path, "run"), check=False)
+  result = run_trainer(
+    *FLAGS,
+    "--storage=gcsfs",
+    "--model_dir=gs://no-such-bucket/run",
+    env=_env(tmp_path, "run"),
+    check=False,
+  )
   assert result.returncode == 2, result.stderr[-3000:]
   assert "Traceback" not in result.stderr
-  errors = [line for line in result.stderr.splitlines()
-            if line.startswith("error:")]
+  errors = [
+    line for line in result.stderr.splitlines() if line.startswith("error:")
+  ]
   assert errors == [result.stderr.strip().splitlines()[-1]]
   assert errors[0].startswith("error: Cannot write to gs://no-such-bucket/run")
   assert errors[0].endswith(".")
-  assert not re.search(r"step \d+/|Saved checkpoint|No checkpoint in",
-                       result.stderr)
+  assert not re.search(
+    r"step \d+/|Saved checkpoint|No checkpoint in", result.stderr
+  )

@@ -9,21 +9,23 @@ from ctl.errors import UserError
 
 VERTEX_CHIEF = "cmle-training-workerpool0-ab-0:2222"
 VERTEX_WORKERS = [
-    "cmle-training-workerpool1-ab-0:2222",
-    "cmle-training-workerpool1-ab-1:2222",
+  "cmle-training-workerpool1-ab-0:2222",
+  "cmle-training-workerpool1-ab-1:2222",
 ]
 
 
 def _vertex_tf_config(task_type, index):
   """TF_CONFIG exactly as Vertex AI sets it for a 1 + 2 replica job."""
-  return json.dumps({
+  return json.dumps(
+    {
       "cluster": {"chief": [VERTEX_CHIEF], "worker": VERTEX_WORKERS},
       "environment": "cloud",
       "task": {"type": task_type, "index": index, "trial": "1"},
-      "job": json.dumps({
-          "worker_pool_specs": [{"machine_spec": {"machine_type": "n1"}}]
-      }),
-  })
+      "job": json.dumps(
+        {"worker_pool_specs": [{"machine_spec": {"machine_type": "n1"}}]}
+      ),
+    }
+  )
 
 
 def _resolve(value, var="TF_CONFIG"):
@@ -31,10 +33,15 @@ def _resolve(value, var="TF_CONFIG"):
 
 
 @pytest.mark.parametrize(
-    "environ",
-    [{}, {"TF_CONFIG": ""}, {"TF_CONFIG": "  "}, {"TF_CONFIG": "{}"},
-     {"TF_CONFIG": '{"cluster": {}}'},
-     {"TF_CONFIG": '{"environment": "cloud"}'}],
+  "environ",
+  [
+    {},
+    {"TF_CONFIG": ""},
+    {"TF_CONFIG": "  "},
+    {"TF_CONFIG": "{}"},
+    {"TF_CONFIG": '{"cluster": {}}'},
+    {"TF_CONFIG": '{"environment": "cloud"}'},
+  ],
 )
 def test_no_cluster_is_a_lone_chief(environ):
   info = cluster.resolve(environ=environ)
@@ -46,8 +53,12 @@ def test_no_cluster_is_a_lone_chief(environ):
 def test_vertex_chief():
   info = _resolve(_vertex_tf_config("chief", 0))
   assert info == cluster.ClusterInfo(
-      task_type="chief", task_index=0, chief=(VERTEX_CHIEF,),
-      workers=tuple(VERTEX_WORKERS), trial="1")
+    task_type="chief",
+    task_index=0,
+    chief=(VERTEX_CHIEF,),
+    workers=tuple(VERTEX_WORKERS),
+    trial="1",
+  )
   assert info.is_chief and info.is_multi_worker and info.num_workers == 3
 
 
@@ -59,53 +70,90 @@ def test_vertex_worker_is_not_chief(index):
 
 
 def test_vertex_single_replica_trains_alone():
-  info = _resolve(json.dumps({
-      "cluster": {"chief": [VERTEX_CHIEF]}, "environment": "cloud",
-      "task": {"type": "chief", "index": 0}, "job": "{}"}))
+  info = _resolve(
+    json.dumps(
+      {
+        "cluster": {"chief": [VERTEX_CHIEF]},
+        "environment": "cloud",
+        "task": {"type": "chief", "index": 0},
+        "job": "{}",
+      }
+    )
+  )
   assert info.is_chief and not info.is_multi_worker and info.num_workers == 1
 
 
 def test_tutorial_shape_worker_zero_is_chief():
   workers = ["localhost:12345", "localhost:23456"]
   infos = [
-      _resolve(json.dumps({"cluster": {"worker": workers},
-                           "task": {"type": "worker", "index": i}}))
-      for i in range(2)
+    _resolve(
+      json.dumps(
+        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}
+      )
+    )
+    for i in range(2)
   ]
   assert [info.is_chief for info in infos] == [True, False]
   assert all(info.num_workers == 2 and info.is_multi_worker for info in infos)
 
 
 def test_ai_platform_master_is_chief():
-  info = _resolve(json.dumps({
-      "cluster": {"master": ["m:2222"], "worker": ["w:2222"]},
-      "task": {"type": "master", "index": 0}, "environment": "cloud"}))
+  info = _resolve(
+    json.dumps(
+      {
+        "cluster": {"master": ["m:2222"], "worker": ["w:2222"]},
+        "task": {"type": "master", "index": 0},
+        "environment": "cloud",
+      }
+    )
+  )
   assert info.task_type == "chief" and info.chief == ("m:2222",)
   assert info.is_chief and info.num_workers == 2
 
 
 def test_evaluator_is_not_a_training_worker():
-  info = _resolve(json.dumps({
-      "cluster": {"chief": ["c:1"], "worker": ["w:1"], "evaluator": ["e:1"]},
-      "task": {"type": "evaluator", "index": 0}}))
+  info = _resolve(
+    json.dumps(
+      {
+        "cluster": {"chief": ["c:1"], "worker": ["w:1"], "evaluator": ["e:1"]},
+        "task": {"type": "evaluator", "index": 0},
+      }
+    )
+  )
   assert info.is_evaluator and not info.is_chief and not info.is_multi_worker
   assert info.num_workers == 2
 
 
 def test_the_chief_knows_whether_an_evaluator_writes_validation():
   """With an evaluator, the chief leaves <tensorboard_dir>/validation to it."""
-  with_evaluator = _resolve(json.dumps({
-      "cluster": {"chief": ["c:1"], "evaluator": ["e:1"]},
-      "task": {"type": "chief", "index": 0}}))
+  with_evaluator = _resolve(
+    json.dumps(
+      {
+        "cluster": {"chief": ["c:1"], "evaluator": ["e:1"]},
+        "task": {"type": "chief", "index": 0},
+      }
+    )
+  )
   assert with_evaluator.is_chief and with_evaluator.has_evaluator
-  assert not _resolve(json.dumps({
-      "cluster": {"chief": ["c:1"], "worker": ["w:1"]},
-      "task": {"type": "chief", "index": 0}})).has_evaluator
+  assert not _resolve(
+    json.dumps(
+      {
+        "cluster": {"chief": ["c:1"], "worker": ["w:1"]},
+        "task": {"type": "chief", "index": 0},
+      }
+    )
+  ).has_evaluator
 
 
 def test_evaluator_may_be_missing_from_cluster():
-  info = _resolve(json.dumps({"cluster": {"chief": ["c:1"], "worker": ["w:1"]},
-                              "task": {"type": "evaluator", "index": 0}}))
+  info = _resolve(
+    json.dumps(
+      {
+        "cluster": {"chief": ["c:1"], "worker": ["w:1"]},
+        "task": {"type": "evaluator", "index": 0},
+      }
+    )
+  )
   assert info.is_evaluator
 
 
@@ -116,58 +164,92 @@ def test_single_listed_task_needs_no_task_field():
 
 
 def test_vertex_cluster_spec_is_the_fallback():
-  spec = json.dumps({
+  spec = json.dumps(
+    {
       "cluster": {"workerpool0": [VERTEX_CHIEF], "workerpool1": VERTEX_WORKERS},
       "environment": "cloud",
-      "task": {"type": "workerpool1", "index": 1, "trial": "3"}})
+      "task": {"type": "workerpool1", "index": 1, "trial": "3"},
+    }
+  )
   info = cluster.resolve(environ={"TF_CONFIG": "", "CLUSTER_SPEC": spec})
   assert info == cluster.ClusterInfo(
-      task_type="worker", task_index=1, chief=(VERTEX_CHIEF,),
-      workers=tuple(VERTEX_WORKERS), trial="3")
+    task_type="worker",
+    task_index=1,
+    chief=(VERTEX_CHIEF,),
+    workers=tuple(VERTEX_WORKERS),
+    trial="3",
+  )
 
 
 def test_tf_config_wins_over_cluster_spec():
-  info = cluster.resolve(environ={
-      "TF_CONFIG": _vertex_tf_config("worker", 1), "CLUSTER_SPEC": "not json"})
+  info = cluster.resolve(
+    environ={
+      "TF_CONFIG": _vertex_tf_config("worker", 1),
+      "CLUSTER_SPEC": "not json",
+    }
+  )
   assert (info.task_type, info.task_index) == ("worker", 1)
 
 
 @pytest.mark.parametrize(
-    "value, words",
-    [
-        ("{not json", "is not valid JSON"),
-        ("[1, 2]", "must be a JSON object"),
-        ('{"cluster": ["a:1"]}', "'cluster' must be a JSON object"),
-        ('{"cluster": {"worker": "a:1"}}', "must be a list of 'host:port'"),
-        ('{"cluster": {"worker": ["a:1"]}, "task": "worker"}',
-         "'task' must be a JSON object"),
-        ('{"cluster": {"gpu": ["a:1"]}}', "unknown cluster job 'gpu'"),
-        ('{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "boss"}}',
-         "unknown task type 'boss'"),
-        ('{"cluster": {"worker": ["a:1", "b:1"]},'
-         ' "task": {"type": "worker", "index": 2}}',
-         "task index 2 is out of range"),
-        ('{"cluster": {"worker": ["a:1", "b:1"]},'
-         ' "task": {"type": "worker", "index": -1}}',
-         "task index -1 is out of range"),
-        ('{"cluster": {"worker": ["a:1", "b:1"]},'
-         ' "task": {"type": "worker", "index": "1"}}',
-         "task index must be an integer"),
-        ('{"cluster": {"worker": ["a:1", "b:1"]}}', "has no 'task'"),
-        ('{"cluster": {"worker": ["a:1", "b:1"]},'
-         ' "task": {"type": "chief", "index": 0}}',
-         "task type 'chief' has no job"),
-        ('{"cluster": {"chief": ["a:1"], "master": ["b:1"]},'
-         ' "task": {"type": "chief", "index": 0}}',
-         "lists the chief job twice"),
-        ('{"cluster": {"chief": ["a:1", "b:1"]},'
-         ' "task": {"type": "chief", "index": 0}}', "at most one chief"),
-        ('{"cluster": {"worker": ["a:1"], "evaluator": ["b:1", "c:1"]},'
-         ' "task": {"type": "worker", "index": 0}}', "at most one evaluator"),
-        ('{"cluster": {"worker": ["a:1"], "ps": ["p:1"]},'
-         ' "task": {"type": "worker", "index": 0}}', "parameter server"),
-        ('{"task": {"type": "ps", "index": 0}}', "parameter server"),
-    ],
+  "value, words",
+  [
+    ("{not json", "is not valid JSON"),
+    ("[1, 2]", "must be a JSON object"),
+    ('{"cluster": ["a:1"]}', "'cluster' must be a JSON object"),
+    ('{"cluster": {"worker": "a:1"}}', "must be a list of 'host:port'"),
+    (
+      '{"cluster": {"worker": ["a:1"]}, "task": "worker"}',
+      "'task' must be a JSON object",
+    ),
+    ('{"cluster": {"gpu": ["a:1"]}}', "unknown cluster job 'gpu'"),
+    (
+      '{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "boss"}}',
+      "unknown task type 'boss'",
+    ),
+    (
+      '{"cluster": {"worker": ["a:1", "b:1"]},'
+      ' "task": {"type": "worker", "index": 2}}',
+      "task index 2 is out of range",
+    ),
+    (
+      '{"cluster": {"worker": ["a:1", "b:1"]},'
+      ' "task": {"type": "worker", "index": -1}}',
+      "task index -1 is out of range",
+    ),
+    (
+      '{"cluster": {"worker": ["a:1", "b:1"]},'
+      ' "task": {"type": "worker", "index": "1"}}',
+      "task index must be an integer",
+    ),
+    ('{"cluster": {"worker": ["a:1", "b:1"]}}', "has no 'task'"),
+    (
+      '{"cluster": {"worker": ["a:1", "b:1"]},'
+      ' "task": {"type": "chief", "index": 0}}',
+      "task type 'chief' has no job",
+    ),
+    (
+      '{"cluster": {"chief": ["a:1"], "master": ["b:1"]},'
+      ' "task": {"type": "chief", "index": 0}}',
+      "lists the chief job twice",
+    ),
+    (
+      '{"cluster": {"chief": ["a:1", "b:1"]},'
+      ' "task": {"type": "chief", "index": 0}}',
+      "at most one chief",
+    ),
+    (
+      '{"cluster": {"worker": ["a:1"], "evaluator": ["b:1", "c:1"]},'
+      ' "task": {"type": "worker", "index": 0}}',
+      "at most one evaluator",
+    ),
+    (
+      '{"cluster": {"worker": ["a:1"], "ps": ["p:1"]},'
+      ' "task": {"type": "worker", "index": 0}}',
+      "parameter server",
+    ),
+    ('{"task": {"type": "ps", "index": 0}}', "parameter server"),
+  ],
 )
 @pytest.mark.parametrize("var", ["TF_CONFIG", "CLUSTER_SPEC"])
 def test_bad_config_names_the_variable(var, value, words):
@@ -177,13 +259,20 @@ def test_bad_config_names_the_variable(var, value, words):
 
 
 def test_tf_config_json_maps_master_and_drops_extras():
-  info = _resolve(json.dumps({
-      "cluster": {"master": ["m:1"], "worker": ["w:1"], "evaluator": ["e:1"]},
-      "task": {"type": "worker", "index": 0}, "environment": "cloud",
-      "job": "{}"}))
+  info = _resolve(
+    json.dumps(
+      {
+        "cluster": {"master": ["m:1"], "worker": ["w:1"], "evaluator": ["e:1"]},
+        "task": {"type": "worker", "index": 0},
+        "environment": "cloud",
+        "job": "{}",
+      }
+    )
+  )
   assert json.loads(cluster.tf_config_json(info)) == {
-      "cluster": {"chief": ["m:1"], "worker": ["w:1"]},
-      "task": {"type": "worker", "index": 0}}
+    "cluster": {"chief": ["m:1"], "worker": ["w:1"]},
+    "task": {"type": "worker", "index": 0},
+  }
 
 
 def test_tf_config_json_reads_back_the_same():
@@ -193,22 +282,35 @@ def test_tf_config_json_reads_back_the_same():
 
 def test_tf_config_json_gives_lone_processes_no_cluster():
   lone = _resolve('{"cluster": {"worker": ["a:1"]}}')
-  evaluator = _resolve(json.dumps({
-      "cluster": {"worker": ["a:1", "b:1"], "evaluator": ["e:1"]},
-      "task": {"type": "evaluator", "index": 0}}))
+  evaluator = _resolve(
+    json.dumps(
+      {
+        "cluster": {"worker": ["a:1", "b:1"], "evaluator": ["e:1"]},
+        "task": {"type": "evaluator", "index": 0},
+      }
+    )
+  )
   assert json.loads(cluster.tf_config_json(lone))["cluster"] == {}
   assert json.loads(cluster.tf_config_json(evaluator)) == {
-      "cluster": {}, "task": {"type": "evaluator", "index": 0}}
+    "cluster": {},
+    "task": {"type": "evaluator", "index": 0},
+  }
   assert _resolve(cluster.tf_config_json(evaluator)).is_evaluator
 
 
 def test_install_tf_config_sets_the_variable():
-  environ = {"CLUSTER_SPEC": json.dumps({
-      "cluster": {"workerpool0": ["c:1"], "workerpool1": ["w:1"]},
-      "task": {"type": "workerpool0", "index": 0}})}
+  environ = {
+    "CLUSTER_SPEC": json.dumps(
+      {
+        "cluster": {"workerpool0": ["c:1"], "workerpool1": ["w:1"]},
+        "task": {"type": "workerpool0", "index": 0},
+      }
+    )
+  }
   info = cluster.resolve(environ=environ)
   cluster.install_tf_config(info, environ=environ)
   assert json.loads(environ["TF_CONFIG"]) == {
-      "cluster": {"chief": ["c:1"], "worker": ["w:1"]},
-      "task": {"type": "chief", "index": 0}}
+    "cluster": {"chief": ["c:1"], "worker": ["w:1"]},
+    "task": {"type": "chief", "index": 0},
+  }
   assert cluster.resolve(environ=environ) == info

@@ -20,13 +20,20 @@ def test_run_rejects_bad_options_before_touching_anything(tmp_path):
   def fail(*args):
     raise AssertionError(f"called with {args}")
 
-  task = options.Task(build_model=fail, build_optimizer=fail,
-                      train_dataset_fn=fail, eval_dataset_fn=fail,
-                      global_batch_size=8, image_shape=(8, 8, 3))
+  task = options.Task(
+    build_model=fail,
+    build_optimizer=fail,
+    train_dataset_fn=fail,
+    eval_dataset_fn=fail,
+    global_batch_size=8,
+    image_shape=(8, 8, 3),
+  )
   with pytest.raises(UserError, match="checkpoint_every_steps"):
-    controller.run(task=task, options=make_options(tmp_path,
-                                               checkpoint_every_steps=15),
-                   strategy=None)
+    controller.run(
+      task=task,
+      options=make_options(tmp_path, checkpoint_every_steps=15),
+      strategy=None,
+    )
   assert os.listdir(tmp_path) == []
 
 
@@ -38,34 +45,45 @@ def _tiny_task():
     del context, start_step, seed
     images = tf.random.stateless_uniform([64, 8, 8, 3], seed=[1, 2])
     labels = tf.range(64, dtype=tf.int64) % 2
-    return tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(
-        8)
+    return (
+      tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(8)
+    )
 
   return options.Task(
-      build_model=lambda: keras.Sequential(
-          [keras.Input((8, 8, 3)), keras.layers.Flatten(),
-           keras.layers.Dense(2)]),
-      build_optimizer=lambda: keras.optimizers.SGD(0.1),
-      train_dataset_fn=dataset,
-      eval_dataset_fn=lambda context: dataset(context, 0, 0).take(2),
-      global_batch_size=8, image_shape=(8, 8, 3))
+    build_model=lambda: keras.Sequential(
+      [keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(2)]
+    ),
+    build_optimizer=lambda: keras.optimizers.SGD(0.1),
+    train_dataset_fn=dataset,
+    eval_dataset_fn=lambda context: dataset(context, 0, 0).take(2),
+    global_batch_size=8,
+    image_shape=(8, 8, 3),
+  )
 
 
-def test_without_train_accuracy_a_run_logs_none_and_trains_the_same(
-    tmp_path):
+def test_without_train_accuracy_a_run_logs_none_and_trains_the_same(tmp_path):
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   summaries = []
   for train_accuracy in (True, False):
     keras.utils.set_random_seed(0)
     model_dir = tmp_path / str(train_accuracy)
-    summaries.append(controller.run(
+    summaries.append(
+      controller.run(
         task=_tiny_task(),
-        options=make_options(model_dir, train_steps=4, steps_per_loop=2,
-                             log_every_steps=2, eval_every_steps=0,
-                             checkpoint_every_steps=0,
-                             train_accuracy=train_accuracy),
-        strategy=tf.distribute.get_strategy()))
+        options=make_options(
+          model_dir,
+          train_steps=4,
+          steps_per_loop=2,
+          log_every_steps=2,
+          eval_every_steps=0,
+          checkpoint_every_steps=0,
+          train_accuracy=train_accuracy,
+        ),
+        strategy=tf.distribute.get_strategy(),
+      )
+    )
     tags = read_scalars(str(model_dir / "run" / "tensorboard" / "train"))
     assert ("accuracy" in tags) == train_accuracy
     assert [step for step, _ in tags["loss"]] == [2, 4]
@@ -78,30 +96,49 @@ def test_without_train_accuracy_a_run_logs_none_and_trains_the_same(
 
 def test_progress_listeners_see_every_phase_of_a_run_in_order(tmp_path):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   marks = []
-  controller.run(task=_tiny_task(),
-                 options=make_options(tmp_path, train_steps=6,
-                                      steps_per_loop=2, log_every_steps=2,
-                                      checkpoint_every_steps=4),
-                 strategy=tf.distribute.get_strategy(),
-                 progress_listeners=(marks.append,))
+  controller.run(
+    task=_tiny_task(),
+    options=make_options(
+      tmp_path,
+      train_steps=6,
+      steps_per_loop=2,
+      log_every_steps=2,
+      checkpoint_every_steps=4,
+    ),
+    strategy=tf.distribute.get_strategy(),
+    progress_listeners=(marks.append,),
+  )
   ends = [(m.phase, m.step) for m in marks if not m.started]
   # The step-0 save (the divergence guard's rollback target) is part of
   # start-up.
-  assert ends == [("checkpoint_save", 0), ("restore", 0), ("startup", 0), ("first_loop", 2), ("train_loop", 4),
-                  ("checkpoint_save", 4), ("train_loop", 6),
-                  ("evaluation", 6), ("checkpoint_save", 6), ("export", 6),
-                  ("run", 6)]  # The whole run encloses every other phase.
+  assert ends == [
+    ("checkpoint_save", 0),
+    ("restore", 0),
+    ("startup", 0),
+    ("first_loop", 2),
+    ("train_loop", 4),
+    ("checkpoint_save", 4),
+    ("train_loop", 6),
+    ("evaluation", 6),
+    ("checkpoint_save", 6),
+    ("export", 6),
+    ("run", 6),
+  ]  # The whole run encloses every other phase.
   assert all(m.ok for m in marks)
-  assert [m.steps for m in marks if m.phase.endswith("loop") and
-          not m.started] == [2, 2, 2]
+  assert [
+    m.steps for m in marks if m.phase.endswith("loop") and not m.started
+  ] == [2, 2, 2]
 
 
 def test_the_divergence_guard_names_the_first_bad_step_and_gives_up():
   import numpy as np  # pylint: disable=g-import-not-at-top
+
   guard = controller.DivergenceGuard(max_recoveries=1)
   guard.record(np.array([0.5, np.nan, np.inf]), last_step=30)
   assert guard.recoveries == 1
-  with pytest.raises(controller.TrainingDiverged,
-                     match="not finite at step 29 after 1 rollbacks"):
+  with pytest.raises(
+    controller.TrainingDiverged, match="not finite at step 29 after 1 rollbacks"
+  ):
     guard.record(np.array([0.5, 0.4, np.nan]), last_step=30)

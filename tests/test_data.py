@@ -20,15 +20,19 @@ def _all_records(records):
   """Every record of a source, in its fixed order, as numpy values."""
   if isinstance(records, input_lib.IndexedRecords):
     fetched = records.fetch(tf.range(records.size, dtype=tf.int64))
-    return list(tf.data.Dataset.from_tensor_slices(fetched)
-                .as_numpy_iterator())
+    return list(tf.data.Dataset.from_tensor_slices(fetched).as_numpy_iterator())
   return list(records.as_numpy_iterator())
 
 
 def _decoded(source, records, count=None):
   pairs = _all_records(records)[:count]
-  return [tuple(np.asarray(t) for t in source.decode_fn(*(
-      pair if isinstance(pair, tuple) else (pair,)))) for pair in pairs]
+  return [
+    tuple(
+      np.asarray(t)
+      for t in source.decode_fn(*(pair if isinstance(pair, tuple) else (pair,)))
+    )
+    for pair in pairs
+  ]
 
 
 def _check_images(pairs, source):
@@ -44,21 +48,31 @@ def _check_images(pairs, source):
 def tfds_dirs(tmp_path_factory):
   """A tiny TFDS JPEG dataset prepared offline, as ArrayRecord and TFRecord."""
   root = tmp_path_factory.mktemp("tfds")
-  return {file_format: tfds_jpegs.build(
-      str(root / file_format), file_format=file_format, num_train=24,
-      num_eval=6, image_size=20) for file_format in ("array_record",
-                                                       "tfrecord")}
+  return {
+    file_format: tfds_jpegs.build(
+      str(root / file_format),
+      file_format=file_format,
+      num_train=24,
+      num_eval=6,
+      image_size=20,
+    )
+    for file_format in ("array_record", "tfrecord")
+  }
 
 
 def _class_of(image):
   """The class a generated JPEG was coloured with (see tfds_jpegs)."""
-  return int(np.argmin(np.abs(
-      tfds_jpegs.COLORS[:3] / 255 - image.reshape(-1, 3).mean(0)).sum(1)))
+  return int(
+    np.argmin(
+      np.abs(tfds_jpegs.COLORS[:3] / 255 - image.reshape(-1, 3).mean(0)).sum(1)
+    )
+  )
 
 
 def test_array_record_tfds_is_read_by_index_and_decoded_in_tf_data(tfds_dirs):
-  source = data.load("cassava", image_size=16,
-                     data_dir=tfds_dirs["array_record"])
+  source = data.load(
+    "cassava", image_size=16, data_dir=tfds_dirs["array_record"]
+  )
   assert isinstance(source.train_records, input_lib.IndexedRecords)
   assert (source.num_train, source.eval_records.size) == (24, 6)
   assert source.num_classes == 3 and source.shuffle_buffer is None
@@ -67,7 +81,8 @@ def test_array_record_tfds_is_read_by_index_and_decoded_in_tf_data(tfds_dirs):
   pairs = _decoded(source, source.train_records)
   _check_images(pairs + _decoded(source, source.eval_records), source)
   assert [_class_of(image) for image, _ in pairs] == [
-      label for _, label in pairs]
+    label for _, label in pairs
+  ]
 
 
 def test_tfrecord_tfds_is_streamed_and_says_how_to_convert(tfds_dirs):
@@ -81,8 +96,7 @@ def test_tfrecord_tfds_is_streamed_and_says_how_to_convert(tfds_dirs):
   absl_logger.addHandler(handler)
   absl_logger.setLevel(logging.INFO)
   try:
-    source = data.load("cassava", image_size=16,
-                       data_dir=tfds_dirs["tfrecord"])
+    source = data.load("cassava", image_size=16, data_dir=tfds_dirs["tfrecord"])
   finally:
     absl_logger.removeHandler(handler)
     absl_logger.setLevel(level)
@@ -103,20 +117,24 @@ def test_cassava_is_found_by_name_in_a_tfds_data_dir(tfds_dirs, tmp_path):
   source = data.load("cassava", image_size=16, data_dir=str(tmp_path))
   assert source.num_train == 24
   dataset = input_lib.train_dataset(
-      records=source.train_records, decode_fn=source.decode_fn,
-      input_context=tf.distribute.InputContext(), global_batch_size=4,
-      seed=0, start_step=3)
+    records=source.train_records,
+    decode_fn=source.decode_fn,
+    input_context=tf.distribute.InputContext(),
+    global_batch_size=4,
+    seed=0,
+    start_step=3,
+  )
   images, labels = next(iter(dataset))
   assert images.shape == (4, 16, 16, 3) and images.dtype == tf.float32
   assert labels.dtype == tf.int64
 
 
 @pytest.mark.parametrize("data_dir", ["", "missing"])
-def test_cassava_without_a_prepared_dataset_is_a_user_error(data_dir,
-                                                            tmp_path):
+def test_cassava_without_a_prepared_dataset_is_a_user_error(data_dir, tmp_path):
   with pytest.raises(UserError, match="--data_dir"):
-    data.load("cassava", image_size=300,
-              data_dir=data_dir and str(tmp_path / data_dir))
+    data.load(
+      "cassava", image_size=300, data_dir=data_dir and str(tmp_path / data_dir)
+    )
 
 
 def _write_image(path, color, size, channels):
@@ -140,8 +158,12 @@ def _make_images(root):
     (root / name).mkdir(parents=True, exist_ok=True)
     extension = ".png" if index % 2 else ".jpg"
     channels = 4 if index == 3 else 3
-    _write_image(str(root / name / f"{index:02d}{extension}"),
-                 _COLORS[name], (20 + index, 30), channels)
+    _write_image(
+      str(root / name / f"{index:02d}{extension}"),
+      _COLORS[name],
+      (20 + index, 30),
+      channels,
+    )
   _write_image(str(root / "a_red" / "gray.PNG"), (128,), (9, 9), 1)
   (root / "a_red" / "notes.txt").write_text("not an image")
   (root / "stray.jpg").write_bytes(b"")  # Not in a class directory.
@@ -168,24 +190,28 @@ def _check_colors(pairs, names):
 
 def test_files_decode_with_labels_and_hold_out_every_tenth(image_root):
   source = data.load("files", image_size=16, data_dir=image_root)
-  files = [os.path.join(image_root, c, f) for c in sorted(_COLORS)
-           for f in sorted(os.listdir(os.path.join(image_root, c)))
-           if not f.endswith(".txt")]
+  files = [
+    os.path.join(image_root, c, f)
+    for c in sorted(_COLORS)
+    for f in sorted(os.listdir(os.path.join(image_root, c)))
+    if not f.endswith(".txt")
+  ]
   assert len(files) == 14
   train = [p.decode() for p, _ in _all_records(source.train_records)]
   held_out = [p.decode() for p, _ in _all_records(source.eval_records)]
   assert held_out == [files[9]]
   assert train == files[:9] + files[10:]
   assert source.num_train == 13 and source.num_classes == 2
-  for records, names in ((source.train_records, train),
-                         (source.eval_records, held_out)):
+  for records, names in (
+    (source.train_records, train),
+    (source.eval_records, held_out),
+  ):
     _check_colors(_decoded(source, records), names)
 
 
 def _add_image(write, name):
   """A new red image whose name sorts first: it would shift every index."""
-  write(name,
-        tf.io.encode_jpeg(np.full((8, 8, 3), 250, np.uint8)).numpy())
+  write(name, tf.io.encode_jpeg(np.full((8, 8, 3), 250, np.uint8)).numpy())
 
 
 @pytest.mark.parametrize("form", ["mount_path", "gs_url"])
@@ -195,15 +221,24 @@ def test_files_on_a_fuse_mount_keep_their_manifest(tmp_path, form):
   data_dir = root if form == "mount_path" else "gs://bucket/images"
 
   def load(manifest_dir):
-    return data.load("files", image_size=16, data_dir=data_dir,
-                     fuse_root=str(fuse_root), manifest_dir=manifest_dir)
+    return data.load(
+      "files",
+      image_size=16,
+      data_dir=data_dir,
+      fuse_root=str(fuse_root),
+      manifest_dir=manifest_dir,
+    )
 
   checkpoints = f"{fuse_root}/bucket/run/checkpoints"
   first = load(checkpoints)
   names = _all_records(first.train_records)
   assert os.path.exists(os.path.join(checkpoints, datafiles.MANIFEST))
-  _add_image(lambda name, data: (fuse_root / "bucket" / "images" / name)
-             .write_bytes(data), "a_red/000_added.jpg")
+  _add_image(
+    lambda name, data: (fuse_root / "bucket" / "images" / name).write_bytes(
+      data
+    ),
+    "a_red/000_added.jpg",
+  )
   assert load(checkpoints).num_train == first.num_train
   assert _all_records(load(checkpoints).train_records) == names
   assert load("").num_train == first.num_train + 1  # Listed afresh.
@@ -215,27 +250,38 @@ def test_files_on_cloud_storage_through_gcsfs(gcs_emulator, image_root):
   fs.put(image_root, f"{bucket}/images", recursive=True)
 
   def load():
-    return data.load("files", image_size=16, data_dir=f"gs://{bucket}/images",
-                     storage="gcsfs",
-                     manifest_dir=f"gs://{bucket}/run/checkpoints")
+    return data.load(
+      "files",
+      image_size=16,
+      data_dir=f"gs://{bucket}/images",
+      storage="gcsfs",
+      manifest_dir=f"gs://{bucket}/run/checkpoints",
+    )
 
   source = load()
   local = data.load("files", image_size=16, data_dir=image_root)
   assert (source.num_train, source.num_classes) == (13, 2)
   pairs = _decoded(source, source.train_records)
   for (image, label), (local_image, local_label) in zip(
-      pairs, _decoded(local, local.train_records)):
+    pairs, _decoded(local, local.train_records)
+  ):
     np.testing.assert_array_equal(image, local_image)
     assert label == local_label
   assert fs.exists(f"{bucket}/run/checkpoints/{datafiles.MANIFEST}")
-  _add_image(lambda name, data: fs.pipe(f"{bucket}/images/{name}", data),
-             "a_red/000_added.jpg")
+  _add_image(
+    lambda name, data: fs.pipe(f"{bucket}/images/{name}", data),
+    "a_red/000_added.jpg",
+  )
   again = load()
   assert again.num_train == 13
   dataset = input_lib.train_dataset(
-      records=again.train_records, decode_fn=again.decode_fn,
-      input_context=tf.distribute.InputContext(), global_batch_size=13,
-      seed=0, start_step=0)
+    records=again.train_records,
+    decode_fn=again.decode_fn,
+    input_context=tf.distribute.InputContext(),
+    global_batch_size=13,
+    seed=0,
+    start_step=0,
+  )
   images, labels = next(iter(dataset))
   assert sorted(labels.numpy().tolist()) == sorted(label for _, label in pairs)
 
@@ -243,20 +289,21 @@ def test_files_on_cloud_storage_through_gcsfs(gcs_emulator, image_root):
 def test_a_manifest_of_another_data_dir_is_a_user_error(tmp_path, image_root):
   other = _make_images(tmp_path / "other")
   checkpoints = str(tmp_path / "checkpoints")
-  data.load("files", image_size=16, data_dir=image_root,
-            manifest_dir=checkpoints)
+  data.load(
+    "files", image_size=16, data_dir=image_root, manifest_dir=checkpoints
+  )
   with pytest.raises(UserError, match="lists the files of"):
-    data.load("files", image_size=16, data_dir=other,
-              manifest_dir=checkpoints)
+    data.load("files", image_size=16, data_dir=other, manifest_dir=checkpoints)
 
 
 @pytest.mark.parametrize("route", ["local", "gcsfs"])
 def test_undecodable_files_are_named_or_skipped_and_left_out_of_the_manifest(
-    route, image_root, tmp_path, request, caplog):
+  route, image_root, tmp_path, request, caplog
+):
   root = tmp_path / "images"
   good = tf.io.encode_jpeg(np.full((20, 20, 3), 200, np.uint8)).numpy()
   (root / "a_red" / "0_garbage.png").write_bytes(b"\x89PNG not really")
-  (root / "b_blue" / "truncated.jpg").write_bytes(good[:len(good) // 2])
+  (root / "b_blue" / "truncated.jpg").write_bytes(good[: len(good) // 2])
   data_dir, checkpoints = image_root, str(tmp_path / "checkpoints")
   if route == "gcsfs":
     fs = request.getfixturevalue("gcs_emulator").filesystem()
@@ -265,26 +312,35 @@ def test_undecodable_files_are_named_or_skipped_and_left_out_of_the_manifest(
     checkpoints = f"gs://{GcsEmulator.BUCKET}/checkpoints"
 
   def load(skip):
-    return data.load("files", image_size=16, data_dir=data_dir,
-                     storage="gcsfs" if route == "gcsfs" else "auto",
-                     manifest_dir=checkpoints, skip_bad_images=skip)
+    return data.load(
+      "files",
+      image_size=16,
+      data_dir=data_dir,
+      storage="gcsfs" if route == "gcsfs" else "auto",
+      manifest_dir=checkpoints,
+      skip_bad_images=skip,
+    )
 
   first = "a_red/0_garbage.png"
   with pytest.raises(UserError) as error:
     load(skip=False)
   assert str(error.value).startswith(
-      f"{data_dir}/{first} and 1 more files cannot be decoded "
-      "as images (2 of the 16 files); remove them, or pass "
-      "--skip_bad_images")
+    f"{data_dir}/{first} and 1 more files cannot be decoded "
+    "as images (2 of the 16 files); remove them, or pass "
+    "--skip_bad_images"
+  )
   with caplog.at_level(logging.WARNING):
     source = load(skip=True)
   assert (source.num_train, source.num_classes) == (13, 2)
-  assert f"Skipped 2 of the 16 files under {data_dir}: they cannot be " \
-         f"decoded as images: {first}, b_blue/truncated.jpg." in caplog.text
+  assert (
+    f"Skipped 2 of the 16 files under {data_dir}: they cannot be "
+    f"decoded as images: {first}, b_blue/truncated.jpg." in caplog.text
+  )
   # The manifest lists only the good files: a restart neither checks nor
   # skips again.
   assert _all_records(load(skip=False).train_records) == _all_records(
-      source.train_records)
+    source.train_records
+  )
 
 
 @pytest.mark.parametrize("layout", ["missing", "one_class", "no_images"])
@@ -305,14 +361,19 @@ def _digit_split(seed):
   tf.random.set_seed(seed)
   source = data.load("digits", image_size=8)
   return source, {
-      name: sorted(image.tobytes() + bytes([label]) for image, label in
-                   _all_records(records))
-      for name, records in (("train", source.train_records),
-                            ("eval", source.eval_records))}
+    name: sorted(
+      image.tobytes() + bytes([label]) for image, label in _all_records(records)
+    )
+    for name, records in (
+      ("train", source.train_records),
+      ("eval", source.eval_records),
+    )
+  }
 
 
 def test_digits_split_is_fixed_and_partitions_the_1797_digits():
   from sklearn import datasets  # pylint: disable=g-import-not-at-top
+
   source, first = _digit_split(seed=1)
   _, second = _digit_split(seed=2)
   assert first == second
@@ -320,8 +381,9 @@ def test_digits_split_is_fixed_and_partitions_the_1797_digits():
   assert source.num_train == len(first["train"]) == 1797 - 359
   digits = datasets.load_digits()
   everything = sorted(
-      (image / 16.0).astype(np.float32)[..., None].tobytes() + bytes([label])
-      for image, label in zip(digits.images, digits.target))
+    (image / 16.0).astype(np.float32)[..., None].tobytes() + bytes([label])
+    for image, label in zip(digits.images, digits.target)
+  )
   assert sorted(first["train"] + first["eval"]) == everything
   assert source.num_classes == 10
 
@@ -345,10 +407,13 @@ def test_synthetic_has_five_classes_and_fixed_images():
   assert not np.array_equal(pairs[0][0], pairs[1][0])
 
 
-@pytest.mark.parametrize("name,image_size,match", [
+@pytest.mark.parametrize(
+  "name,image_size,match",
+  [
     ("mnist", 32, "Unknown dataset 'mnist'"),
     ("digits", 4, "--image_size must be >= 8"),
-])
+  ],
+)
 def test_bad_names_and_sizes_are_user_errors(name, image_size, match):
   with pytest.raises(UserError, match=match):
     data.load(name, image_size=image_size)

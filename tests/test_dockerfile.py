@@ -18,7 +18,9 @@ from dockerfile_parse import DockerfileParser
 from packaging import requirements
 import pytest
 
-from tests.conftest import REPO, run_trainer, trainer_env
+from tests.conftest import REPO
+from tests.conftest import run_trainer
+from tests.conftest import trainer_env
 from trainer.testing import vertex_output_env
 
 _ROOT = pathlib.Path(REPO)
@@ -30,8 +32,11 @@ def fixture_dockerfile():
 
 
 def _instructions(dockerfile, name):
-  return [item["value"] for item in dockerfile.structure
-          if item["instruction"] == name]
+  return [
+    item["value"]
+    for item in dockerfile.structure
+    if item["instruction"] == name
+  ]
 
 
 def _exec_form(dockerfile, name):
@@ -68,15 +73,21 @@ def test_base_image_has_the_pinned_tensorflow(dockerfile):
 
 def test_dependencies_are_installed_before_the_code_is_copied(dockerfile):
   # A code change then reuses the layer that holds TensorFlow.
-  steps = [(item["instruction"], item["value"]) for item in dockerfile.structure
-           if item["instruction"] in ("COPY", "RUN")]
+  steps = [
+    (item["instruction"], item["value"])
+    for item in dockerfile.structure
+    if item["instruction"] in ("COPY", "RUN")
+  ]
   workdir = _instructions(dockerfile, "WORKDIR")[-1]
   copies = [value for instruction, value in steps if instruction == "COPY"]
   assert copies == [f"setup.cfg {workdir}/", f". {workdir}"]
   code = steps.index(("COPY", f". {workdir}"))
   assert any("pip install -r" in value for _, value in steps[:code])
-  assert all("--no-deps" in value for instruction, value in steps[code:]
-             if "pip install" in value)
+  assert all(
+    "--no-deps" in value
+    for instruction, value in steps[code:]
+    if "pip install" in value
+  )
 
 
 def test_the_trainer_runs_as_a_non_root_user(dockerfile):
@@ -85,28 +96,42 @@ def test_the_trainer_runs_as_a_non_root_user(dockerfile):
 
   assert user.split(":")[0] not in ("root", "0")
   # Nothing runs as root after it.
-  assert "RUN" not in structure[structure.index("USER"):]
+  assert "RUN" not in structure[structure.index("USER") :]
 
 
 def test_entrypoint_runs_the_trainer_module_in_exec_form(dockerfile):
   # Exec form keeps python as PID 1, so SIGTERM on preemption reaches it.
   assert _exec_form(dockerfile, "ENTRYPOINT") == [
-      "python", "-m", "trainer.task"]
+    "python",
+    "-m",
+    "trainer.task",
+  ]
   assert (_ROOT / "trainer" / "task.py").is_file()
 
 
 def test_dockerignore_keeps_what_the_image_needs():
-  patterns = [line.strip() for line in
-              (_ROOT / ".dockerignore").read_text().splitlines()
-              if line.strip() and not line.startswith("#")]
-  needed = ["setup.cfg", "pyproject.toml", "README.md", "ctl/errors.py",
-            "trainer/task.py", "configs/cassava_resnet50.cfg"]
+  patterns = [
+    line.strip()
+    for line in (_ROOT / ".dockerignore").read_text().splitlines()
+    if line.strip() and not line.startswith("#")
+  ]
+  needed = [
+    "setup.cfg",
+    "pyproject.toml",
+    "README.md",
+    "ctl/errors.py",
+    "trainer/task.py",
+    "configs/cassava_resnet50.cfg",
+  ]
 
   for path in needed:
     parts = pathlib.PurePosixPath(path).parts
     prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-    excluded = [p for p in patterns
-                if any(fnmatch.fnmatch(prefix, p) for prefix in prefixes)]
+    excluded = [
+      p
+      for p in patterns
+      if any(fnmatch.fnmatch(prefix, p) for prefix in prefixes)
+    ]
     assert not excluded, f".dockerignore drops {path} with {excluded}"
   assert {".git", ".venv", "tests", "benchmarks"} <= set(patterns)
 
@@ -114,7 +139,11 @@ def test_dockerignore_keeps_what_the_image_needs():
 def test_default_cmd_is_accepted_by_the_trainer(dockerfile, tmp_path):
   cmd = _exec_form(dockerfile, "CMD")
   # The output directories Vertex AI sets for a job with baseOutputDirectory.
-  result = run_trainer(*cmd, "--dry_run", check=False, env=trainer_env(
-      **vertex_output_env(str(tmp_path))))
+  result = run_trainer(
+    *cmd,
+    "--dry_run",
+    check=False,
+    env=trainer_env(**vertex_output_env(str(tmp_path))),
+  )
 
   assert result.returncode == 0, result.stderr

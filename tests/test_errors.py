@@ -12,14 +12,18 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import sys
+import tempfile
 
 from PIL import Image
 import pytest
 
-from tests.conftest import (FAST_FLAGS, REPO, read_scalars, read_summary,
-                            run_trainer, trainer_env)
+from tests.conftest import FAST_FLAGS
+from tests.conftest import REPO
+from tests.conftest import read_scalars
+from tests.conftest import read_summary
+from tests.conftest import run_trainer
+from tests.conftest import trainer_env
 
 USER_ERROR_EXIT_CODE = 2
 
@@ -31,8 +35,7 @@ def snapshot(directory) -> dict[str, tuple[int, int]]:
     for name in names:
       path = os.path.join(root, name)
       stat = os.stat(path)
-      files[os.path.relpath(path, directory)] = (stat.st_size,
-                                                 stat.st_mtime_ns)
+      files[os.path.relpath(path, directory)] = (stat.st_size, stat.st_mtime_ns)
   return files
 
 
@@ -45,7 +48,8 @@ def messy_images(tmp_path_factory):
     directory.mkdir(parents=True, exist_ok=True)
     color = (250, 0, 0) if index < 6 else (0, 0, 250)
     Image.new("RGB", (8, 8), color).save(
-        directory / f"{index:02d}.{'png' if index % 2 else 'jpg'}")
+      directory / f"{index:02d}.{'png' if index % 2 else 'jpg'}"
+    )
   (root / "a_red" / "broken.jpg").write_bytes(b"not an image at all" * 10)
   return str(root)
 
@@ -70,9 +74,15 @@ def _fails_cleanly(model_dir, *flags) -> str:
   """Runs the trainer on `model_dir` expecting a user error; returns it."""
   before = snapshot(model_dir)
   assert {"train_summary.json", "checkpoint"} <= {
-      os.path.basename(path) for path in before}
-  result = run_trainer(*FAST_FLAGS, "--train_steps=20", *flags,
-                       f"--model_dir={model_dir}", check=False)
+    os.path.basename(path) for path in before
+  }
+  result = run_trainer(
+    *FAST_FLAGS,
+    "--train_steps=20",
+    *flags,
+    f"--model_dir={model_dir}",
+    check=False,
+  )
   assert result.returncode == USER_ERROR_EXIT_CODE, result.stderr[-3000:]
   assert "Traceback" not in result.stderr, result.stderr[-3000:]
   assert snapshot(model_dir) == before
@@ -94,123 +104,251 @@ def checksum(directory) -> str:
 
 # Runs the trainer, then says on stdout whether TensorFlow was ever imported.
 _TRAINER_REPORTING_TF = (
-    "import atexit, sys; "
-    "atexit.register(lambda: print('TF_IMPORTED', 'tensorflow' in "
-    "sys.modules)); "
-    "from trainer import task; sys.argv[0] = 'trainer.task'; task.run()")
+  "import atexit, sys; "
+  "atexit.register(lambda: print('TF_IMPORTED', 'tensorflow' in "
+  "sys.modules)); "
+  "from trainer import task; sys.argv[0] = 'trainer.task'; task.run()"
+)
 
 # (tool, arguments, words the one error line must hold, refused before
 # TensorFlow loads). Trainer arguments come after FAST_FLAGS and
 # --train_steps=20 --model_dir=MODEL_DIR; {model_dir} and {file} (a regular
 # file) and {images} (`messy_images`) are filled in.
 BAD_INPUT = [
-    ("trainer", ["--dataset=mnist"], "--dataset=mnist: value should be one of",
-     True),
-    ("trainer", ["--model=vgg16"], "--model=vgg16: value should be one of",
-     True),
-    ("trainer", ["--storage=s3"], "--storage=s3: value should be one of", True),
-    ("trainer", ["--train_steps=abc"], "--train_steps=abc", True),
-    ("trainer", ["--no_such_flag"], "no_such_flag", True),
-    ("trainer", ["positional"], "unexpected arguments ['positional']", True),
-    ("trainer", ["--per_replica_batch_size=0"],
-     "--per_replica_batch_size must be > 0", True),
-    ("trainer", ["--learning_rate=0"], "--learning_rate must be > 0", True),
-    ("trainer", ["--epochs=2"], "Set --train_steps or --epochs, not both",
-     True),
-    ("trainer", ["--hypertune_metric=f1"],
-     "--hypertune_metric must be accuracy or loss", True),
-    ("trainer", ["--model=resnet50", "--weights=/no/such.weights.h5"],
-     "Weights file /no/such.weights.h5 not found", True),
-    ("trainer", ["--train_steps=-1"], "train_steps must be >= 0", True),
-    ("trainer", ["--steps_per_loop=0"], "steps_per_loop must be >= 1", True),
-    ("trainer", ["--checkpoint_every_steps=25"],
-     "checkpoint_every_steps must be a multiple of steps_per_loop (10), got "
-     "25", True),
-    ("trainer", ["--eval_every_steps=15"], "eval_every_steps must be a "
-     "multiple", True),
-    ("trainer", ["--log_every_steps=0"], "log_every_steps must be > 0", True),
-    ("trainer", ["--keep_checkpoints=0"], "keep_checkpoints must be >= 1",
-     True),
-    ("trainer", ["--async_checkpoint", "--keep_checkpoints=1"],
-     "keep_checkpoints must be >= 2 with async_checkpoint", True),
-    ("trainer", ["--checkpoint_every_secs=-1"],
-     "checkpoint_every_secs must be >= 0", True),
-    ("trainer", ["--max_nan_recoveries=-1"], "max_nan_recoveries must be >= 0",
-     True),
-    ("trainer", ["--checkpoint_every_secs=often"],
-     "--checkpoint_every_secs must be auto or a number of seconds", True),
-    ("trainer", ["--profile_steps=5"], "--profile_steps must be START,END",
-     True),
-    ("trainer", ["--stall_timeout_secs=-1"],
-     "--stall_timeout_secs=-1: -1.0 is not a non-negative number", True),
-    ("trainer", ["--startup_timeout_secs=0"],
-     "--startup_timeout_secs=0: 0.0 is not number >= 1", True),
-    ("trainer", ["--model_dir=gs://"], "gs:// names no bucket", True),
-    ("trainer", ["--model_dir=gs://Bad_Bucket/run"],
-     "Bad_Bucket is not a valid bucket name", True),
-    ("trainer", ["--checkpoint_dir=gs://ab/ckpt"],
-     "ab is not a valid bucket name", True),
-    ("trainer", ["--dataset=cassava", "--data_dir=gs://-x-/tfds"],
-     "-x- is not a valid bucket name", False),
-    ("trainer", ["--model_dir={file}"], "is a file, not a directory", True),
-    ("trainer", ["--tensorboard_dir={file}/tb"], "is a file, not a directory",
-     True),
-    ("trainer", ["--dataset=synthetic"], "was written by a different model",
-     False),
-    ("trainer", ["--dataset=files", "--data_dir={images}"],
-     "a_red/broken.jpg cannot be decoded as an image", False),
-    ("launch", ["--num_workers=0", "--", "true"],
-     "--num_workers must be at least 1", True),
-    ("launch", ["--num_workers=2"], "no worker command given", True),
-    ("launch", ["--num_workers=2", "--port_base=65535", "--", "true"],
-     "--port_base", True),
-    ("launch", ["--num_workers=1", "--max_restarts=-1", "--", "true"],
-     "--max_restarts", True),
-    ("launch", ["--num_workers=1", "--restart_backoff_secs=-1", "--", "true"],
-     "--restart_backoff_secs", True),
-    ("launch", ["--num_workers=abc", "--", "true"],
-     "--num_workers: invalid int value: 'abc'", True),
-    ("launch", ["--num_workers=1", "--", "/no/such/command"],
-     "cannot run worker command '/no/such/command'", True),
-    ("vertex", ["--num_workers=1"], "the following arguments are required: "
-     "--image", True),
-    ("vertex", ["--image=i", "--num_workers=0"], "num_workers counts the chief",
-     True),
-    ("vertex", ["--image=i", "--base_output_dir=gs://"], "names no bucket",
-     True),
-    ("vertex", ["--image=i", "--base_output_dir=gs://UPPER/x"],
-     "UPPER is not a valid bucket name", True),
-    ("vertex", ["--image=i", "--submit"], "--submit needs --project and "
-     "--region", True),
-    ("report", ["{file}"], "no run ledger in", True),
-    ("report", ["{model_dir}/no/such/run"], "no run ledger in", True),
-    ("report", [], "the following arguments are required: model_dir", True),
-    ("report", ["{model_dir}", "--colour"], "unrecognized arguments", True),
+  (
+    "trainer",
+    ["--dataset=mnist"],
+    "--dataset=mnist: value should be one of",
+    True,
+  ),
+  ("trainer", ["--model=vgg16"], "--model=vgg16: value should be one of", True),
+  ("trainer", ["--storage=s3"], "--storage=s3: value should be one of", True),
+  ("trainer", ["--train_steps=abc"], "--train_steps=abc", True),
+  ("trainer", ["--no_such_flag"], "no_such_flag", True),
+  ("trainer", ["positional"], "unexpected arguments ['positional']", True),
+  (
+    "trainer",
+    ["--per_replica_batch_size=0"],
+    "--per_replica_batch_size must be > 0",
+    True,
+  ),
+  ("trainer", ["--learning_rate=0"], "--learning_rate must be > 0", True),
+  ("trainer", ["--epochs=2"], "Set --train_steps or --epochs, not both", True),
+  (
+    "trainer",
+    ["--hypertune_metric=f1"],
+    "--hypertune_metric must be accuracy or loss",
+    True,
+  ),
+  (
+    "trainer",
+    ["--model=resnet50", "--weights=/no/such.weights.h5"],
+    "Weights file /no/such.weights.h5 not found",
+    True,
+  ),
+  ("trainer", ["--train_steps=-1"], "train_steps must be >= 0", True),
+  ("trainer", ["--steps_per_loop=0"], "steps_per_loop must be >= 1", True),
+  (
+    "trainer",
+    ["--checkpoint_every_steps=25"],
+    "checkpoint_every_steps must be a multiple of steps_per_loop (10), got 25",
+    True,
+  ),
+  (
+    "trainer",
+    ["--eval_every_steps=15"],
+    "eval_every_steps must be a multiple",
+    True,
+  ),
+  ("trainer", ["--log_every_steps=0"], "log_every_steps must be > 0", True),
+  ("trainer", ["--keep_checkpoints=0"], "keep_checkpoints must be >= 1", True),
+  (
+    "trainer",
+    ["--async_checkpoint", "--keep_checkpoints=1"],
+    "keep_checkpoints must be >= 2 with async_checkpoint",
+    True,
+  ),
+  (
+    "trainer",
+    ["--checkpoint_every_secs=-1"],
+    "checkpoint_every_secs must be >= 0",
+    True,
+  ),
+  (
+    "trainer",
+    ["--max_nan_recoveries=-1"],
+    "max_nan_recoveries must be >= 0",
+    True,
+  ),
+  (
+    "trainer",
+    ["--checkpoint_every_secs=often"],
+    "--checkpoint_every_secs must be auto or a number of seconds",
+    True,
+  ),
+  ("trainer", ["--profile_steps=5"], "--profile_steps must be START,END", True),
+  (
+    "trainer",
+    ["--stall_timeout_secs=-1"],
+    "--stall_timeout_secs=-1: -1.0 is not a non-negative number",
+    True,
+  ),
+  (
+    "trainer",
+    ["--startup_timeout_secs=0"],
+    "--startup_timeout_secs=0: 0.0 is not number >= 1",
+    True,
+  ),
+  ("trainer", ["--model_dir=gs://"], "gs:// names no bucket", True),
+  (
+    "trainer",
+    ["--model_dir=gs://Bad_Bucket/run"],
+    "Bad_Bucket is not a valid bucket name",
+    True,
+  ),
+  (
+    "trainer",
+    ["--checkpoint_dir=gs://ab/ckpt"],
+    "ab is not a valid bucket name",
+    True,
+  ),
+  (
+    "trainer",
+    ["--dataset=cassava", "--data_dir=gs://-x-/tfds"],
+    "-x- is not a valid bucket name",
+    False,
+  ),
+  ("trainer", ["--model_dir={file}"], "is a file, not a directory", True),
+  (
+    "trainer",
+    ["--tensorboard_dir={file}/tb"],
+    "is a file, not a directory",
+    True,
+  ),
+  (
+    "trainer",
+    ["--dataset=synthetic"],
+    "was written by a different model",
+    False,
+  ),
+  (
+    "trainer",
+    ["--dataset=files", "--data_dir={images}"],
+    "a_red/broken.jpg cannot be decoded as an image",
+    False,
+  ),
+  (
+    "launch",
+    ["--num_workers=0", "--", "true"],
+    "--num_workers must be at least 1",
+    True,
+  ),
+  ("launch", ["--num_workers=2"], "no worker command given", True),
+  (
+    "launch",
+    ["--num_workers=2", "--port_base=65535", "--", "true"],
+    "--port_base",
+    True,
+  ),
+  (
+    "launch",
+    ["--num_workers=1", "--max_restarts=-1", "--", "true"],
+    "--max_restarts",
+    True,
+  ),
+  (
+    "launch",
+    ["--num_workers=1", "--restart_backoff_secs=-1", "--", "true"],
+    "--restart_backoff_secs",
+    True,
+  ),
+  (
+    "launch",
+    ["--num_workers=abc", "--", "true"],
+    "--num_workers: invalid int value: 'abc'",
+    True,
+  ),
+  (
+    "launch",
+    ["--num_workers=1", "--", "/no/such/command"],
+    "cannot run worker command '/no/such/command'",
+    True,
+  ),
+  (
+    "vertex",
+    ["--num_workers=1"],
+    "the following arguments are required: --image",
+    True,
+  ),
+  (
+    "vertex",
+    ["--image=i", "--num_workers=0"],
+    "num_workers counts the chief",
+    True,
+  ),
+  ("vertex", ["--image=i", "--base_output_dir=gs://"], "names no bucket", True),
+  (
+    "vertex",
+    ["--image=i", "--base_output_dir=gs://UPPER/x"],
+    "UPPER is not a valid bucket name",
+    True,
+  ),
+  (
+    "vertex",
+    ["--image=i", "--submit"],
+    "--submit needs --project and --region",
+    True,
+  ),
+  ("report", ["{file}"], "no run ledger in", True),
+  ("report", ["{model_dir}/no/such/run"], "no run ledger in", True),
+  ("report", [], "the following arguments are required: model_dir", True),
+  ("report", ["{model_dir}", "--colour"], "unrecognized arguments", True),
 ]
 
 
 def _command(tool, args, model_dir):
   if tool == "trainer":
-    return [sys.executable, "-c", _TRAINER_REPORTING_TF, *FAST_FLAGS,
-            "--train_steps=20", f"--model_dir={model_dir}", *args]
-  module = {"launch": "ctl.launch", "vertex": "ctl.vertex",
-            "report": "ctl.report"}[tool]
+    return [
+      sys.executable,
+      "-c",
+      _TRAINER_REPORTING_TF,
+      *FAST_FLAGS,
+      "--train_steps=20",
+      f"--model_dir={model_dir}",
+      *args,
+    ]
+  module = {
+    "launch": "ctl.launch",
+    "vertex": "ctl.vertex",
+    "report": "ctl.report",
+  }[tool]
   return [sys.executable, "-m", module, *args]
 
 
-@pytest.mark.parametrize("tool,args,words,before_tf", BAD_INPUT,
-                         ids=[f"{case[0]}:{' '.join(case[1])}"
-                              for case in BAD_INPUT])
-def test_bad_input(model_dir, tmp_path, messy_images, tool, args, words,
-                   before_tf):
+@pytest.mark.parametrize(
+  "tool,args,words,before_tf",
+  BAD_INPUT,
+  ids=[f"{case[0]}:{' '.join(case[1])}" for case in BAD_INPUT],
+)
+def test_bad_input(
+  model_dir, tmp_path, messy_images, tool, args, words, before_tf
+):
   a_file = tmp_path / "a_file"
   a_file.write_text("not a directory")
-  args = [arg.format(model_dir=model_dir, file=a_file, images=messy_images)
-          for arg in args]
+  args = [
+    arg.format(model_dir=model_dir, file=a_file, images=messy_images)
+    for arg in args
+  ]
   before = checksum(model_dir)
-  result = subprocess.run(_command(tool, args, model_dir), cwd=REPO,
-                          env=trainer_env(), capture_output=True, text=True,
-                          timeout=300, check=False)
+  result = subprocess.run(
+    _command(tool, args, model_dir),
+    cwd=REPO,
+    env=trainer_env(),
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
   assert result.returncode == USER_ERROR_EXIT_CODE, result.stderr[-3000:]
   assert checksum(model_dir) == before
   assert a_file.read_text() == "not a directory"
@@ -225,36 +363,46 @@ def test_bad_input(model_dir, tmp_path, messy_images, tool, args, words,
       assert "TF_IMPORTED False" in result.stdout, result.stdout[-3000:]
 
 
-@pytest.mark.parametrize("flag,last", [
-    ("--profile_steps=30,20", "error: profile_steps must be START,END with "
-     "1 <= START <= END, got 30,20."),
-    ("--profile_steps=12", "error: --profile_steps must be START,END (two "
-     "step numbers, e.g. 100,110), got '12'."),
-])
+@pytest.mark.parametrize(
+  "flag,last",
+  [
+    (
+      "--profile_steps=30,20",
+      "error: profile_steps must be START,END with "
+      "1 <= START <= END, got 30,20.",
+    ),
+    (
+      "--profile_steps=12",
+      "error: --profile_steps must be START,END (two "
+      "step numbers, e.g. 100,110), got '12'.",
+    ),
+  ],
+)
 def test_bad_profile_range(model_dir, flag, last):
   assert _fails_cleanly(model_dir, flag) == last
 
 
 def test_checkpoint_interval_not_a_multiple_of_the_loop(model_dir):
-  last = _fails_cleanly(model_dir, "--steps_per_loop=10",
-                        "--checkpoint_every_steps=25")
-  assert last == ("error: checkpoint_every_steps must be a multiple of "
-                  "steps_per_loop (10), got 25.")
+  last = _fails_cleanly(
+    model_dir, "--steps_per_loop=10", "--checkpoint_every_steps=25"
+  )
+  assert last == (
+    "error: checkpoint_every_steps must be a multiple of "
+    "steps_per_loop (10), got 25."
+  )
 
 
 def test_cassava_with_an_empty_data_dir(model_dir, tmp_path):
   empty = tmp_path / "tfds"
   empty.mkdir()
-  last = _fails_cleanly(model_dir, "--dataset=cassava",
-                        f"--data_dir={empty}")
+  last = _fails_cleanly(model_dir, "--dataset=cassava", f"--data_dir={empty}")
   assert f"cassava is not prepared in --data_dir={empty}" in last
   assert "tfds build cassava" in last
 
 
 def test_resnet50_weights_file_not_found(model_dir, tmp_path):
   missing = tmp_path / "no_such_weights.h5"
-  last = _fails_cleanly(model_dir, "--model=resnet50",
-                        f"--weights={missing}")
+  last = _fails_cleanly(model_dir, "--model=resnet50", f"--weights={missing}")
   assert f"Weights file {missing} not found" in last
 
 
@@ -270,20 +418,26 @@ def test_damaged_state_file_resumes_from_the_newest_checkpoint(model_dir):
   state_file = os.path.join(model_dir, "checkpoints", "checkpoint")
   with open(state_file, "w") as f:
     f.write("this is not a checkpoint state\n")
-  result = run_trainer(*FAST_FLAGS, "--train_steps=20",
-                       f"--model_dir={model_dir}")
+  result = run_trainer(
+    *FAST_FLAGS, "--train_steps=20", f"--model_dir={model_dir}"
+  )
   assert "starting at step 0" not in result.stderr
   assert "Restored step 10" in result.stderr, result.stderr[-3000:]
-  damaged = [line for line in result.stderr.splitlines()
-             if "was damaged" in line]
+  damaged = [
+    line for line in result.stderr.splitlines() if "was damaged" in line
+  ]
   assert len(damaged) == 1 and "ckpt-10" in damaged[0], damaged
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   assert tf.train.latest_checkpoint(os.path.dirname(state_file)).endswith(
-      "ckpt-20")
+    "ckpt-20"
+  )
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
-                    reason="needs root to run the trainer as another user")
+@pytest.mark.skipif(
+  os.geteuid() != 0 or not shutil.which("setpriv"),
+  reason="needs root to run the trainer as another user",
+)
 def test_a_model_dir_the_user_may_not_write(finished_run):
   # A world-readable copy owned by root, then the trainer as user "nobody".
   parent = tempfile.mkdtemp(prefix="ctl_not_writable_")
@@ -293,28 +447,49 @@ def test_a_model_dir_the_user_may_not_write(finished_run):
     shutil.copytree(finished_run, model_dir)
     before = checksum(model_dir)
     result = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-         *_command("trainer", [], model_dir)],
-        cwd=REPO, env=trainer_env(HOME=parent), capture_output=True,
-        text=True, timeout=300, check=False)
+      [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        *_command("trainer", [], model_dir),
+      ],
+      cwd=REPO,
+      env=trainer_env(HOME=parent),
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=False,
+    )
     assert result.returncode == USER_ERROR_EXIT_CODE, result.stderr[-3000:]
     assert result.stderr.strip().splitlines() == [
-        f"error: Cannot write to {model_dir}: this process (user id 65534) "
-        f"may not write in {model_dir}."]
+      f"error: Cannot write to {model_dir}: this process (user id 65534) "
+      f"may not write in {model_dir}."
+    ]
     assert "TF_IMPORTED False" in result.stdout
     assert checksum(model_dir) == before
   finally:
     shutil.rmtree(parent)
 
 
-@pytest.mark.parametrize("flags", [
+@pytest.mark.parametrize(
+  "flags",
+  [
     ("--lr_schedule=cosine", "--warmup_steps=5"),
     ("--learning_rate=0.001",),
-], ids=["schedule", "rate"])
-def test_the_learning_rate_is_not_state_a_resume_may_change_it(model_dir,
-                                                               flags):
-  result = run_trainer(*FAST_FLAGS, "--train_steps=20", *flags,
-                       f"--model_dir={model_dir}", check=False)
+  ],
+  ids=["schedule", "rate"],
+)
+def test_the_learning_rate_is_not_state_a_resume_may_change_it(
+  model_dir, flags
+):
+  result = run_trainer(
+    *FAST_FLAGS,
+    "--train_steps=20",
+    *flags,
+    f"--model_dir={model_dir}",
+    check=False,
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   assert "Restored step 10" in result.stderr
   if flags == ("--learning_rate=0.001",):  # Not the restored 0.003.
@@ -324,17 +499,33 @@ def test_the_learning_rate_is_not_state_a_resume_may_change_it(model_dir,
 
 def test_cloud_storage_that_cannot_be_resolved_stops_at_once(tmp_path):
   # Without the check, gcsfs and the retry policy retried for ten minutes.
-  env = trainer_env(STORAGE_EMULATOR_HOST="http://no-such-host.invalid:9",
-                    GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false")
+  env = trainer_env(
+    STORAGE_EMULATOR_HOST="http://no-such-host.invalid:9",
+    GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
+  )
   result = subprocess.run(
-      [sys.executable, "-m", "trainer.task", *FAST_FLAGS, "--train_steps=20",
-       "--storage=gcsfs", "--model_dir=gs://test-bucket/run"], cwd=tmp_path,
-      env=env, capture_output=True, text=True, timeout=300, check=False)
+    [
+      sys.executable,
+      "-m",
+      "trainer.task",
+      *FAST_FLAGS,
+      "--train_steps=20",
+      "--storage=gcsfs",
+      "--model_dir=gs://test-bucket/run",
+    ],
+    cwd=tmp_path,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
   assert result.returncode == USER_ERROR_EXIT_CODE, result.stderr[-3000:]
   assert "Traceback" not in result.stderr
   last = result.stderr.strip().splitlines()[-1]
-  assert last.startswith("error: Cannot reach Cloud Storage for "
-                         "gs://test-bucket/"), last
+  assert last.startswith(
+    "error: Cannot reach Cloud Storage for gs://test-bucket/"
+  ), last
   assert os.listdir(tmp_path) == []
 
 
@@ -345,45 +536,66 @@ def test_zero_train_steps_on_a_fresh_directory_writes_nothing(tmp_path):
   assert not fresh.exists()
 
 
-_FILES_FLAGS = ("--dataset=files", "--per_replica_batch_size=4",
-                "--train_steps=10")
+_FILES_FLAGS = (
+  "--dataset=files",
+  "--per_replica_batch_size=4",
+  "--train_steps=10",
+)
 
 
 def test_an_undecodable_image_is_named_before_anything_is_written(
-    messy_images, tmp_path):
+  messy_images, tmp_path
+):
   # It was a 51-line traceback naming no file, after ckpt-0 was written.
   fresh = tmp_path / "run"
-  result = run_trainer(*FAST_FLAGS, *_FILES_FLAGS,
-                       f"--data_dir={messy_images}", f"--model_dir={fresh}",
-                       check=False)
+  result = run_trainer(
+    *FAST_FLAGS,
+    *_FILES_FLAGS,
+    f"--data_dir={messy_images}",
+    f"--model_dir={fresh}",
+    check=False,
+  )
   assert result.returncode == USER_ERROR_EXIT_CODE, result.stderr[-3000:]
   assert "Traceback" not in result.stderr, result.stderr[-3000:]
   lines = result.stderr.strip().splitlines()
-  assert [l for l in lines if l.startswith("error: ")] == lines[-1:]
+  assert [line for line in lines if line.startswith("error: ")] == lines[-1:]
   broken = os.path.join(messy_images, "a_red", "broken.jpg")
   assert lines[-1] == (
-      f"error: {broken} cannot be decoded as an image (1 of the 13 files); "
-      "remove it, or pass --skip_bad_images to train without it.")
+    f"error: {broken} cannot be decoded as an image (1 of the 13 files); "
+    "remove it, or pass --skip_bad_images to train without it."
+  )
   assert not fresh.exists() or snapshot(fresh) == {}
 
 
 def test_skip_bad_images_trains_without_them_and_resumes_exactly(
-    messy_images, tmp_path):
+  messy_images, tmp_path
+):
   model_dir = tmp_path / "run"
-  first = run_trainer(*FAST_FLAGS, *_FILES_FLAGS, "--skip_bad_images",
-                      f"--data_dir={messy_images}", f"--model_dir={model_dir}")
-  skipped = [l for l in first.stderr.splitlines() if "Skipped" in l]
+  first = run_trainer(
+    *FAST_FLAGS,
+    *_FILES_FLAGS,
+    "--skip_bad_images",
+    f"--data_dir={messy_images}",
+    f"--model_dir={model_dir}",
+  )
+  skipped = [line for line in first.stderr.splitlines() if "Skipped" in line]
   assert len(skipped) == 1, first.stderr[-3000:]
   assert skipped[0].endswith(
-      "Skipped 1 of the 13 files under "
-      f"{messy_images}: they cannot be decoded as images: a_red/broken.jpg.")
+    "Skipped 1 of the 13 files under "
+    f"{messy_images}: they cannot be decoded as images: a_red/broken.jpg."
+  )
   with open(model_dir / "checkpoints" / "data_manifest.json") as f:
     listed = json.load(f)["files"]
   assert len(listed) == 12 and "a_red/broken.jpg" not in listed
   # The manifest fixes the order: the resume decodes nothing up front.
-  again = run_trainer(*FAST_FLAGS, *_FILES_FLAGS[:-1], "--train_steps=20",
-                      "--skip_bad_images", f"--data_dir={messy_images}",
-                      f"--model_dir={model_dir}")
+  again = run_trainer(
+    *FAST_FLAGS,
+    *_FILES_FLAGS[:-1],
+    "--train_steps=20",
+    "--skip_bad_images",
+    f"--data_dir={messy_images}",
+    f"--model_dir={model_dir}",
+  )
   assert "Restored step 10" in again.stderr, again.stderr[-3000:]
   assert "Skipped" not in again.stderr
   assert read_summary(str(model_dir))["final_step"] == 20

@@ -6,22 +6,35 @@ import subprocess
 
 import pytest
 
-from tests.conftest import (FAST_FLAGS, REPO, read_scalars, read_summary,
-                            trainer_command, trainer_env)
+from tests.conftest import FAST_FLAGS
+from tests.conftest import REPO
+from tests.conftest import read_scalars
+from tests.conftest import read_summary
+from tests.conftest import trainer_command
+from tests.conftest import trainer_env
 
 
 def test_evaluator_follows_the_chief_to_the_last_checkpoint(model_dir):
   cluster = {"chief": ["localhost:1"], "evaluator": ["localhost:2"]}
   flags = (*FAST_FLAGS, "--train_steps=40", f"--model_dir={model_dir}")
   processes = {
-      role: subprocess.Popen(
-          trainer_command(*flags), cwd=REPO,
-          env=trainer_env(TF_CONFIG=json.dumps(
-              {"cluster": cluster, "task": {"type": role, "index": 0}})),
-          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-      for role in ("chief", "evaluator")}
-  outputs = {role: p.communicate(timeout=300)[0]
-             for role, p in processes.items()}
+    role: subprocess.Popen(
+      trainer_command(*flags),
+      cwd=REPO,
+      env=trainer_env(
+        TF_CONFIG=json.dumps(
+          {"cluster": cluster, "task": {"type": role, "index": 0}}
+        )
+      ),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+    )
+    for role in ("chief", "evaluator")
+  }
+  outputs = {
+    role: p.communicate(timeout=300)[0] for role, p in processes.items()
+  }
   for role, process in processes.items():
     assert process.returncode == 0, outputs[role][-3000:]
 

@@ -17,25 +17,42 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import (FAST_FLAGS, REPO, free_ports, read_summary,
-                            run_trainer, trainer_command, trainer_env)
+from tests.conftest import FAST_FLAGS
+from tests.conftest import REPO
+from tests.conftest import free_ports
+from tests.conftest import read_summary
+from tests.conftest import run_trainer
+from tests.conftest import trainer_command
+from tests.conftest import trainer_env
 
 STEPS = 60
-FLAGS = (*FAST_FLAGS, "--deterministic", f"--train_steps={STEPS}",
-         "--steps_per_loop=5", "--log_every_steps=5",
-         "--checkpoint_every_steps=10", "--eval_every_steps=0")
+FLAGS = (
+  *FAST_FLAGS,
+  "--deterministic",
+  f"--train_steps={STEPS}",
+  "--steps_per_loop=5",
+  "--log_every_steps=5",
+  "--checkpoint_every_steps=10",
+  "--eval_every_steps=0",
+)
 PREEMPTED = 143
 _STEP = re.compile(r"step (\d+)/")
 
 
 def start(command, env=None) -> subprocess.Popen:
-  return subprocess.Popen(command, cwd=REPO, env=env or trainer_env(),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
+  return subprocess.Popen(
+    command,
+    cwd=REPO,
+    env=env or trainer_env(),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
 
 
-def wait_for_step(process: subprocess.Popen, step: int,
-                  prefix: str = "") -> str:
+def wait_for_step(
+  process: subprocess.Popen, step: int, prefix: str = ""
+) -> str:
   """Reads output until a log line of `step` or later; returns the output."""
   seen = []
   for line in process.stdout:
@@ -74,29 +91,38 @@ def test_sigkill_twice_then_resume_is_bitwise_identical(reference, model_dir):
   rng = random.Random()
   first = rng.choice(range(10, 35, 5))
   second = rng.choice(range(first + 5, STEPS - 5, 5))
-  summary = kill_at_steps_then_finish(FLAGS, model_dir=model_dir,
-                                      steps=(first, second))
+  summary = kill_at_steps_then_finish(
+    FLAGS, model_dir=model_dir, steps=(first, second)
+  )
   assert summary["final_step"] == STEPS
   assert summary["restores"] >= 1
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"], (
-      f"killed at steps {first} and {second}")
+    f"killed at steps {first} and {second}"
+  )
 
 
 def test_async_checkpoints_do_not_change_the_result(reference, model_dir):
-  run_trainer(*FLAGS, "--async_checkpoint", "--keep_checkpoints=2",
-              f"--model_dir={model_dir}")
-  assert read_summary(model_dir)["weights_fingerprint"] == (
-      reference["weights_fingerprint"])
+  run_trainer(
+    *FLAGS,
+    "--async_checkpoint",
+    "--keep_checkpoints=2",
+    f"--model_dir={model_dir}",
+  )
+  assert (
+    read_summary(model_dir)["weights_fingerprint"]
+    == (reference["weights_fingerprint"])
+  )
   names = os.listdir(os.path.join(model_dir, "checkpoints"))
   assert {n.split(".")[0] for n in names if n != "checkpoint"} == {
-      "ckpt-50", "ckpt-60"}
+    "ckpt-50",
+    "ckpt-60",
+  }
 
 
 def test_truncated_latest_checkpoint_restores_the_previous(model_dir):
   flags = (*FLAGS, "--train_steps=40", f"--model_dir={model_dir}")
   run_trainer(*flags)
-  data = os.path.join(model_dir, "checkpoints",
-                      "ckpt-40.data-00000-of-00001")
+  data = os.path.join(model_dir, "checkpoints", "ckpt-40.data-00000-of-00001")
   with open(data, "r+b") as f:
     f.truncate(os.path.getsize(data) // 2)
   result = run_trainer(*flags)
@@ -106,8 +132,9 @@ def test_truncated_latest_checkpoint_restores_the_previous(model_dir):
 
 
 def test_nan_at_one_step_rolls_back_and_ends_identical(reference, model_dir):
-  result = run_trainer(*FLAGS, f"--model_dir={model_dir}",
-                       env=trainer_env(CTL_FAULTS="nan@23"))
+  result = run_trainer(
+    *FLAGS, f"--model_dir={model_dir}", env=trainer_env(CTL_FAULTS="nan@23")
+  )
   assert "Loss not finite at step 23" in result.stderr
   summary = read_summary(model_dir)
   assert summary["nan_recoveries"] == 1
@@ -116,12 +143,18 @@ def test_nan_at_one_step_rolls_back_and_ends_identical(reference, model_dir):
 
 
 def test_nan_at_every_step_stops_without_saving_it(model_dir):
-  result = run_trainer(*FLAGS, "--max_nan_recoveries=2",
-                       f"--model_dir={model_dir}", check=False,
-                       env=trainer_env(CTL_FAULTS="nan@*"))
+  result = run_trainer(
+    *FLAGS,
+    "--max_nan_recoveries=2",
+    f"--model_dir={model_dir}",
+    check=False,
+    env=trainer_env(CTL_FAULTS="nan@*"),
+  )
   assert result.returncode == 1
   last = result.stderr.strip().splitlines()[-1]
-  assert last.startswith("error: The loss was not finite") and "2 rollbacks" in last
+  assert (
+    last.startswith("error: The loss was not finite") and "2 rollbacks" in last
+  )
   assert "Traceback" not in result.stderr
   names = os.listdir(os.path.join(model_dir, "checkpoints"))
   assert {n.split(".")[0] for n in names if n != "checkpoint"} == {"ckpt-0"}
@@ -131,12 +164,23 @@ def test_nan_at_every_step_stops_without_saving_it(model_dir):
 def test_sigterm_to_one_worker_saves_both_at_one_step(model_dir):
   ports = free_ports(2)
   cluster = {"worker": [f"localhost:{p}" for p in ports]}
-  flags = (*FLAGS, "--train_steps=2000", "--checkpoint_every_steps=1000",
-           f"--model_dir={model_dir}")
+  flags = (
+    *FLAGS,
+    "--train_steps=2000",
+    "--checkpoint_every_steps=1000",
+    f"--model_dir={model_dir}",
+  )
   workers = [
-      start(trainer_command(*flags), env=trainer_env(TF_CONFIG=json.dumps(
-          {"cluster": cluster, "task": {"type": "worker", "index": i}})))
-      for i in range(2)]
+    start(
+      trainer_command(*flags),
+      env=trainer_env(
+        TF_CONFIG=json.dumps(
+          {"cluster": cluster, "task": {"type": "worker", "index": i}}
+        )
+      ),
+    )
+    for i in range(2)
+  ]
   wait_for_step(workers[0], 10)
   workers[1].send_signal(signal.SIGTERM)
   outcomes = [finish(w) for w in workers]
@@ -150,10 +194,12 @@ def test_sigterm_to_one_worker_saves_both_at_one_step(model_dir):
   step = stopped_at[0]
   assert 10 <= step < 2000
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
   assert latest.endswith(f"ckpt-{step}")  # The re-run loses 0 steps.
-  again = run_trainer(*FLAGS, f"--train_steps={step + 5}",
-                      f"--model_dir={model_dir}")
+  again = run_trainer(
+    *FLAGS, f"--train_steps={step + 5}", f"--model_dir={model_dir}"
+  )
   assert f"Restored step {step}" in again.stderr
 
 
@@ -161,9 +207,18 @@ def test_launcher_restarts_two_workers_after_a_kill(tmp_path):
   flags = (*FLAGS, "--per_replica_batch_size=16", "--dropout=0")
 
   def launch(model_dir):
-    return start([sys.executable, "-m", "ctl.launch", "--num_workers=2",
-                  "--max_restarts=3", "--restart_backoff_secs=0.5", "--",
-                  *trainer_command(*flags, f"--model_dir={model_dir}")])
+    return start(
+      [
+        sys.executable,
+        "-m",
+        "ctl.launch",
+        "--num_workers=2",
+        "--max_restarts=3",
+        "--restart_backoff_secs=0.5",
+        "--",
+        *trainer_command(*flags, f"--model_dir={model_dir}"),
+      ]
+    )
 
   clean = str(tmp_path / "clean")
   code, output = finish(launch(clean))
@@ -182,7 +237,8 @@ def test_launcher_restarts_two_workers_after_a_kill(tmp_path):
   assert summary["restarts"] == 1
   assert summary["final_step"] == STEPS
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"], (
-      f"worker 1 killed at step {kill_at}")
+    f"worker 1 killed at step {kill_at}"
+  )
 
 
 def _worker_process(launcher_pid: int, *, index: int) -> psutil.Process:
@@ -192,15 +248,22 @@ def _worker_process(launcher_pid: int, *, index: int) -> psutil.Process:
       tf_config = child.environ().get("TF_CONFIG")
     except psutil.Error:
       continue
-    if tf_config and json.loads(tf_config)["task"]["index"] == index and (
-        "trainer.task" in " ".join(child.cmdline())):
+    if (
+      tf_config
+      and json.loads(tf_config)["task"]["index"] == index
+      and ("trainer.task" in " ".join(child.cmdline()))
+    ):
       return child
   raise AssertionError(f"no worker {index} under launcher {launcher_pid}")
 
 
 def test_ctrl_c_saves_at_the_next_loop_and_exits_130(model_dir):
-  flags = (*FLAGS, "--train_steps=100000", "--checkpoint_every_steps=1000",
-           f"--model_dir={model_dir}")
+  flags = (
+    *FLAGS,
+    "--train_steps=100000",
+    "--checkpoint_every_steps=1000",
+    f"--model_dir={model_dir}",
+  )
   process = start(trainer_command(*flags))
   wait_for_step(process, 10)
   process.send_signal(signal.SIGINT)
@@ -210,6 +273,7 @@ def test_ctrl_c_saves_at_the_next_loop_and_exits_130(model_dir):
   match = re.search(r"saving the checkpoint at step (\d+)", output)
   assert match, output[-3000:]
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
   assert latest.endswith(f"ckpt-{match.group(1)}")
 
@@ -217,10 +281,16 @@ def test_ctrl_c_saves_at_the_next_loop_and_exits_130(model_dir):
 def test_a_second_ctrl_c_exits_at_once(model_dir):
   # Loops of several seconds: the signals come while the compiled loop runs,
   # when Python runs no signal handler.
-  flags = (*FLAGS, "--image_size=64", "--per_replica_batch_size=256",
-           "--train_steps=100000", "--steps_per_loop=10",
-           "--log_every_steps=10", "--checkpoint_every_steps=0",
-           f"--model_dir={model_dir}")
+  flags = (
+    *FLAGS,
+    "--image_size=64",
+    "--per_replica_batch_size=256",
+    "--train_steps=100000",
+    "--steps_per_loop=10",
+    "--log_every_steps=10",
+    "--checkpoint_every_steps=0",
+    f"--model_dir={model_dir}",
+  )
   process = start(trainer_command(*flags))
   wait_for_step(process, 10)
   process.send_signal(signal.SIGINT)
@@ -229,8 +299,10 @@ def test_a_second_ctrl_c_exits_at_once(model_dir):
   code, output = finish(process, timeout=60)
   assert code == 128 + signal.SIGINT, output[-3000:]
   assert output.strip().splitlines()[-1] == (
-      "error: interrupted twice; exiting without saving."), output[-3000:]
+    "error: interrupted twice; exiting without saving."
+  ), output[-3000:]
   assert "Traceback" not in output and "saving the checkpoint" not in output
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
   assert latest.endswith("ckpt-0")  # The start; nothing saved on the way out.

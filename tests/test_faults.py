@@ -12,12 +12,15 @@ from ctl.errors import UserError
 
 
 def test_faults_parse_with_their_places_and_filters():
-  assert faults.parse(" nan@23, stall@40:input:worker=1:attempt=0,"
-                      "slow@*:secs=0.5,stall@7:checkpoint_upload:secs=3") == (
-      faults.Fault(kind="nan", step=23, where="step"),
-      faults.Fault(kind="stall", step=40, where="input", worker=1, attempt=0),
-      faults.Fault(kind="slow", step=None, secs=0.5),
-      faults.Fault(kind="stall", step=7, where="checkpoint_upload", secs=3.0))
+  assert faults.parse(
+    " nan@23, stall@40:input:worker=1:attempt=0,"
+    "slow@*:secs=0.5,stall@7:checkpoint_upload:secs=3"
+  ) == (
+    faults.Fault(kind="nan", step=23, where="step"),
+    faults.Fault(kind="stall", step=40, where="input", worker=1, attempt=0),
+    faults.Fault(kind="slow", step=None, secs=0.5),
+    faults.Fault(kind="stall", step=7, where="checkpoint_upload", secs=3.0),
+  )
   assert faults.parse("") == ()
 
 
@@ -30,14 +33,17 @@ def test_only_this_workers_and_attempts_faults_apply():
   assert faults.from_environ({}, worker=0, attempt=0) == ()
 
 
-@pytest.mark.parametrize("spec, words", [
+@pytest.mark.parametrize(
+  "spec, words",
+  [
     ("freeze@3", "unknown kind 'freeze'"),
     ("stall@soon", "needs a step number or * after @"),
     ("stall@3:disk", "unknown option 'disk'"),
     ("stall@3:secs=long", "bad number in 'secs=long'"),
     ("nan@3:input", "takes no place or secs"),
     ("slow@3", "needs secs=S"),
-])
+  ],
+)
 def test_a_bad_fault_is_one_sentence(spec, words):
   with pytest.raises(UserError) as error:
     faults.parse(spec)

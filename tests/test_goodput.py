@@ -22,15 +22,26 @@ from ctl import goodput
 from ctl import ledger
 from ctl import report
 from ctl import storage
-from tests.conftest import (FAST_FLAGS, REPO, read_scalars, read_summary,
-                            run_trainer, trainer_command, trainer_env)
 from ctl.testing.gcs_emulator import GcsEmulator
+from tests.conftest import FAST_FLAGS
+from tests.conftest import REPO
+from tests.conftest import read_scalars
+from tests.conftest import read_summary
+from tests.conftest import run_trainer
+from tests.conftest import trainer_command
+from tests.conftest import trainer_env
 
 STEPS = 200
-FLAGS = (*FAST_FLAGS, "--deterministic", f"--train_steps={STEPS}",
-         "--steps_per_loop=5", "--log_every_steps=5",
-         "--checkpoint_every_steps=20", "--eval_every_steps=0",
-         "--checkpoint_every_secs=0")
+FLAGS = (
+  *FAST_FLAGS,
+  "--deterministic",
+  f"--train_steps={STEPS}",
+  "--steps_per_loop=5",
+  "--log_every_steps=5",
+  "--checkpoint_every_steps=20",
+  "--eval_every_steps=0",
+  "--checkpoint_every_secs=0",
+)
 KILL_AT = (35, 110)
 _LATEST = re.compile(r'^model_checkpoint_path: "ckpt-(\d+)"', re.MULTILINE)
 
@@ -59,18 +70,30 @@ def killed_run(tmp_path_factory):
   model_dir = str(tmp_path_factory.mktemp("killed") / "run")
   started = time.time()
   launcher = subprocess.Popen(
-      [sys.executable, "-m", "ctl.launch", "--num_workers=1",
-       "--max_restarts=2", "--restart_backoff_secs=0.5", "--",
-       *trainer_command(*FLAGS, f"--model_dir={model_dir}")],
-      cwd=REPO, env=trainer_env(), stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT, text=True)
+    [
+      sys.executable,
+      "-m",
+      "ctl.launch",
+      "--num_workers=1",
+      "--max_restarts=2",
+      "--restart_backoff_secs=0.5",
+      "--",
+      *trainer_command(*FLAGS, f"--model_dir={model_dir}"),
+    ],
+    cwd=REPO,
+    env=trainer_env(),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
   expected_lost = []
   for index, kill_at in enumerate(KILL_AT):
     events = _wait_for_attempt(model_dir, index, kill_at, launcher)
     pid = events[0]["pid"]
     os.kill(pid, signal.SIGSTOP)  # Frozen: the ledger and disk stay as read.
-    recorded = max(e["step"] for e in _attempts(model_dir)[index]
-                   if e["event"] == "phase")
+    recorded = max(
+      e["step"] for e in _attempts(model_dir)[index] if e["event"] == "phase"
+    )
     with open(os.path.join(model_dir, "checkpoints", "checkpoint")) as f:
       checkpointed = int(_LATEST.search(f.read()).group(1))
     expected_lost.append(recorded - checkpointed)
@@ -87,9 +110,13 @@ def test_killed_twice_the_accounting_adds_up(killed_run):
   assert len(accounting.attempts) == 3
   assert accounting.failures == 2
   assert [a.outcome for a in accounting.attempts] == [
-      "killed by SIGKILL", "killed by SIGKILL", "done"]
+    "killed by SIGKILL",
+    "killed by SIGKILL",
+    "done",
+  ]
   assert [a.lost_steps for a in accounting.attempts[:2]] == (
-      killed_run["expected_lost"])
+    killed_run["expected_lost"]
+  )
   assert accounting.lost_steps == sum(killed_run["expected_lost"])
   assert accounting.final_step == STEPS
   categories = sum(accounting.seconds.values())
@@ -97,10 +124,16 @@ def test_killed_twice_the_accounting_adds_up(killed_run):
   # The ledger's span (first process start to the last end event) is the
   # job as seen from outside, less the launcher's own start and the last
   # process's exit.
-  assert 0.8 * killed_run["wall"] < accounting.total_seconds <= (
-      killed_run["wall"])
-  for category in (goodput.GOODPUT, goodput.STARTUP, goodput.RESTART_GAP,
-                   goodput.CHECKPOINT_SAVE, goodput.TRACING):
+  assert (
+    0.8 * killed_run["wall"] < accounting.total_seconds <= (killed_run["wall"])
+  )
+  for category in (
+    goodput.GOODPUT,
+    goodput.STARTUP,
+    goodput.RESTART_GAP,
+    goodput.CHECKPOINT_SAVE,
+    goodput.TRACING,
+  ):
     assert accounting.seconds[category] > 0, category
   if accounting.lost_steps:
     assert accounting.seconds[goodput.LOST] > 0
@@ -114,7 +147,8 @@ def test_summary_and_tensorboard_carry_goodput(killed_run):
   scalars = read_scalars(os.path.join(model_dir, "tensorboard", "train"))
   [(step, percent)] = scalars["goodput/percent"]
   assert step == STEPS and percent == pytest.approx(
-      summary["goodput_percent"], abs=0.01)
+    summary["goodput_percent"], abs=0.01
+  )
 
 
 def test_a_line_cut_short_by_a_crash_is_skipped(killed_run, tmp_path):
@@ -132,9 +166,20 @@ def test_a_line_cut_short_by_a_crash_is_skipped(killed_run, tmp_path):
 def test_report_prints_the_table_and_draws_the_timeline(killed_run, tmp_path):
   png = str(tmp_path / "timeline.png")
   result = subprocess.run(
-      [sys.executable, "-m", "ctl.report", killed_run["model_dir"],
-       f"--png={png}"], cwd=REPO, env=trainer_env(), capture_output=True,
-      text=True, timeout=120, check=False)
+    [
+      sys.executable,
+      "-m",
+      "ctl.report",
+      killed_run["model_dir"],
+      f"--png={png}",
+    ],
+    cwd=REPO,
+    env=trainer_env(),
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=False,
+  )
   assert result.returncode == 0, result.stderr
   assert "killed by SIGKILL" in result.stdout
   assert "progress lost" in result.stdout and "restart gap" in result.stdout
@@ -148,9 +193,14 @@ def test_report_without_a_ledger_exits_2_in_one_sentence(tmp_path, make):
   if make:
     (model_dir / "ledger").mkdir(parents=True)
   result = subprocess.run(
-      [sys.executable, "-m", "ctl.report", str(model_dir)], cwd=REPO,
-      env=trainer_env(), capture_output=True, text=True, timeout=120,
-      check=False)
+    [sys.executable, "-m", "ctl.report", str(model_dir)],
+    cwd=REPO,
+    env=trainer_env(),
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=False,
+  )
   assert result.returncode == 2
   assert result.stdout == ""
   [line] = result.stderr.splitlines()
@@ -160,16 +210,22 @@ def test_report_without_a_ledger_exits_2_in_one_sentence(tmp_path, make):
 def test_ledger_on_cloud_storage(gcs_emulator, tmp_path, capsys):
   model_dir = f"gs://{GcsEmulator.BUCKET}/run"
   result = run_trainer(
-      *FAST_FLAGS, "--train_steps=20", "--storage=gcsfs",
-      "--checkpoint_every_secs=auto", "--expected_mtbf_secs=3600",
-      f"--model_dir={model_dir}",
-      env=trainer_env(TMPDIR=str(tmp_path),
-                      STORAGE_EMULATOR_HOST=gcs_emulator.endpoint))
+    *FAST_FLAGS,
+    "--train_steps=20",
+    "--storage=gcsfs",
+    "--checkpoint_every_secs=auto",
+    "--expected_mtbf_secs=3600",
+    f"--model_dir={model_dir}",
+    env=trainer_env(
+      TMPDIR=str(tmp_path), STORAGE_EMULATOR_HOST=gcs_emulator.endpoint
+    ),
+  )
   [events] = _attempts(model_dir)
   assert events[-1]["event"] == "end" and events[-1]["step"] == 20
   path, fs = storage.read_route(model_dir, storage="gcsfs")
   chosen = json.loads(fs.cat_file(f"{path}/train_summary.json"))[
-      "checkpoint_every_secs"]
+    "checkpoint_every_secs"
+  ]
   assert 0 < chosen["seconds"] < 3600 and "3600 s" in chosen["why"]
   assert "checkpoint_every_secs=auto: every" in result.stderr
   report.main([model_dir, "--png="])  # In this process: TF loads once.
@@ -177,37 +233,49 @@ def test_ledger_on_cloud_storage(gcs_emulator, tmp_path, capsys):
 
 
 def test_auto_interval_is_the_young_daly_formula():
-  assert goodput.young_daly_interval(save_seconds=2.0,
-                                     mtbf_seconds=3600.0) == pytest.approx(
-                                         120.0)
+  assert goodput.young_daly_interval(
+    save_seconds=2.0, mtbf_seconds=3600.0
+  ) == pytest.approx(120.0)
 
   def attempt(start, saves, end=None):
     events = [{"event": "start", "time": start}]
     for t0, seconds in saves:
-      events.append({"event": "phase", "phase": "checkpoint_save", "t0": t0,
-                     "t1": t0 + seconds, "step0": 0, "step": 0, "ok": True})
+      events.append(
+        {
+          "event": "phase",
+          "phase": "checkpoint_save",
+          "t0": t0,
+          "t1": t0 + seconds,
+          "step0": 0,
+          "step": 0,
+          "ok": True,
+        }
+      )
     if end:
-      events.append({"event": "end", "time": end, "step": 0,
-                     "outcome": "done"})
+      events.append({"event": "end", "time": end, "step": 0, "outcome": "done"})
     return events
 
   never_failed = goodput.account([attempt(0.0, [(1.0, 3.0)], end=100.0)])
-  seconds, why = goodput.checkpoint_interval(never_failed,
-                                             expected_mtbf_secs=600.0)
-  assert seconds == pytest.approx((2 * 3.0 * 600.0)**0.5)
+  seconds, why = goodput.checkpoint_interval(
+    never_failed, expected_mtbf_secs=600.0
+  )
+  assert seconds == pytest.approx((2 * 3.0 * 600.0) ** 0.5)
   assert "expected_mtbf_secs" in why
-  failed_once = goodput.account([attempt(0.0, [(1.0, 1.0), (10.0, 3.0)]),
-                                 attempt(50.0, [], end=200.0)])
-  seconds, why = goodput.checkpoint_interval(failed_once,
-                                             expected_mtbf_secs=600.0)
-  assert seconds == pytest.approx((2 * 2.0 * 200.0)**0.5)
+  failed_once = goodput.account(
+    [attempt(0.0, [(1.0, 1.0), (10.0, 3.0)]), attempt(50.0, [], end=200.0)]
+  )
+  seconds, why = goodput.checkpoint_interval(
+    failed_once, expected_mtbf_secs=600.0
+  )
+  assert seconds == pytest.approx((2 * 2.0 * 200.0) ** 0.5)
   assert "1 failure(s)" in why
   assert goodput.checkpoint_interval(None, expected_mtbf_secs=600.0)[0] == 0
 
 
 def test_kill_schedule_is_seeded_increasing_and_an_epoch_apart():
-  config = goodput_lib.Config(epochs=8, kills=2, kill_seed=3,
-                              checkpoint_every=20)
+  config = goodput_lib.Config(
+    epochs=8, kills=2, kill_seed=3, checkpoint_every=20
+  )
   kills = goodput_lib.kill_schedule(config, steps_per_epoch=44)
   assert kills == goodput_lib.kill_schedule(config, steps_per_epoch=44)
   assert 20 < kills[0] and kills[0] + 44 < kills[1] < 8 * 44
@@ -215,15 +283,19 @@ def test_kill_schedule_is_seeded_increasing_and_an_epoch_apart():
 
 def test_time_between_a_finished_run_and_its_continuation_is_not_counted():
   def attempt(start, end, outcome):
-    return [{"event": "start", "time": start},
-            {"event": "end", "time": end, "step": 0, "outcome": outcome}]
+    return [
+      {"event": "start", "time": start},
+      {"event": "end", "time": end, "step": 0, "outcome": outcome},
+    ]
 
-  continued = goodput.account([attempt(0.0, 10.0, "done"),
-                               attempt(1000.0, 1010.0, "done")])
+  continued = goodput.account(
+    [attempt(0.0, 10.0, "done"), attempt(1000.0, 1010.0, "done")]
+  )
   assert continued.total_seconds == pytest.approx(20.0)
   assert continued.seconds[goodput.RESTART_GAP] == 0
-  preempted = goodput.account([attempt(0.0, 10.0, "Preempted"),
-                               attempt(15.0, 25.0, "done")])
+  preempted = goodput.account(
+    [attempt(0.0, 10.0, "Preempted"), attempt(15.0, 25.0, "done")]
+  )
   assert preempted.total_seconds == pytest.approx(25.0)
   assert preempted.seconds[goodput.RESTART_GAP] == pytest.approx(5.0)
   assert preempted.failures == 0

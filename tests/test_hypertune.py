@@ -26,7 +26,9 @@ def test_chief_reports_every_evaluation_in_order(metric_file):
 
   lines = [json.loads(line) for line in metric_file.read_text().splitlines()]
   assert [(line["accuracy"], line["global_step"]) for line in lines] == [
-      ("0.5", "100"), ("0.75", "200")]
+    ("0.5", "100"),
+    ("0.75", "200"),
+  ]
   assert {line["trial"] for line in lines} == {"7"}
 
 

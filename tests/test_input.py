@@ -42,16 +42,18 @@ class CountingSource:
 def array_record_path(tmp_path_factory):
   """An ArrayRecord file whose record i is the text of i."""
   return _write_array_record(
-      str(tmp_path_factory.mktemp("array_record") / "records.array_record"),
-      NUM_RECORDS)
+    str(tmp_path_factory.mktemp("array_record") / "records.array_record"),
+    NUM_RECORDS,
+  )
 
 
 def _records(kind, array_record_path=None):
   """(records, decode_fn) where decode_fn maps a record to (i * 10, i % 3)."""
   indices = np.arange(NUM_RECORDS, dtype=np.int64)
   if kind == "array_record":
-    source = CountingSource(array_record_data_source.ArrayRecordDataSource(
-        [array_record_path]))
+    source = CountingSource(
+      array_record_data_source.ArrayRecordDataSource([array_record_path])
+    )
 
     def decode_text(text):
       index = tf.strings.to_number(text, tf.int64)
@@ -69,22 +71,31 @@ def _records(kind, array_record_path=None):
 
 
 def _context(pipelines=1, pipeline_id=0):
-  return tf.distribute.InputContext(num_input_pipelines=pipelines,
-                                    input_pipeline_id=pipeline_id,
-                                    num_replicas_in_sync=pipelines)
+  return tf.distribute.InputContext(
+    num_input_pipelines=pipelines,
+    input_pipeline_id=pipeline_id,
+    num_replicas_in_sync=pipelines,
+  )
 
 
 @pytest.fixture(params=KINDS)
 def batches_of(request, array_record_path):
   """A function: the record indices of each batch, as a list of int lists."""
 
-  def batches(*, start_step, num_steps, seed=7, context=None,
-              shuffle_buffer=None):
+  def batches(
+    *, start_step, num_steps, seed=7, context=None, shuffle_buffer=None
+  ):
     records, decode, _ = _records(request.param, array_record_path)
     dataset = input_lib.train_dataset(
-        records=records, num_records=NUM_RECORDS, decode_fn=decode,
-        input_context=context or _context(), global_batch_size=GLOBAL_BATCH,
-        seed=seed, start_step=start_step, shuffle_buffer=shuffle_buffer)
+      records=records,
+      num_records=NUM_RECORDS,
+      decode_fn=decode,
+      input_context=context or _context(),
+      global_batch_size=GLOBAL_BATCH,
+      seed=seed,
+      start_step=start_step,
+      shuffle_buffer=shuffle_buffer,
+    )
     out = []
     for images, labels in dataset.take(num_steps).as_numpy_iterator():
       np.testing.assert_array_equal(images // 10 % 3, labels)  # Paired.
@@ -96,8 +107,10 @@ def batches_of(request, array_record_path):
 
 
 def _epochs(batches):
-  return [sum(batches[e * STEPS_PER_EPOCH:(e + 1) * STEPS_PER_EPOCH], [])
-          for e in range(len(batches) // STEPS_PER_EPOCH)]
+  return [
+    sum(batches[e * STEPS_PER_EPOCH : (e + 1) * STEPS_PER_EPOCH], [])
+    for e in range(len(batches) // STEPS_PER_EPOCH)
+  ]
 
 
 def test_each_epoch_is_a_new_permutation_of_distinct_records(batches_of):
@@ -117,16 +130,24 @@ def test_each_epoch_is_a_new_permutation_of_distinct_records(batches_of):
 def test_streamed_blocks_are_permuted_in_place():
   records, decode, _ = _records("streamed")
   dataset = input_lib.train_dataset(
-      records=records, num_records=NUM_RECORDS, decode_fn=decode,
-      input_context=_context(), global_batch_size=GLOBAL_BATCH, seed=7,
-      start_step=0, shuffle_buffer=8)
-  first = [i // 10 for batch, _ in dataset.take(2).as_numpy_iterator()
-           for i in batch]
+    records=records,
+    num_records=NUM_RECORDS,
+    decode_fn=decode,
+    input_context=_context(),
+    global_batch_size=GLOBAL_BATCH,
+    seed=7,
+    start_step=0,
+    shuffle_buffer=8,
+  )
+  first = [
+    i // 10 for batch, _ in dataset.take(2).as_numpy_iterator() for i in batch
+  ]
   assert set(first) == set(range(8)) and first != sorted(first)
 
 
-@pytest.mark.parametrize("start_step", [1, STEPS_PER_EPOCH,
-                                        2 * STEPS_PER_EPOCH + 2])
+@pytest.mark.parametrize(
+  "start_step", [1, STEPS_PER_EPOCH, 2 * STEPS_PER_EPOCH + 2]
+)
 def test_starting_at_a_step_continues_the_same_stream(batches_of, start_step):
   total = 3 * STEPS_PER_EPOCH
   from_zero = batches_of(start_step=0, num_steps=total)
@@ -136,38 +157,48 @@ def test_starting_at_a_step_continues_the_same_stream(batches_of, start_step):
 
 def _global_steps(batches_of, *, pipelines, start_step, num_steps):
   """Per step, the multiset of examples all pipelines together read."""
-  per_pipeline = [batches_of(start_step=start_step, num_steps=num_steps,
-                             context=_context(pipelines, i))
-                  for i in range(pipelines)]
+  per_pipeline = [
+    batches_of(
+      start_step=start_step, num_steps=num_steps, context=_context(pipelines, i)
+    )
+    for i in range(pipelines)
+  ]
   for batches in per_pipeline:
     assert all(len(b) == GLOBAL_BATCH // pipelines for b in batches)
   return [collections.Counter(sum(step, [])) for step in zip(*per_pipeline)]
 
 
 @pytest.mark.parametrize("start_step", [0, STEPS_PER_EPOCH - 1])
-def test_two_pipelines_with_half_the_batch_see_the_same_examples(batches_of,
-                                                                 start_step):
+def test_two_pipelines_with_half_the_batch_see_the_same_examples(
+  batches_of, start_step
+):
   num_steps = 2 * STEPS_PER_EPOCH
-  one = _global_steps(batches_of, pipelines=1, start_step=start_step,
-                      num_steps=num_steps)
-  two = _global_steps(batches_of, pipelines=2, start_step=start_step,
-                      num_steps=num_steps)
+  one = _global_steps(
+    batches_of, pipelines=1, start_step=start_step, num_steps=num_steps
+  )
+  two = _global_steps(
+    batches_of, pipelines=2, start_step=start_step, num_steps=num_steps
+  )
   assert two == one
   assert all(sum(step.values()) == len(step) for step in two)  # Disjoint.
 
 
 @pytest.mark.parametrize("before,after", [(2, 1), (1, 2)])
-def test_a_position_reached_on_n_pipelines_continues_on_m(batches_of, before,
-                                                          after):
+def test_a_position_reached_on_n_pipelines_continues_on_m(
+  batches_of, before, after
+):
   """Elastic resume: the checkpoint holds only the step; the order goes on."""
   stop = STEPS_PER_EPOCH + 2  # Mid-epoch, in the second epoch.
   total = 3 * STEPS_PER_EPOCH
-  uninterrupted = _global_steps(batches_of, pipelines=1, start_step=0,
-                                num_steps=total)
-  first = _global_steps(batches_of, pipelines=before, start_step=0,
-                        num_steps=stop)
-  rest = _global_steps(batches_of, pipelines=after, start_step=stop,
-                       num_steps=total - stop)
+  uninterrupted = _global_steps(
+    batches_of, pipelines=1, start_step=0, num_steps=total
+  )
+  first = _global_steps(
+    batches_of, pipelines=before, start_step=0, num_steps=stop
+  )
+  rest = _global_steps(
+    batches_of, pipelines=after, start_step=stop, num_steps=total - stop
+  )
   assert first + rest == uninterrupted
 
 
@@ -203,19 +234,38 @@ def test_each_pipeline_fetches_only_its_share(tmp_path, start_step):
   epoch_records = []
   for pipeline_id in range(2):
     source = CountingSource(
-        array_record_data_source.ArrayRecordDataSource([path]))
+      array_record_data_source.ArrayRecordDataSource([path])
+    )
     dataset = input_lib.train_dataset(
-        records=input_lib.IndexedRecords.from_source(source),
-        decode_fn=lambda text: text, input_context=_context(2, pipeline_id),
-        global_batch_size=global_batch, seed=7, start_step=start_step)
+      records=input_lib.IndexedRecords.from_source(source),
+      decode_fn=lambda text: text,
+      input_context=_context(2, pipeline_id),
+      global_batch_size=global_batch,
+      seed=7,
+      start_step=start_step,
+    )
     list(dataset.take(spe).as_numpy_iterator())
-    share = {tuple(input_lib.train_indices(
-        step=step, num_records=num_records, global_batch_size=global_batch,
-        seed=7, pipelines=2, pipeline_id=pipeline_id).numpy().tolist()): step
-             for step in range(start_step, start_step + 8 * spe)}
+    share = {
+      tuple(
+        input_lib.train_indices(
+          step=step,
+          num_records=num_records,
+          global_batch_size=global_batch,
+          seed=7,
+          pipelines=2,
+          pipeline_id=pipeline_id,
+        )
+        .numpy()
+        .tolist()
+      ): step
+      for step in range(start_step, start_step + 8 * spe)
+    }
     size = global_batch // 2  # A call reads the shares of whole steps.
-    reads = [call[i:i + size] for call in source.calls
-             for i in range(0, len(call), size)]
+    reads = [
+      call[i : i + size]
+      for call in source.calls
+      for i in range(0, len(call), size)
+    ]
     steps = [share[read] for read in reads]  # KeyError: not its share.
     assert len(steps) == len(set(steps))  # No step read twice.
     assert min(steps) == start_step  # Nothing before the position.
@@ -231,22 +281,30 @@ def test_too_few_records_for_one_global_batch_is_an_error():
   records, decode, _ = _records("memory")
   with pytest.raises(ValueError, match="cannot fill one global batch"):
     input_lib.train_dataset(
-        records=records, decode_fn=decode, input_context=_context(),
-        global_batch_size=NUM_RECORDS + 1, seed=0, start_step=0)
+      records=records,
+      decode_fn=decode,
+      input_context=_context(),
+      global_batch_size=NUM_RECORDS + 1,
+      seed=0,
+      start_step=0,
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("pipelines", [1, 3])
-def test_eval_dataset_keeps_every_example_once(kind, pipelines,
-                                               array_record_path):
+def test_eval_dataset_keeps_every_example_once(
+  kind, pipelines, array_record_path
+):
   global_batch = 2 * pipelines
   seen = []
   for pipeline_id in range(pipelines):
     records, decode, _ = _records(kind, array_record_path)
     dataset = input_lib.eval_dataset(
-        records=records, decode_fn=decode,
-        input_context=_context(pipelines, pipeline_id),
-        global_batch_size=global_batch)
+      records=records,
+      decode_fn=decode,
+      input_context=_context(pipelines, pipeline_id),
+      global_batch_size=global_batch,
+    )
     for images, labels in dataset.as_numpy_iterator():
       assert 1 <= len(images) <= global_batch // pipelines
       np.testing.assert_array_equal(images // 10 % 3, labels)

@@ -8,36 +8,50 @@ weights of a run never interrupted (`--deterministic`, a model with Dropout).
 import pytest
 
 from benchmarks import tfds_jpegs
-from tests.conftest import read_summary, run_trainer
+from tests.conftest import read_summary
+from tests.conftest import run_trainer
 from tests.test_fault_tolerance import kill_at_steps_then_finish
 
 STEPS = 30
 # 100 examples, a global batch of 16: 6 steps per epoch, 4 records dropped
 # (different ones each epoch); the checkpoint at step 10 is mid-epoch.
-FLAGS = ("--dataset=cassava", "--model=small_cnn", "--dropout=0.1",
-         "--image_size=16", "--per_replica_batch_size=16", "--deterministic",
-         f"--train_steps={STEPS}", "--steps_per_loop=5", "--log_every_steps=5",
-         "--checkpoint_every_steps=10", "--eval_every_steps=0",
-         "--learning_rate=0.003")
+FLAGS = (
+  "--dataset=cassava",
+  "--model=small_cnn",
+  "--dropout=0.1",
+  "--image_size=16",
+  "--per_replica_batch_size=16",
+  "--deterministic",
+  f"--train_steps={STEPS}",
+  "--steps_per_loop=5",
+  "--log_every_steps=5",
+  "--checkpoint_every_steps=10",
+  "--eval_every_steps=0",
+  "--learning_rate=0.003",
+)
 
 
 @pytest.fixture(scope="module")
 def flags(tmp_path_factory):
   data_dir = tfds_jpegs.build(
-      str(tmp_path_factory.mktemp("tfds")), file_format="array_record",
-      num_train=100, num_eval=10, image_size=24)
+    str(tmp_path_factory.mktemp("tfds")),
+    file_format="array_record",
+    num_train=100,
+    num_eval=10,
+    image_size=24,
+  )
   return (*FLAGS, f"--data_dir={data_dir}")
 
 
-def test_sigkill_mid_epoch_then_resume_is_bitwise_identical(flags,
-                                                            tmp_path):
+def test_sigkill_mid_epoch_then_resume_is_bitwise_identical(flags, tmp_path):
   reference_dir = str(tmp_path / "reference")
   run_trainer(*flags, f"--model_dir={reference_dir}")
   reference = read_summary(reference_dir)
 
   # Killed past the checkpoint at 10 (epoch 1, step 4).
-  summary = kill_at_steps_then_finish(flags, model_dir=str(tmp_path / "run"),
-                                      steps=(15,))
+  summary = kill_at_steps_then_finish(
+    flags, model_dir=str(tmp_path / "run"), steps=(15,)
+  )
   assert summary["final_step"] == STEPS
   assert summary["restores"] >= 1
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"]

@@ -38,20 +38,38 @@ def wait_for(name):
 
 
 def _command(flags, script, out_dir):
-  return [sys.executable, "-m", "ctl.launch", *flags, "--",
-          sys.executable, "-c", PRELUDE + script, str(out_dir)]
+  return [
+    sys.executable,
+    "-m",
+    "ctl.launch",
+    *flags,
+    "--",
+    sys.executable,
+    "-c",
+    PRELUDE + script,
+    str(out_dir),
+  ]
 
 
 def _launch(flags, script, out_dir):
   """Runs the launcher to the end; returns the finished process."""
-  return subprocess.run(_command(flags, script, out_dir), cwd=REPO_ROOT,
-                        capture_output=True, text=True, timeout=DEADLINE_SECS)
+  return subprocess.run(
+    _command(flags, script, out_dir),
+    cwd=REPO_ROOT,
+    capture_output=True,
+    text=True,
+    timeout=DEADLINE_SECS,
+  )
 
 
 def _start_launcher(flags, script, out_dir):
-  return subprocess.Popen(_command(flags, script, out_dir), cwd=REPO_ROOT,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
+  return subprocess.Popen(
+    _command(flags, script, out_dir),
+    cwd=REPO_ROOT,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
 
 
 def _wait_for_files(out_dir, names, launcher):
@@ -83,10 +101,14 @@ def _assert_all_gone(pids):
 
 
 def test_each_worker_gets_its_tf_config_and_prefixed_output(tmp_path):
-  result = _launch(["--num_workers=3"], """
+  result = _launch(
+    ["--num_workers=3"],
+    """
 print(os.environ["TF_CONFIG"])
 print(f"restart={restart}", file=sys.stderr, end="")  # No final newline.
-""", tmp_path)
+""",
+    tmp_path,
+  )
   assert result.returncode == 0, result.stderr
   configs = {}
   for line in result.stdout.splitlines():
@@ -96,30 +118,40 @@ print(f"restart={restart}", file=sys.stderr, end="")  # No final newline.
   assert len(set(addresses)) == 3
   assert all(a.startswith("localhost:") for a in addresses)
   assert configs == {
-      i: {"cluster": {"worker": addresses},
-          "task": {"type": "worker", "index": i}}
-      for i in range(3)
+    i: {
+      "cluster": {"worker": addresses},
+      "task": {"type": "worker", "index": i},
+    }
+    for i in range(3)
   }
   assert sorted(result.stderr.splitlines()) == [
-      f"[worker {i}] restart=0" for i in range(3)]
+    f"[worker {i}] restart=0" for i in range(3)
+  ]
 
 
 def test_port_base_sets_the_ports(tmp_path):
-  result = _launch(["--num_workers=2", "--port_base=23450"],
-                   'print(os.environ["TF_CONFIG"])', tmp_path)
+  result = _launch(
+    ["--num_workers=2", "--port_base=23450"],
+    'print(os.environ["TF_CONFIG"])',
+    tmp_path,
+  )
   assert result.returncode == 0, result.stderr
   config = json.loads(result.stdout.splitlines()[0].split("] ", 1)[1])
   assert config["cluster"]["worker"] == ["localhost:23450", "localhost:23451"]
 
 
 def test_failure_stops_the_others_and_sets_the_exit_code(tmp_path):
-  result = _launch(["--num_workers=3"], """
+  result = _launch(
+    ["--num_workers=3"],
+    """
 if index == 2:
   wait_for("pid0"); wait_for("pid1")
   sys.exit(3)
 publish(f"pid{index}", os.getpid())
 time.sleep(600)
-""", tmp_path)
+""",
+    tmp_path,
+  )
   assert result.returncode == 3, result.stderr
   assert "sending SIGTERM to 2 running worker(s)" in result.stderr
   assert "giving up: worker 2 exited with code 3" in result.stderr
@@ -127,8 +159,9 @@ time.sleep(600)
 
 
 def test_restarts_the_cluster_until_it_succeeds(tmp_path):
-  result = _launch(["--num_workers=2", "--max_restarts=3",
-                    "--restart_backoff_secs=0"], """
+  result = _launch(
+    ["--num_workers=2", "--max_restarts=3", "--restart_backoff_secs=0"],
+    """
 note(f"runs{index}", restart)
 if index == 1:
   note("pids1", os.getpid())
@@ -141,7 +174,9 @@ elif restart == 0:
 elif restart == 1:
   wait_for("started1")
   sys.exit(143)  # Preempted, checkpoint saved.
-""", tmp_path)
+""",
+    tmp_path,
+  )
   assert result.returncode == 0, result.stderr
   assert "restart 1/3 after worker 0 exited with code -9" in result.stderr
   assert "restart 2/3 after worker 0 exited with code 143" in result.stderr
@@ -152,38 +187,50 @@ elif restart == 1:
 
 
 def test_gives_up_after_max_restarts(tmp_path):
-  result = _launch(["--num_workers=2", "--max_restarts=1",
-                    "--restart_backoff_secs=0"], """
+  result = _launch(
+    ["--num_workers=2", "--max_restarts=1", "--restart_backoff_secs=0"],
+    """
 note(f"runs{index}", restart)
 sys.exit(7 if index == 1 else 0)
-""", tmp_path)
+""",
+    tmp_path,
+  )
   assert result.returncode == 7, result.stderr
   assert "restart 1/1 after worker 1 exited with code 7" in result.stderr
-  assert ("giving up: worker 1 exited with code 7 and all 1 restart(s)"
-          in result.stderr)
+  assert (
+    "giving up: worker 1 exited with code 7 and all 1 restart(s)"
+    in result.stderr
+  )
   assert (tmp_path / "runs1").read_text().split() == ["0", "1"]
 
 
 def test_a_user_error_is_not_restarted(tmp_path):
-  result = _launch(["--num_workers=2", "--max_restarts=3",
-                    "--restart_backoff_secs=0"], """
+  result = _launch(
+    ["--num_workers=2", "--max_restarts=3", "--restart_backoff_secs=0"],
+    """
 note(f"runs{index}", restart)
 sys.exit(2 if index == 1 else 0)
-""", tmp_path)
+""",
+    tmp_path,
+  )
   assert result.returncode == 2, result.stderr
   assert "not restarting: worker 1 exited with code 2" in result.stderr
   assert (tmp_path / "runs1").read_text().split() == ["0"]
 
 
 def test_sigterm_is_forwarded_to_every_worker(tmp_path):
-  launcher = _start_launcher(["--num_workers=2"], """
+  launcher = _start_launcher(
+    ["--num_workers=2"],
+    """
 def on_term(signum, frame):
   note(f"got{index}", signal.Signals(signum).name)
   sys.exit(143)
 signal.signal(signal.SIGTERM, on_term)
 publish(f"pid{index}", os.getpid())
 time.sleep(600)
-""", tmp_path)
+""",
+    tmp_path,
+  )
   pids = _wait_for_files(tmp_path, ["pid0", "pid1"], launcher)
   launcher.send_signal(signal.SIGTERM)
   _, stderr = launcher.communicate(timeout=DEADLINE_SECS)
@@ -194,16 +241,21 @@ time.sleep(600)
 
 
 def test_no_process_survives_workers_that_ignore_signals(tmp_path):
-  launcher = _start_launcher(["--num_workers=2", "--grace_secs=1"], """
+  launcher = _start_launcher(
+    ["--num_workers=2", "--grace_secs=1"],
+    """
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 child = subprocess.Popen(["sleep", "600"])  # Inherits the ignored signals.
 publish(f"child{index}", child.pid)
 publish(f"pid{index}", os.getpid())
 time.sleep(600)
-""", tmp_path)
-  pids = _wait_for_files(tmp_path, ["pid0", "pid1", "child0", "child1"],
-                         launcher)
+""",
+    tmp_path,
+  )
+  pids = _wait_for_files(
+    tmp_path, ["pid0", "pid1", "child0", "child1"], launcher
+  )
   launcher.send_signal(signal.SIGINT)
   _, stderr = launcher.communicate(timeout=DEADLINE_SECS)
   assert launcher.returncode == 128 + signal.SIGINT, stderr
@@ -212,22 +264,27 @@ time.sleep(600)
 
 
 @pytest.mark.parametrize(
-    "argv, words",
-    [
-        (["--num_workers=0", "--", "true"], "--num_workers must be at least 1"),
-        (["--num_workers=2"], "no worker command given"),
-        (["--num_workers=2", "--port_base=65535", "--", "true"], "--port_base"),
-        (["--num_workers=1", "--max_restarts=-1", "--", "true"],
-         "--max_restarts"),
-        (["--num_workers=1", "--grace_secs=-1", "--", "true"], "--grace_secs"),
-        (["--num_workers=1", "--", "/no/such/command"],
-         "cannot run worker command '/no/such/command'"),
-    ],
+  "argv, words",
+  [
+    (["--num_workers=0", "--", "true"], "--num_workers must be at least 1"),
+    (["--num_workers=2"], "no worker command given"),
+    (["--num_workers=2", "--port_base=65535", "--", "true"], "--port_base"),
+    (["--num_workers=1", "--max_restarts=-1", "--", "true"], "--max_restarts"),
+    (["--num_workers=1", "--grace_secs=-1", "--", "true"], "--grace_secs"),
+    (
+      ["--num_workers=1", "--", "/no/such/command"],
+      "cannot run worker command '/no/such/command'",
+    ),
+  ],
 )
 def test_user_errors_exit_2_with_one_line(argv, words):
-  result = subprocess.run([sys.executable, "-m", "ctl.launch", *argv],
-                          cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=DEADLINE_SECS)
+  result = subprocess.run(
+    [sys.executable, "-m", "ctl.launch", *argv],
+    cwd=REPO_ROOT,
+    capture_output=True,
+    text=True,
+    timeout=DEADLINE_SECS,
+  )
   assert result.returncode == 2
   assert result.stderr.startswith("error: ") and words in result.stderr
   assert "Traceback" not in result.stderr
@@ -235,36 +292,61 @@ def test_user_errors_exit_2_with_one_line(argv, words):
 
 def test_a_worker_past_its_heartbeat_deadline_is_stopped_as_stalled(tmp_path):
   # Worker 1 writes the heartbeat of a watchdog that can no longer act.
-  result = _launch(["--num_workers=2", "--max_restarts=1",
-                    "--restart_backoff_secs=0", "--heartbeat_grace_secs=0"], """
+  result = _launch(
+    [
+      "--num_workers=2",
+      "--max_restarts=1",
+      "--restart_backoff_secs=0",
+      "--heartbeat_grace_secs=0",
+    ],
+    """
 note(f"runs{index}", restart)
 if index == 1 and restart == 0:
   beat = pathlib.Path(os.environ["CTL_HEARTBEAT_DIR"]) / "worker-1.json"
   beat.write_text(json.dumps({"phase": "train_loop", "step": 340,
                               "limit": 5, "deadline": time.time() - 1}))
   time.sleep(600)
-""", tmp_path)
+""",
+    tmp_path,
+  )
   assert result.returncode == 0, result.stderr
-  assert ("[launcher] worker 1 made no progress for" in result.stderr and
-          "in train_loop at step 340 and its watchdog did not act"
-          in result.stderr)
-  assert ("[launcher] worker 1 stalled at step 340 in train_loop (exit code"
-          " 75)" in result.stderr)
+  assert (
+    "[launcher] worker 1 made no progress for" in result.stderr
+    and "in train_loop at step 340 and its watchdog did not act"
+    in result.stderr
+  )
+  assert (
+    "[launcher] worker 1 stalled at step 340 in train_loop (exit code"
+    " 75)" in result.stderr
+  )
   assert (tmp_path / "runs1").read_text().split() == ["0", "1"]
 
 
 def test_many_restarts_with_no_backoff_pause_and_never_overflow():
   assert launch.restart_pause_secs(base_secs=1.0, restart=10**6) == (
-      launch.MAX_BACKOFF_SECS)
+    launch.MAX_BACKOFF_SECS
+  )
   assert launch.restart_pause_secs(base_secs=0.0, restart=10**6) == (
-      launch.MIN_PAUSE_SECS)
+    launch.MIN_PAUSE_SECS
+  )
   assert launch.restart_pause_secs(base_secs=2.0, restart=3) == 8.0
   # A worker that always fails at once, restarted "for ever" with no backoff.
   launcher = subprocess.Popen(
-      [sys.executable, "-m", "ctl.launch", "--num_workers=1",
-       "--max_restarts=1000000", "--restart_backoff_secs=0", "--", "false"],
-      cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-      text=True)
+    [
+      sys.executable,
+      "-m",
+      "ctl.launch",
+      "--num_workers=1",
+      "--max_restarts=1000000",
+      "--restart_backoff_secs=0",
+      "--",
+      "false",
+    ],
+    cwd=REPO_ROOT,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
   time.sleep(3)
   launcher.send_signal(signal.SIGTERM)
   _, stderr = launcher.communicate(timeout=DEADLINE_SECS)

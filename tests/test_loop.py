@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from ctl import faults
 from ctl import loop as loop_lib
-from tests.conftest import REPO, trainer_env
+from tests.conftest import REPO
+from tests.conftest import trainer_env
 
 IMAGE_SHAPE = (6, 6, 3)
 NUM_CLASSES = 3
@@ -25,7 +26,8 @@ def _model(seed=0):
   x = keras.layers.Conv2D(4, 3, activation="relu")(inputs)
   x = keras.layers.GlobalAveragePooling2D()(x)
   logits = keras.layers.Dense(
-      NUM_CLASSES, kernel_regularizer=keras.regularizers.L2(0.05))(x)
+    NUM_CLASSES, kernel_regularizer=keras.regularizers.L2(0.05)
+  )(x)
   return keras.Model(inputs, logits)
 
 
@@ -41,18 +43,24 @@ def _loop(model, steps_per_loop=4, train_accuracy=True, loss_hook=None):
   optimizer = keras.optimizers.Adam(0.05)
   optimizer.build(model.trainable_variables)
   step = tf.Variable(0, dtype=tf.int64, trainable=False)
-  loop = loop_lib.TrainLoop(strategy=strategy, model=model,
-                            optimizer=optimizer, global_step=step,
-                            global_batch_size=BATCH,
-                            steps_per_loop=steps_per_loop,
-                            train_accuracy=train_accuracy, loss_hook=loss_hook)
+  loop = loop_lib.TrainLoop(
+    strategy=strategy,
+    model=model,
+    optimizer=optimizer,
+    global_step=step,
+    global_batch_size=BATCH,
+    steps_per_loop=steps_per_loop,
+    train_accuracy=train_accuracy,
+    loss_hook=loss_hook,
+  )
   return loop, step
 
 
 def _iterator(images, labels):
   dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(BATCH)
-  return iter(tf.distribute.get_strategy().experimental_distribute_dataset(
-      dataset))
+  return iter(
+    tf.distribute.get_strategy().experimental_distribute_dataset(dataset)
+  )
 
 
 def _expected_loss_and_accuracy(model, images, labels):
@@ -71,8 +79,9 @@ def test_each_step_reports_the_mean_loss_plus_regularization():
   before = [w.numpy() for w in model.trainable_variables]
   for i in range(3):
     batch = slice(i * BATCH, (i + 1) * BATCH)
-    loss, accuracy = _expected_loss_and_accuracy(model, images[batch],
-                                                 labels[batch])
+    loss, accuracy = _expected_loss_and_accuracy(
+      model, images[batch], labels[batch]
+    )
     output = loop.train(iterator, 1)
     assert output.step_losses.shape == (1,)
     np.testing.assert_allclose(output.step_losses[0], loss, rtol=1e-5)
@@ -107,8 +116,12 @@ def test_several_steps_in_one_call_are_the_same_as_one_at_a_time():
     model = _model()
     loop, step = _loop(model)
     iterator = _iterator(images, labels)
-    losses = np.concatenate([loop.train(iterator, steps_per_call).step_losses
-                             for _ in range(6 // steps_per_call)])
+    losses = np.concatenate(
+      [
+        loop.train(iterator, steps_per_call).step_losses
+        for _ in range(6 // steps_per_call)
+      ]
+    )
     assert int(step.numpy()) == 6
     results.append((losses, [w.numpy() for w in model.trainable_variables]))
   np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-6)
@@ -116,31 +129,38 @@ def test_several_steps_in_one_call_are_the_same_as_one_at_a_time():
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("steps_per_loop,train_accuracy", [(1, True),
-                                                           (4, False)])
+@pytest.mark.parametrize(
+  "steps_per_loop,train_accuracy", [(1, True), (4, False)]
+)
 def test_a_one_step_loop_and_a_loop_without_accuracy_train_the_same(
-    steps_per_loop, train_accuracy):
+  steps_per_loop, train_accuracy
+):
   # steps_per_loop=1 traces one step without a tf.range loop; without train
   # accuracy no correct predictions are counted. Neither changes training.
   images, labels = _data(3 * BATCH)
   results = []
-  for kwargs in ({}, dict(steps_per_loop=steps_per_loop,
-                          train_accuracy=train_accuracy)):
+  for kwargs in (
+    {},
+    dict(steps_per_loop=steps_per_loop, train_accuracy=train_accuracy),
+  ):
     model = _model()
     loop, step = _loop(model, **kwargs)
     iterator = _iterator(images, labels)
-    outputs = [loop.train(iterator, 1, stop_requested=i == 2)
-               for i in range(3)]
+    outputs = [loop.train(iterator, 1, stop_requested=i == 2) for i in range(3)]
     assert int(step.numpy()) == 3
     assert [o.stop_requested for o in outputs] == [False, False, True]
     results.append((outputs, [w.numpy() for w in model.trainable_variables]))
   (reference, reference_weights), (outputs, weights) = results
-  np.testing.assert_allclose([o.step_losses for o in outputs],
-                             [o.step_losses for o in reference], rtol=1e-6)
+  np.testing.assert_allclose(
+    [o.step_losses for o in outputs],
+    [o.step_losses for o in reference],
+    rtol=1e-6,
+  )
   for a, b in zip(weights, reference_weights):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
   assert [o.accuracy for o in outputs] == (
-      [o.accuracy for o in reference] if train_accuracy else [None] * 3)
+    [o.accuracy for o in reference] if train_accuracy else [None] * 3
+  )
   assert all(0 <= o.accuracy <= 1 for o in reference)
 
 
@@ -158,8 +178,8 @@ def test_nan_fault_fires_at_its_global_step_only():
 def _op_types(loop, iterator) -> set[str]:
   """Every op type of the traced train loop, its functions included."""
   graph = loop._train.get_concrete_function(  # pylint: disable=protected-access
-      iterator, tf.constant(1), tf.constant([0.0, 0.0]),
-      tf.constant(0.0)).graph.as_graph_def()
+    iterator, tf.constant(1), tf.constant([0.0, 0.0]), tf.constant(0.0)
+  ).graph.as_graph_def()
   types = {node.op for node in graph.node}
   for function in graph.library.function:
     types.update(node.op for node in function.node_def)
@@ -169,20 +189,31 @@ def _op_types(loop, iterator) -> set[str]:
 def test_without_faults_the_compiled_step_holds_no_fault_op():
   iterator = _iterator(*_data(BATCH))
   plain = _op_types(_loop(_model())[0], iterator)
-  hooked = _op_types(_loop(_model(), loss_hook=faults.Injector(
-      faults.parse("nan@3")).loss_hook())[0], iterator)
+  hooked = _op_types(
+    _loop(
+      _model(), loss_hook=faults.Injector(faults.parse("nan@3")).loss_hook()
+    )[0],
+    iterator,
+  )
   assert {"SelectV2", "LogicalOr"} <= hooked - plain  # The NaN hook's ops.
-  assert not plain & {"SelectV2", "Select", "LogicalOr", "PyFunc",
-                      "EagerPyFunc"}
+  assert not plain & {
+    "SelectV2",
+    "Select",
+    "LogicalOr",
+    "PyFunc",
+    "EagerPyFunc",
+  }
 
 
-@pytest.mark.parametrize("stop,save", [(True, False), (False, True),
-                                       (True, True)])
+@pytest.mark.parametrize(
+  "stop,save", [(True, False), (False, True), (True, True)]
+)
 def test_stop_and_save_requests_come_back_agreed(stop, save):
   model = _model()
   loop, _ = _loop(model)
-  output = loop.train(_iterator(*_data(BATCH)), 1, stop_requested=stop,
-                      save_requested=save)
+  output = loop.train(
+    _iterator(*_data(BATCH)), 1, stop_requested=stop, save_requested=save
+  )
   assert (output.stop_requested, output.save_requested) == (stop, save)
 
 
@@ -201,14 +232,18 @@ def test_evaluate_counts_every_example_of_partial_and_empty_batches():
   # A replica whose share of the last global batch is empty gets this.
   empty = tf.data.Dataset.from_tensors((images[:0], labels[:0]))
   dataset = tf.distribute.get_strategy().experimental_distribute_dataset(
-      empty.concatenate(batches).concatenate(empty))
+    empty.concatenate(batches).concatenate(empty)
+  )
   metrics = loop.evaluate(dataset)
   logits = model(images, training=False)
   assert metrics["examples"] == len(labels)
-  assert metrics["loss"] == pytest.approx(float(np.mean(
-      loop_lib.sparse_softmax_cross_entropy(labels, logits))), rel=1e-5)
+  assert metrics["loss"] == pytest.approx(
+    float(np.mean(loop_lib.sparse_softmax_cross_entropy(labels, logits))),
+    rel=1e-5,
+  )
   assert metrics["accuracy"] == pytest.approx(
-      np.mean(np.argmax(logits.numpy(), -1) == labels))
+    np.mean(np.argmax(logits.numpy(), -1) == labels)
+  )
 
 
 # Runs in a fresh interpreter: logical devices must be configured before
@@ -285,9 +320,14 @@ def test_two_replicas_match_one_replica_with_the_same_global_batch(tmp_path):
   """
   weights_file = str(tmp_path / "weights.npz")
   result = subprocess.run(
-      [sys.executable, "-c", _REPLICAS_SCRIPT, weights_file], cwd=REPO,
-      env=trainer_env(), capture_output=True, text=True, timeout=300,
-      check=False)
+    [sys.executable, "-c", _REPLICAS_SCRIPT, weights_file],
+    cwd=REPO,
+    env=trainer_env(),
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
   assert result.returncode == 0, result.stderr[-4000:]
   report = json.loads(result.stdout.strip().splitlines()[-1])
   one, two = report["one"], report["two"]
@@ -304,5 +344,6 @@ def test_two_replicas_match_one_replica_with_the_same_global_batch(tmp_path):
   count = report["num_weights"]
   assert len(weights.files) == 2 * count
   for i in range(count):
-    np.testing.assert_allclose(weights[f"arr_{count + i}"],
-                               weights[f"arr_{i}"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+      weights[f"arr_{count + i}"], weights[f"arr_{i}"], rtol=1e-4, atol=1e-5
+    )

@@ -13,22 +13,30 @@ from ctl import retry
 
 
 def _mirror(remote, local, *, read_only):
-  return mirror.Mirror(fs=fsspec_local.LocalFileSystem(auto_mkdir=True),
-                       remote_dir=str(remote), url=str(remote),
-                       local_dir=str(local),
-                       retry_policy=retry.RetryPolicy(deadline_s=1.0),
-                       is_transient=lambda error: False, read_only=read_only)
+  return mirror.Mirror(
+    fs=fsspec_local.LocalFileSystem(auto_mkdir=True),
+    remote_dir=str(remote),
+    url=str(remote),
+    local_dir=str(local),
+    retry_policy=retry.RetryPolicy(deadline_s=1.0),
+    is_transient=lambda error: False,
+    read_only=read_only,
+  )
 
 
 def test_read_only_mirror_fetches_publishes_nothing_and_cleans_up(tmp_path):
-  remote, chief_dir, reader_dir = (tmp_path / "remote", tmp_path / "chief",
-                                   tmp_path / "reader")
+  remote, chief_dir, reader_dir = (
+    tmp_path / "remote",
+    tmp_path / "chief",
+    tmp_path / "reader",
+  )
   remote.mkdir()
   chief = _mirror(remote, chief_dir, read_only=False)
   (chief_dir / "ckpt-5.index").write_bytes(b"index")
   (chief_dir / "ckpt-5.data-00000-of-00001").write_bytes(b"data")
   (chief_dir / mirror.STATE_FILE).write_bytes(
-      b'model_checkpoint_path: "ckpt-5"\nall_model_checkpoint_paths: "ckpt-5"\n')
+    b'model_checkpoint_path: "ckpt-5"\nall_model_checkpoint_paths: "ckpt-5"\n'
+  )
   chief.publish(commit_file=mirror.STATE_FILE)
   chief.close()
   before = sorted(os.listdir(remote))

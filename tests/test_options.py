@@ -9,63 +9,118 @@ from ctl.errors import UserError
 
 
 def make_options(tmp_path, **overrides):
-  fields = dict(model_dir=str(tmp_path / "run"),
-                checkpoint_dir=str(tmp_path / "run" / "checkpoints"),
-                tensorboard_dir=str(tmp_path / "run" / "tensorboard"),
-                export_dir=str(tmp_path / "run" / "saved_model"),
-                train_steps=100, steps_per_loop=10, log_every_steps=10,
-                eval_every_steps=20, checkpoint_every_steps=50)
+  fields = dict(
+    model_dir=str(tmp_path / "run"),
+    checkpoint_dir=str(tmp_path / "run" / "checkpoints"),
+    tensorboard_dir=str(tmp_path / "run" / "tensorboard"),
+    export_dir=str(tmp_path / "run" / "saved_model"),
+    train_steps=100,
+    steps_per_loop=10,
+    log_every_steps=10,
+    eval_every_steps=20,
+    checkpoint_every_steps=50,
+  )
   fields.update(overrides)
   return options.RunOptions(**fields)
 
 
 def test_good_options_pass(tmp_path):
   make_options(tmp_path).validate()
-  make_options(tmp_path, eval_every_steps=0, checkpoint_every_steps=0,
-           checkpoint_every_secs=0, train_steps=0,
-           async_checkpoint=True, keep_checkpoints=2,
-           max_nan_recoveries=0).validate()
+  make_options(
+    tmp_path,
+    eval_every_steps=0,
+    checkpoint_every_steps=0,
+    checkpoint_every_secs=0,
+    train_steps=0,
+    async_checkpoint=True,
+    keep_checkpoints=2,
+    max_nan_recoveries=0,
+  ).validate()
 
 
 # (bad values, the same values made good, the start of the message)
 _RULES = [
-    (dict(train_steps=-1), dict(train_steps=0),
-     "train_steps must be >= 0, got -1."),
-    (dict(steps_per_loop=0), dict(steps_per_loop=1),
-     "steps_per_loop must be >= 1, got 0."),
-    (dict(checkpoint_every_steps=25), dict(checkpoint_every_steps=30),
-     "checkpoint_every_steps must be a multiple of steps_per_loop (10), "
-     "got 25."),
-    (dict(checkpoint_every_steps=25), dict(steps_per_loop=5),
-     "checkpoint_every_steps must be a multiple of steps_per_loop (10), "
-     "got 25."),
-    (dict(checkpoint_every_steps=-10), dict(checkpoint_every_steps=0),
-     "checkpoint_every_steps must be a multiple of steps_per_loop (10), "
-     "got -10."),
-    (dict(log_every_steps=15), dict(log_every_steps=30),
-     "log_every_steps must be a multiple of steps_per_loop (10), got 15."),
-    (dict(eval_every_steps=5), dict(eval_every_steps=0),
-     "eval_every_steps must be a multiple of steps_per_loop (10), got 5."),
-    (dict(log_every_steps=0), dict(log_every_steps=10),
-     "log_every_steps must be > 0."),
-    (dict(keep_checkpoints=0), dict(keep_checkpoints=1),
-     "keep_checkpoints must be >= 1, got 0."),
-    (dict(keep_checkpoints=1, async_checkpoint=True),
-     dict(keep_checkpoints=2, async_checkpoint=True),
-     "keep_checkpoints must be >= 2 with async_checkpoint"),
-    (dict(checkpoint_every_secs=-1.0), dict(checkpoint_every_secs=0.0),
-     "checkpoint_every_secs must be >= 0."),
-    (dict(checkpoint_every_secs="often"), dict(checkpoint_every_secs="auto"),
-     "checkpoint_every_secs must be auto or a number of seconds, got "
-     "'often'."),
-    (dict(expected_mtbf_secs=0.0), dict(expected_mtbf_secs=60.0),
-     "expected_mtbf_secs must be > 0."),
-    (dict(max_nan_recoveries=-1), dict(max_nan_recoveries=0),
-     "max_nan_recoveries must be >= 0."),
-    (dict(profile_steps=(20, 10)), dict(profile_steps=(10, 20)),
-     "profile_steps must be START,END with 1 <= START <= END, got 20,10."),
-    (dict(profile_steps=(0, 5)), dict(profile_steps=(1, 5)),
-     "profile_steps must be START,END with 1 <= START <= END, got 0,5."),
+  (
+    dict(train_steps=-1),
+    dict(train_steps=0),
+    "train_steps must be >= 0, got -1.",
+  ),
+  (
+    dict(steps_per_loop=0),
+    dict(steps_per_loop=1),
+    "steps_per_loop must be >= 1, got 0.",
+  ),
+  (
+    dict(checkpoint_every_steps=25),
+    dict(checkpoint_every_steps=30),
+    "checkpoint_every_steps must be a multiple of steps_per_loop (10), got 25.",
+  ),
+  (
+    dict(checkpoint_every_steps=25),
+    dict(steps_per_loop=5),
+    "checkpoint_every_steps must be a multiple of steps_per_loop (10), got 25.",
+  ),
+  (
+    dict(checkpoint_every_steps=-10),
+    dict(checkpoint_every_steps=0),
+    "checkpoint_every_steps must be a multiple of steps_per_loop (10), "
+    "got -10.",
+  ),
+  (
+    dict(log_every_steps=15),
+    dict(log_every_steps=30),
+    "log_every_steps must be a multiple of steps_per_loop (10), got 15.",
+  ),
+  (
+    dict(eval_every_steps=5),
+    dict(eval_every_steps=0),
+    "eval_every_steps must be a multiple of steps_per_loop (10), got 5.",
+  ),
+  (
+    dict(log_every_steps=0),
+    dict(log_every_steps=10),
+    "log_every_steps must be > 0.",
+  ),
+  (
+    dict(keep_checkpoints=0),
+    dict(keep_checkpoints=1),
+    "keep_checkpoints must be >= 1, got 0.",
+  ),
+  (
+    dict(keep_checkpoints=1, async_checkpoint=True),
+    dict(keep_checkpoints=2, async_checkpoint=True),
+    "keep_checkpoints must be >= 2 with async_checkpoint",
+  ),
+  (
+    dict(checkpoint_every_secs=-1.0),
+    dict(checkpoint_every_secs=0.0),
+    "checkpoint_every_secs must be >= 0.",
+  ),
+  (
+    dict(checkpoint_every_secs="often"),
+    dict(checkpoint_every_secs="auto"),
+    "checkpoint_every_secs must be auto or a number of seconds, got 'often'.",
+  ),
+  (
+    dict(expected_mtbf_secs=0.0),
+    dict(expected_mtbf_secs=60.0),
+    "expected_mtbf_secs must be > 0.",
+  ),
+  (
+    dict(max_nan_recoveries=-1),
+    dict(max_nan_recoveries=0),
+    "max_nan_recoveries must be >= 0.",
+  ),
+  (
+    dict(profile_steps=(20, 10)),
+    dict(profile_steps=(10, 20)),
+    "profile_steps must be START,END with 1 <= START <= END, got 20,10.",
+  ),
+  (
+    dict(profile_steps=(0, 5)),
+    dict(profile_steps=(1, 5)),
+    "profile_steps must be START,END with 1 <= START <= END, got 0,5.",
+  ),
 ]
 
 
@@ -82,4 +137,3 @@ def test_each_rule_names_the_option(tmp_path, bad, good, expected):
 def test_options_are_frozen(tmp_path):
   with pytest.raises(dataclasses.FrozenInstanceError):
     make_options(tmp_path).train_steps = 5
-

@@ -9,29 +9,40 @@ from ctl import outputs
 from ctl.errors import UserError
 
 _VERTEX = {
-    "AIP_MODEL_DIR": "gs://bkt/out/model/",
-    "AIP_CHECKPOINT_DIR": "gs://bkt/out/checkpoints/",
-    "AIP_TENSORBOARD_LOG_DIR": "gs://bkt/out/logs/",
+  "AIP_MODEL_DIR": "gs://bkt/out/model/",
+  "AIP_CHECKPOINT_DIR": "gs://bkt/out/checkpoints/",
+  "AIP_TENSORBOARD_LOG_DIR": "gs://bkt/out/logs/",
 }
 
 
 def _resolve(environ=None, **flags):
-  args = dict(model_dir=None, checkpoint_dir=None, tensorboard_dir=None,
-              export_dir=None, job_dir=None)
+  args = dict(
+    model_dir=None,
+    checkpoint_dir=None,
+    tensorboard_dir=None,
+    export_dir=None,
+    job_dir=None,
+  )
   args.update(flags)
   return outputs.resolve_output_dirs(environ=environ or {}, **args)
 
 
 def test_model_dir_gives_default_subdirectories():
   assert _resolve(model_dir="/tmp/run/") == outputs.OutputDirs(
-      model_dir="/tmp/run", checkpoint_dir="/tmp/run/checkpoints",
-      tensorboard_dir="/tmp/run/tensorboard", export_dir="/tmp/run/saved_model")
+    model_dir="/tmp/run",
+    checkpoint_dir="/tmp/run/checkpoints",
+    tensorboard_dir="/tmp/run/tensorboard",
+    export_dir="/tmp/run/saved_model",
+  )
 
 
 def test_vertex_variables_lose_their_trailing_slashes():
   assert _resolve(_VERTEX) == outputs.OutputDirs(
-      model_dir="gs://bkt/out", checkpoint_dir="gs://bkt/out/checkpoints",
-      tensorboard_dir="gs://bkt/out/logs", export_dir="gs://bkt/out/model")
+    model_dir="gs://bkt/out",
+    checkpoint_dir="gs://bkt/out/checkpoints",
+    tensorboard_dir="gs://bkt/out/logs",
+    export_dir="gs://bkt/out/model",
+  )
 
 
 def test_vertex_variable_missing_falls_back_to_a_subdirectory():
@@ -46,11 +57,15 @@ def test_job_dir_is_the_model_dir():
 
 
 def test_explicit_flags_win_over_vertex_variables():
-  dirs = _resolve(_VERTEX, model_dir="gs://mine/run",
-                  tensorboard_dir="gs://mine/tb")
+  dirs = _resolve(
+    _VERTEX, model_dir="gs://mine/run", tensorboard_dir="gs://mine/tb"
+  )
   assert dirs == outputs.OutputDirs(
-      model_dir="gs://mine/run", checkpoint_dir="gs://mine/run/checkpoints",
-      tensorboard_dir="gs://mine/tb", export_dir="gs://mine/run/saved_model")
+    model_dir="gs://mine/run",
+    checkpoint_dir="gs://mine/run/checkpoints",
+    tensorboard_dir="gs://mine/tb",
+    export_dir="gs://mine/run/saved_model",
+  )
 
 
 def test_a_dir_flag_alone_wins_over_its_vertex_variable():
@@ -60,13 +75,17 @@ def test_a_dir_flag_alone_wins_over_its_vertex_variable():
 
 
 def test_trial_id_separates_directories_from_flags():
-  dirs = _resolve({"CLOUD_ML_TRIAL_ID": "7"}, job_dir="gs://bkt/job",
-                  export_dir="gs://bkt/export")
+  dirs = _resolve(
+    {"CLOUD_ML_TRIAL_ID": "7"},
+    job_dir="gs://bkt/job",
+    export_dir="gs://bkt/export",
+  )
   assert dirs == outputs.OutputDirs(
-      model_dir="gs://bkt/job/trial_7",
-      checkpoint_dir="gs://bkt/job/trial_7/checkpoints",
-      tensorboard_dir="gs://bkt/job/trial_7/tensorboard",
-      export_dir="gs://bkt/export/trial_7")
+    model_dir="gs://bkt/job/trial_7",
+    checkpoint_dir="gs://bkt/job/trial_7/checkpoints",
+    tensorboard_dir="gs://bkt/job/trial_7/tensorboard",
+    export_dir="gs://bkt/export/trial_7",
+  )
 
 
 def test_trial_id_leaves_vertex_directories_alone():
@@ -85,10 +104,8 @@ def test_only_the_chief_opens_outputs(tmp_path, monkeypatch):
   fuse_root = tmp_path / "gcs"
   (fuse_root / "bkt").mkdir(parents=True)
   dirs = _resolve(model_dir="gs://bkt/run")
-  chief = outputs.open_outputs(dirs, is_chief=True,
-                               fuse_root=str(fuse_root))
-  worker = outputs.open_outputs(dirs, is_chief=False,
-                                fuse_root=str(fuse_root))
+  chief = outputs.open_outputs(dirs, is_chief=True, fuse_root=str(fuse_root))
+  worker = outputs.open_outputs(dirs, is_chief=False, fuse_root=str(fuse_root))
   assert chief.tensorboard.url == "gs://bkt/run/tensorboard"
   assert (worker.model, worker.tensorboard, worker.export) == (None,) * 3
   # Each worker reads checkpoints through a staging directory of its own.

@@ -9,21 +9,33 @@ import ctl
 from ctl import controller
 from ctl import errors
 from ctl import options
-from tests.conftest import REPO, trainer_env
+from tests.conftest import REPO
+from tests.conftest import trainer_env
 
 
 def _run_logging_imports(*args: str) -> subprocess.CompletedProcess:
   """Runs a fresh Python with -X importtime: stderr logs every import."""
-  return subprocess.run([sys.executable, "-X", "importtime", *args],
-                        cwd=REPO, env=trainer_env(), capture_output=True,
-                        text=True, timeout=120, check=False)
+  return subprocess.run(
+    [sys.executable, "-X", "importtime", *args],
+    cwd=REPO,
+    env=trainer_env(),
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=False,
+  )
 
 
 def test_what_a_user_calls_is_on_the_package():
   assert ctl.run is controller.run
   assert ctl.Task is options.Task and ctl.RunOptions is options.RunOptions
-  for name in ("UserError", "Preempted", "TrainingDiverged",
-               "USER_ERROR_EXIT_CODE", "PREEMPTED_EXIT_CODE"):
+  for name in (
+    "UserError",
+    "Preempted",
+    "TrainingDiverged",
+    "USER_ERROR_EXIT_CODE",
+    "PREEMPTED_EXIT_CODE",
+  ):
     assert getattr(ctl, name) is getattr(errors, name)
   assert set(ctl.__all__) <= set(dir(ctl))
   with pytest.raises(AttributeError, match="no attribute 'Trainer'"):
@@ -35,11 +47,15 @@ def test_every_exception_is_in_the_errors_module():
     assert error.__module__ == "ctl.errors"
 
 
-@pytest.mark.parametrize("args,says", [
+@pytest.mark.parametrize(
+  "args,says",
+  [
     (("-c", "import ctl; print(ctl.UserError.__name__)"), "UserError"),
     (("-m", "trainer.task", "--help"), "--train_steps"),
     (("-m", "ctl.launch", "--help"), "--num_workers"),
-], ids=["import ctl", "trainer --help", "launch --help"])
+  ],
+  ids=["import ctl", "trainer --help", "launch --help"],
+)
 def test_light_entry_points_do_not_load_tensorflow(args, says):
   result = _run_logging_imports(*args)
   assert says in result.stdout, result.stderr[-3000:]

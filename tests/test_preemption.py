@@ -35,7 +35,8 @@ def previous_handler():
 
 
 def test_sigterm_sets_requested_and_the_old_handler_comes_back(
-    previous_handler):
+  previous_handler,
+):
   handler, received = previous_handler
   with preemption.StopRequest() as stop:
     assert not stop.requested

@@ -6,8 +6,9 @@ from ctl import progress
 
 
 def _tracker(marks, steps):
-  return progress.Progress(current_step=lambda: steps[0],
-                           listeners=(marks.append,))
+  return progress.Progress(
+    current_step=lambda: steps[0], listeners=(marks.append,)
+  )
 
 
 def test_a_phase_is_marked_at_its_start_and_end_with_the_steps_it_ran():
@@ -17,8 +18,7 @@ def test_a_phase_is_marked_at_its_start_and_end_with_the_steps_it_ran():
     steps[0] = 15
   start, end = marks
   assert (start.phase, start.step, start.started) == ("train_loop", 10, True)
-  assert (end.phase, end.step, end.steps, end.ok) == ("train_loop", 15, 5,
-                                                       True)
+  assert (end.phase, end.step, end.steps, end.ok) == ("train_loop", 15, 5, True)
   assert end.seconds >= 0 and end.time >= start.time
 
 
@@ -39,8 +39,9 @@ def test_a_failing_listener_does_not_stop_the_others():
   def broken(mark):
     raise RuntimeError(mark.phase)
 
-  tracker = progress.Progress(current_step=lambda: 0,
-                              listeners=(broken, marks.append))
+  tracker = progress.Progress(
+    current_step=lambda: 0, listeners=(broken, marks.append)
+  )
   with tracker.phase(progress.EVALUATION):
     pass
   assert [m.phase for m in marks] == ["evaluation", "evaluation"]

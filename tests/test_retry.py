@@ -4,8 +4,9 @@ import pytest
 
 from ctl import retry
 
-_QUICK = retry.RetryPolicy(deadline_s=60.0, initial_backoff_s=0.01,
-                           max_backoff_s=0.01)
+_QUICK = retry.RetryPolicy(
+  deadline_s=60.0, initial_backoff_s=0.01, max_backoff_s=0.01
+)
 
 
 def _failing(errors):
@@ -27,8 +28,10 @@ def _is_transient(error):
 
 def test_transient_errors_are_retried():
   fn, calls = _failing([ConnectionResetError(), ConnectionRefusedError()])
-  assert retry.call(fn, policy=_QUICK, is_transient=_is_transient,
-                    what="call") == "done"
+  assert (
+    retry.call(fn, policy=_QUICK, is_transient=_is_transient, what="call")
+    == "done"
+  )
   assert len(calls) == 3
 
 

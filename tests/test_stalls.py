@@ -12,20 +12,32 @@ import signal
 import subprocess
 import sys
 
-
 from ctl import ledger
-
-from tests.conftest import (FAST_FLAGS, REPO, free_ports, read_summary,
-                            run_trainer, trainer_command, trainer_env)
-from tests.test_fault_tolerance import _worker_process, finish, start
+from tests.conftest import FAST_FLAGS
+from tests.conftest import REPO
+from tests.conftest import free_ports
+from tests.conftest import read_summary
+from tests.conftest import run_trainer
+from tests.conftest import trainer_command
+from tests.conftest import trainer_env
+from tests.test_fault_tolerance import _worker_process
+from tests.test_fault_tolerance import finish
+from tests.test_fault_tolerance import start
 
 STALL = 75
 STEPS = 40
-FLAGS = (*FAST_FLAGS, "--deterministic", f"--train_steps={STEPS}",
-         "--steps_per_loop=5", "--log_every_steps=5",
-         "--checkpoint_every_steps=10", "--eval_every_steps=0",
-         "--per_replica_batch_size=16", "--dropout=0",
-         "--stall_timeout_secs=15")
+FLAGS = (
+  *FAST_FLAGS,
+  "--deterministic",
+  f"--train_steps={STEPS}",
+  "--steps_per_loop=5",
+  "--log_every_steps=5",
+  "--checkpoint_every_steps=10",
+  "--eval_every_steps=0",
+  "--per_replica_batch_size=16",
+  "--dropout=0",
+  "--stall_timeout_secs=15",
+)
 
 
 def read_until(process: subprocess.Popen, pattern: str) -> str:
@@ -35,16 +47,24 @@ def read_until(process: subprocess.Popen, pattern: str) -> str:
     seen.append(line)
     if re.search(pattern, line):
       return "".join(seen)
-  raise AssertionError(f"exited before {pattern!r}:\n"
-                       f"{''.join(seen)[-3000:]}")
+  raise AssertionError(f"exited before {pattern!r}:\n{''.join(seen)[-3000:]}")
 
 
 def launch(model_dir, *, faults="", workers=2, max_restarts=3):
-  return start([sys.executable, "-m", "ctl.launch", f"--num_workers={workers}",
-                f"--max_restarts={max_restarts}", "--restart_backoff_secs=0.5",
-                "--grace_secs=5", "--",
-                *trainer_command(*FLAGS, f"--model_dir={model_dir}")],
-               env=trainer_env(CTL_FAULTS=faults))
+  return start(
+    [
+      sys.executable,
+      "-m",
+      "ctl.launch",
+      f"--num_workers={workers}",
+      f"--max_restarts={max_restarts}",
+      "--restart_backoff_secs=0.5",
+      "--grace_secs=5",
+      "--",
+      *trainer_command(*FLAGS, f"--model_dir={model_dir}"),
+    ],
+    env=trainer_env(CTL_FAULTS=faults),
+  )
 
 
 def test_two_workers_survive_input_loop_and_sigstop_stalls(tmp_path):
@@ -56,9 +76,12 @@ def test_two_workers_survive_input_loop_and_sigstop_stalls(tmp_path):
   # its train loop at step 20 never ends; attempt 2: it is frozen while its
   # loops are slowed down (so the job cannot end before it is frozen).
   model_dir = tmp_path / "stalled"
-  launcher = launch(model_dir, faults="stall@10:input:worker=1:attempt=0,"
-                    "stall@20:loop:worker=1:attempt=1,"
-                    "slow@*:secs=2:worker=1:attempt=2")
+  launcher = launch(
+    model_dir,
+    faults="stall@10:input:worker=1:attempt=0,"
+    "stall@20:loop:worker=1:attempt=1,"
+    "slow@*:secs=2:worker=1:attempt=2",
+  )
   seen = read_until(launcher, r"\[launcher\] restart 2/3")
   seen += read_until(launcher, r"^\[worker 0\] .*step 25/")
   _worker_process(launcher.pid, index=1).send_signal(signal.SIGSTOP)
@@ -69,11 +92,17 @@ def test_two_workers_survive_input_loop_and_sigstop_stalls(tmp_path):
 
   for step, fault in ((10, "stall in input"), (20, "stall in train_loop")):
     assert f"[worker 1] fault: injecting {fault} at step {step}" in output
-    assert re.search(rf"\[worker 1\] stall: worker 1 made no progress for \d+ "
-                     rf"s in train_loop at step {step} \(limit 15 s, "
-                     r"--stall_timeout_secs\)", output), output[-5000:]
-    assert re.search(rf"\[launcher\] worker \d stalled at step {step} in "
-                     r"train_loop \(exit code 75\)", output)
+    assert re.search(
+      rf"\[worker 1\] stall: worker 1 made no progress for \d+ "
+      rf"s in train_loop at step {step} \(limit 15 s, "
+      r"--stall_timeout_secs\)",
+      output,
+    ), output[-5000:]
+    assert re.search(
+      rf"\[launcher\] worker \d stalled at step {step} in "
+      r"train_loop \(exit code 75\)",
+      output,
+    )
   # The stuck worker's stacks: the blocked read and the blocked loop.
   assert "[worker 1]   File" in output and "in _at_input_step" in output
   assert re.search(r"\[worker 1\]   File .*controller.py.* in train", output)
@@ -83,56 +112,92 @@ def test_two_workers_survive_input_loop_and_sigstop_stalls(tmp_path):
 
 
 def test_one_worker_stall_exits_75_repeats_are_reported_rerun_continues(
-    tmp_path):
+  tmp_path,
+):
   model_dir = str(tmp_path / "run")
   flags = (*FLAGS, "--stall_timeout_secs=8", f"--model_dir={model_dir}")
-  stalled = run_trainer(*flags, env=trainer_env(CTL_FAULTS="stall@15"),
-                        check=False)
+  stalled = run_trainer(
+    *flags, env=trainer_env(CTL_FAULTS="stall@15"), check=False
+  )
   assert stalled.returncode == STALL, stalled.stderr[-3000:]
-  assert re.search(r"stall: worker 0 made no progress for \d+ s in train_loop "
-                   r"at step 15 \(limit 8 s, --stall_timeout_secs\); stacks "
-                   "of all threads follow; exiting with 75.", stalled.stderr)
+  assert re.search(
+    r"stall: worker 0 made no progress for \d+ s in train_loop "
+    r"at step 15 \(limit 8 s, --stall_timeout_secs\); stacks "
+    "of all threads follow; exiting with 75.",
+    stalled.stderr,
+  )
   assert "Thread 0x" in stalled.stderr  # faulthandler's stacks.
 
   # The same stall under the launcher, which restarts once and gives up.
   repeated = subprocess.run(
-      [sys.executable, "-m", "ctl.launch", "--num_workers=1",
-       "--max_restarts=1", "--restart_backoff_secs=0", "--",
-       *trainer_command(*flags)], cwd=REPO, capture_output=True, text=True,
-      env=trainer_env(CTL_FAULTS="stall@15"), timeout=300)
+    [
+      sys.executable,
+      "-m",
+      "ctl.launch",
+      "--num_workers=1",
+      "--max_restarts=1",
+      "--restart_backoff_secs=0",
+      "--",
+      *trainer_command(*flags),
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    env=trainer_env(CTL_FAULTS="stall@15"),
+    timeout=300,
+  )
   assert repeated.returncode == STALL, repeated.stderr[-3000:]
-  assert ("[launcher] worker 0 stalled twice at step 15 in train_loop (exit "
-          "code 75); the stall is not transient") in repeated.stderr
-  assert ("[launcher] giving up: worker 0 stalled twice at step 15 in "
-          "train_loop and all 1 restart(s) (--max_restarts) are used"
-          ) in repeated.stderr
+  assert (
+    "[launcher] worker 0 stalled twice at step 15 in train_loop (exit "
+    "code 75); the stall is not transient"
+  ) in repeated.stderr
+  assert (
+    "[launcher] giving up: worker 0 stalled twice at step 15 in "
+    "train_loop and all 1 restart(s) (--max_restarts) are used"
+  ) in repeated.stderr
 
   rerun = run_trainer(*flags)
   assert "Restored step 10" in rerun.stderr
   summary = read_summary(model_dir)
   assert summary["final_step"] == STEPS
   # The run ledger holds each stall where the watchdog saw it.
-  stalls = [event for attempt in ledger.read(ledger.ledger_dir(model_dir))
-            for event in attempt if event["event"] == "stall"]
+  stalls = [
+    event
+    for attempt in ledger.read(ledger.ledger_dir(model_dir))
+    for event in attempt
+    if event["event"] == "stall"
+  ]
   assert [(e["phase"], e["step"], e["worker"]) for e in stalls] == [
-      ("train_loop", 15, 0)] * 3
+    ("train_loop", 15, 0)
+  ] * 3
   assert [a["outcome"] for a in summary["goodput"]["attempts"]][:3] == [
-      "stalled"] * 3
+    "stalled"
+  ] * 3
 
 
 def test_a_peer_that_never_starts_is_named_awaited_and_given_up_on(tmp_path):
   ports = free_ports(4)
-  command = trainer_command(*FLAGS, "--startup_timeout_secs=12",
-                            f"--model_dir={tmp_path / 'run'}")
+  command = trainer_command(
+    *FLAGS, "--startup_timeout_secs=12", f"--model_dir={tmp_path / 'run'}"
+  )
 
   def first_of_two(ports):  # Worker 1 never starts.
-    return start(command, trainer_env(TF_CONFIG=json.dumps({
-        "cluster": {"worker": [f"localhost:{p}" for p in ports]},
-        "task": {"type": "worker", "index": 0}})))
+    return start(
+      command,
+      trainer_env(
+        TF_CONFIG=json.dumps(
+          {
+            "cluster": {"worker": [f"localhost:{p}" for p in ports]},
+            "task": {"type": "worker", "index": 0},
+          }
+        )
+      ),
+    )
 
   giving_up, terminated = first_of_two(ports[:2]), first_of_two(ports[2:])
-  read_until(terminated, re.escape(f"for worker 1 (localhost:{ports[3]}) to "
-                                   "start"))
+  read_until(
+    terminated, re.escape(f"for worker 1 (localhost:{ports[3]}) to start")
+  )
   terminated.send_signal(signal.SIGTERM)
   assert terminated.wait(timeout=60) == -signal.SIGTERM  # At once.
 
@@ -141,6 +206,8 @@ def test_a_peer_that_never_starts_is_named_awaited_and_given_up_on(tmp_path):
   assert code == STALL, output[-3000:]
   assert f"s so far for {awaited} to start (limit 12 s" in output
   last = output.strip().splitlines()[-1]
-  assert last == (f"error: gave up after 12 s (--startup_timeout_secs) "
-                  f"waiting for {awaited} of TF_CONFIG to start; start it or "
-                  "fix TF_CONFIG, then run again.")
+  assert last == (
+    f"error: gave up after 12 s (--startup_timeout_secs) "
+    f"waiting for {awaited} of TF_CONFIG to start; start it or "
+    "fix TF_CONFIG, then run again."
+  )

@@ -10,16 +10,24 @@ from ctl import state
 
 def _task():
   return options.Task(
-      build_model=lambda: keras.Sequential(
-          [keras.Input((4,)), keras.layers.Dropout(0.5, seed=1),
-           keras.layers.Dense(2)]),
-      build_optimizer=lambda: keras.optimizers.Adam(0.1),
-      train_dataset_fn=None, eval_dataset_fn=None, global_batch_size=2,
-      image_shape=(4, 1, 1))
+    build_model=lambda: keras.Sequential(
+      [
+        keras.Input((4,)),
+        keras.layers.Dropout(0.5, seed=1),
+        keras.layers.Dense(2),
+      ]
+    ),
+    build_optimizer=lambda: keras.optimizers.Adam(0.1),
+    train_dataset_fn=None,
+    eval_dataset_fn=None,
+    global_batch_size=2,
+    image_shape=(4, 1, 1),
+  )
 
 
 def test_an_evaluator_restores_the_model_and_step_of_a_training_checkpoint(
-    tmp_path):
+  tmp_path,
+):
   strategy = tf.distribute.get_strategy()
   trained = state.build_state(task=_task(), strategy=strategy, seed=7)
   assert trained.optimizer.built and trained.optimizer.variables
@@ -27,14 +35,16 @@ def test_an_evaluator_restores_the_model_and_step_of_a_training_checkpoint(
   trained.model.layers[-1].kernel.assign(tf.ones([4, 2]))
   path = trained.checkpoint().save(str(tmp_path / "ckpt"))
 
-  evaluator = state.build_state(task=_task(), strategy=strategy,
-                                with_optimizer=False)
+  evaluator = state.build_state(
+    task=_task(), strategy=strategy, with_optimizer=False
+  )
   assert evaluator.optimizer is None
   evaluator.checkpoint().restore(path).assert_existing_objects_matched()
   assert int(evaluator.global_step.numpy()) == 42
   assert int(evaluator.data_seed.numpy()) == 7
-  np.testing.assert_array_equal(evaluator.model.layers[-1].kernel.numpy(),
-                                np.ones([4, 2]))
+  np.testing.assert_array_equal(
+    evaluator.model.layers[-1].kernel.numpy(), np.ones([4, 2])
+  )
 
 
 def test_the_checkpoint_holds_the_dropout_rng_state():

@@ -25,26 +25,36 @@ from ctl.errors import UserError
 
 # Give up quickly while the emulator is down; attempts on a dead server are
 # cut off after 2 s (gcsfs alone would keep retrying for about 30 s).
-_IMPATIENT = retry.RetryPolicy(deadline_s=3.0, initial_backoff_s=0.2,
-                               max_backoff_s=1.0, attempt_timeout_s=2.0)
+_IMPATIENT = retry.RetryPolicy(
+  deadline_s=3.0,
+  initial_backoff_s=0.2,
+  max_backoff_s=1.0,
+  attempt_timeout_s=2.0,
+)
 # Outlast an emulator restart.
-_PATIENT = retry.RetryPolicy(deadline_s=60.0, initial_backoff_s=0.2,
-                             max_backoff_s=1.0, attempt_timeout_s=2.0)
+_PATIENT = retry.RetryPolicy(
+  deadline_s=60.0,
+  initial_backoff_s=0.2,
+  max_backoff_s=1.0,
+  attempt_timeout_s=2.0,
+)
 
 
 def _save(directory: str, *, step: int) -> None:
   """Saves checkpoint ckpt-STEP holding STEP; the manager keeps only it."""
   checkpoint = tf.train.Checkpoint(value=tf.Variable(float(step)))
   tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1).save(
-      checkpoint_number=step)
+    checkpoint_number=step
+  )
 
 
 def _restore(directory: str) -> float:
   """Restores the latest checkpoint in `directory` and returns its value."""
   value = tf.Variable(0.0)
   checkpoint = tf.train.Checkpoint(value=value)
-  latest = tf.train.CheckpointManager(checkpoint, directory,
-                                      max_to_keep=1).latest_checkpoint
+  latest = tf.train.CheckpointManager(
+    checkpoint, directory, max_to_keep=1
+  ).latest_checkpoint
   checkpoint.restore(latest).assert_consumed()
   return float(value.numpy())
 
@@ -56,13 +66,16 @@ def _open(tmp_path, name: str, url: str, **kwargs) -> storage.Location:
 
 def _open_bucket(emulator, tmp_path, name: str, **kwargs) -> storage.Location:
   """Opens gs://BUCKET/run on the emulator through gcsfs."""
-  return _open(tmp_path, name, f"gs://{emulator.BUCKET}/run", storage="gcsfs",
-               **kwargs)
+  return _open(
+    tmp_path, name, f"gs://{emulator.BUCKET}/run", storage="gcsfs", **kwargs
+  )
 
 
 def _remote_names(emulator) -> set[str]:
-  return {os.path.basename(path)
-          for path in emulator.filesystem().find(f"{emulator.BUCKET}/run")}
+  return {
+    os.path.basename(path)
+    for path in emulator.filesystem().find(f"{emulator.BUCKET}/run")
+  }
 
 
 def test_local_path_is_used_as_is(tmp_path):
@@ -75,10 +88,13 @@ def test_local_path_is_used_as_is(tmp_path):
 
 
 def test_tf_route_hands_tensorflow_the_gs_url():
-  assert storage.open_location(
-      "/gcs/bkt/p/", storage="tf").local_path == "gs://bkt/p"
-  assert storage.open_location(
-      "gs://bkt/p", storage="tf").local_path == "gs://bkt/p"
+  assert (
+    storage.open_location("/gcs/bkt/p/", storage="tf").local_path
+    == "gs://bkt/p"
+  )
+  assert (
+    storage.open_location("gs://bkt/p", storage="tf").local_path == "gs://bkt/p"
+  )
 
 
 def test_unknown_storage_is_a_user_error():
@@ -94,7 +110,10 @@ def test_gcsfs_checkpoint_round_trip(gcs_emulator, tmp_path):
   writer.publish(commit_file="checkpoint")
   writer.close()
   assert _remote_names(gcs_emulator) == {
-      "checkpoint", "ckpt-1.index", "ckpt-1.data-00000-of-00001"}
+    "checkpoint",
+    "ckpt-1.index",
+    "ckpt-1.data-00000-of-00001",
+  }
 
   reader = _open_bucket(gcs_emulator, tmp_path, "reader")
   reader.fetch()
@@ -102,8 +121,9 @@ def test_gcsfs_checkpoint_round_trip(gcs_emulator, tmp_path):
 
 
 def test_state_file_is_the_commit_point(gcs_emulator, tmp_path):
-  writer = _open_bucket(gcs_emulator, tmp_path, "writer",
-                        retry_policy=_IMPATIENT)
+  writer = _open_bucket(
+    gcs_emulator, tmp_path, "writer", retry_policy=_IMPATIENT
+  )
   _save(writer.local_path, step=1)
   writer.publish(commit_file="checkpoint")
   # The server dies when the new state file arrives, after the data files.
@@ -116,8 +136,12 @@ def test_state_file_is_the_commit_point(gcs_emulator, tmp_path):
 
   # ckpt-2 is up but not committed, and ckpt-1 was not deleted.
   assert _remote_names(gcs_emulator) == {
-      "checkpoint", "ckpt-1.index", "ckpt-1.data-00000-of-00001",
-      "ckpt-2.index", "ckpt-2.data-00000-of-00001"}
+    "checkpoint",
+    "ckpt-1.index",
+    "ckpt-1.data-00000-of-00001",
+    "ckpt-2.index",
+    "ckpt-2.data-00000-of-00001",
+  }
   reader = _open_bucket(gcs_emulator, tmp_path, "reader")
   reader.fetch()
   assert _restore(reader.local_path) == 1.0
@@ -125,17 +149,22 @@ def test_state_file_is_the_commit_point(gcs_emulator, tmp_path):
 
   writer.publish()  # The commit file is remembered.
   assert _remote_names(gcs_emulator) == {
-      "checkpoint", "ckpt-2.index", "ckpt-2.data-00000-of-00001"}
+    "checkpoint",
+    "ckpt-2.index",
+    "ckpt-2.data-00000-of-00001",
+  }
   reader = _open_bucket(gcs_emulator, tmp_path, "reader")
   reader.fetch()
   assert sorted(os.listdir(reader.local_path)) == [
-      "checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    "checkpoint",
+    "ckpt-2.data-00000-of-00001",
+    "ckpt-2.index",
+  ]
   assert _restore(reader.local_path) == 2.0
 
 
 def test_publish_retries_across_a_restart(gcs_emulator, tmp_path):
-  writer = _open_bucket(gcs_emulator, tmp_path, "writer",
-                        retry_policy=_PATIENT)
+  writer = _open_bucket(gcs_emulator, tmp_path, "writer", retry_policy=_PATIENT)
   _save(writer.local_path, step=1)
   gcs_emulator.restart(exit_on_upload=".data-00000-of-00001")
   with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:
@@ -149,12 +178,18 @@ def test_publish_retries_across_a_restart(gcs_emulator, tmp_path):
   assert _restore(reader.local_path) == 1.0
 
 
-def test_missing_bucket_fails_before_anything_is_written(gcs_emulator,
-                                                         tmp_path):
+def test_missing_bucket_fails_before_anything_is_written(
+  gcs_emulator, tmp_path
+):
   del gcs_emulator  # Running, but without the bucket.
   with pytest.raises(UserError, match="Cannot write to gs://no-such-bucket/"):
-    _open(tmp_path, "writer", "gs://no-such-bucket/run", storage="gcsfs",
-          retry_policy=_IMPATIENT)
+    _open(
+      tmp_path,
+      "writer",
+      "gs://no-such-bucket/run",
+      storage="gcsfs",
+      retry_policy=_IMPATIENT,
+    )
   assert not os.path.exists(tmp_path / "writer")
 
 
@@ -162,30 +197,39 @@ def test_auto_uses_a_mounted_bucket(tmp_path):
   fuse_root = tmp_path / "gcs"
   mount = fuse_root / "bucket"
   mount.mkdir(parents=True)
-  writer = _open(tmp_path, "writer", "gs://bucket/run",
-                 fuse_root=str(fuse_root))
+  writer = _open(
+    tmp_path, "writer", "gs://bucket/run", fuse_root=str(fuse_root)
+  )
   _save(writer.local_path, step=1)
   writer.publish(commit_file="checkpoint")
   _save(writer.local_path, step=2)
   writer.close()  # The last publish keeps "checkpoint" as its commit file.
   assert sorted(os.listdir(mount / "run")) == [
-      "checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    "checkpoint",
+    "ckpt-2.data-00000-of-00001",
+    "ckpt-2.index",
+  ]
 
   # A path under the mount is the same bucket object path.
-  reader = _open(tmp_path, "reader", str(mount / "run"),
-                 fuse_root=str(fuse_root))
+  reader = _open(
+    tmp_path, "reader", str(mount / "run"), fuse_root=str(fuse_root)
+  )
   reader.fetch()
   assert _restore(reader.local_path) == 2.0
 
 
 def test_fuse_route_needs_the_mount(tmp_path):
   with pytest.raises(UserError, match="not a directory"):
-    _open(tmp_path, "writer", "gs://bucket/run", storage="fuse",
-          fuse_root=str(tmp_path / "gcs"))
+    _open(
+      tmp_path,
+      "writer",
+      "gs://bucket/run",
+      storage="fuse",
+      fuse_root=str(tmp_path / "gcs"),
+    )
 
 
-def test_default_staging_dir_is_found_again_and_cleaned(tmp_path,
-                                                        monkeypatch):
+def test_default_staging_dir_is_found_again_and_cleaned(tmp_path, monkeypatch):
   monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
   fuse_root = tmp_path / "gcs"
   (fuse_root / "bucket").mkdir(parents=True)
@@ -196,18 +240,23 @@ def test_default_staging_dir_is_found_again_and_cleaned(tmp_path,
   # A process that saves ckpt-2 and dies before publishing it.
   _save(first.local_path, step=2)
 
-  again = storage.open_location(f"{fuse_root}/bucket/run/",
-                                fuse_root=str(fuse_root))
+  again = storage.open_location(
+    f"{fuse_root}/bucket/run/", fuse_root=str(fuse_root)
+  )
   assert again.local_path == first.local_path
   again.fetch()
   assert sorted(os.listdir(again.local_path)) == [
-      "checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
+    "checkpoint",
+    "ckpt-1.data-00000-of-00001",
+    "ckpt-1.index",
+  ]
   assert _restore(again.local_path) == 1.0
   again.close()
 
 
-def test_default_staging_dir_is_private_and_removed_on_close(tmp_path,
-                                                            monkeypatch):
+def test_default_staging_dir_is_private_and_removed_on_close(
+  tmp_path, monkeypatch
+):
   monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
   fuse_root = tmp_path / "gcs"
   (fuse_root / "bucket").mkdir(parents=True)
@@ -215,9 +264,10 @@ def test_default_staging_dir_is_private_and_removed_on_close(tmp_path,
   root = tmp_path / f"ctl-staging-{os.getuid()}"
   assert os.path.dirname(location.local_path) == str(root)
   lock = location.local_path + ".lock"
-  assert [stat.S_IMODE(os.stat(path).st_mode)
-          for path in (root, location.local_path, lock)] == [
-              0o700, 0o700, 0o600]
+  assert [
+    stat.S_IMODE(os.stat(path).st_mode)
+    for path in (root, location.local_path, lock)
+  ] == [0o700, 0o700, 0o600]
   _save(location.local_path, step=1)
   location.publish(commit_file="checkpoint")
   location.close()
@@ -253,32 +303,45 @@ def test_fuse_commit_point(tmp_path):
   fuse_root = tmp_path / "gcs"
   remote = fuse_root / "bucket" / "run"
   remote.mkdir(parents=True)
-  writer = _open(tmp_path, "staging", "gs://bucket/run",
-                 fuse_root=str(fuse_root))
+  writer = _open(
+    tmp_path, "staging", "gs://bucket/run", fuse_root=str(fuse_root)
+  )
   _save(writer.local_path, step=1)
   writer.publish(commit_file="checkpoint")
   writer.close()
 
   failing = mirror.Mirror(
-      fs=_FailingMount(auto_mkdir=True), remote_dir=str(remote),
-      url="gs://bucket/run", local_dir=writer.local_path,
-      retry_policy=retry.RetryPolicy(), is_transient=lambda error: False)
+    fs=_FailingMount(auto_mkdir=True),
+    remote_dir=str(remote),
+    url="gs://bucket/run",
+    local_dir=writer.local_path,
+    retry_policy=retry.RetryPolicy(),
+    is_transient=lambda error: False,
+  )
   failing.fetch()
   _save(writer.local_path, step=2)
   with pytest.raises(OSError, match="Input/output error"):
     failing.publish(commit_file="checkpoint")
   assert sorted(os.listdir(remote)) == [
-      "checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index",
-      "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    "checkpoint",
+    "ckpt-1.data-00000-of-00001",
+    "ckpt-1.index",
+    "ckpt-2.data-00000-of-00001",
+    "ckpt-2.index",
+  ]
   with pytest.raises(OSError, match="Input/output error"):
     failing.close()  # Fails again, and releases the staging directory.
 
   # A restart in the same staging directory drops the uncommitted ckpt-2.
-  again = _open(tmp_path, "staging", "gs://bucket/run",
-                fuse_root=str(fuse_root))
+  again = _open(
+    tmp_path, "staging", "gs://bucket/run", fuse_root=str(fuse_root)
+  )
   again.fetch()
   assert sorted(os.listdir(again.local_path)) == [
-      "checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
+    "checkpoint",
+    "ckpt-1.data-00000-of-00001",
+    "ckpt-1.index",
+  ]
   assert _restore(again.local_path) == 1.0
   again.close()
 
@@ -286,10 +349,12 @@ def test_fuse_commit_point(tmp_path):
 def test_growing_event_file_is_uploaded_again(tmp_path):
   fuse_root = tmp_path / "gcs"
   (fuse_root / "bucket").mkdir(parents=True)
-  location = _open(tmp_path, "staging", "gs://bucket/run/tensorboard",
-                   fuse_root=str(fuse_root))
+  location = _open(
+    tmp_path, "staging", "gs://bucket/run/tensorboard", fuse_root=str(fuse_root)
+  )
   writer = tf.summary.create_file_writer(
-      os.path.join(location.local_path, "train"))
+    os.path.join(location.local_path, "train")
+  )
   for step in (1, 2):
     with writer.as_default():
       tf.summary.scalar("loss", 1.0 / step, step=step)
@@ -300,39 +365,45 @@ def test_growing_event_file_is_uploaded_again(tmp_path):
 
   remote_train = fuse_root / "bucket" / "run" / "tensorboard" / "train"
   (events_file,) = os.listdir(remote_train)
-  steps = [tf.compat.v1.Event.FromString(record.numpy()).step
-           for record in tf.data.TFRecordDataset(
-               str(remote_train / events_file))]
+  steps = [
+    tf.compat.v1.Event.FromString(record.numpy()).step
+    for record in tf.data.TFRecordDataset(str(remote_train / events_file))
+  ]
   assert steps[1:] == [1, 2]  # After the file version record.
 
 
 def test_staging_dir_is_used_by_one_process_at_a_time(tmp_path):
   fuse_root = tmp_path / "gcs"
   (fuse_root / "bucket").mkdir(parents=True)
-  first = _open(tmp_path, "staging", "gs://bucket/run",
-                fuse_root=str(fuse_root))
+  first = _open(
+    tmp_path, "staging", "gs://bucket/run", fuse_root=str(fuse_root)
+  )
   with pytest.raises(UserError, match="in use by another process"):
     _open(tmp_path, "staging", "gs://bucket/run", fuse_root=str(fuse_root))
   first.close()
 
 
-@pytest.mark.parametrize("content", [b"not a state", b"\x00\xff binary", b""],
-                         ids=["text", "binary", "empty"])
+@pytest.mark.parametrize(
+  "content",
+  [b"not a state", b"\x00\xff binary", b""],
+  ids=["text", "binary", "empty"],
+)
 def test_unparsable_remote_state_is_a_user_error(tmp_path, content):
   fuse_root = tmp_path / "gcs"
   (fuse_root / "bucket" / "run").mkdir(parents=True)
   (fuse_root / "bucket" / "run" / "checkpoint").write_bytes(content)
-  location = _open(tmp_path, "staging", "gs://bucket/run",
-                   fuse_root=str(fuse_root))
+  location = _open(
+    tmp_path, "staging", "gs://bucket/run", fuse_root=str(fuse_root)
+  )
   with pytest.raises(UserError, match="cannot be parsed"):
     location.fetch()
 
 
-def test_a_host_name_that_does_not_resolve_fails_at_once(tmp_path,
-                                                         monkeypatch):
+def test_a_host_name_that_does_not_resolve_fails_at_once(tmp_path, monkeypatch):
   monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://no-such-host.invalid:9")
-  with pytest.raises(UserError, match="no-such-host.invalid does not "
-                     "resolve") as error:
+  with pytest.raises(
+    UserError, match="no-such-host.invalid does not resolve"
+  ) as error:
     _open(tmp_path, "staging", "gs://test-bucket/run", storage="gcsfs")
   assert "\n" not in str(error.value)
   assert not os.path.exists(tmp_path / "staging")

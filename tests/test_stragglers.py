@@ -7,7 +7,10 @@ import sys
 import numpy as np
 
 from ctl import stragglers
-from tests.conftest import REPO, read_scalars, trainer_command, trainer_env
+from tests.conftest import REPO
+from tests.conftest import read_scalars
+from tests.conftest import trainer_command
+from tests.conftest import trainer_env
 
 
 def test_rule_needs_the_same_worker_slow_in_every_one_of_the_last_loops():
@@ -40,21 +43,42 @@ def test_rule_ignores_small_differences_and_lone_workers():
 def test_two_workers_name_the_slow_one(tmp_path):
   """Worker 1 starts every loop 0.3 s late (ctl.faults `slow`)."""
   model_dir = tmp_path / "run"
-  command = [sys.executable, "-m", "ctl.launch", "--num_workers=2",
-             "--max_restarts=0", "--",
-             *trainer_command(
-                 "--dataset=digits", "--model=small_cnn", "--image_size=16",
-                 "--train_steps=10", "--steps_per_loop=1",
-                 "--log_every_steps=1", "--checkpoint_every_steps=0",
-                 "--eval_every_steps=0", "--per_replica_batch_size=8",
-                 f"--model_dir={model_dir}")]
+  command = [
+    sys.executable,
+    "-m",
+    "ctl.launch",
+    "--num_workers=2",
+    "--max_restarts=0",
+    "--",
+    *trainer_command(
+      "--dataset=digits",
+      "--model=small_cnn",
+      "--image_size=16",
+      "--train_steps=10",
+      "--steps_per_loop=1",
+      "--log_every_steps=1",
+      "--checkpoint_every_steps=0",
+      "--eval_every_steps=0",
+      "--per_replica_batch_size=8",
+      f"--model_dir={model_dir}",
+    ),
+  ]
   result = subprocess.run(
-      command, cwd=REPO, env=trainer_env(CTL_FAULTS="slow@*:secs=0.3:worker=1"),
-      capture_output=True, text=True, timeout=300, check=False)
+    command,
+    cwd=REPO,
+    env=trainer_env(CTL_FAULTS="slow@*:secs=0.3:worker=1"),
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
   output = result.stdout + result.stderr
   assert result.returncode == 0, output[-4000:]
-  chief_lines = [line for line in output.splitlines()
-                 if "straggler: worker 1 is the slowest" in line]
+  chief_lines = [
+    line
+    for line in output.splitlines()
+    if "straggler: worker 1 is the slowest" in line
+  ]
   assert chief_lines, output[-4000:]
   assert "[worker 0]" in chief_lines[0]
   scalars = read_scalars(os.path.join(model_dir, "tensorboard", "train"))

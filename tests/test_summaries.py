@@ -21,10 +21,13 @@ def test_scalars_land_in_their_run_dir_at_their_steps(tmp_path):
   assert read_scalars(train)["loss"] == [(10, 2.5), (20, 1.5)]
   writer.close()
 
-  assert read_scalars(train) == {"loss": [(10, 2.5), (20, 1.5)],
-                                 "accuracy": [(10, 0.25), (20, 0.5)]}
+  assert read_scalars(train) == {
+    "loss": [(10, 2.5), (20, 1.5)],
+    "accuracy": [(10, 0.25), (20, 0.5)],
+  }
   assert read_scalars(os.path.join(logdir, "validation")) == {
-      "accuracy": [(20, 0.75)]}
+    "accuracy": [(20, 0.75)]
+  }
   assert sorted(os.listdir(logdir)) == ["train", "validation"]
   assert writer.run_dir("train") == train
   assert writer.run_dir("") == logdir
@@ -33,22 +36,26 @@ def test_scalars_land_in_their_run_dir_at_their_steps(tmp_path):
 def test_hparams_are_a_session_over_train_and_validation(tmp_path):
   logdir = str(tmp_path / "tensorboard")
   writer = summaries.ScalarWriter(logdir=logdir)
-  writer.write_hparams({"learning_rate": 0.01, "model": "cnn", "xla": False,
-                        "batch": 64})
+  writer.write_hparams(
+    {"learning_rate": 0.01, "model": "cnn", "xla": False, "batch": 64}
+  )
   writer.close()
   accumulator = event_accumulator.EventAccumulator(logdir)
   accumulator.Reload()
   content = accumulator.PluginTagToContent(hparams_metadata.PLUGIN_NAME)
   start = hparams_metadata.parse_session_start_info_plugin_data(
-      content[hparams_metadata.SESSION_START_INFO_TAG])
+    content[hparams_metadata.SESSION_START_INFO_TAG]
+  )
   assert start.hparams["learning_rate"].number_value == 0.01
   assert start.hparams["model"].string_value == "cnn"
   assert start.hparams["xla"].bool_value is False
   assert start.hparams["batch"].number_value == 64
   experiment = hparams_metadata.parse_experiment_plugin_data(
-      content[hparams_metadata.EXPERIMENT_TAG])
+    content[hparams_metadata.EXPERIMENT_TAG]
+  )
   assert [(m.name.group, m.name.tag) for m in experiment.metric_infos] == list(
-      summaries.HPARAMS_METRICS)
+    summaries.HPARAMS_METRICS
+  )
 
 
 def test_a_writer_without_logdir_writes_no_files(tmp_path, monkeypatch):

@@ -21,18 +21,29 @@ from trainer import model
 from trainer import task  # noqa: F401  (defines the flags)
 
 # RunOptions fields the trainer derives rather than takes from a flag.
-_DERIVED = {"model_dir", "checkpoint_dir", "tensorboard_dir", "export_dir",
-            "train_steps", "is_chief", "restarts", "profile_steps", "hparams",
-            "evaluator_writes_validation"}
+_DERIVED = {
+  "model_dir",
+  "checkpoint_dir",
+  "tensorboard_dir",
+  "export_dir",
+  "train_steps",
+  "is_chief",
+  "restarts",
+  "profile_steps",
+  "hparams",
+  "evaluator_writes_validation",
+}
 
 
 def _flag(name):
   return flags.FLAGS[name]
 
 
-@pytest.mark.parametrize("field", [
-    f for f in dataclasses.fields(options.RunOptions) if f.name not in _DERIVED
-], ids=lambda f: f.name)
+@pytest.mark.parametrize(
+  "field",
+  [f for f in dataclasses.fields(options.RunOptions) if f.name not in _DERIVED],
+  ids=lambda f: f.name,
+)
 def test_every_run_option_has_a_flag_with_its_default(field):
   flag = _flag(field.name)
   if field.name == "checkpoint_every_secs":  # A string flag: "auto" or secs.
@@ -51,14 +62,17 @@ def test_derived_run_options_exist():
   assert _DERIVED <= names
 
 
-@pytest.mark.parametrize("name,registry", [
+@pytest.mark.parametrize(
+  "name,registry",
+  [
     ("storage", storage.ROUTES),
     ("dataset", data.DATASETS),
     ("model", model.MODELS),
     ("strategy", strategies.STRATEGY_NAMES),
     ("collective", strategies.COLLECTIVE_NAMES),
     ("mixed_precision", tuple(job._POLICIES)),  # pylint: disable=protected-access
-])
+  ],
+)
 def test_choice_lists_are_the_registries(name, registry):
   assert tuple(_flag(name).parser.enum_values) == tuple(registry)
 

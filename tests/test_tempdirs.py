@@ -24,8 +24,12 @@ def _mode(path):
 
 
 def test_scratch_dirs_of_dead_processes_are_removed(tmp):
-  dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                        capture_output=True, text=True, check=True)
+  dead = subprocess.run(
+    [sys.executable, "-c", "import os; print(os.getpid())"],
+    capture_output=True,
+    text=True,
+    check=True,
+  )
   stale = tmp / f"ctl_worker_checkpoint_{int(dead.stdout)}_abc"
   (stale / "sub").mkdir(parents=True)
   live = tmp / f"ctl_worker_checkpoint_{os.getppid()}_def"
@@ -34,7 +38,8 @@ def test_scratch_dirs_of_dead_processes_are_removed(tmp):
   other.mkdir()
   made = tempdirs.scratch_dir("ctl_worker_checkpoint_")
   assert os.path.basename(made).startswith(
-      f"ctl_worker_checkpoint_{os.getpid()}_")
+    f"ctl_worker_checkpoint_{os.getpid()}_"
+  )
   assert _mode(made) == 0o700
   assert not stale.exists()
   assert live.exists() and other.exists()

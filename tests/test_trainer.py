@@ -12,8 +12,13 @@ import urllib.request
 import numpy as np
 import pytest
 
-from tests.conftest import (FAST_FLAGS, REPO, free_ports, read_scalars,
-                            read_summary, run_trainer, trainer_env)
+from tests.conftest import FAST_FLAGS
+from tests.conftest import REPO
+from tests.conftest import free_ports
+from tests.conftest import read_scalars
+from tests.conftest import read_summary
+from tests.conftest import run_trainer
+from tests.conftest import trainer_env
 
 
 def test_quickstart_reaches_95_percent(model_dir):
@@ -28,14 +33,20 @@ def test_quickstart_reaches_95_percent(model_dir):
 def continued_run(tmp_path_factory):
   """Trained to 40 (steps 15-25 profiled), re-run, then continued to 60."""
   model_dir = str(tmp_path_factory.mktemp("continued") / "run")
-  first = run_trainer(*FAST_FLAGS, "--train_steps=40", "--profile_steps=15,25",
-                      f"--model_dir={model_dir}")
+  first = run_trainer(
+    *FAST_FLAGS,
+    "--train_steps=40",
+    "--profile_steps=15,25",
+    f"--model_dir={model_dir}",
+  )
   summary = read_summary(model_dir)
-  again = run_trainer(*FAST_FLAGS, "--train_steps=40",
-                      f"--model_dir={model_dir}")
+  again = run_trainer(
+    *FAST_FLAGS, "--train_steps=40", f"--model_dir={model_dir}"
+  )
   rerun_summary = read_summary(model_dir)
-  more = run_trainer(*FAST_FLAGS, "--train_steps=60",
-                     f"--model_dir={model_dir}")
+  more = run_trainer(
+    *FAST_FLAGS, "--train_steps=60", f"--model_dir={model_dir}"
+  )
   return model_dir, (first, summary), (again, rerun_summary), more
 
 
@@ -51,8 +62,15 @@ def test_train_rerun_continue_and_outputs(continued_run):
   model_dir, (first, summary), (again, rerun_summary), more = continued_run
   assert summary["final_step"] == 40
   assert summary["restores"] == 0
-  for key in ("train_loss", "train_accuracy", "eval_accuracy", "eval_loss",
-              "examples_per_second", "wall_seconds", "weights_fingerprint"):
+  for key in (
+    "train_loss",
+    "train_accuracy",
+    "eval_accuracy",
+    "eval_loss",
+    "examples_per_second",
+    "wall_seconds",
+    "weights_fingerprint",
+  ):
     assert summary[key] is not None, key
   assert "step 40/40" in first.stderr
 
@@ -60,8 +78,9 @@ def test_train_rerun_continue_and_outputs(continued_run):
   assert "Restored step 40" in again.stderr
   assert "nothing to train" in again.stderr
   assert "step 50/" not in again.stderr
-  assert rerun_summary["weights_fingerprint"] == (
-      summary["weights_fingerprint"])
+  assert (
+    rerun_summary["weights_fingerprint"] == (summary["weights_fingerprint"])
+  )
 
   # A larger target continues from the checkpoint.
   assert "Restored step 40" in more.stderr
@@ -77,21 +96,30 @@ def test_train_and_validation_run_dirs_share_tag_names(continued_run):
   board = os.path.join(model_dir, "tensorboard")
   train = read_scalars(os.path.join(board, "train"))
   validation = read_scalars(os.path.join(board, "validation"))
-  assert set(train) == {"loss", "accuracy", "learning_rate",
-                        "examples_per_second", "steps_per_second",
-                        "goodput/percent"}
+  assert set(train) == {
+    "loss",
+    "accuracy",
+    "learning_rate",
+    "examples_per_second",
+    "steps_per_second",
+    "goodput/percent",
+  }
   assert set(validation) == {"loss", "accuracy"}
   assert {d for d in os.listdir(board) if "tfevents" not in d} == {
-      "train", "validation"}
+    "train",
+    "validation",
+  }
   assert [step for step, _ in train["loss"]] == [10, 20, 30, 40, 50, 60]
   assert {20, 40, 60} <= {step for step, _ in validation["accuracy"]}
   assert np.isfinite([v for _, v in train["loss"]]).all()
   # The last values are the run's final numbers in train_summary.json.
   summary = read_summary(model_dir)
-  for tag, key, scalars in (("loss", "train_loss", train),
-                            ("accuracy", "train_accuracy", train),
-                            ("loss", "eval_loss", validation),
-                            ("accuracy", "eval_accuracy", validation)):
+  for tag, key, scalars in (
+    ("loss", "train_loss", train),
+    ("accuracy", "train_accuracy", train),
+    ("loss", "eval_loss", validation),
+    ("accuracy", "eval_accuracy", validation),
+  ):
     step, value = max(scalars[tag])
     assert step == 60 and value == pytest.approx(summary[key], abs=1e-6), key
 
@@ -100,12 +128,21 @@ class _TensorBoard:
   """A TensorBoard server process, asked over HTTP as its web app asks."""
 
   def __init__(self, logdir):
-    self.port, = free_ports(1)
+    (self.port,) = free_ports(1)
     self.process = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", f"--logdir={logdir}",
-         "--host=127.0.0.1", f"--port={self.port}", "--reload_interval=1"],
-        env=trainer_env(), stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
+      [
+        sys.executable,
+        "-m",
+        "tensorboard.main",
+        f"--logdir={logdir}",
+        "--host=127.0.0.1",
+        f"--port={self.port}",
+        "--reload_interval=1",
+      ],
+      env=trainer_env(),
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL,
+    )
 
   def post(self, path, body, *, until, timeout=180):
     """POSTs `body` as JSON until `until(answer)` holds; returns the answer."""
@@ -113,9 +150,10 @@ class _TensorBoard:
     while time.time() < deadline:
       assert self.process.poll() is None, "TensorBoard exited"
       request = urllib.request.Request(
-          f"http://127.0.0.1:{self.port}{path}",
-          data=json.dumps(body).encode(),
-          headers={"Content-Type": "application/json"})
+        f"http://127.0.0.1:{self.port}{path}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+      )
       try:
         with urllib.request.urlopen(request, timeout=30) as response:
           answer = json.load(response)
@@ -142,14 +180,24 @@ def tensorboard_server():
 
 
 def _traces(model_dir) -> list[str]:
-  return glob.glob(os.path.join(model_dir, "tensorboard", "train", "plugins",
-                                "profile", "*", "*.xplane.pb"))
+  return glob.glob(
+    os.path.join(
+      model_dir,
+      "tensorboard",
+      "train",
+      "plugins",
+      "profile",
+      "*",
+      "*.xplane.pb",
+    )
+  )
 
 
 def test_profile_steps_trace_the_loop_calls_over_the_range(continued_run):
   traces = _traces(continued_run[0])
   assert len(traces) == 1, traces  # The re-runs past step 25 traced nothing.
   from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
+
   space = xplane_pb2.XSpace()
   with open(traces[0], "rb") as f:
     space.ParseFromString(f.read())
@@ -157,9 +205,14 @@ def test_profile_steps_trace_the_loop_calls_over_the_range(continued_run):
   for plane in space.planes:
     names = {i: m.name for i, m in plane.event_metadata.items()}
     stats = {i: m.name for i, m in plane.stat_metadata.items()}
-    steps += [s.int64_value for line in plane.lines for e in line.events
-              if names[e.metadata_id] == "train" for s in e.stats
-              if stats[s.metadata_id] == "step_num"]
+    steps += [
+      s.int64_value
+      for line in plane.lines
+      for e in line.events
+      if names[e.metadata_id] == "train"
+      for s in e.stats
+      if stats[s.metadata_id] == "step_num"
+    ]
   # steps_per_loop=10: steps 15-25 run inside the calls ending at 20 and 30.
   assert sorted(steps) == [20, 30]
 
@@ -167,22 +220,32 @@ def test_profile_steps_trace_the_loop_calls_over_the_range(continued_run):
 def test_no_profile_trace_without_profile_steps(short_run):
   assert os.path.isdir(os.path.join(short_run, "tensorboard", "train"))
   assert not _traces(short_run)
-  assert not os.path.exists(os.path.join(short_run, "tensorboard", "train",
-                                         "plugins"))
+  assert not os.path.exists(
+    os.path.join(short_run, "tensorboard", "train", "plugins")
+  )
 
 
 def test_hparams_dashboard_lists_the_run_with_its_final_metric(
-    continued_run, tensorboard_server):
+  continued_run, tensorboard_server
+):
   """A real TensorBoard on the runs' parent dir, asked as its dashboard asks."""
   model_dir = continued_run[0]
   summary = read_summary(model_dir)
-  metrics = [{"metric": {"group": group, "tag": tag}}
-             for group, tag in (("validation", "accuracy"), ("train", "loss"))]
+  metrics = [
+    {"metric": {"group": group, "tag": tag}}
+    for group, tag in (("validation", "accuracy"), ("train", "loss"))
+  ]
   groups = tensorboard_server(os.path.dirname(model_dir)).post(
-      "/data/plugin/hparams/session_groups",
-      {"experimentName": "", "allowedStatuses": ["STATUS_UNKNOWN"],
-       "colParams": metrics, "startIndex": 0, "sliceSize": 10},
-      until=lambda answer: answer.get("sessionGroups"))["sessionGroups"]
+    "/data/plugin/hparams/session_groups",
+    {
+      "experimentName": "",
+      "allowedStatuses": ["STATUS_UNKNOWN"],
+      "colParams": metrics,
+      "startIndex": 0,
+      "sliceSize": 10,
+    },
+    until=lambda answer: answer.get("sessionGroups"),
+  )["sessionGroups"]
   assert len(groups) == 1
   assert groups[0]["sessions"][0]["name"] == "run/tensorboard"
   hparams = groups[0]["hparams"]
@@ -193,27 +256,41 @@ def test_hparams_dashboard_lists_the_run_with_its_final_metric(
   # A session keeps the options it started with (TensorBoard reads the
   # first start record of a run dir): the first command's target.
   assert hparams["train_steps"] == 40
-  values = {(v["name"]["group"], v["name"]["tag"]): v
-            for v in groups[0]["metricValues"]}
+  values = {
+    (v["name"]["group"], v["name"]["tag"]): v for v in groups[0]["metricValues"]
+  }
   assert values["validation", "accuracy"]["value"] == pytest.approx(
-      summary["eval_accuracy"], abs=1e-6)
+    summary["eval_accuracy"], abs=1e-6
+  )
   assert values["validation", "accuracy"]["trainingStep"] == 60
   assert values["train", "loss"]["value"] == pytest.approx(
-      summary["train_loss"], abs=1e-6)
+    summary["train_loss"], abs=1e-6
+  )
 
 
 @pytest.mark.skipif(
-    not all(map(shutil.which, ("chromium", "chromedriver"))),
-    reason="needs a browser: apt-get install -y chromium chromium-driver")
-def test_a_browser_draws_train_and_validation_in_one_chart(continued_run,
-                                                           tmp_path):
+  not all(map(shutil.which, ("chromium", "chromedriver"))),
+  reason="needs a browser: apt-get install -y chromium chromium-driver",
+)
+def test_a_browser_draws_train_and_validation_in_one_chart(
+  continued_run, tmp_path
+):
   """Headless Chromium on TensorBoard's time-series page (the README's PNG)."""
   out = tmp_path / "tensorboard.png"
   result = subprocess.run(
-      [sys.executable, "scripts/tensorboard_screenshot.py",
-       f"--logdir={os.path.join(continued_run[0], 'tensorboard')}",
-       f"--out={out}"], cwd=REPO, env=trainer_env(), capture_output=True,
-      text=True, timeout=600, check=False)
+    [
+      sys.executable,
+      "scripts/tensorboard_screenshot.py",
+      f"--logdir={os.path.join(continued_run[0], 'tensorboard')}",
+      f"--out={out}",
+    ],
+    cwd=REPO,
+    env=trainer_env(),
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   cards = json.loads(out.with_suffix(".json").read_text())["cards"]
   assert sorted(card["title"] for card in cards) == ["accuracy", "loss"]
@@ -225,41 +302,64 @@ def test_a_browser_draws_train_and_validation_in_one_chart(continued_run,
 
 def test_saved_model_predicts_what_the_model_predicts(short_run):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   from ctl import input as input_lib  # pylint: disable=g-import-not-at-top
-  from trainer import data, model  # pylint: disable=g-import-not-at-top
+  from trainer import data  # pylint: disable=g-import-not-at-top
+  from trainer import model  # pylint: disable=g-import-not-at-top
+
   model_dir = short_run
 
   source = data.load("digits", image_size=16)
-  images, _ = next(iter(input_lib.eval_dataset(
-      records=source.eval_records, decode_fn=source.decode_fn,
-      input_context=tf.distribute.InputContext(), global_batch_size=8)))
+  images, _ = next(
+    iter(
+      input_lib.eval_dataset(
+        records=source.eval_records,
+        decode_fn=source.decode_fn,
+        input_context=tf.distribute.InputContext(),
+        global_batch_size=8,
+      )
+    )
+  )
   images = images.numpy()
-  trained = model.build_model(name="small_cnn", num_classes=10,
-                              image_shape=(16, 16, 3), dropout=0.1)
-  tf.train.Checkpoint(model=trained).restore(tf.train.latest_checkpoint(
-      os.path.join(model_dir, "checkpoints"))).assert_existing_objects_matched()
+  trained = model.build_model(
+    name="small_cnn", num_classes=10, image_shape=(16, 16, 3), dropout=0.1
+  )
+  tf.train.Checkpoint(model=trained).restore(
+    tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+  ).assert_existing_objects_matched()
   expected = trained(images, training=False).numpy()
 
   serving = tf.saved_model.load(os.path.join(model_dir, "saved_model"))
   outputs = serving.signatures["serving_default"](images=tf.constant(images))
-  np.testing.assert_allclose(outputs["logits"].numpy(), expected, rtol=1e-5,
-                             atol=1e-5)
-  np.testing.assert_allclose(outputs["probabilities"].numpy().sum(axis=1), 1.0,
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    outputs["logits"].numpy(), expected, rtol=1e-5, atol=1e-5
+  )
+  np.testing.assert_allclose(
+    outputs["probabilities"].numpy().sum(axis=1), 1.0, rtol=1e-5
+  )
   assert not np.allclose(expected, expected[:1])  # Inputs really differ.
 
 
 def test_resnet50_trains_from_a_local_weights_file(tmp_path, model_dir):
   import keras  # pylint: disable=g-import-not-at-top
-  backbone = keras.applications.ResNet50(include_top=False, weights=None,
-                                         input_shape=(32, 32, 3))
+
+  backbone = keras.applications.ResNet50(
+    include_top=False, weights=None, input_shape=(32, 32, 3)
+  )
   weights = str(tmp_path / "backbone.weights.h5")
   backbone.save_weights(weights)
-  run_trainer("--model=resnet50", f"--weights={weights}",
-              "--dataset=synthetic", "--image_size=32",
-              "--per_replica_batch_size=4", "--train_steps=3",
-              "--steps_per_loop=1", "--log_every_steps=1",
-              "--checkpoint_every_steps=0", f"--model_dir={model_dir}")
+  run_trainer(
+    "--model=resnet50",
+    f"--weights={weights}",
+    "--dataset=synthetic",
+    "--image_size=32",
+    "--per_replica_batch_size=4",
+    "--train_steps=3",
+    "--steps_per_loop=1",
+    "--log_every_steps=1",
+    "--checkpoint_every_steps=0",
+    f"--model_dir={model_dir}",
+  )
   summary = read_summary(model_dir)
   assert summary["final_step"] == 3
   assert np.isfinite(summary["train_loss"])
@@ -267,29 +367,44 @@ def test_resnet50_trains_from_a_local_weights_file(tmp_path, model_dir):
 
 def test_resnet50_loads_the_weights_file(tmp_path):
   import keras  # pylint: disable=g-import-not-at-top
+
   from trainer import model  # pylint: disable=g-import-not-at-top
-  backbone = keras.applications.ResNet50(include_top=False, weights=None,
-                                         input_shape=(32, 32, 3))
+
+  backbone = keras.applications.ResNet50(
+    include_top=False, weights=None, input_shape=(32, 32, 3)
+  )
   weights = str(tmp_path / "backbone.weights.h5")
   backbone.save_weights(weights)
-  built = model.build_model(name="resnet50", num_classes=5,
-                            image_shape=(32, 32, 3), weights=weights)
-  np.testing.assert_array_equal(built.get_layer("conv1_conv").kernel.numpy(),
-                                backbone.get_layer("conv1_conv").kernel.numpy())
+  built = model.build_model(
+    name="resnet50", num_classes=5, image_shape=(32, 32, 3), weights=weights
+  )
+  np.testing.assert_array_equal(
+    built.get_layer("conv1_conv").kernel.numpy(),
+    backbone.get_layer("conv1_conv").kernel.numpy(),
+  )
   assert built.output.shape[-1] == 5
   assert built.layers[-2].units == 1016  # The codelab's head.
 
 
-@pytest.mark.parametrize("extra", [("--mixed_precision=bf16",), ("--xla",),
-                                   ("--mixed_precision=bf16", "--xla")])
+@pytest.mark.parametrize(
+  "extra",
+  [
+    ("--mixed_precision=bf16",),
+    ("--xla",),
+    ("--mixed_precision=bf16", "--xla"),
+  ],
+)
 def test_mixed_precision_and_xla_train_and_export(extra, model_dir):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  run_trainer(*FAST_FLAGS, "--train_steps=20", *extra,
-              f"--model_dir={model_dir}")
+
+  run_trainer(
+    *FAST_FLAGS, "--train_steps=20", *extra, f"--model_dir={model_dir}"
+  )
   assert np.isfinite(read_summary(model_dir)["train_loss"])
   serving = tf.saved_model.load(os.path.join(model_dir, "saved_model"))
   logits = serving.signatures["serving_default"](
-      images=tf.zeros([2, 16, 16, 3]))["logits"]
+    images=tf.zeros([2, 16, 16, 3])
+  )["logits"]
   assert logits.dtype == tf.float32  # Float32 out, whatever the policy.
 
 
@@ -299,5 +414,7 @@ def test_fp16_resume_restores_the_loss_scale(tmp_path):
   run_trainer(*flags, "--train_steps=30", f"--model_dir={straight}")
   run_trainer(*flags, "--train_steps=20", f"--model_dir={stopped}")
   run_trainer(*flags, "--train_steps=30", f"--model_dir={stopped}")
-  assert read_summary(stopped)["weights_fingerprint"] == (
-      read_summary(straight)["weights_fingerprint"])
+  assert (
+    read_summary(stopped)["weights_fingerprint"]
+    == (read_summary(straight)["weights_fingerprint"])
+  )

@@ -16,7 +16,9 @@ import yaml
 
 from ctl import errors
 from ctl import vertex
-from tests.conftest import REPO, run_trainer, trainer_env
+from tests.conftest import REPO
+from tests.conftest import run_trainer
+from tests.conftest import trainer_env
 from trainer.testing import vertex_output_env
 
 _ROOT = pathlib.Path(REPO)
@@ -26,8 +28,13 @@ _IMAGE = "us-docker.pkg.dev/PROJECT/ctl/trainer:latest"
 
 def _run_cli(*args, env=None):
   return subprocess.run(
-      [sys.executable, "-m", "ctl.vertex", *args], cwd=_ROOT,
-      capture_output=True, text=True, check=False, env=env)
+    [sys.executable, "-m", "ctl.vertex", *args],
+    cwd=_ROOT,
+    capture_output=True,
+    text=True,
+    check=False,
+    env=env,
+  )
 
 
 def test_configs_exist():
@@ -38,14 +45,16 @@ def test_configs_exist():
 def test_config_is_a_valid_job_for_the_trainer_image(path):
   spec = vertex.load_job_config(str(path))
 
-  chief, *workers = [pool for pool in spec.worker_pool_specs
-                     if pool.replica_count]
+  chief, *workers = [
+    pool for pool in spec.worker_pool_specs if pool.replica_count
+  ]
   # Chief and workers must run the same program on the same kind of machine.
   for pool in workers:
     assert pool.machine_spec == chief.machine_spec
     assert pool.container_spec == chief.container_spec
   assert chief.container_spec.args[0] == (
-      "--flagfile=configs/cassava_resnet50.cfg")
+    "--flagfile=configs/cassava_resnet50.cfg"
+  )
   assert spec.base_output_directory.output_uri_prefix.startswith("gs://")
   assert spec.scheduling.restart_job_on_worker_restart == bool(workers)
 
@@ -64,8 +73,12 @@ def _trainer_command_lines():
 def test_config_args_are_accepted_by_the_trainer(args, tmp_path):
   # As in the image, whose WORKDIR holds the repository root, and with the
   # directories Vertex AI derives from baseOutputDirectory.
-  result = run_trainer(*args, "--dry_run", check=False, env=trainer_env(
-      **vertex_output_env(str(tmp_path))))
+  result = run_trainer(
+    *args,
+    "--dry_run",
+    check=False,
+    env=trainer_env(**vertex_output_env(str(tmp_path))),
+  )
 
   assert result.returncode == 0, result.stderr
 
@@ -85,8 +98,11 @@ def test_one_worker_is_a_chief_only_job():
 
 def test_three_workers_are_a_chief_and_a_pool_of_two():
   spec = vertex.build_job_spec(
-      image=_IMAGE, num_workers=3, accelerator_type="NVIDIA_TESLA_V100",
-      base_output_dir="gs://bucket/run")
+    image=_IMAGE,
+    num_workers=3,
+    accelerator_type="NVIDIA_TESLA_V100",
+    base_output_dir="gs://bucket/run",
+  )
 
   job_spec = vertex.validate_job_spec(spec)
 
@@ -94,7 +110,8 @@ def test_three_workers_are_a_chief_and_a_pool_of_two():
   assert (chief.replica_count, workers.replica_count) == (1, 2)
   for pool in (chief, workers):
     assert pool.machine_spec.accelerator_type == (
-        aiplatform_v1.AcceleratorType.NVIDIA_TESLA_V100)
+      aiplatform_v1.AcceleratorType.NVIDIA_TESLA_V100
+    )
     assert pool.machine_spec.accelerator_count == 1
     assert pool.container_spec.image_uri == _IMAGE
     assert not pool.container_spec.args  # The image's default CMD runs.
@@ -104,8 +121,10 @@ def test_three_workers_are_a_chief_and_a_pool_of_two():
 
 def test_accelerator_count_defaults_to_what_the_machine_comes_with():
   spec = vertex.build_job_spec(
-      image=_IMAGE, machine_type="a3-highgpu-8g",
-      accelerator_type="NVIDIA_H100_80GB")
+    image=_IMAGE,
+    machine_type="a3-highgpu-8g",
+    accelerator_type="NVIDIA_H100_80GB",
+  )
 
   (chief,) = vertex.validate_job_spec(spec).worker_pool_specs
   assert chief.machine_spec.accelerator_count == 8
@@ -117,42 +136,59 @@ def test_zero_workers_is_a_user_error():
 
 
 def test_bad_accelerator_exits_2_with_one_sentence():
-  result = _run_cli(f"--image={_IMAGE}",
-                    "--accelerator_type=NVIDIA_TESLA_V1000")
+  result = _run_cli(
+    f"--image={_IMAGE}", "--accelerator_type=NVIDIA_TESLA_V1000"
+  )
 
   assert result.returncode == errors.USER_ERROR_EXIT_CODE
   assert result.stdout == ""
   assert result.stderr.startswith(
-      "error: workerPoolSpecs[0].machineSpec.acceleratorType "
-      "'NVIDIA_TESLA_V1000' is not a Vertex AI AcceleratorType; use one of ")
+    "error: workerPoolSpecs[0].machineSpec.acceleratorType "
+    "'NVIDIA_TESLA_V1000' is not a Vertex AI AcceleratorType; use one of "
+  )
   assert "NVIDIA_TESLA_V100," in result.stderr
   assert len(result.stderr.splitlines()) == 1
 
 
 def test_cli_prints_yaml_that_loads_back_as_a_config(tmp_path, capsys):
-  exit_code = vertex.main([
-      f"--image={_IMAGE}", "--num_workers=2",
-      "--accelerator_type=NVIDIA_TESLA_A100", "--machine_type=a2-highgpu-1g",
-      "--base_output_dir=gs://bucket/run", "--",
-      "--flagfile=configs/cassava_resnet50.cfg", "--strategy=multi_worker"])
+  exit_code = vertex.main(
+    [
+      f"--image={_IMAGE}",
+      "--num_workers=2",
+      "--accelerator_type=NVIDIA_TESLA_A100",
+      "--machine_type=a2-highgpu-1g",
+      "--base_output_dir=gs://bucket/run",
+      "--",
+      "--flagfile=configs/cassava_resnet50.cfg",
+      "--strategy=multi_worker",
+    ]
+  )
   config = tmp_path / "job.yaml"
   config.write_text(capsys.readouterr().out)
 
   assert exit_code == 0
   chief, workers = vertex.load_job_config(str(config)).worker_pool_specs
   assert list(workers.container_spec.args) == [
-      "--flagfile=configs/cassava_resnet50.cfg", "--strategy=multi_worker"]
+    "--flagfile=configs/cassava_resnet50.cfg",
+    "--strategy=multi_worker",
+  ]
   assert chief.replica_count == workers.replica_count == 1
 
 
 def test_cli_prints_json(capsys):
-  exit_code = vertex.main([f"--image={_IMAGE}", "--format=json",
-                           "--norestart_job_on_worker_restart",
-                           "--num_workers=2"])
+  exit_code = vertex.main(
+    [
+      f"--image={_IMAGE}",
+      "--format=json",
+      "--norestart_job_on_worker_restart",
+      "--num_workers=2",
+    ]
+  )
 
   assert exit_code == 0
   assert json.loads(capsys.readouterr().out) == vertex.build_job_spec(
-      image=_IMAGE, num_workers=2, restart_job_on_worker_restart=False)
+    image=_IMAGE, num_workers=2, restart_job_on_worker_restart=False
+  )
 
 
 def _v100_config():
@@ -173,35 +209,71 @@ def _edit(spec, path, value):
   return spec
 
 
-@pytest.mark.parametrize("path, value, message", [
-    (("workerPoolSpecs", 0, "machineSpec", "machineTyp"), "n1-standard-8",
-     "workerPoolSpecs[0].machineSpec has no field 'machineTyp'; "
-     "did you mean 'machineType'?"),
-    (("workerPoolSpecs", 1, "replica_count"), 2,
-     "workerPoolSpecs[1] spells 'replica_count' in snake_case; gcloud only "
-     "accepts 'replicaCount'."),
-    (("workerPoolSpecs", 0, "replicaCount"), 2,
-     "workerPoolSpecs[0] is the chief and must have replicaCount 1, not 2"),
-    (("workerPoolSpecs", 1, "replicaCount"), 0,
-     "workerPoolSpecs[1].replicaCount must be at least 1, not 0."),
-    (("workerPoolSpecs", 1, "machineSpec", "acceleratorType"), None,
-     "workerPoolSpecs[1].machineSpec asks for 1 accelerators but has no "
-     "acceleratorType."),
-    (("workerPoolSpecs", 1, "machineSpec", "acceleratorCount"), None,
-     "workerPoolSpecs[1].machineSpec has acceleratorType NVIDIA_TESLA_V100 "
-     "but acceleratorCount 0"),
-    (("workerPoolSpecs", 1, "machineSpec", "machineType"), "a2-highgpu-2g",
-     "a2-highgpu-2g comes with 2 GPUs, so acceleratorCount must be 2, not 1."),
-    (("workerPoolSpecs", 0, "containerSpec", "imageUri"), None,
-     "workerPoolSpecs[0].containerSpec.imageUri is missing."),
-    (("workerPoolSpecs",), {"replicaCount": 1},
-     "workerPoolSpecs must be a list, not a mapping."),
-    (("baseOutputDirectory", "outputUriPrefix"), "/gcs/bucket/run",
-     "baseOutputDirectory.outputUriPrefix must be a gs:// URI, not "
-     "'/gcs/bucket/run'."),
-    (("scheduling", "timeout"), "1h",
-     'scheduling.timeout is invalid: Duration must end with letter "s"'),
-])
+@pytest.mark.parametrize(
+  "path, value, message",
+  [
+    (
+      ("workerPoolSpecs", 0, "machineSpec", "machineTyp"),
+      "n1-standard-8",
+      "workerPoolSpecs[0].machineSpec has no field 'machineTyp'; "
+      "did you mean 'machineType'?",
+    ),
+    (
+      ("workerPoolSpecs", 1, "replica_count"),
+      2,
+      "workerPoolSpecs[1] spells 'replica_count' in snake_case; gcloud only "
+      "accepts 'replicaCount'.",
+    ),
+    (
+      ("workerPoolSpecs", 0, "replicaCount"),
+      2,
+      "workerPoolSpecs[0] is the chief and must have replicaCount 1, not 2",
+    ),
+    (
+      ("workerPoolSpecs", 1, "replicaCount"),
+      0,
+      "workerPoolSpecs[1].replicaCount must be at least 1, not 0.",
+    ),
+    (
+      ("workerPoolSpecs", 1, "machineSpec", "acceleratorType"),
+      None,
+      "workerPoolSpecs[1].machineSpec asks for 1 accelerators but has no "
+      "acceleratorType.",
+    ),
+    (
+      ("workerPoolSpecs", 1, "machineSpec", "acceleratorCount"),
+      None,
+      "workerPoolSpecs[1].machineSpec has acceleratorType NVIDIA_TESLA_V100 "
+      "but acceleratorCount 0",
+    ),
+    (
+      ("workerPoolSpecs", 1, "machineSpec", "machineType"),
+      "a2-highgpu-2g",
+      "a2-highgpu-2g comes with 2 GPUs, so acceleratorCount must be 2, not 1.",
+    ),
+    (
+      ("workerPoolSpecs", 0, "containerSpec", "imageUri"),
+      None,
+      "workerPoolSpecs[0].containerSpec.imageUri is missing.",
+    ),
+    (
+      ("workerPoolSpecs",),
+      {"replicaCount": 1},
+      "workerPoolSpecs must be a list, not a mapping.",
+    ),
+    (
+      ("baseOutputDirectory", "outputUriPrefix"),
+      "/gcs/bucket/run",
+      "baseOutputDirectory.outputUriPrefix must be a gs:// URI, not "
+      "'/gcs/bucket/run'.",
+    ),
+    (
+      ("scheduling", "timeout"),
+      "1h",
+      'scheduling.timeout is invalid: Duration must end with letter "s"',
+    ),
+  ],
+)
 def test_config_mistake_is_one_clear_sentence(tmp_path, path, value, message):
   config = tmp_path / "job.yaml"
   config.write_text(yaml.safe_dump(_edit(_v100_config(), path, value)))
@@ -236,12 +308,25 @@ class _FakeVertex(http.server.BaseHTTPRequestHandler):
     body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
     self.requests.append((self.path, body))
     if self.refuse:
-      status, answer = 403, {"error": {
-          "code": 403, "message": "Permission denied on project p.",
-          "status": "PERMISSION_DENIED"}}
+      status, answer = (
+        403,
+        {
+          "error": {
+            "code": 403,
+            "message": "Permission denied on project p.",
+            "status": "PERMISSION_DENIED",
+          }
+        },
+      )
     else:
-      status, answer = 200, dict(body, name="projects/p/locations/r/"
-                                 "customJobs/123", state="JOB_STATE_QUEUED")
+      status, answer = (
+        200,
+        dict(
+          body,
+          name="projects/p/locations/r/customJobs/123",
+          state="JOB_STATE_QUEUED",
+        ),
+      )
     payload = json.dumps(answer).encode()
     self.send_response(status)
     self.send_header("Content-Type", "application/json")
@@ -259,11 +344,14 @@ def fixture_fake_vertex(monkeypatch):
   monkeypatch.setattr(_FakeVertex, "requests", [])
   server = http.server.HTTPServer(("127.0.0.1", 0), _FakeVertex)
   thread = threading.Thread(
-      target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+  )
   thread.start()
   client = aiplatform_v1.JobServiceClient(
-      credentials=credentials.AnonymousCredentials(), transport="rest",
-      client_options={"api_endpoint": f"http://127.0.0.1:{server.server_port}"})
+    credentials=credentials.AnonymousCredentials(),
+    transport="rest",
+    client_options={"api_endpoint": f"http://127.0.0.1:{server.server_port}"},
+  )
   yield client
   server.shutdown()
   thread.join()
@@ -272,18 +360,23 @@ def fixture_fake_vertex(monkeypatch):
 
 def test_submit_sends_the_validated_spec(fake_vertex):
   spec = vertex.build_job_spec(
-      image=_IMAGE, num_workers=2, accelerator_type="NVIDIA_TESLA_V100",
-      base_output_dir="gs://bucket/run")
+    image=_IMAGE,
+    num_workers=2,
+    accelerator_type="NVIDIA_TESLA_V100",
+    base_output_dir="gs://bucket/run",
+  )
 
-  name = vertex.submit(spec, project="p", region="r", display_name="cassava",
-                       client=fake_vertex)
+  name = vertex.submit(
+    spec, project="p", region="r", display_name="cassava", client=fake_vertex
+  )
 
   assert name == "projects/p/locations/r/customJobs/123"
   ((path, body),) = _FakeVertex.requests
   assert path.startswith("/v1/projects/p/locations/r/customJobs")
   assert body["displayName"] == "cassava"
   assert aiplatform_v1.CustomJobSpec.from_json(
-      json.dumps(body["jobSpec"])) == vertex.validate_job_spec(spec)
+    json.dumps(body["jobSpec"])
+  ) == vertex.validate_job_spec(spec)
 
 
 def test_submit_refused_by_vertex_is_a_user_error(fake_vertex, monkeypatch):
@@ -291,23 +384,31 @@ def test_submit_refused_by_vertex_is_a_user_error(fake_vertex, monkeypatch):
   spec = vertex.build_job_spec(image=_IMAGE)
 
   with pytest.raises(errors.UserError) as raised:
-    vertex.submit(spec, project="p", region="r", display_name="cassava",
-                  client=fake_vertex)
+    vertex.submit(
+      spec, project="p", region="r", display_name="cassava", client=fake_vertex
+    )
 
   assert str(raised.value).startswith("Vertex AI refused the job: ")
   assert str(raised.value).endswith(": Permission denied on project p.")
 
 
 def test_submit_without_credentials_exits_2(tmp_path):
-  env = dict(os.environ,
-             GOOGLE_APPLICATION_CREDENTIALS=str(tmp_path / "missing.json"))
+  env = dict(
+    os.environ, GOOGLE_APPLICATION_CREDENTIALS=str(tmp_path / "missing.json")
+  )
 
-  result = _run_cli(f"--image={_IMAGE}", "--submit", "--project=p",
-                    "--region=us-central1", env=env)
+  result = _run_cli(
+    f"--image={_IMAGE}",
+    "--submit",
+    "--project=p",
+    "--region=us-central1",
+    env=env,
+  )
 
   assert result.returncode == errors.USER_ERROR_EXIT_CODE
   assert result.stderr.startswith(
-      "error: Google Cloud credentials are missing (")
+    "error: Google Cloud credentials are missing ("
+  )
   assert "Traceback" not in result.stderr
 
 
@@ -319,5 +420,6 @@ def test_missing_aiplatform_says_how_to_install(monkeypatch, capsys):
 
   assert exit_code == errors.USER_ERROR_EXIT_CODE
   assert capsys.readouterr().err == (
-      "error: Vertex AI support needs google-cloud-aiplatform; install the "
-      "vertex extra: pip install '.[vertex]'.\n")
+    "error: Vertex AI support needs google-cloud-aiplatform; install the "
+    "vertex extra: pip install '.[vertex]'.\n"
+  )

@@ -12,24 +12,38 @@ import os
 import subprocess
 import sys
 
-import yaml
 from dockerfile_parse import DockerfileParser
+import yaml
 
-from tests.conftest import (REPO, free_ports, read_scalars, run_trainer,
-                            trainer_env)
+from tests.conftest import REPO
+from tests.conftest import free_ports
+from tests.conftest import read_scalars
+from tests.conftest import run_trainer
+from tests.conftest import trainer_env
 from trainer.testing import vertex_output_env
 
-OFFLINE = ("--dataset=digits", "--model=small_cnn", "--weights=none",
-           "--image_size=16", "--per_replica_batch_size=16", "--epochs=1",
-           "--steps_per_loop=11", "--log_every_steps=11",
-           "--checkpoint_every_steps=0", "--data_dir=")
+OFFLINE = (
+  "--dataset=digits",
+  "--model=small_cnn",
+  "--weights=none",
+  "--image_size=16",
+  "--per_replica_batch_size=16",
+  "--epochs=1",
+  "--steps_per_loop=11",
+  "--log_every_steps=11",
+  "--checkpoint_every_steps=0",
+  "--data_dir=",
+)
 
 
 def _entrypoint() -> list[str]:
   """The Dockerfile's ENTRYPOINT, with this test's Python as `python`."""
   parser = DockerfileParser(os.path.join(REPO, "Dockerfile"))
-  entrypoint = json.loads([i["value"] for i in parser.structure
-                           if i["instruction"] == "ENTRYPOINT"][-1])
+  entrypoint = json.loads(
+    [i["value"] for i in parser.structure if i["instruction"] == "ENTRYPOINT"][
+      -1
+    ]
+  )
   assert entrypoint[0] == "python"
   return [sys.executable, *entrypoint[1:]]
 
@@ -41,46 +55,74 @@ def test_two_replicas_write_where_vertex_expects(tmp_path):
   bucket = tmp_path / "bucket"
   aip = vertex_output_env(str(bucket))
   ports = free_ports(2)
-  cluster = {"chief": [f"localhost:{ports[0]}"],
-             "worker": [f"localhost:{ports[1]}"]}
+  cluster = {
+    "chief": [f"localhost:{ports[0]}"],
+    "worker": [f"localhost:{ports[1]}"],
+  }
   processes = []
   for pool, (task_type, index) in zip(pools, (("chief", 0), ("worker", 0))):
-    tf_config = {"cluster": cluster, "task": {"type": task_type,
-                                              "index": index},
-                 "environment": "cloud", "job": json.dumps(spec)}
-    env = trainer_env(TF_CONFIG=json.dumps(tf_config),
-                      CLUSTER_SPEC=json.dumps(tf_config), **aip)
-    processes.append(subprocess.Popen(
-        [*_entrypoint(), *pool["containerSpec"]["args"], *OFFLINE], cwd=REPO,
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    tf_config = {
+      "cluster": cluster,
+      "task": {"type": task_type, "index": index},
+      "environment": "cloud",
+      "job": json.dumps(spec),
+    }
+    env = trainer_env(
+      TF_CONFIG=json.dumps(tf_config), CLUSTER_SPEC=json.dumps(tf_config), **aip
+    )
+    processes.append(
+      subprocess.Popen(
+        [*_entrypoint(), *pool["containerSpec"]["args"], *OFFLINE],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+      )
+    )
   for process in processes:
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 0, output[-3000:]
 
   # AIP_MODEL_DIR's parent is the job's base output directory, where the
   # run record and summary go beside Vertex AI's three directories.
-  assert sorted(os.listdir(bucket)) == ["checkpoints", "ledger", "logs",
-                                        "model", "train_summary.json"]
+  assert sorted(os.listdir(bucket)) == [
+    "checkpoints",
+    "ledger",
+    "logs",
+    "model",
+    "train_summary.json",
+  ]
   assert "checkpoint" in os.listdir(bucket / "checkpoints")
   assert "saved_model.pb" in os.listdir(bucket / "model")
   assert "loss" in read_scalars(str(bucket / "logs" / "train"))
-  assert len([f for f in os.listdir(bucket / "logs" / "train")
-              if "tfevents" in f]) == 1
+  assert (
+    len([f for f in os.listdir(bucket / "logs" / "train") if "tfevents" in f])
+    == 1
+  )
 
 
 def test_hypertune_metric_is_reported_after_each_evaluation(tmp_path):
   metric_file = tmp_path / "hypertune" / "output.metrics"
   model_dir = tmp_path / "run"
-  run_trainer(*OFFLINE, "--epochs=2", "--eval_every_steps=22",
-              "--hypertune_metric=accuracy", f"--model_dir={model_dir}",
-              env=trainer_env(CLOUD_ML_HP_METRIC_FILE=str(metric_file),
-                              CLOUD_ML_TRIAL_ID="7"))
+  run_trainer(
+    *OFFLINE,
+    "--epochs=2",
+    "--eval_every_steps=22",
+    "--hypertune_metric=accuracy",
+    f"--model_dir={model_dir}",
+    env=trainer_env(
+      CLOUD_ML_HP_METRIC_FILE=str(metric_file), CLOUD_ML_TRIAL_ID="7"
+    ),
+  )
   trial_dir = model_dir / "trial_7"  # The trial id keeps trials apart.
-  evals = dict(read_scalars(
-      str(trial_dir / "tensorboard" / "validation"))["accuracy"])
+  evals = dict(
+    read_scalars(str(trial_dir / "tensorboard" / "validation"))["accuracy"]
+  )
   lines = [json.loads(line) for line in metric_file.read_text().splitlines()]
-  reported = {int(line["global_step"]): float(line["accuracy"])
-              for line in lines}
+  reported = {
+    int(line["global_step"]): float(line["accuracy"]) for line in lines
+  }
   # 1437 training digits / 16 = 89 steps per epoch: evaluations at 22, 44,
   # 66, 88, 110, 132, 154, 176 and the final one at 178.
   assert sorted(reported) == [22, 44, 66, 88, 110, 132, 154, 176, 178]

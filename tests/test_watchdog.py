@@ -25,8 +25,13 @@ with marks.phase(progress.FIRST_LOOP):
 
 
 def _run(script: str) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-c", PRELUDE + script], cwd=REPO,
-                        capture_output=True, text=True, timeout=120)
+  return subprocess.run(
+    [sys.executable, "-c", PRELUDE + script],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
 
 
 def test_a_stuck_phase_ends_the_process_with_the_stall_line_and_stacks():

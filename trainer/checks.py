@@ -6,8 +6,9 @@ in well under two seconds, with nothing written. `trainer.job` builds the
 job from the same functions once TensorFlow is loaded.
 """
 
+from collections.abc import Mapping
 import os
-from typing import Any, Mapping
+from typing import Any
 
 from ctl import cluster as cluster_lib
 from ctl import outputs
@@ -27,24 +28,37 @@ def check(config: Any, environ: Mapping[str, str]) -> None:
   check_flags(config)
   cluster = cluster_lib.resolve(environ=environ)
   dirs = output_dirs(config, environ)
-  for url in (dirs.checkpoint_dir, *(
+  for url in (
+    dirs.checkpoint_dir,
+    *(
       (dirs.model_dir, dirs.tensorboard_dir, dirs.export_dir)
-      if cluster.is_chief else ())):
-    storage.check_reachable(url, storage=config.storage,
-                            fuse_root=config.fuse_root)
+      if cluster.is_chief
+      else ()
+    ),
+  ):
+    storage.check_reachable(
+      url, storage=config.storage, fuse_root=config.fuse_root
+    )
   if cluster.is_chief:
     outputs.check_writable(dirs, fuse_root=config.fuse_root)
   # With --epochs the step target is known once the data is loaded; any
   # target >= 0 passes, so 0 stands in for it here.
-  run_options(config, dirs, cluster=cluster, environ=environ,
-              train_steps=config.train_steps or 0).validate()
+  run_options(
+    config,
+    dirs,
+    cluster=cluster,
+    environ=environ,
+    train_steps=config.train_steps or 0,
+  ).validate()
 
 
 def check_flags(config: Any) -> None:
   """Checks flag values on their own."""
   if config.per_replica_batch_size <= 0:
-    raise UserError("--per_replica_batch_size must be > 0, got "
-                    f"{config.per_replica_batch_size}.")
+    raise UserError(
+      "--per_replica_batch_size must be > 0, got "
+      f"{config.per_replica_batch_size}."
+    )
   if config.train_steps is None and config.epochs is None:
     raise UserError("Set --train_steps or --epochs.")
   if config.train_steps is not None and config.epochs is not None:
@@ -52,14 +66,15 @@ def check_flags(config: Any) -> None:
   if config.epochs is not None and config.epochs <= 0:
     raise UserError(f"--epochs must be > 0, got {config.epochs}.")
   if config.learning_rate <= 0:
-    raise UserError(f"--learning_rate must be > 0, got "
-                    f"{config.learning_rate}.")
+    raise UserError(f"--learning_rate must be > 0, got {config.learning_rate}.")
   profile_steps(config.profile_steps)
   every_secs(config.checkpoint_every_secs)
   watchdog_limits(config).validate()
   if config.hypertune_metric not in ("", "accuracy", "loss"):
-    raise UserError("--hypertune_metric must be accuracy or loss, got "
-                    f"{config.hypertune_metric!r}.")
+    raise UserError(
+      "--hypertune_metric must be accuracy or loss, got "
+      f"{config.hypertune_metric!r}."
+    )
   check_weights(name=config.model, weights=config.weights)
 
 
@@ -69,8 +84,10 @@ def profile_steps(text: str) -> tuple[int, int] | None:
     return None
   parts = text.split(",")
   if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-    raise UserError("--profile_steps must be START,END (two step numbers, "
-                    f"e.g. 100,110), got {text!r}.")
+    raise UserError(
+      "--profile_steps must be START,END (two step numbers, "
+      f"e.g. 100,110), got {text!r}."
+    )
   return int(parts[0]), int(parts[1])
 
 
@@ -81,13 +98,17 @@ def every_secs(value: str) -> float | str:
   try:
     return float(value)
   except ValueError:
-    raise UserError("--checkpoint_every_secs must be auto or a number of "
-                    f"seconds, got {value!r}.") from None
+    raise UserError(
+      "--checkpoint_every_secs must be auto or a number of "
+      f"seconds, got {value!r}."
+    ) from None
 
 
 def watchdog_limits(config: Any) -> watchdog.Limits:
-  return watchdog.Limits(stall_timeout_secs=config.stall_timeout_secs,
-                         startup_timeout_secs=config.startup_timeout_secs)
+  return watchdog.Limits(
+    stall_timeout_secs=config.stall_timeout_secs,
+    startup_timeout_secs=config.startup_timeout_secs,
+  )
 
 
 def hparams(config: Any, *, global_batch: int, train_steps: int) -> dict:
@@ -96,12 +117,30 @@ def hparams(config: Any, *, global_batch: int, train_steps: int) -> dict:
   Names are the trainer's flag names (as hyperparameter tuning passes them),
   plus the global batch and the resolved number of steps.
   """
-  values = {name: getattr(config, name) for name in (
-      "model", "dataset", "image_size", "weights", "dropout", "optimizer",
-      "learning_rate", "lr_schedule", "warmup_steps", "per_replica_batch_size",
-      "mixed_precision", "xla", "steps_per_loop", "seed")}
-  return {**values, "global_batch_size": global_batch,
-          "train_steps": train_steps}
+  values = {
+    name: getattr(config, name)
+    for name in (
+      "model",
+      "dataset",
+      "image_size",
+      "weights",
+      "dropout",
+      "optimizer",
+      "learning_rate",
+      "lr_schedule",
+      "warmup_steps",
+      "per_replica_batch_size",
+      "mixed_precision",
+      "xla",
+      "steps_per_loop",
+      "seed",
+    )
+  }
+  return {
+    **values,
+    "global_batch_size": global_batch,
+    "train_steps": train_steps,
+  }
 
 
 def check_weights(*, name: str, weights: str) -> None:
@@ -116,50 +155,66 @@ def check_weights(*, name: str, weights: str) -> None:
   """
   if name != "resnet50":
     if weights != "none":
-      raise UserError(f"--weights applies to resnet50 only; {name} starts "
-                      "from random weights.")
+      raise UserError(
+        f"--weights applies to resnet50 only; {name} starts "
+        "from random weights."
+      )
   elif weights not in ("none", "imagenet") and not os.path.isfile(weights):
-    raise UserError(f"Weights file {weights} not found; pass --weights=none, "
-                    "imagenet or the path of a local weights file.")
+    raise UserError(
+      f"Weights file {weights} not found; pass --weights=none, "
+      "imagenet or the path of a local weights file."
+    )
 
 
 def output_dirs(config: Any, environ: Mapping[str, str]) -> outputs.OutputDirs:
   return outputs.resolve_output_dirs(
-      model_dir=config.model_dir, checkpoint_dir=config.checkpoint_dir,
-      tensorboard_dir=config.tensorboard_dir, export_dir=config.export_dir,
-      job_dir=config.job_dir, environ=environ)
+    model_dir=config.model_dir,
+    checkpoint_dir=config.checkpoint_dir,
+    tensorboard_dir=config.tensorboard_dir,
+    export_dir=config.export_dir,
+    job_dir=config.job_dir,
+    environ=environ,
+  )
 
 
-def run_options(config: Any, dirs: outputs.OutputDirs, *,
-                cluster: cluster_lib.ClusterInfo, environ: Mapping[str, str],
-                train_steps: int, global_batch: int = 0) -> RunOptions:
+def run_options(
+  config: Any,
+  dirs: outputs.OutputDirs,
+  *,
+  cluster: cluster_lib.ClusterInfo,
+  environ: Mapping[str, str],
+  train_steps: int,
+  global_batch: int = 0,
+) -> RunOptions:
   """The ctl.RunOptions the flags ask for (not yet validated).
 
   `global_batch` (known once the strategy exists) only labels the run in
   TensorBoard's HParams; 0 stands in for it in the early checks.
   """
   return RunOptions(
-      model_dir=dirs.model_dir, checkpoint_dir=dirs.checkpoint_dir,
-      tensorboard_dir=dirs.tensorboard_dir, export_dir=dirs.export_dir,
-      train_steps=train_steps,
-      steps_per_loop=config.steps_per_loop,
-      log_every_steps=config.log_every_steps,
-      eval_every_steps=config.eval_every_steps,
-      checkpoint_every_steps=config.checkpoint_every_steps,
-      checkpoint_every_secs=every_secs(config.checkpoint_every_secs),
-      expected_mtbf_secs=config.expected_mtbf_secs,
-      keep_checkpoints=config.keep_checkpoints,
-      async_checkpoint=config.async_checkpoint,
-      seed=config.seed,
-      xla=config.xla,
-      train_accuracy=config.train_accuracy,
-      max_nan_recoveries=config.max_nan_recoveries,
-      reshuffle_on_nan=config.reshuffle_on_nan,
-      is_chief=cluster.is_chief,
-      storage=config.storage,
-      fuse_root=config.fuse_root,
-      restarts=int(environ.get("CTL_RESTART_COUNT", "0")),
-      profile_steps=profile_steps(config.profile_steps),
-      hparams=hparams(config, global_batch=global_batch,
-                      train_steps=train_steps),
-      evaluator_writes_validation=cluster.has_evaluator)
+    model_dir=dirs.model_dir,
+    checkpoint_dir=dirs.checkpoint_dir,
+    tensorboard_dir=dirs.tensorboard_dir,
+    export_dir=dirs.export_dir,
+    train_steps=train_steps,
+    steps_per_loop=config.steps_per_loop,
+    log_every_steps=config.log_every_steps,
+    eval_every_steps=config.eval_every_steps,
+    checkpoint_every_steps=config.checkpoint_every_steps,
+    checkpoint_every_secs=every_secs(config.checkpoint_every_secs),
+    expected_mtbf_secs=config.expected_mtbf_secs,
+    keep_checkpoints=config.keep_checkpoints,
+    async_checkpoint=config.async_checkpoint,
+    seed=config.seed,
+    xla=config.xla,
+    train_accuracy=config.train_accuracy,
+    max_nan_recoveries=config.max_nan_recoveries,
+    reshuffle_on_nan=config.reshuffle_on_nan,
+    is_chief=cluster.is_chief,
+    storage=config.storage,
+    fuse_root=config.fuse_root,
+    restarts=int(environ.get("CTL_RESTART_COUNT", "0")),
+    profile_steps=profile_steps(config.profile_steps),
+    hparams=hparams(config, global_batch=global_batch, train_steps=train_steps),
+    evaluator_writes_validation=cluster.has_evaluator,
+  )

@@ -9,10 +9,10 @@ what makes an exact, cheap resume possible. Every source is read by index
 which is streamed.
 """
 
+from collections.abc import Callable
 import dataclasses
 import posixpath
 import re
-from typing import Callable
 
 from absl import logging
 import numpy as np
@@ -42,6 +42,7 @@ class Source:
     image_shape: (height, width, 3) of a decoded image.
     shuffle_buffer: streamed sources only: records shuffled together.
   """
+
   train_records: Records
   num_train: int
   eval_records: Records
@@ -51,10 +52,17 @@ class Source:
   shuffle_buffer: int | None = None
 
 
-def load(name: str, *, image_size: int, data_dir: str = "",
-         storage: str = "auto", fuse_root: str = "/gcs",
-         manifest_dir: str = "", is_chief: bool = True,
-         skip_bad_images: bool = False) -> Source:
+def load(
+  name: str,
+  *,
+  image_size: int,
+  data_dir: str = "",
+  storage: str = "auto",
+  fuse_root: str = "/gcs",
+  manifest_dir: str = "",
+  is_chief: bool = True,
+  skip_bad_images: bool = False,
+) -> Source:
   """Loads a source by name.
 
   Args:
@@ -86,25 +94,39 @@ def load(name: str, *, image_size: int, data_dir: str = "",
   if name == "cassava":
     return _cassava(image_size, data_dir)
   if name == "files":
-    return _files(image_size, data_dir, storage=storage, fuse_root=fuse_root,
-                  manifest_dir=manifest_dir, is_chief=is_chief,
-                  skip_bad_images=skip_bad_images)
+    return _files(
+      image_size,
+      data_dir,
+      storage=storage,
+      fuse_root=fuse_root,
+      manifest_dir=manifest_dir,
+      is_chief=is_chief,
+      skip_bad_images=skip_bad_images,
+    )
   raise UserError(
-      f"Unknown dataset {name!r}; choose one of {', '.join(DATASETS)}.")
+    f"Unknown dataset {name!r}; choose one of {', '.join(DATASETS)}."
+  )
 
 
 def _synthetic(image_size: int, num_classes: int = 5) -> Source:
   """Fixed random images, for benchmarks: decoding costs nothing."""
-  bank = tf.constant(np.random.RandomState(0).uniform(
-      size=(16, image_size, image_size, 3)).astype(np.float32))
+  bank = tf.constant(
+    np.random.RandomState(0)
+    .uniform(size=(16, image_size, image_size, 3))
+    .astype(np.float32)
+  )
 
   def decode(index):
     return bank[index % 16], index % num_classes
 
-  return Source(train_records=_in_memory(np.arange(4096)), num_train=4096,
-                eval_records=_in_memory(np.arange(256)), decode_fn=decode,
-                num_classes=num_classes,
-                image_shape=(image_size, image_size, 3))
+  return Source(
+    train_records=_in_memory(np.arange(4096)),
+    num_train=4096,
+    eval_records=_in_memory(np.arange(256)),
+    decode_fn=decode,
+    num_classes=num_classes,
+    image_shape=(image_size, image_size, 3),
+  )
 
 
 def _digits(image_size: int) -> Source:
@@ -114,6 +136,7 @@ def _digits(image_size: int) -> Source:
   --seed, so every run validates on the same 359 images).
   """
   from sklearn import datasets  # pylint: disable=g-import-not-at-top
+
   digits = datasets.load_digits()
   images = (digits.images / 16.0).astype(np.float32)[..., None]
   labels = digits.target.astype(np.int64)
@@ -126,11 +149,13 @@ def _digits(image_size: int) -> Source:
     return tf.tile(image, [1, 1, 3]), label
 
   return Source(
-      train_records=_in_memory((images[train_idx], labels[train_idx])),
-      num_train=len(train_idx),
-      eval_records=_in_memory((images[eval_idx], labels[eval_idx])),
-      decode_fn=decode, num_classes=10,
-      image_shape=(image_size, image_size, 3))
+    train_records=_in_memory((images[train_idx], labels[train_idx])),
+    num_train=len(train_idx),
+    eval_records=_in_memory((images[eval_idx], labels[eval_idx])),
+    decode_fn=decode,
+    num_classes=10,
+    image_shape=(image_size, image_size, 3),
+  )
 
 
 def _resize_and_scale(image, image_size):
@@ -143,6 +168,7 @@ def _decode_encoded(image_size):
   def decode(encoded, label):
     image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
     return _resize_and_scale(image, image_size), tf.cast(label, tf.int64)
+
   return decode
 
 
@@ -154,44 +180,68 @@ def _cassava(image_size: int, data_dir: str) -> Source:
   streamed.
   """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
   if not data_dir:
-    raise UserError("--dataset=cassava needs --data_dir, the TFDS data "
-                    "directory that holds cassava.")
+    raise UserError(
+      "--dataset=cassava needs --data_dir, the TFDS data "
+      "directory that holds cassava."
+    )
   builder = tfds.builder_from_directory(_tfds_dataset_dir(data_dir))
   info = builder.info
   image_key, label_key = info.supervised_keys
   keep_encoded = {image_key: tfds.decode.SkipDecoding()}
   decode_encoded = _decode_encoded(image_size)
-  common = dict(num_classes=info.features[label_key].num_classes,
-                image_shape=(image_size, image_size, 3))
+  common = dict(
+    num_classes=info.features[label_key].num_classes,
+    image_shape=(image_size, image_size, 3),
+  )
   if info.available_file_formats() & set(
-      tfds.core.FileFormat.with_random_access()):
+    tfds.core.FileFormat.with_random_access()
+  ):
     train, validation = (
-        input_lib.IndexedRecords.from_source(split) for split in
-        builder.as_data_source(
-            split=["train", "validation"],
-            deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES))
+      input_lib.IndexedRecords.from_source(split)
+      for split in builder.as_data_source(
+        split=["train", "validation"],
+        deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES,
+      )
+    )
 
     def decode(serialized):
-      example = info.features.deserialize_example(serialized,
-                                                  decoders=keep_encoded)
+      example = info.features.deserialize_example(
+        serialized, decoders=keep_encoded
+      )
       return decode_encoded(example[image_key], example[label_key])
 
-    return Source(train_records=train, num_train=train.size,
-                  eval_records=validation, decode_fn=decode, **common)
+    return Source(
+      train_records=train,
+      num_train=train.size,
+      eval_records=validation,
+      decode_fn=decode,
+      **common,
+    )
   logging.info(
-      "%s is stored as %s, so it is streamed: every worker reads all of it "
-      "each epoch and a resume reads up to its position; convert it once to "
-      "read only each worker's share: tfds convert_format "
-      "--dataset_version_dir=%s --out_file_format=array_record.",
-      info.full_name, info.file_format.value, builder.data_dir)
+    "%s is stored as %s, so it is streamed: every worker reads all of it "
+    "each epoch and a resume reads up to its position; convert it once to "
+    "read only each worker's share: tfds convert_format "
+    "--dataset_version_dir=%s --out_file_format=array_record.",
+    info.full_name,
+    info.file_format.value,
+    builder.data_dir,
+  )
   train, validation = builder.as_dataset(
-      split=["train", "validation"], as_supervised=True, shuffle_files=False,
-      decoders=keep_encoded)
-  return Source(train_records=train,
-                num_train=info.splits["train"].num_examples,
-                eval_records=validation, decode_fn=decode_encoded,
-                shuffle_buffer=1024, **common)
+    split=["train", "validation"],
+    as_supervised=True,
+    shuffle_files=False,
+    decoders=keep_encoded,
+  )
+  return Source(
+    train_records=train,
+    num_train=info.splits["train"].num_examples,
+    eval_records=validation,
+    decode_fn=decode_encoded,
+    shuffle_buffer=1024,
+    **common,
+  )
 
 
 def _tfds_dataset_dir(data_dir: str) -> str:
@@ -199,60 +249,99 @@ def _tfds_dataset_dir(data_dir: str) -> str:
   if tf.io.gfile.exists(posixpath.join(data_dir, "dataset_info.json")):
     return data_dir
   found = tf.io.gfile.glob(
-      posixpath.join(data_dir, "cassava", "*", "dataset_info.json"))
-  versions = [posixpath.dirname(path) for path in found
-              if re.fullmatch(r"\d+\.\d+\.\d+",
-                              posixpath.basename(posixpath.dirname(path)))]
+    posixpath.join(data_dir, "cassava", "*", "dataset_info.json")
+  )
+  versions = [
+    posixpath.dirname(path)
+    for path in found
+    if re.fullmatch(
+      r"\d+\.\d+\.\d+", posixpath.basename(posixpath.dirname(path))
+    )
+  ]
   if not versions:
     raise UserError(
-        f"cassava is not prepared in --data_dir={data_dir}; run `tfds build "
-        f"cassava --data_dir={data_dir} --file_format=array_record` on a "
-        "machine with network access first.")
-  return max(versions, key=lambda path: [
-      int(part) for part in posixpath.basename(path).split(".")])
+      f"cassava is not prepared in --data_dir={data_dir}; run `tfds build "
+      f"cassava --data_dir={data_dir} --file_format=array_record` on a "
+      "machine with network access first."
+    )
+  return max(
+    versions,
+    key=lambda path: [
+      int(part) for part in posixpath.basename(path).split(".")
+    ],
+  )
 
 
-def _files(image_size: int, data_dir: str, *, storage: str, fuse_root: str,
-           manifest_dir: str, is_chief: bool,
-           skip_bad_images: bool) -> Source:
+def _files(
+  image_size: int,
+  data_dir: str,
+  *,
+  storage: str,
+  fuse_root: str,
+  manifest_dir: str,
+  is_chief: bool,
+  skip_bad_images: bool,
+) -> Source:
   """A directory of `class_name/*.jpg|png`; every 10th file validates."""
-  usage = (f"--data_dir={data_dir!r} is not a directory of "
-           "class_name/*.jpg|png images with at least two classes.")
+  usage = (
+    f"--data_dir={data_dir!r} is not a directory of "
+    "class_name/*.jpg|png images with at least two classes."
+  )
   if not data_dir:
     raise UserError(usage)
   files = datafiles.open_files(data_dir, storage=storage, fuse_root=fuse_root)
-  manifest = (datafiles.open_files(manifest_dir, storage=storage,
-                                   fuse_root=fuse_root)
-              if manifest_dir else None)
+  manifest = (
+    datafiles.open_files(manifest_dir, storage=storage, fuse_root=fuse_root)
+    if manifest_dir
+    else None
+  )
   names = datafiles.load_manifest(files, manifest_dir=manifest)
   fresh = names is None
   if fresh:
-    names = [name for name in files.list() if name.count("/") == 1 and
-             name.lower().endswith(_IMAGE_EXTENSIONS)]
-    names = _decodable(files, names, image_size=image_size,
-                       skip=skip_bad_images)
+    names = [
+      name
+      for name in files.list()
+      if name.count("/") == 1 and name.lower().endswith(_IMAGE_EXTENSIONS)
+    ]
+    names = _decodable(
+      files, names, image_size=image_size, skip=skip_bad_images
+    )
   classes = sorted({name.split("/")[0] for name in names})
   if len(classes) < 2:
     raise UserError(usage)
   if fresh and manifest and is_chief:
     datafiles.save_manifest(files, manifest_dir=manifest, names=names)
-  labels = np.array([classes.index(name.split("/")[0]) for name in names],
-                    np.int64)
+  labels = np.array(
+    [classes.index(name.split("/")[0]) for name in names], np.int64
+  )
   is_eval = np.arange(len(names)) % 10 == 9
 
   def split(mask):
-    return _file_records(files, [n for n, m in zip(names, mask) if m],
-                         labels[mask], image_size=image_size)
+    return _file_records(
+      files,
+      [n for n, m in zip(names, mask) if m],
+      labels[mask],
+      image_size=image_size,
+    )
 
   train, decode = split(~is_eval)
-  return Source(train_records=train, num_train=train.size,
-                eval_records=split(is_eval)[0], decode_fn=decode,
-                num_classes=len(classes),
-                image_shape=(image_size, image_size, 3))
+  return Source(
+    train_records=train,
+    num_train=train.size,
+    eval_records=split(is_eval)[0],
+    decode_fn=decode,
+    num_classes=len(classes),
+    image_shape=(image_size, image_size, 3),
+  )
 
 
-def _file_records(files: datafiles.Files, names: list[str],
-                  labels: np.ndarray, *, image_size: int):
+def _file_records(
+  files: datafiles.Files,
+  names: list[str],
+  labels: np.ndarray,
+  *,
+  image_size: int,
+):
   """(records of `names` with `labels`, their decode_fn) for this route."""
   decode_encoded = _decode_encoded(image_size)
   if files.in_graph:
@@ -265,13 +354,14 @@ def _file_records(files: datafiles.Files, names: list[str],
   contents = files.records(names)
   chosen = tf.constant(labels)
   return input_lib.IndexedRecords(
-      size=contents.size,
-      fetch=lambda i: (contents.fetch(i), tf.gather(chosen, i))
+    size=contents.size,
+    fetch=lambda i: (contents.fetch(i), tf.gather(chosen, i)),
   ), decode_encoded
 
 
-def _decodable(files: datafiles.Files, names: list[str], *, image_size: int,
-               skip: bool) -> list[str]:
+def _decodable(
+  files: datafiles.Files, names: list[str], *, image_size: int, skip: bool
+) -> list[str]:
   """`names` less the files that cannot be decoded as images.
 
   One parallel tf.data pass reads and decodes every file, as training will,
@@ -284,21 +374,33 @@ def _decodable(files: datafiles.Files, names: list[str], *, image_size: int,
   Raises:
     UserError: a file cannot be decoded and `skip` is False.
   """
-  records, decode = _file_records(files, names,
-                                  np.zeros(len(names), np.int64),
-                                  image_size=image_size)
-  decoded = tf.data.Dataset.range(len(names)).batch(64).map(
+  records, decode = _file_records(
+    files, names, np.zeros(len(names), np.int64), image_size=image_size
+  )
+  decoded = (
+    tf.data.Dataset.range(len(names))
+    .batch(64)
+    .map(
       lambda indices: (indices, records.fetch(indices)),
-      num_parallel_calls=tf.data.AUTOTUNE).unbatch().map(
-          lambda index, record: (index, tf.reduce_max(decode(*record)[0])),
-          num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
-  good = {int(index) for index, _ in
-          decoded.ignore_errors(log_warning=False).as_numpy_iterator()}
+      num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    .unbatch()
+    .map(
+      lambda index, record: (index, tf.reduce_max(decode(*record)[0])),
+      num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=False,
+    )
+  )
+  good = {
+    int(index)
+    for index, _ in decoded.ignore_errors(log_warning=False).as_numpy_iterator()
+  }
   # ignore_errors also drops a batch whose read failed: each file it dropped
   # is read again alone and decoded, and only a decode error makes it bad.
   for index in sorted(set(range(len(names))) - good):
     record = tf.nest.map_structure(
-        lambda t: t[0], records.fetch(tf.constant([index], tf.int64)))
+      lambda t: t[0], records.fetch(tf.constant([index], tf.int64))
+    )
     try:
       decode(*record)
       good.add(index)
@@ -309,18 +411,25 @@ def _decodable(files: datafiles.Files, names: list[str], *, image_size: int,
     return names
   if not skip:
     where = posixpath.join(files.url, bad[0])  # As the user named it.
-    what = (f"{where} cannot be decoded as an image"
-            if len(bad) == 1 else
-            f"{where} and {len(bad) - 1} more files cannot be "
-            "decoded as images")
+    what = (
+      f"{where} cannot be decoded as an image"
+      if len(bad) == 1
+      else f"{where} and {len(bad) - 1} more files cannot be decoded as images"
+    )
     them = "it" if len(bad) == 1 else "them"
     raise UserError(
-        f"{what} ({len(bad)} of the {len(names)} files); remove {them}, or "
-        f"pass --skip_bad_images to train without {them}.")
+      f"{what} ({len(bad)} of the {len(names)} files); remove {them}, or "
+      f"pass --skip_bad_images to train without {them}."
+    )
   logging.warning(
-      "Skipped %d of the %d files under %s: they cannot be decoded as "
-      "images: %s%s.", len(bad), len(names), files.url, ", ".join(bad[:5]),
-      ", ..." if len(bad) > 5 else "")
+    "Skipped %d of the %d files under %s: they cannot be decoded as "
+    "images: %s%s.",
+    len(bad),
+    len(names),
+    files.url,
+    ", ".join(bad[:5]),
+    ", ..." if len(bad) > 5 else "",
+  )
   return [name for index, name in enumerate(names) if index in good]
 
 

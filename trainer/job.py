@@ -6,9 +6,10 @@ requires it), determinism and the mixed-precision policy are set before the
 model exists, and every check a user can fail runs before training starts.
 """
 
+from collections.abc import Callable, Sequence
 import dataclasses
 import os
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from absl import logging
 import keras
@@ -25,18 +26,23 @@ from ctl import storage
 from ctl import strategies
 from ctl import watchdog as watchdog_lib
 from ctl.errors import UserError
-from ctl.options import RunOptions, Task
+from ctl.options import RunOptions
+from ctl.options import Task
 from trainer import checks
 from trainer import data as data_lib
 from trainer import model as model_lib
 
-_POLICIES = {"none": "float32", "bf16": "mixed_bfloat16",
-             "fp16": "mixed_float16"}
+_POLICIES = {
+  "none": "float32",
+  "bf16": "mixed_bfloat16",
+  "fp16": "mixed_float16",
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class Job:
   """Everything `controller.run` needs, ready to go."""
+
   task: Task
   options: RunOptions
   strategy: tf.distribute.Strategy
@@ -48,12 +54,17 @@ class Job:
   def run(self) -> dict:
     if self.is_evaluator:
       return evaluator.evaluate_checkpoints(
-          task=self.task, options=self.options, strategy=self.strategy)
+        task=self.task, options=self.options, strategy=self.strategy
+      )
     try:
-      return controller.run(task=self.task, options=self.options,
-                            strategy=self.strategy,
-                            eval_callbacks=self.eval_callbacks,
-                            faults=self.faults, watchdog=self.watchdog)
+      return controller.run(
+        task=self.task,
+        options=self.options,
+        strategy=self.strategy,
+        eval_callbacks=self.eval_callbacks,
+        faults=self.faults,
+        watchdog=self.watchdog,
+      )
     finally:
       if self.watchdog:
         self.watchdog.stop()
@@ -89,40 +100,65 @@ def build_job(config: Any, environ=os.environ) -> Job:
     peers.wait_for_peers(cluster, timeout_secs=config.startup_timeout_secs)
     if limits.enabled:  # From here on, start-up is watched.
       watchdog = watchdog_lib.Watchdog(
-          limits=limits, worker=rank,
-          heartbeat_dir=environ.get(watchdog_lib.HEARTBEAT_DIR_ENV)).start()
+        limits=limits,
+        worker=rank,
+        heartbeat_dir=environ.get(watchdog_lib.HEARTBEAT_DIR_ENV),
+      ).start()
   # An evaluator trains with no one, whatever strategy the workers use.
   strategy = strategies.make_strategy(
-      name="auto" if cluster.is_evaluator else config.strategy,
-      cluster=cluster, collective=config.collective)
-  logging.info("%s; this process is %s %d of a %d-worker cluster.",
-               strategies.describe(strategy), cluster.task_type,
-               cluster.task_index, cluster.num_workers)
+    name="auto" if cluster.is_evaluator else config.strategy,
+    cluster=cluster,
+    collective=config.collective,
+  )
+  logging.info(
+    "%s; this process is %s %d of a %d-worker cluster.",
+    strategies.describe(strategy),
+    cluster.task_type,
+    cluster.task_index,
+    cluster.num_workers,
+  )
   keras.mixed_precision.set_global_policy(_POLICIES[config.mixed_precision])
-  source = data_lib.load(config.dataset, image_size=config.image_size,
-                         data_dir=config.data_dir, storage=config.storage,
-                         fuse_root=config.fuse_root,
-                         manifest_dir=dirs.checkpoint_dir,
-                         is_chief=cluster.is_chief,
-                         skip_bad_images=config.skip_bad_images)
+  source = data_lib.load(
+    config.dataset,
+    image_size=config.image_size,
+    data_dir=config.data_dir,
+    storage=config.storage,
+    fuse_root=config.fuse_root,
+    manifest_dir=dirs.checkpoint_dir,
+    is_chief=cluster.is_chief,
+    skip_bad_images=config.skip_bad_images,
+  )
   global_batch = config.per_replica_batch_size * strategy.num_replicas_in_sync
   train_steps = _train_steps(config, source, global_batch)
-  options = checks.run_options(config, dirs, cluster=cluster, environ=environ,
-                               train_steps=train_steps,
-                               global_batch=global_batch)
+  options = checks.run_options(
+    config,
+    dirs,
+    cluster=cluster,
+    environ=environ,
+    train_steps=train_steps,
+    global_batch=global_batch,
+  )
   options.validate()
   task = _task(config, source, global_batch, train_steps)
   callbacks = []
   if config.hypertune_metric:
-    reporter = hypertune.MetricReporter(config.hypertune_metric,
-                                        is_chief=cluster.is_chief)
+    reporter = hypertune.MetricReporter(
+      config.hypertune_metric, is_chief=cluster.is_chief
+    )
     callbacks.append(
-        lambda step, metrics: reporter.report(metrics[config.hypertune_metric],
-                                              step))
-  return Job(task=task, options=options, strategy=strategy,
-             eval_callbacks=tuple(callbacks),
-             is_evaluator=cluster.is_evaluator, watchdog=watchdog,
-             faults=faults)
+      lambda step, metrics: reporter.report(
+        metrics[config.hypertune_metric], step
+      )
+    )
+  return Job(
+    task=task,
+    options=options,
+    strategy=strategy,
+    eval_callbacks=tuple(callbacks),
+    is_evaluator=cluster.is_evaluator,
+    watchdog=watchdog,
+    faults=faults,
+  )
 
 
 def describe(config: Any, environ=os.environ) -> dict:
@@ -132,10 +168,11 @@ def describe(config: Any, environ=os.environ) -> dict:
   """
   checks.check(config, environ)
   cluster = cluster_lib.resolve(environ=environ)
-  return {"cluster": dataclasses.asdict(cluster),
-          "output_dirs": dataclasses.asdict(checks.output_dirs(config,
-                                                               environ)),
-          "flags": vars(config)}
+  return {
+    "cluster": dataclasses.asdict(cluster),
+    "output_dirs": dataclasses.asdict(checks.output_dirs(config, environ)),
+    "flags": vars(config),
+  }
 
 
 def _rank(cluster: cluster_lib.ClusterInfo) -> int:
@@ -148,23 +185,28 @@ def _rank(cluster: cluster_lib.ClusterInfo) -> int:
 def _train_steps(config, source: data_lib.Source, global_batch: int) -> int:
   steps_per_epoch = input_lib.steps_per_epoch(source.num_train, global_batch)
   if steps_per_epoch < 1:
-    raise UserError(f"The global batch ({global_batch}) is larger than the "
-                    f"training split ({source.num_train} examples).")
+    raise UserError(
+      f"The global batch ({global_batch}) is larger than the "
+      f"training split ({source.num_train} examples)."
+    )
   if config.epochs is not None:
     return config.epochs * steps_per_epoch
   return config.train_steps
 
 
-def _task(config, source: data_lib.Source, global_batch: int,
-          train_steps: int) -> Task:
+def _task(
+  config, source: data_lib.Source, global_batch: int, train_steps: int
+) -> Task:
   """The model, optimizer and datasets as plain callables."""
 
   def build_model():
-    return model_lib.build_model(name=config.model,
-                                 num_classes=source.num_classes,
-                                 image_shape=source.image_shape,
-                                 weights=config.weights,
-                                 dropout=config.dropout)
+    return model_lib.build_model(
+      name=config.model,
+      num_classes=source.num_classes,
+      image_shape=source.image_shape,
+      weights=config.weights,
+      dropout=config.dropout,
+    )
 
   def build_optimizer():
     lr = config.learning_rate
@@ -172,11 +214,16 @@ def _task(config, source: data_lib.Source, global_batch: int,
     if config.lr_schedule == "cosine":
       warmup = min(config.warmup_steps, train_steps)
       schedule = keras.optimizers.schedules.CosineDecay(
-          initial_learning_rate=0.0 if warmup else lr,
-          decay_steps=max(train_steps - warmup, 1), warmup_target=(
-              lr if warmup else None), warmup_steps=warmup)
-    optimizer = (keras.optimizers.Adam(lr) if config.optimizer == "adam" else
-                 keras.optimizers.SGD(lr, momentum=0.9))
+        initial_learning_rate=0.0 if warmup else lr,
+        decay_steps=max(train_steps - warmup, 1),
+        warmup_target=(lr if warmup else None),
+        warmup_steps=warmup,
+      )
+    optimizer = (
+      keras.optimizers.Adam(lr)
+      if config.optimizer == "adam"
+      else keras.optimizers.SGD(lr, momentum=0.9)
+    )
     # The rate is configuration, not state. Built with a float, every
     # optimizer has the same variables (a rate variable included), so
     # checkpoints match whatever the schedule; it then follows the schedule
@@ -190,20 +237,32 @@ def _task(config, source: data_lib.Source, global_batch: int,
 
   def train_dataset_fn(input_context, start_step, seed):
     return input_lib.train_dataset(
-        records=source.train_records, num_records=source.num_train,
-        decode_fn=source.decode_fn, input_context=input_context,
-        global_batch_size=global_batch, seed=seed, start_step=start_step,
-        shuffle_buffer=source.shuffle_buffer)
+      records=source.train_records,
+      num_records=source.num_train,
+      decode_fn=source.decode_fn,
+      input_context=input_context,
+      global_batch_size=global_batch,
+      seed=seed,
+      start_step=start_step,
+      shuffle_buffer=source.shuffle_buffer,
+    )
 
   def eval_dataset_fn(input_context):
     return input_lib.eval_dataset(
-        records=source.eval_records, decode_fn=source.decode_fn,
-        input_context=input_context, global_batch_size=global_batch)
+      records=source.eval_records,
+      decode_fn=source.decode_fn,
+      input_context=input_context,
+      global_batch_size=global_batch,
+    )
 
   return Task(
-      build_model=build_model, build_optimizer=build_optimizer,
-      train_dataset_fn=train_dataset_fn, eval_dataset_fn=eval_dataset_fn,
-      global_batch_size=global_batch, image_shape=source.image_shape)
+    build_model=build_model,
+    build_optimizer=build_optimizer,
+    train_dataset_fn=train_dataset_fn,
+    eval_dataset_fn=eval_dataset_fn,
+    global_batch_size=global_batch,
+    image_shape=source.image_shape,
+  )
 
 
 class _ConstantRate(keras.optimizers.schedules.LearningRateSchedule):

@@ -5,7 +5,6 @@ float32 whatever the mixed-precision policy, so softmax and the loss stay
 numerically safe under `mixed_bfloat16` / `mixed_float16`.
 """
 
-
 import keras
 
 from ctl.errors import UserError
@@ -14,9 +13,14 @@ from trainer import checks
 MODELS = ("resnet50", "small_cnn")
 
 
-def build_model(*, name: str, num_classes: int,
-                image_shape: tuple[int, int, int],
-                weights: str = "none", dropout: float = 0.0) -> keras.Model:
+def build_model(
+  *,
+  name: str,
+  num_classes: int,
+  image_shape: tuple[int, int, int],
+  weights: str = "none",
+  dropout: float = 0.0,
+) -> keras.Model:
   """Builds a classifier that outputs logits.
 
   Args:
@@ -39,7 +43,8 @@ def build_model(*, name: str, num_classes: int,
     raise UserError(f"--dropout must be in [0, 1), got {dropout}.")
   if name not in MODELS:
     raise UserError(
-        f"Unknown model {name!r}; choose one of {', '.join(MODELS)}.")
+      f"Unknown model {name!r}; choose one of {', '.join(MODELS)}."
+    )
   checks.check_weights(name=name, weights=weights)
   if name == "resnet50":
     return _resnet50(num_classes, image_shape, weights, dropout)
@@ -50,19 +55,27 @@ def _resnet50(num_classes, image_shape, weights, dropout) -> keras.Model:
   """ResNet50 without top + global average pooling + Dense(1016) + Dense."""
   try:
     backbone = keras.applications.ResNet50(
-        include_top=False, input_shape=image_shape,
-        weights=None if weights == "none" else weights)
+      include_top=False,
+      input_shape=image_shape,
+      weights=None if weights == "none" else weights,
+    )
   except Exception as e:  # Keras raises several types for a failed download.
     if weights == "imagenet":
-      raise UserError("Could not download the ImageNet weights for ResNet50 "
-                      f"({type(e).__name__}); on an offline machine pass "
-                      "--weights=PATH to a local file.") from None
-    raise UserError(f"Could not load weights from {weights}: "
-                    f"{str(e).splitlines()[0][:160]}") from None
+      raise UserError(
+        "Could not download the ImageNet weights for ResNet50 "
+        f"({type(e).__name__}); on an offline machine pass "
+        "--weights=PATH to a local file."
+      ) from None
+    raise UserError(
+      f"Could not load weights from {weights}: {str(e).splitlines()[0][:160]}"
+    ) from None
   x = keras.layers.GlobalAveragePooling2D()(backbone.output)
   x = keras.layers.Dense(1016, activation="relu")(x)
-  return keras.Model(backbone.input, _classifier(x, num_classes, dropout),
-                     name="resnet50_transfer")
+  return keras.Model(
+    backbone.input,
+    _classifier(x, num_classes, dropout),
+    name="resnet50_transfer",
+  )
 
 
 def _small_cnn(num_classes, image_shape, dropout) -> keras.Model:
@@ -74,8 +87,9 @@ def _small_cnn(num_classes, image_shape, dropout) -> keras.Model:
   x = keras.layers.MaxPooling2D()(x)
   x = keras.layers.Conv2D(64, 3, padding="same", activation="relu")(x)
   x = keras.layers.GlobalAveragePooling2D()(x)
-  return keras.Model(inputs, _classifier(x, num_classes, dropout),
-                     name="small_cnn")
+  return keras.Model(
+    inputs, _classifier(x, num_classes, dropout), name="small_cnn"
+  )
 
 
 def _classifier(features, num_classes, dropout):
@@ -86,5 +100,6 @@ def _classifier(features, num_classes, dropout):
   """
   if dropout:
     features = keras.layers.Dropout(dropout)(features)
-  return keras.layers.Dense(num_classes, dtype="float32",
-                            name="logits")(features)
+  return keras.layers.Dense(num_classes, dtype="float32", name="logits")(
+    features
+  )

@@ -17,10 +17,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Small and fast: real digits, a small CNN with dropout, a few dozen steps.
 FAST_FLAGS = (
-    "--dataset=digits", "--model=small_cnn", "--dropout=0.1",
-    "--image_size=16", "--per_replica_batch_size=32", "--steps_per_loop=10",
-    "--log_every_steps=10", "--eval_every_steps=20",
-    "--checkpoint_every_steps=20", "--learning_rate=0.003",
+  "--dataset=digits",
+  "--model=small_cnn",
+  "--dropout=0.1",
+  "--image_size=16",
+  "--per_replica_batch_size=32",
+  "--steps_per_loop=10",
+  "--log_every_steps=10",
+  "--eval_every_steps=20",
+  "--checkpoint_every_steps=20",
+  "--learning_rate=0.003",
 )
 
 
@@ -31,11 +37,18 @@ def trainer_env(**extra: str) -> dict[str, str]:
   leaks in), with the checkout first on PYTHONPATH and TensorFlow's C++ log
   quiet; `extra` variables are set last.
   """
-  env = {k: v for k, v in os.environ.items()
-         if k not in ("TF_CONFIG", "CLUSTER_SPEC")}
-  env.update(PYTHONPATH=os.pathsep.join(
-      p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
-             TF_CPP_MIN_LOG_LEVEL="2", **extra)
+  env = {
+    k: v
+    for k, v in os.environ.items()
+    if k not in ("TF_CONFIG", "CLUSTER_SPEC")
+  }
+  env.update(
+    PYTHONPATH=os.pathsep.join(
+      p for p in (REPO, os.environ.get("PYTHONPATH")) if p
+    ),
+    TF_CPP_MIN_LOG_LEVEL="2",
+    **extra,
+  )
   return env
 
 
@@ -44,9 +57,11 @@ def vertex_output_env(base: str) -> dict[str, str]:
 
   As Vertex AI writes them: below `base`, each ending with a slash.
   """
-  return {"AIP_MODEL_DIR": f"{base}/model/",
-          "AIP_CHECKPOINT_DIR": f"{base}/checkpoints/",
-          "AIP_TENSORBOARD_LOG_DIR": f"{base}/logs/"}
+  return {
+    "AIP_MODEL_DIR": f"{base}/model/",
+    "AIP_CHECKPOINT_DIR": f"{base}/checkpoints/",
+    "AIP_TENSORBOARD_LOG_DIR": f"{base}/logs/",
+  }
 
 
 def trainer_command(*flags: str) -> list[str]:
@@ -54,9 +69,12 @@ def trainer_command(*flags: str) -> list[str]:
   return [sys.executable, "-m", "trainer.task", *flags]
 
 
-def run_trainer(*flags: str, env: dict[str, str] | None = None,
-                timeout: float = 300,
-                check: bool = True) -> subprocess.CompletedProcess:
+def run_trainer(
+  *flags: str,
+  env: dict[str, str] | None = None,
+  timeout: float = 300,
+  check: bool = True,
+) -> subprocess.CompletedProcess:
   """Runs `python -m trainer.task FLAGS` to completion from the checkout.
 
   Args:
@@ -68,10 +86,17 @@ def run_trainer(*flags: str, env: dict[str, str] | None = None,
   Returns:
     The finished process, its output captured as text.
   """
-  result = subprocess.run(trainer_command(*flags), cwd=REPO,
-                          env=env or trainer_env(), capture_output=True,
-                          text=True, timeout=timeout, check=False)
+  result = subprocess.run(
+    trainer_command(*flags),
+    cwd=REPO,
+    env=env or trainer_env(),
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+    check=False,
+  )
   if check and result.returncode != 0:
-    raise AssertionError(f"trainer exited {result.returncode}:\n"
-                         f"{result.stderr[-4000:]}")
+    raise AssertionError(
+      f"trainer exited {result.returncode}:\n{result.stderr[-4000:]}"
+    )
   return result

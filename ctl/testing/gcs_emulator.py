@@ -25,6 +25,7 @@ HTTP emulator never answers, and every call waits about 60 s.
 """
 
 import argparse
+from collections.abc import Iterator
 import contextlib
 import functools
 import http.server
@@ -36,7 +37,6 @@ import sys
 import threading
 import time
 import urllib.request
-from typing import Iterator
 
 from ctl import cluster
 
@@ -68,8 +68,12 @@ class GcsEmulator:
     (self.port,) = cluster.free_ports(1)
     self.endpoint = f"http://{_HOST}:{self.port}"
 
-  def start(self, *, exit_on_upload: str | None = None,
-            freeze_on_upload: str | None = None) -> None:
+  def start(
+    self,
+    *,
+    exit_on_upload: str | None = None,
+    freeze_on_upload: str | None = None,
+  ) -> None:
     """Starts the server process and waits until it answers.
 
     Args:
@@ -82,8 +86,15 @@ class GcsEmulator:
     Raises:
       RuntimeError: If the server does not answer within 30 s.
     """
-    command = [sys.executable, "-m", "ctl.testing.gcs_emulator",
-               "--port", str(self.port), "--data_dir", self._data_dir]
+    command = [
+      sys.executable,
+      "-m",
+      "ctl.testing.gcs_emulator",
+      "--port",
+      str(self.port),
+      "--data_dir",
+      self._data_dir,
+    ]
     if exit_on_upload:
       command += ["--exit_on_upload", exit_on_upload]
     if freeze_on_upload:
@@ -93,8 +104,9 @@ class GcsEmulator:
     while not self._answers():
       if self._process.poll() is not None or time.monotonic() > deadline:
         self.stop()
-        raise RuntimeError(f"gcp-storage-emulator did not start on "
-                           f"{self.endpoint}.")
+        raise RuntimeError(
+          f"gcp-storage-emulator did not start on {self.endpoint}."
+        )
       time.sleep(0.05)
 
   def stop(self) -> None:
@@ -115,8 +127,9 @@ class GcsEmulator:
     with open(f"/proc/{self._process.pid}/stat", encoding="ascii") as stat:
       while stat.read().rsplit(")", 1)[1].split()[0] != "T":
         if time.monotonic() > deadline:
-          raise TimeoutError(f"gcp-storage-emulator not frozen after "
-                             f"{timeout_s} s.")
+          raise TimeoutError(
+            f"gcp-storage-emulator not frozen after {timeout_s} s."
+          )
         time.sleep(0.1)
         stat.seek(0)
 
@@ -124,28 +137,37 @@ class GcsEmulator:
     """Lets a frozen server go on (SIGCONT)."""
     self._process.send_signal(signal.SIGCONT)
 
-  def restart(self, *, exit_on_upload: str | None = None,
-              freeze_on_upload: str | None = None) -> None:
+  def restart(
+    self,
+    *,
+    exit_on_upload: str | None = None,
+    freeze_on_upload: str | None = None,
+  ) -> None:
     """Stops the server and starts it again on the same port and data."""
     self.stop()
-    self.start(exit_on_upload=exit_on_upload,
-               freeze_on_upload=freeze_on_upload)
+    self.start(exit_on_upload=exit_on_upload, freeze_on_upload=freeze_on_upload)
 
   def create_bucket(self, name: str) -> None:
     """Creates a bucket through the JSON API, as `gsutil mb` would."""
     request = urllib.request.Request(
-        f"{self.endpoint}/storage/v1/b?project=test",
-        data=json.dumps({"name": name}).encode(),
-        headers={"Content-Type": "application/json"}, method="POST")
+      f"{self.endpoint}/storage/v1/b?project=test",
+      data=json.dumps({"name": name}).encode(),
+      headers={"Content-Type": "application/json"},
+      method="POST",
+    )
     with urllib.request.urlopen(request, timeout=10):
       pass
 
   def filesystem(self):
     """A gcsfs client of this server, for a test to look at the objects."""
     import gcsfs  # pylint: disable=g-import-not-at-top
-    return gcsfs.core.GCSFileSystem(endpoint_url=self.endpoint, token="anon",
-                                    use_listings_cache=False,
-                                    skip_instance_cache=True)
+
+    return gcsfs.core.GCSFileSystem(
+      endpoint_url=self.endpoint,
+      token="anon",
+      use_listings_cache=False,
+      skip_instance_cache=True,
+    )
 
   def _answers(self) -> bool:
     try:
@@ -184,8 +206,13 @@ def serve(*, data_dir: str, bucket: str) -> Iterator[GcsEmulator]:
       os.environ["STORAGE_EMULATOR_HOST"] = saved
 
 
-def _serve(*, port: int, data_dir: str, exit_on_upload: str | None,
-           freeze_on_upload: str | None) -> None:
+def _serve(
+  *,
+  port: int,
+  data_dir: str,
+  exit_on_upload: str | None,
+  freeze_on_upload: str | None,
+) -> None:
   """Serves the emulator's JSON API until killed."""
   # pylint: disable=g-import-not-at-top
   from gcp_storage_emulator import server
@@ -199,8 +226,9 @@ def _serve(*, port: int, data_dir: str, exit_on_upload: str | None,
     def create_file(self, bucket_name, file_name, *args, **kwargs):
       if exit_on_upload and file_name.endswith(exit_on_upload):
         os._exit(1)  # pylint: disable=protected-access
-      if (freeze_on_upload and file_name.endswith(freeze_on_upload) and
-          not frozen):
+      if (
+        freeze_on_upload and file_name.endswith(freeze_on_upload) and not frozen
+      ):
         frozen.append(file_name)
         os.kill(os.getpid(), signal.SIGSTOP)
       return super().create_file(bucket_name, file_name, *args, **kwargs)
@@ -211,11 +239,13 @@ def _serve(*, port: int, data_dir: str, exit_on_upload: str | None,
       time.sleep(1)
     os._exit(0)  # pylint: disable=protected-access
 
-  threading.Thread(target=exit_with_parent, args=(os.getppid(),),
-                   daemon=True).start()
+  threading.Thread(
+    target=exit_with_parent, args=(os.getppid(),), daemon=True
+  ).start()
   httpd = http.server.HTTPServer(
-      (_HOST, port),
-      functools.partial(server.RequestHandler, Storage(data_dir=data_dir)))
+    (_HOST, port),
+    functools.partial(server.RequestHandler, Storage(data_dir=data_dir)),
+  )
   httpd.serve_forever()
 
 
@@ -226,6 +256,9 @@ if __name__ == "__main__":
   parser.add_argument("--exit_on_upload")
   parser.add_argument("--freeze_on_upload")
   args = parser.parse_args()
-  _serve(port=args.port, data_dir=args.data_dir,
-         exit_on_upload=args.exit_on_upload,
-         freeze_on_upload=args.freeze_on_upload)
+  _serve(
+    port=args.port,
+    data_dir=args.data_dir,
+    exit_on_upload=args.exit_on_upload,
+    freeze_on_upload=args.freeze_on_upload,
+  )

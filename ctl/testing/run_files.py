@@ -18,9 +18,15 @@ def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
   """
   from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   accumulator = event_accumulator.EventAccumulator(
-      logdir, size_guidance={event_accumulator.TENSORS: 0})
+    logdir, size_guidance={event_accumulator.TENSORS: 0}
+  )
   accumulator.Reload()
-  return {tag: [(e.step, float(tf.make_ndarray(e.tensor_proto)))
-                for e in accumulator.Tensors(tag)]
-          for tag in accumulator.Tags()["tensors"]}
+  return {
+    tag: [
+      (e.step, float(tf.make_ndarray(e.tensor_proto)))
+      for e in accumulator.Tensors(tag)
+    ]
+    for tag in accumulator.Tags()["tensors"]
+  }
