@@ -1,0 +1,63 @@
+"""ctl.ledger: the run record, one file per attempt, written from the marks."""
+
+import json
+import os
+
+from ctl import ledger
+from ctl import progress
+
+
+def _mark(phase, step, *, at, seconds=None, steps=0, error=None):
+  return progress.Mark(
+    phase=phase,
+    step=step,
+    time=at,
+    seconds=seconds,
+    steps=steps,
+    ok=error is None,
+    error=error,
+  )
+
+
+def _run_attempt(directory, *, loops=3, error=None):
+  record = ledger.Ledger(directory=directory, environ={})
+  record(_mark("run", 0, at=100.0))
+  record(_mark("startup", 0, at=104.0, seconds=4.0))
+  for i in range(loops):
+    record(
+      _mark("train_loop", 10 * (i + 1), at=105.0 + i, seconds=1.0, steps=10)
+    )
+  record(_mark("run", 10 * loops, at=109.0, seconds=9.0, error=error))
+  return record
+
+
+def test_consecutive_loops_become_one_event_and_the_end_is_recorded(tmp_path):
+  directory = str(tmp_path / "ledger")
+  _run_attempt(directory, loops=3)
+  [events] = ledger.read(directory)
+  kinds = [e["event"] for e in events]
+  assert kinds[0] == "start" and kinds[-1] == "end"
+  [loops] = [e for e in events if e.get("phase") == "train_loop"]
+  assert (loops["step0"], loops["step"], loops["loops"]) == (0, 30, 3)
+  assert events[-1]["outcome"] == "done" and events[-1]["step"] == 30
+
+
+def test_a_line_cut_short_is_skipped(tmp_path):
+  directory = str(tmp_path / "ledger")
+  _run_attempt(directory)
+  [name] = os.listdir(directory)
+  with open(os.path.join(directory, name), "a") as f:
+    f.write('{"event": "phase", "pha')  # A crash in the middle of a write.
+  [events] = ledger.read(directory)
+  assert events[-1]["event"] == "end"
+  assert all(json.dumps(e) for e in events)
+
+
+def test_a_start_up_that_ends_in_a_user_error_writes_nothing(tmp_path):
+  directory = str(tmp_path / "ledger")
+  record = ledger.Ledger(directory=directory, environ={})
+  record(_mark("run", 0, at=1.0))
+  record(_mark("startup", 0, at=2.0, seconds=1.0, error="UserError"))
+  record(_mark("run", 0, at=2.0, seconds=1.0, error="UserError"))
+  assert not os.path.exists(directory)
+  assert ledger.read(directory) == []

@@ -1,0 +1,77 @@
+"""ctl.report: the goodput table and the timeline PNG from a run ledger.
+
+The ledgers here are written by `ctl.ledger.Ledger` from hand-made phase
+marks (two attempts, the first killed), so the numbers are known exactly;
+test_goodput.py runs the report on ledgers of real killed jobs.
+"""
+
+import os
+
+import pytest
+
+from ctl import goodput
+from ctl import ledger
+from ctl import progress
+from ctl import report
+from ctl.errors import USER_ERROR_EXIT_CODE
+
+
+def _attempt(directory, *, start, environ, restored, end_ok):
+  """One start: restores `restored`, trains 10 steps, saves, trains 10."""
+  record = ledger.Ledger(directory=directory, environ=environ)
+  mark = lambda phase, step, at, seconds=None, steps=0: record(
+    progress.Mark(
+      phase=phase, step=step, time=start + at, seconds=seconds, steps=steps
+    )
+  )
+  mark("run", restored, 0.0)
+  mark("startup", restored, 2.0, seconds=2.0)
+  mark("first_loop", restored + 10, 4.0, seconds=2.0, steps=10)
+  mark("checkpoint_save", restored + 10, 4.5, seconds=0.5)
+  mark("train_loop", restored + 20, 5.5, seconds=1.0, steps=10)
+  if end_ok:
+    mark("run", restored + 20, 6.0, seconds=6.0)
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+  directory = ledger.ledger_dir(str(tmp_path / "run"))
+  # Killed at step 20, after its checkpoint at 10: 10 steps are redone.
+  _attempt(directory, start=1000.0, environ={}, restored=0, end_ok=False)
+  _attempt(
+    directory,
+    start=1010.0,
+    restored=10,
+    end_ok=True,
+    environ={
+      "CTL_RESTART_COUNT": "1",
+      "CTL_PREVIOUS_EXIT": "-9",
+      "CTL_PREVIOUS_EXIT_TIME": "1006.0",
+    },
+  )
+  return str(tmp_path / "run")
+
+
+def test_the_table_and_the_timeline_of_a_job_killed_once(model_dir, capsys):
+  report.main([model_dir])
+  out = capsys.readouterr().out
+  assert "killed by SIGKILL" in out and "done" in out
+  png = os.path.join(model_dir, report.PNG_NAME)
+  with open(png, "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  accounting = goodput.account(ledger.read(ledger.ledger_dir(model_dir)))
+  assert accounting.failures == 1 and accounting.lost_steps == 10
+  assert [a.outcome for a in accounting.attempts] == [
+    "killed by SIGKILL",
+    "done",
+  ]
+
+
+def test_a_directory_without_a_ledger_is_one_sentence_and_exit_2(
+  tmp_path, capsys
+):
+  with pytest.raises(SystemExit) as exit_info:
+    report.main([str(tmp_path), "--png="])
+  assert exit_info.value.code == USER_ERROR_EXIT_CODE
+  [line] = capsys.readouterr().err.strip().splitlines()
+  assert line.startswith("error: no run ledger in ")
