@@ -91,14 +91,30 @@ def timeline(
   import matplotlib  # pylint: disable=g-import-not-at-top
 
   matplotlib.use("Agg")
-  from matplotlib import patches  # pylint: disable=g-import-not-at-top
   from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
 
   attempts = accounting.attempts
-  origin = attempts[0].start
   figure, axes = pyplot.subplots(
     figsize=(11, 1.6 + 0.75 * len(attempts)), layout="constrained"
   )
+  _draw_rows(axes, accounting)
+  _draw_legend(axes, accounting)
+  axes.set_title(
+    title
+    or (
+      f"Goodput {accounting.goodput_percent:.1f}% of "
+      f"{accounting.total_seconds:.1f} s; {accounting.failures} failure(s), "
+      f"{accounting.lost_steps} step(s) trained twice"
+    )
+  )
+  figure.savefig(path, dpi=110)
+  pyplot.close(figure)
+
+
+def _draw_rows(axes, accounting: goodput.Accounting) -> None:
+  """One bar per start: its segments, how it ended, the steps it redid."""
+  attempts = accounting.attempts
+  origin = attempts[0].start
   for segment in accounting.segments:
     row = len(attempts) - 1 - segment.attempt
     axes.broken_barh(
@@ -139,46 +155,41 @@ def timeline(
   axes.set_xlim(0, span * 1.3)
   axes.set_xlabel("seconds since the job's first process started")
   axes.grid(axis="x", alpha=0.3)
-  used = [c for c in goodput.CATEGORIES if accounting.seconds[c] > 0]
-  axes.legend(
-    handles=[
-      patches.Patch(
-        facecolor=_COLORS[c],
-        hatch="//" if c == goodput.RESTART_GAP else None,
-        label=f"{_LABELS[c]}: {accounting.seconds[c]:.1f} s",
+
+
+def _draw_legend(axes, accounting: goodput.Accounting) -> None:
+  """The categories that occur, with their seconds, and the failure mark."""
+  from matplotlib import lines  # pylint: disable=g-import-not-at-top
+  from matplotlib import patches  # pylint: disable=g-import-not-at-top
+
+  handles = [
+    patches.Patch(
+      facecolor=_COLORS[c],
+      hatch="//" if c == goodput.RESTART_GAP else None,
+      label=f"{_LABELS[c]}: {accounting.seconds[c]:.1f} s",
+    )
+    for c in goodput.CATEGORIES
+    if accounting.seconds[c] > 0
+  ]
+  if accounting.failures:
+    handles.append(
+      lines.Line2D(
+        [],
+        [],
+        marker="X",
+        color="black",
+        linestyle="none",
+        markersize=9,
+        label="failure",
       )
-      for c in used
-    ]
-    + (
-      [
-        pyplot.Line2D(
-          [],
-          [],
-          marker="X",
-          color="black",
-          linestyle="none",
-          markersize=9,
-          label="failure",
-        )
-      ]
-      if accounting.failures
-      else []
-    ),
+    )
+  axes.legend(
+    handles=handles,
     loc="upper left",
     bbox_to_anchor=(1.01, 1.0),
     fontsize=9,
     frameon=False,
   )
-  axes.set_title(
-    title
-    or (
-      f"Goodput {accounting.goodput_percent:.1f}% of "
-      f"{accounting.total_seconds:.1f} s; {accounting.failures} failure(s), "
-      f"{accounting.lost_steps} step(s) trained twice"
-    )
-  )
-  figure.savefig(path, dpi=110)
-  pyplot.close(figure)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

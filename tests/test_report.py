@@ -1,52 +1,77 @@
 """ctl.report: the goodput table and the timeline PNG from a run ledger.
 
 The ledgers here are written by `ctl.ledger.Ledger` from hand-made phase
-marks (two attempts, the first killed), so the numbers are known exactly;
+marks, one process per start (two starts, the first killed), so the steps
+are known exactly;
 test_goodput.py runs the report on ledgers of real killed jobs.
 """
 
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
 from ctl import goodput
 from ctl import ledger
-from ctl import progress
 from ctl import report
 from ctl.errors import USER_ERROR_EXIT_CODE
+from tests.conftest import REPO
+from tests.conftest import trainer_env
+
+# One start of a job, as its own process (a ledger file is one process's):
+# restores RESTORED, trains 10 steps, saves, trains 10 more, and ends unless
+# it is to be "killed" (then it just exits without an end mark).
+_ATTEMPT = """
+import sys, time
+from ctl import ledger, progress
+directory, restored, end_ok = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+record = ledger.Ledger(directory=directory)
+start = time.time()
+def mark(phase, step, at, seconds=None, steps=0):
+  record(progress.Mark(phase=phase, step=step, time=start + at,
+                       seconds=seconds, steps=steps))
+mark("run", restored, 0.0)
+mark("startup", restored, 0.2, seconds=0.2)
+mark("first_loop", restored + 10, 0.4, seconds=0.2, steps=10)
+mark("checkpoint_save", restored + 10, 0.45, seconds=0.05)
+mark("train_loop", restored + 20, 0.55, seconds=0.1, steps=10)
+if end_ok:
+  mark("run", restored + 20, 0.6, seconds=0.6)
+"""
 
 
-def _attempt(directory, *, start, environ, restored, end_ok):
-  """One start: restores `restored`, trains 10 steps, saves, trains 10."""
-  record = ledger.Ledger(directory=directory, environ=environ)
-  mark = lambda phase, step, at, seconds=None, steps=0: record(
-    progress.Mark(
-      phase=phase, step=step, time=start + at, seconds=seconds, steps=steps
-    )
+def _attempt(directory, *, restored, end_ok, environ=None):
+  subprocess.run(
+    [
+      sys.executable,
+      "-c",
+      _ATTEMPT,
+      directory,
+      str(restored),
+      "1" if end_ok else "0",
+    ],
+    cwd=REPO,
+    env={**trainer_env(), **(environ or {})},
+    check=True,
+    timeout=120,
   )
-  mark("run", restored, 0.0)
-  mark("startup", restored, 2.0, seconds=2.0)
-  mark("first_loop", restored + 10, 4.0, seconds=2.0, steps=10)
-  mark("checkpoint_save", restored + 10, 4.5, seconds=0.5)
-  mark("train_loop", restored + 20, 5.5, seconds=1.0, steps=10)
-  if end_ok:
-    mark("run", restored + 20, 6.0, seconds=6.0)
 
 
 @pytest.fixture
 def model_dir(tmp_path):
   directory = ledger.ledger_dir(str(tmp_path / "run"))
   # Killed at step 20, after its checkpoint at 10: 10 steps are redone.
-  _attempt(directory, start=1000.0, environ={}, restored=0, end_ok=False)
+  _attempt(directory, restored=0, end_ok=False)
   _attempt(
     directory,
-    start=1010.0,
     restored=10,
     end_ok=True,
     environ={
       "CTL_RESTART_COUNT": "1",
       "CTL_PREVIOUS_EXIT": "-9",
-      "CTL_PREVIOUS_EXIT_TIME": "1006.0",
+      "CTL_PREVIOUS_EXIT_TIME": f"{time.time():.3f}",
     },
   )
   return str(tmp_path / "run")
