@@ -107,7 +107,7 @@ class _Run:
     self._step = 0
     # The chief keeps the run ledger (ctl.ledger), a listener of every mark.
     self._ledger = options.is_chief and ledger_lib.Ledger(
-      directory=ledger_lib.ledger_dir(options.model_dir),
+      directory=ledger_lib.ledger_dir(options.dirs.model_dir),
       storage=options.storage,
       fuse_root=options.fuse_root,
     )
@@ -130,12 +130,7 @@ class _Run:
     """Opens the outputs and builds the model, optimizer and loops."""
     task, options, strategy = self._task, self._options, self._strategy
     self._outputs = outputs_lib.open_outputs(
-      outputs_lib.OutputDirs(
-        model_dir=options.model_dir,
-        checkpoint_dir=options.checkpoint_dir,
-        tensorboard_dir=options.tensorboard_dir,
-        export_dir=options.export_dir,
-      ),
+      options.dirs,
       is_chief=options.is_chief,
       storage_route=options.storage,
       fuse_root=options.fuse_root,
@@ -222,7 +217,8 @@ class _Run:
       if not self._options.train_steps:
         return False
       logging.info(
-        "No checkpoint in %s; starting at step 0.", self._options.checkpoint_dir
+        "No checkpoint in %s; starting at step 0.",
+        self._options.dirs.checkpoint_dir,
       )
       # A rollback target for the divergence guard, and a fixed start.
       if self._options.max_nan_recoveries:
@@ -278,7 +274,7 @@ class _Run:
         logging.info(
           "train_steps is 0 and %s holds no checkpoint: nothing to "
           "train, nothing written.",
-          options.checkpoint_dir,
+          options.dirs.checkpoint_dir,
         )
         if self._ledger:
           self._ledger.discard()
@@ -517,7 +513,7 @@ class _Run:
         accounting.goodput_percent,
         accounting.total_seconds,
         len(accounting.attempts),
-        options.model_dir,
+        options.dirs.model_dir,
       )
     if self._outputs.model:
       model_dir = self._outputs.model.local_path
@@ -534,7 +530,7 @@ class _Run:
       step,
       "n/a" if accuracy is None else f"{accuracy:.4f}",
       summary["weights_fingerprint"][:16],
-      os.path.join(options.model_dir, "train_summary.json"),
+      os.path.join(options.dirs.model_dir, "train_summary.json"),
     )
     return summary
 

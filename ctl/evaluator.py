@@ -45,13 +45,13 @@ def evaluate_checkpoints(
     {step: metrics} for every checkpoint evaluated.
   """
   checkpoints = storage.open_location(
-    options.checkpoint_dir,
+    options.dirs.checkpoint_dir,
     storage=options.storage,
     fuse_root=options.fuse_root,
     read_only=True,
   )
   board = storage.open_location(
-    posixpath.join(options.tensorboard_dir, summaries.VALIDATION),
+    posixpath.join(options.dirs.tensorboard_dir, summaries.VALIDATION),
     storage=options.storage,
     fuse_root=options.fuse_root,
   )

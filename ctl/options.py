@@ -12,6 +12,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from ctl.errors import UserError
+from ctl.outputs import OutputDirs
 
 if TYPE_CHECKING:
   import keras  # pylint: disable=g-import-not-at-top
@@ -49,11 +50,9 @@ class RunOptions:
   """How to train. Intervals are in steps and must align with the loop.
 
   Attributes:
-    model_dir: where `train_summary.json` goes.
-    checkpoint_dir: the CheckpointManager directory.
-    tensorboard_dir: where event files go.
-    export_dir: where the SavedModel goes.
-      (Each a local path, gs://BUCKET/PATH or a FUSE path: see ctl.storage.)
+    dirs: the run's output directories, one value (ctl.outputs.OutputDirs:
+      the run dir with `train_summary.json`, checkpoints, TensorBoard logs,
+      the export; each a local path, gs://BUCKET/PATH or a FUSE path).
     train_steps: the global step to train to.
     steps_per_loop: steps per `tf.function` call (host touched once each).
     log_every_steps: log line and train summaries interval.
@@ -85,10 +84,7 @@ class RunOptions:
       not written to TensorBoard (one writer per run dir).
   """
 
-  model_dir: str
-  checkpoint_dir: str
-  tensorboard_dir: str
-  export_dir: str
+  dirs: OutputDirs
   train_steps: int
   steps_per_loop: int = 100
   log_every_steps: int = 100

@@ -6,14 +6,17 @@ import pytest
 
 from ctl import options
 from ctl.errors import UserError
+from ctl.outputs import OutputDirs
 
 
 def make_options(tmp_path, **overrides):
   fields = dict(
-    model_dir=str(tmp_path / "run"),
-    checkpoint_dir=str(tmp_path / "run" / "checkpoints"),
-    tensorboard_dir=str(tmp_path / "run" / "tensorboard"),
-    export_dir=str(tmp_path / "run" / "saved_model"),
+    dirs=OutputDirs(
+      model_dir=str(tmp_path / "run"),
+      checkpoint_dir=str(tmp_path / "run" / "checkpoints"),
+      tensorboard_dir=str(tmp_path / "run" / "tensorboard"),
+      export_dir=str(tmp_path / "run" / "saved_model"),
+    ),
     train_steps=100,
     steps_per_loop=10,
     log_every_steps=10,

@@ -22,10 +22,7 @@ from trainer import task  # noqa: F401  (defines the flags)
 
 # RunOptions fields the trainer derives rather than takes from a flag.
 _DERIVED = {
-  "model_dir",
-  "checkpoint_dir",
-  "tensorboard_dir",
-  "export_dir",
+  "dirs",
   "train_steps",
   "is_chief",
   "restarts",
@@ -81,4 +78,4 @@ def test_default_of_an_unknown_or_required_field_is_an_error():
   with pytest.raises(ValueError, match="no field 'nope'"):
     options.default(options.RunOptions, "nope")
   with pytest.raises(ValueError, match="has no default"):
-    options.default(options.RunOptions, "model_dir")
+    options.default(options.RunOptions, "dirs")

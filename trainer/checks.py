@@ -192,10 +192,7 @@ def run_options(
   TensorBoard's HParams; 0 stands in for it in the early checks.
   """
   return RunOptions(
-    model_dir=dirs.model_dir,
-    checkpoint_dir=dirs.checkpoint_dir,
-    tensorboard_dir=dirs.tensorboard_dir,
-    export_dir=dirs.export_dir,
+    dirs=dirs,
     train_steps=train_steps,
     steps_per_loop=config.steps_per_loop,
     log_every_steps=config.log_every_steps,
