@@ -434,12 +434,26 @@ def test_damaged_state_file_resumes_from_the_newest_checkpoint(model_dir):
   )
 
 
+_AS_NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+
+
 @pytest.mark.skipif(
   os.geteuid() != 0 or not shutil.which("setpriv"),
   reason="needs root to run the trainer as another user",
 )
 def test_a_model_dir_the_user_may_not_write(finished_run):
-  # A world-readable copy owned by root, then the trainer as user "nobody".
+  # A world-readable copy owned by root, then the trainer as user "nobody",
+  # which needs to read this checkout and its virtualenv: a checkout in a
+  # private directory (e.g. `mktemp -d`, mode 0700) cannot run this test.
+  probe = subprocess.run(
+    [*_AS_NOBODY, sys.executable, "-c", "import trainer.checks"],
+    cwd=REPO,
+    env=trainer_env(),
+    capture_output=True,
+    check=False,
+  )
+  if probe.returncode != 0:
+    pytest.skip("user nobody cannot read this checkout or its virtualenv")
   parent = tempfile.mkdtemp(prefix="ctl_not_writable_")
   try:
     os.chmod(parent, 0o755)
@@ -447,13 +461,7 @@ def test_a_model_dir_the_user_may_not_write(finished_run):
     shutil.copytree(finished_run, model_dir)
     before = checksum(model_dir)
     result = subprocess.run(
-      [
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        *_command("trainer", [], model_dir),
-      ],
+      [*_AS_NOBODY, *_command("trainer", [], model_dir)],
       cwd=REPO,
       env=trainer_env(HOME=parent),
       capture_output=True,
