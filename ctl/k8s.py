@@ -44,6 +44,7 @@ import yaml
 from ctl import cluster
 from ctl import errors
 from ctl import jobspecs
+from ctl import storage
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 # The container's command; the trainer flags become its args. One value, so
@@ -78,7 +79,6 @@ MIN_GRACE_SECS = 30
 FUSE_ROOT = "/gcs"  # The trainer's --fuse_root default: /gcs/BUCKET/...
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-_BUCKET = re.compile(r"^[a-z0-9][-_.a-z0-9]{1,220}[a-z0-9]$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,7 +265,7 @@ def _check_options(options: JobSetOptions) -> None:
       "gpus_per_node is 0; ask for at least 1.",
     ),
     (
-      options.gcsfuse_bucket is None or _BUCKET.match(options.gcsfuse_bucket),
+      not re.search(r"[/:]", options.gcsfuse_bucket or ""),
       f"gcsfuse_bucket {options.gcsfuse_bucket!r} is not a bucket name (no "
       "gs://, no path).",
     ),
@@ -273,6 +273,8 @@ def _check_options(options: JobSetOptions) -> None:
   for ok, sentence in checks:
     if not ok:
       raise errors.UserError(sentence)
+  if options.gcsfuse_bucket:
+    storage.check_url(f"gs://{options.gcsfuse_bucket}")
 
 
 def validate_manifest(
