@@ -59,6 +59,42 @@ CATEGORIES = (
   OTHER,
 )
 
+# Our badput categories in the taxonomy of Google's ml-goodput-measurement
+# (`BadputType` in its src/goodput_utils.py), which Google Cloud's goodput
+# metrics use, so that ctl-report reads like them. Two of its types are not
+# apart here: TPU_INITIALIZATION (device set-up happens in our start-up, so in
+# TRAINING_PREP) and DATA_LOADING_SYNC (the compiled loop reads its input
+# inside the step, so in goodput).
+BADPUT_TYPES = {
+  STARTUP: "TRAINING_PREP",
+  TRACING: "PROGRAM_STARTUP",
+  CHECKPOINT_SAVE: "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME",
+  CHECKPOINT_UPLOAD: "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME",
+  RESTORE: "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME",
+  LOST: "WASTED_PROGRESS_FROM_DISRUPTION",
+  RESTART_GAP: "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION",
+  EVALUATION: "CUSTOM_BADPUT_EVENTS",
+  EXPORT: "CUSTOM_BADPUT_EVENTS",
+  OTHER: "OTHER",
+}
+
+
+def badput(seconds: dict[str, float]) -> dict[str, float]:
+  """Seconds per `BadputType` name, in that enum's order.
+
+  Args:
+    seconds: Seconds per category, `Accounting.seconds`.
+
+  Returns:
+    The badput of each type that ours map onto; with `seconds[GOODPUT]`
+    they add up to the total.
+  """
+  result = {}
+  for category, badput_type in BADPUT_TYPES.items():
+    result[badput_type] = result.get(badput_type, 0.0) + seconds[category]
+  return result
+
+
 # Phase -> (category, priority): a nested phase (a restore inside start-up,
 # a save inside the restore of a new run, an upload inside a save) outranks
 # the one around it.

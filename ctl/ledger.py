@@ -5,7 +5,7 @@ in `<model_dir>/ledger/`, next to the checkpoints (`<model_dir>/checkpoints`
 by default) and `train_summary.json`:
 
   {"event": "start", "time": ..., "pid": ..., "restart": 1,
-   "previous_exit": -9, "previous_exit_time": ...}
+   "previous_exit": -9, "previous_exit_time": ..., "jobset_restart": 2}
   {"event": "phase", "phase": "startup", "t0": ..., "t1": ..., "step0": 0,
    "step": 40, "ok": true}
   {"event": "phase", "phase": "train_loop", ..., "loops": 12, "busy": 3.1}
@@ -40,6 +40,7 @@ import time
 
 from absl import logging
 
+from ctl import cluster
 from ctl import goodput
 from ctl import launch
 from ctl import progress as progress_lib
@@ -90,7 +91,9 @@ class Ledger:
       storage: the route for gs:// urls (ctl.storage.ROUTES).
       fuse_root: where Cloud Storage FUSE mounts buckets.
       environ: the environment, for what ctl.launch says of the previous
-        start (CTL_RESTART_COUNT, CTL_PREVIOUS_EXIT, CTL_PREVIOUS_EXIT_TIME).
+        start (CTL_RESTART_COUNT, CTL_PREVIOUS_EXIT, CTL_PREVIOUS_EXIT_TIME)
+        and, on Kubernetes, how often JobSet restarted the whole job
+        (CTL_JOBSET_RESTART_ATTEMPT; recorded only when set).
     """
     self._directory = directory
     self._storage = storage
@@ -117,6 +120,9 @@ class Ledger:
         "previous_exit_time": float(previous_time) if previous_time else None,
       }
     ]
+    jobset_restart = environ.get(cluster.JOBSET_RESTART_ATTEMPT_ENV, "")
+    if jobset_restart.strip().isdigit():
+      self._events[0]["jobset_restart"] = int(jobset_restart)
 
   def __call__(self, mark: progress_lib.Mark) -> None:
     """Records a phase's end (the listener interface)."""

@@ -68,8 +68,8 @@ def table(accounting: goodput.Accounting) -> str:
   lines.append(
     f"{'total':<36} {sum(accounting.seconds.values()):>9.2f} {100.0:>6.1f}%"
   )
+  lines += ["", *_badput_table(accounting), ""]
   lines += [
-    "",
     f"{'start':>5} {'at s':>8} {'seconds':>8} {'restored':>8} "
     f"{'last step':>9} {'lost':>5}  outcome",
   ]
@@ -190,6 +190,22 @@ def _draw_legend(axes, accounting: goodput.Accounting) -> None:
     fontsize=9,
     frameon=False,
   )
+
+
+def _badput_table(accounting: goodput.Accounting) -> list[str]:
+  """The badput again, by the BadputType of Google's ml-goodput-measurement."""
+  total = accounting.total_seconds
+  lines = [
+    f"{'ml-goodput-measurement BadputType':<40} {'seconds':>9} {'share':>7}"
+    "  ours"
+  ]
+  for badput_type, seconds in goodput.badput(accounting.seconds).items():
+    share = 100.0 * seconds / total if total else 0.0
+    ours = ", ".join(
+      c for c, t in goodput.BADPUT_TYPES.items() if t == badput_type
+    )
+    lines.append(f"{badput_type:<40} {seconds:>9.2f} {share:>6.1f}%  {ours}")
+  return lines
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -29,7 +29,6 @@ Needs the `vertex` extra (google-cloud-aiplatform).
 import argparse
 from collections.abc import Mapping, Sequence
 import difflib
-import json
 import re
 import sys
 from typing import TYPE_CHECKING, Any
@@ -39,6 +38,8 @@ from google.protobuf import json_format
 import yaml
 
 from ctl import errors
+from ctl import jobspecs
+from ctl import reduction_server
 from ctl import storage
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ def build_job_spec(
   base_output_dir: str | None = None,
   restart_job_on_worker_restart: bool | None = None,
   trainer_args: Sequence[str] = (),
+  reduction_server_count: int = 0,
+  reduction_server_machine_type: str = reduction_server.DEFAULT_MACHINE_TYPE,
 ) -> dict[str, Any]:
   """Builds a camelCase CustomJobSpec with identical machines in two pools.
 
@@ -86,8 +89,9 @@ def build_job_spec(
     The spec as a dict of camelCase fields, ready for YAML or JSON.
 
   Raises:
-    errors.UserError: If `num_workers` is below 1, or `base_output_dir` is
-      not a valid gs:// url.
+    errors.UserError: If `num_workers` is below 1, `base_output_dir` is
+      not a valid gs:// url, or reducers are asked for where they cannot pay
+      (one machine, no accelerators, a collective other than NCCL).
   """
   if num_workers < 1:
     raise errors.UserError(
@@ -102,6 +106,9 @@ def build_job_spec(
     storage.check_url(base_output_dir)
   if accelerator_type and accelerator_count is None:
     accelerator_count = _gpus_in_machine_type(machine_type) or 1
+  if reduction_server_count:
+    _check_reduction_server_pays(num_workers, accelerator_type)
+    trainer_args = reduction_server.with_nccl(trainer_args)
 
   def pool(replica_count: int) -> dict[str, Any]:
     # Fresh dicts per pool: shared ones would be written as YAML aliases.
@@ -122,6 +129,13 @@ def build_job_spec(
   spec: dict[str, Any] = {"workerPoolSpecs": [pool(1)]}
   if num_workers > 1:
     spec["workerPoolSpecs"].append(pool(num_workers - 1))
+  if reduction_server_count:
+    spec["workerPoolSpecs"].append(
+      reduction_server.pool(
+        count=reduction_server_count,
+        machine_type=reduction_server_machine_type,
+      )
+    )
   if base_output_dir:
     spec["baseOutputDirectory"] = {"outputUriPrefix": base_output_dir}
   if restart_job_on_worker_restart is None:
@@ -129,6 +143,22 @@ def build_job_spec(
   if restart_job_on_worker_restart:
     spec["scheduling"] = {"restartJobOnWorkerRestart": True}
   return spec
+
+
+def _check_reduction_server_pays(
+  num_workers: int, accelerator_type: str | None
+) -> None:
+  """Refuses reducers for a job whose all-reduce they cannot speed up."""
+  if num_workers < 2:
+    raise errors.UserError(
+      "Reduction Server reduces between machines, so it needs num_workers of"
+      f" at least 2, not {num_workers}."
+    )
+  if not accelerator_type:
+    raise errors.UserError(
+      "Reduction Server only speeds up NCCL all-reduce between GPU workers;"
+      " set --accelerator_type."
+    )
 
 
 def validate_job_spec(spec: Any) -> "aiplatform_v1.CustomJobSpec":
@@ -159,6 +189,7 @@ def validate_job_spec(spec: Any) -> "aiplatform_v1.CustomJobSpec":
   except json_format.ParseError as e:
     raise errors.UserError(_parse_error_sentence(e)) from None
   _check_worker_pools(message, aiplatform_v1)
+  reduction_server.check(message.worker_pool_specs)
   if message.HasField("base_output_directory"):
     prefix = message.base_output_directory.output_uri_prefix
     if not prefix.startswith("gs://"):
@@ -196,13 +227,6 @@ def load_job_config(path: str) -> "aiplatform_v1.CustomJobSpec":
     return validate_job_spec(spec)
   except errors.UserError as e:
     raise errors.UserError(f"{path}: {e}") from None
-
-
-def format_job_spec(spec: Mapping[str, Any], output_format: str) -> str:
-  """Renders a spec as "yaml" (for `gcloud --config`) or "json" text."""
-  if output_format == "json":
-    return json.dumps(spec, indent=2) + "\n"
-  return yaml.safe_dump(spec, sort_keys=False)
 
 
 def submit(
@@ -266,42 +290,38 @@ def submit(
 
 def main(argv: Sequence[str] | None = None) -> int:
   """Runs `ctl-vertex`; see the module docstring. Returns the exit code."""
-  argv = list(sys.argv[1:] if argv is None else argv)
-  if "--" in argv:
-    split = argv.index("--")
-    argv, trainer_args = argv[:split], argv[split + 1 :]
-  else:
-    trainer_args = []
+  argv, trainer_args = jobspecs.split_trainer_args(
+    sys.argv[1:] if argv is None else argv
+  )
   args = _parser().parse_args(argv)
-  try:
-    spec = build_job_spec(
-      image=args.image,
-      num_workers=args.num_workers,
-      machine_type=args.machine_type,
-      accelerator_type=args.accelerator_type,
-      accelerator_count=args.accelerator_count,
-      base_output_dir=args.base_output_dir,
-      restart_job_on_worker_restart=args.restart_job_on_worker_restart,
-      trainer_args=trainer_args,
-    )
-    if args.submit:
-      if not (args.project and args.region):
-        raise errors.UserError("--submit needs --project and --region.")
-      print(
-        submit(
-          spec,
-          project=args.project,
-          region=args.region,
-          display_name=args.display_name,
-        )
-      )
-    else:
-      validate_job_spec(spec)
-      print(format_job_spec(spec, args.format), end="")
-  except errors.UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return errors.USER_ERROR_EXIT_CODE
-  return 0
+  return jobspecs.run(lambda: _build_and_send(args, trainer_args))
+
+
+def _build_and_send(args: argparse.Namespace, trainer_args: list[str]) -> str:
+  """Builds the spec from the command line; returns it, or the job's name."""
+  spec = build_job_spec(
+    image=args.image,
+    num_workers=args.num_workers,
+    machine_type=args.machine_type,
+    accelerator_type=args.accelerator_type,
+    accelerator_count=args.accelerator_count,
+    base_output_dir=args.base_output_dir,
+    restart_job_on_worker_restart=args.restart_job_on_worker_restart,
+    trainer_args=trainer_args,
+    reduction_server_count=args.reduction_server_count,
+    reduction_server_machine_type=args.reduction_server_machine_type,
+  )
+  if not args.submit:
+    validate_job_spec(spec)
+    return jobspecs.format_spec(spec, args.format)
+  if not (args.project and args.region):
+    raise errors.UserError("--submit needs --project and --region.")
+  return submit(
+    spec,
+    project=args.project,
+    region=args.region,
+    display_name=args.display_name,
+  )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -358,6 +378,18 @@ def _parser() -> argparse.ArgumentParser:
     dest="restart_job_on_worker_restart",
   )
   parser.set_defaults(restart_job_on_worker_restart=None)
+  parser.add_argument(
+    "--reduction_server_count",
+    type=int,
+    default=0,
+    help="Reduction Server reducers (workerPoolSpecs[2]); needs GPU workers "
+    "and adds --collective=nccl to the trainer. Default: none.",
+  )
+  parser.add_argument(
+    "--reduction_server_machine_type",
+    default=reduction_server.DEFAULT_MACHINE_TYPE,
+    help="Machine type of every reducer.",
+  )
   parser.add_argument(
     "--format",
     choices=("yaml", "json"),

@@ -314,3 +314,86 @@ def test_install_tf_config_sets_the_variable():
     "task": {"type": "chief", "index": 0},
   }
   assert cluster.resolve(environ=environ) == info
+
+
+# A JobSet "train" in subdomain "train": 1 chief, 3 workers in one Job.
+JOBSET_HOSTS = {
+  "chief": ["train-chief-0-0.train:2222"],
+  "worker": [f"train-worker-0-{i}.train:2222" for i in range(3)],
+}
+
+
+def _jobset_env(replicated_job, job_index, pod_index, **changes):
+  """The CTL_JOBSET_* env a pod of that JobSet gets from its manifest."""
+  environ = {
+    cluster.JOBSET_NAME_ENV: "train",
+    cluster.JOBSET_REPLICATED_JOB_ENV: replicated_job,
+    cluster.JOBSET_JOB_INDEX_ENV: str(job_index),
+    cluster.JOBSET_POD_INDEX_ENV: str(pod_index),
+    cluster.JOBSET_RESTART_ATTEMPT_ENV: "0",
+    cluster.JOBSET_SUBDOMAIN_ENV: "train",
+    cluster.JOBSET_JOBS_ENV: "chief=1x1,worker=1x3",
+    cluster.JOBSET_PORT_ENV: "2222",
+  }
+  environ.update(changes)
+  return {k: v for k, v in environ.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+  "replicated_job, pod_index, task_type, task_index",
+  [
+    ("chief", 0, "chief", 0),
+    ("worker", 0, "worker", 0),
+    ("worker", 2, "worker", 2),
+  ],
+)
+def test_jobset_env_gives_the_tf_config_of_the_same_cluster(
+  replicated_job, pod_index, task_type, task_index
+):
+  from_jobset = cluster.resolve(
+    environ=_jobset_env(replicated_job, 0, pod_index)
+  )
+  tf_config = json.dumps(
+    {"cluster": JOBSET_HOSTS, "task": {"type": task_type, "index": task_index}}
+  )
+  assert from_jobset == _resolve(tf_config)
+  assert cluster.tf_config_json(from_jobset) == cluster.tf_config_json(
+    _resolve(tf_config)
+  )
+
+
+def test_jobset_workers_in_several_jobs_are_ranked_job_by_job():
+  environ = _jobset_env("worker", 1, 0, CTL_JOBSET_JOBS="chief=1x1,worker=2x2")
+  info = cluster.resolve(environ=environ)
+  assert info.workers == tuple(
+    f"train-worker-{j}-{p}.train:2222" for j in (0, 1) for p in (0, 1)
+  )
+  assert (info.task_type, info.task_index) == ("worker", 2)
+
+
+def test_tf_config_wins_over_the_jobset_env():
+  environ = _jobset_env("chief", 0, 0)
+  environ["TF_CONFIG"] = _vertex_tf_config("worker", 1)
+  assert cluster.resolve(environ=environ) == _resolve(
+    _vertex_tf_config("worker", 1)
+  )
+
+
+@pytest.mark.parametrize(
+  "changes, words",
+  [
+    ({"CTL_JOBSET_SUBDOMAIN": None}, "lacks CTL_JOBSET_SUBDOMAIN"),
+    ({"CTL_JOBSET_POD_INDEX": "x"}, "CTL_JOBSET_POD_INDEX must be a non-neg"),
+    ({"CTL_JOBSET_PORT": "70000"}, "must be a port"),
+    ({"CTL_JOBSET_JOBS": "chief=1,worker=1x3"}, "is not NAME=REPLICASxPODS"),
+    ({"CTL_JOBSET_JOBS": "chief=1x1,gpu=1x3"}, "unknown replicated job 'gpu'"),
+    ({"CTL_JOBSET_JOBS": "chief=1x1,chief=1x1"}, "lists the chief job twice"),
+    ({"CTL_JOBSET_JOBS": "chief=1x1"}, "'worker' is not in CTL_JOBSET_JOBS"),
+    ({"CTL_JOBSET_POD_INDEX": "3"}, "out of range for its 1x3 pods"),
+    ({"CTL_JOBSET_JOBS": "chief=2x1,worker=1x3"}, "at most one chief"),
+  ],
+)
+def test_bad_jobset_env_is_one_sentence(changes, words):
+  with pytest.raises(UserError) as e:
+    cluster.resolve(environ=_jobset_env("worker", 0, 0, **changes))
+  assert words in str(e.value) and str(e.value).endswith(".")

@@ -303,10 +303,80 @@ BAD_INPUT = [
   ("report", ["{model_dir}/no/such/run"], "no run ledger in", True),
   ("report", [], "the following arguments are required: model_dir", True),
   ("report", ["{model_dir}", "--colour"], "unrecognized arguments", True),
+  (
+    "vertex",
+    ["--image=i", "--num_workers=2", "--reduction_server_count=2"],
+    "between GPU workers; set --accelerator_type",
+    True,
+  ),
+  (
+    "vertex",
+    [
+      "--image=i",
+      "--num_workers=2",
+      "--accelerator_type=NVIDIA_TESLA_V100",
+      "--reduction_server_count=1",
+      "--",
+      "--collective=ring",
+    ],
+    "runs with --collective=ring",
+    True,
+  ),
+  ("k8s", ["--image=i"], "the following arguments are required: --name", True),
+  ("k8s", ["--name=t", "--image="], "image is missing", True),
+  (
+    "k8s",
+    ["--name=t", "--image=i", "--num_workers=0"],
+    "counts the chief",
+    True,
+  ),
+  ("k8s", ["--name=T", "--image=i"], "must be lowercase letters", True),
+  (
+    "k8s",
+    ["--name=t", "--image=i", "--gpus_per_node=1", "--accelerator=gpu"],
+    "'gpu' is not a GKE accelerator",
+    True,
+  ),
+  ("k8s", ["--name=t", "--image=i", "--grace_secs=5"], "too short", True),
+  (
+    "k8s",
+    ["--name=t", "--image=i", "--gcsfuse_bucket=gs://b/x"],
+    "is not a bucket name",
+    True,
+  ),
+  (
+    "k8s",
+    ["--name=t", "--image=i", "--kubernetes_version=1.10"],
+    "Kubernetes 1.10 is not a version",
+    True,
+  ),
+  # "jobset": the trainer in a JobSet pod; the args are its environment.
+  (
+    "jobset",
+    ["CTL_JOBSET_NAME=t", "CTL_JOBSET_REPLICATED_JOB=worker"],
+    "The JobSet environment lacks CTL_JOBSET_JOB_INDEX",
+    True,
+  ),
+  (
+    "jobset",
+    [
+      "CTL_JOBSET_NAME=t",
+      "CTL_JOBSET_REPLICATED_JOB=worker",
+      "CTL_JOBSET_JOB_INDEX=0",
+      "CTL_JOBSET_POD_INDEX=5",
+      "CTL_JOBSET_SUBDOMAIN=t",
+      "CTL_JOBSET_JOBS=chief=1x1,worker=1x2",
+      "CTL_JOBSET_PORT=2222",
+    ],
+    "out of range for its 1x2 pods",
+    True,
+  ),
 ]
 
 
 def _command(tool, args, model_dir):
+  if tool == "jobset":
+    return _command("trainer", [], model_dir)
   if tool == "trainer":
     return [
       sys.executable,
@@ -321,6 +391,7 @@ def _command(tool, args, model_dir):
     "launch": "ctl.launch",
     "vertex": "ctl.vertex",
     "report": "ctl.report",
+    "k8s": "ctl.k8s",
   }[tool]
   return [sys.executable, "-m", module, *args]
 
@@ -340,10 +411,13 @@ def test_bad_input(
     for arg in args
   ]
   before = checksum(model_dir)
+  env = trainer_env()
+  if tool == "jobset":
+    env.update(arg.split("=", 1) for arg in args)
   result = subprocess.run(
     _command(tool, args, model_dir),
     cwd=REPO,
-    env=trainer_env(),
+    env=env,
     capture_output=True,
     text=True,
     timeout=300,
@@ -359,7 +433,7 @@ def test_bad_input(
   assert words in errors[0] and errors[0].endswith("."), errors[0]
   if before_tf:
     assert lines == errors, result.stderr[-3000:]
-    if tool == "trainer":
+    if tool in ("trainer", "jobset"):
       assert "TF_IMPORTED False" in result.stdout, result.stdout[-3000:]
 
 

@@ -61,3 +61,15 @@ def test_a_start_up_that_ends_in_a_user_error_writes_nothing(tmp_path):
   record(_mark("run", 0, at=2.0, seconds=1.0, error="UserError"))
   assert not os.path.exists(directory)
   assert ledger.read(directory) == []
+
+
+def test_the_jobset_restart_attempt_is_recorded_with_the_start(tmp_path):
+  directory = str(tmp_path / "ledger")
+  for environ in ({}, {"CTL_JOBSET_RESTART_ATTEMPT": "2"}):
+    record = ledger.Ledger(directory=directory, environ=environ)
+    record(_mark("run", 0, at=1.0))
+    record(_mark("startup", 0, at=2.0, seconds=1.0))
+    record(_mark("run", 0, at=3.0, seconds=2.0))
+  first, second = ledger.read(directory)
+  assert "jobset_restart" not in first[0]
+  assert second[0]["jobset_restart"] == 2

@@ -100,3 +100,46 @@ def test_a_directory_without_a_ledger_is_one_sentence_and_exit_2(
   assert exit_info.value.code == USER_ERROR_EXIT_CODE
   [line] = capsys.readouterr().err.strip().splitlines()
   assert line.startswith("error: no run ledger in ")
+
+
+def test_the_badput_of_a_known_ledger_by_googles_badput_types(
+  model_dir, capsys
+):
+  accounting = goodput.account(ledger.read(ledger.ledger_dir(model_dir)))
+  seconds = accounting.seconds
+  by_type = goodput.badput(seconds)
+
+  assert list(by_type) == [
+    "TRAINING_PREP",
+    "PROGRAM_STARTUP",
+    "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME",
+    "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME",
+    "WASTED_PROGRESS_FROM_DISRUPTION",
+    "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION",
+    "CUSTOM_BADPUT_EVENTS",
+    "OTHER",
+  ]
+  # The first start was killed after 10 steps past its checkpoint: that
+  # work was redone, and no process ran until the second start.
+  assert by_type["WASTED_PROGRESS_FROM_DISRUPTION"] == seconds[goodput.LOST] > 0
+  assert (
+    by_type["INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"]
+    == seconds[goodput.RESTART_GAP]
+  )
+  assert by_type["TRAINING_PREP"] == seconds[goodput.STARTUP] > 0
+  assert by_type["UNPRODUCTIVE_CHECKPOINT_SAVE_TIME"] == pytest.approx(
+    seconds[goodput.CHECKPOINT_SAVE] + seconds[goodput.CHECKPOINT_UPLOAD]
+  )
+  assert sum(by_type.values()) + seconds[goodput.GOODPUT] == pytest.approx(
+    accounting.total_seconds
+  )
+
+  report.main([model_dir, "--png="])
+  out = capsys.readouterr().out
+  [row] = [
+    line
+    for line in out.splitlines()
+    if line.startswith("WASTED_PROGRESS_FROM_DISRUPTION ")
+  ]
+  assert row.split()[1] == f"{seconds[goodput.LOST]:.2f}"
+  assert row.endswith(goodput.LOST)

@@ -1,0 +1,281 @@
+"""ctl.k8s: the JobSet manifest ctl-k8s writes, checked offline, and its pods.
+
+The pods' environment is made the way Kubernetes makes it: each `fieldRef` of
+the manifest is read from the labels and annotations JobSet and the Job
+controller put on that pod, so the trainer sees what it would see on GKE.
+"""
+
+import copy
+import hashlib
+import json
+import os
+import re
+
+import pytest
+import yaml
+
+from ctl import cluster
+from ctl import errors
+from ctl import k8s
+from tests.conftest import REPO
+from tests.conftest import run_trainer
+from tests.conftest import trainer_env
+
+_IMAGE = "us-docker.pkg.dev/project/ctl/trainer:latest"
+_EXAMPLE = os.path.join(REPO, "configs", "k8s", "cassava_a100x4.yaml")
+# The options configs/k8s/cassava_a100x4.yaml was written with.
+_EXAMPLE_OPTIONS = k8s.JobSetOptions(
+  name="cassava",
+  image="us-docker.pkg.dev/PROJECT/ctl/trainer:latest",
+  num_workers=4,
+  gpus_per_node=1,
+  accelerator="nvidia-tesla-a100",
+  gcsfuse_bucket="my-bucket",
+  service_account="ctl-trainer",
+  trainer_args=(
+    "--flagfile=configs/cassava_resnet50.cfg",
+    "--strategy=multi_worker",
+    "--model_dir=/gcs/my-bucket/cassava",
+  ),
+)
+
+
+def _pod_env(manifest, replicated_job, job_index, pod_index, attempt=0):
+  """The container env of one pod, with the downward API resolved."""
+  [rjob] = [
+    r for r in manifest["spec"]["replicatedJobs"] if r["name"] == replicated_job
+  ]
+  fields = {
+    "metadata.labels['jobset.sigs.k8s.io/jobset-name']": manifest["metadata"][
+      "name"
+    ],
+    "metadata.labels['jobset.sigs.k8s.io/replicatedjob-name']": replicated_job,
+    "metadata.labels['jobset.sigs.k8s.io/job-index']": str(job_index),
+    "metadata.labels['jobset.sigs.k8s.io/restart-attempt']": str(attempt),
+    "metadata.annotations['batch.kubernetes.io/job-completion-index']": str(
+      pod_index
+    ),
+  }
+  [container] = rjob["template"]["spec"]["template"]["spec"]["containers"]
+  return {
+    var["name"]: var["value"]
+    if "value" in var
+    else fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
+    for var in container["env"]
+  }
+
+
+def _manifest(**changes):
+  return k8s.build_manifest(
+    k8s.JobSetOptions(**{"name": "train", "image": _IMAGE, **changes})
+  )
+
+
+@pytest.mark.parametrize(
+  "changes",
+  [
+    {},
+    {"num_workers": 4, "gpus_per_node": 8, "accelerator": "nvidia-h100-80gb"},
+    {"num_workers": 2, "gcsfuse_bucket": "my-bucket", "namespace": "ml"},
+    {"num_workers": 3, "service_account": "sa", "port": 12345},
+  ],
+)
+def test_the_manifest_validates_and_reads_back(changes):
+  manifest = _manifest(**changes)
+  k8s.validate_manifest(manifest)
+  assert yaml.safe_load(yaml.safe_dump(manifest)) == manifest
+
+
+def test_chief_and_workers_are_two_replicated_jobs_that_fail_fast():
+  manifest = _manifest(num_workers=4, gpus_per_node=1, accelerator="nvidia-l4")
+  spec = manifest["spec"]
+  chief, workers = spec["replicatedJobs"]
+  assert (chief["name"], workers["name"]) == ("chief", "worker")
+  assert workers["template"]["spec"]["parallelism"] == 3
+  assert spec["network"] == {"enableDNSHostnames": True, "subdomain": "train"}
+  assert spec["successPolicy"]["targetReplicatedJobs"] == ["chief"]
+  pod = workers["template"]["spec"]["template"]["spec"]
+  assert pod["restartPolicy"] == "Never"
+  assert pod["terminationGracePeriodSeconds"] == k8s.DEFAULT_GRACE_SECS
+  assert pod["nodeSelector"] == {
+    "cloud.google.com/gke-accelerator": "nvidia-l4"
+  }
+  [container] = pod["containers"]
+  assert container["command"] == list(k8s.TRAINER_COMMAND)
+  assert container["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+
+
+def test_every_pod_builds_the_tf_config_of_the_same_cluster():
+  manifest = _manifest(num_workers=3)
+  hosts = {
+    "chief": ["train-chief-0-0.train:2222"],
+    "worker": ["train-worker-0-0.train:2222", "train-worker-0-1.train:2222"],
+  }
+  pods = [("chief", 0, "chief", 0), ("worker", 0, "worker", 0)]
+  pods.append(("worker", 1, "worker", 1))
+  for replicated_job, pod_index, task_type, task_index in pods:
+    environ = _pod_env(manifest, replicated_job, 0, pod_index)
+    tf_config = json.dumps(
+      {"cluster": hosts, "task": {"type": task_type, "index": task_index}}
+    )
+    assert cluster.tf_config_json(
+      cluster.resolve(environ=environ)
+    ) == cluster.tf_config_json(
+      cluster.resolve(environ={"TF_CONFIG": tf_config})
+    )
+
+
+def test_the_trainer_in_a_pod_sees_the_cluster(tmp_path):
+  manifest = _manifest(num_workers=2)
+  args = ["--dataset=synthetic", "--train_steps=5", "--dry_run"]
+  from_jobset = run_trainer(
+    *args,
+    f"--model_dir={tmp_path}",
+    env=trainer_env(**_pod_env(manifest, "worker", 0, 0, attempt=1)),
+  )
+  from_tf_config = run_trainer(
+    *args,
+    f"--model_dir={tmp_path}",
+    env=trainer_env(
+      TF_CONFIG=json.dumps(
+        {
+          "cluster": {
+            "chief": ["train-chief-0-0.train:2222"],
+            "worker": ["train-worker-0-0.train:2222"],
+          },
+          "task": {"type": "worker", "index": 0},
+        }
+      )
+    ),
+  )
+  described = json.loads(from_jobset.stdout)["cluster"]
+  assert described == json.loads(from_tf_config.stdout)["cluster"]
+  assert described["task_type"] == "worker"
+
+
+def _pod(manifest, index=1):
+  return manifest["spec"]["replicatedJobs"][index]["template"]["spec"][
+    "template"
+  ]["spec"]
+
+
+def _set(path, value):
+  """An edit that sets manifest[path...] (ints index lists); None deletes."""
+
+  def edit(manifest):
+    *parents, last = path
+    node = manifest
+    for key in parents:
+      node = node[key]
+    if value is None:
+      del node[last]
+    else:
+      node[last] = value
+
+  return edit
+
+
+_RJOB1 = ["spec", "replicatedJobs", 1]
+_POD1 = [*_RJOB1, "template", "spec", "template", "spec"]
+_CONTAINER1 = [*_POD1, "containers", 0]
+
+
+@pytest.mark.parametrize(
+  "edit, words",
+  [
+    (_set(["spec", "successPolicy", "operator"], "Some"), "not one of ['All'"),
+    (
+      _set(["spec", "failurePolicy", "restartStrategy"], "Now"),
+      "'Now' is not one of ['Recreate'",
+    ),
+    (_set([*_CONTAINER1, "image"], None), "containers[0].image is missing"),
+    (_set([*_CONTAINER1, "image"], " "), "containers[0].image is missing"),
+    (_set([*_RJOB1, "template", "spec", "parallelism"], 0), "has 0 pods"),
+    (_set([*_RJOB1, "replicas"], 0), "has 0 pods"),
+    (_set(["spec", "replicatedJobs", 0, "replicas"], 2), "must have 1 pod"),
+    (_set(["spec", "replicatedJobs"], []), "has no 'chief' job"),
+    (_set([*_RJOB1, "replica"], 2), "('replica' was unexpected)"),
+    (_set([*_CONTAINER1, "imag"], "x"), "('imag' was unexpected)"),
+    (_set(["metadata", "nam"], "x"), "('nam' was unexpected)"),
+    (_set([*_RJOB1, "replicas"], "two"), "'two' is not of type 'integer'"),
+    (_set([*_POD1, "restartPolicy"], "OnFailure"), "restartPolicy must be"),
+    (_set([*_CONTAINER1, "imagePullPolicy"], "Sometimes"), "is not one of"),
+    (
+      _set([*_RJOB1, "template", "spec", "completionMode"], "NonIndexed"),
+      "completionMode must be 'Indexed'",
+    ),
+    (
+      _set([*_CONTAINER1, "resources", "limits", "nvidia.com/gpu"], "lots"),
+      "'lots' does not match",
+    ),
+    (_set(["kind"], "Job"), "kind must be 'JobSet'"),
+    (_set(["metadata", "name"], "Train"), "must be lowercase letters"),
+  ],
+)
+def test_a_broken_manifest_is_refused_in_one_sentence(edit, words):
+  manifest = copy.deepcopy(_manifest(num_workers=3, gpus_per_node=1))
+  edit(manifest)
+  with pytest.raises(errors.UserError) as e:
+    k8s.validate_manifest(manifest)
+  message = str(e.value)
+  assert words in message, message
+  assert message.endswith(".") and "\n" not in message
+
+
+@pytest.mark.parametrize(
+  "changes, words",
+  [
+    ({"num_workers": 0}, "at least 1, not 0"),
+    ({"image": ""}, "image is missing"),
+    ({"accelerator": "nvidia-tesla-k9000"}, "is not a GKE accelerator"),
+    ({"accelerator": "nvidia-l4"}, "gpus_per_node is 0"),
+    ({"grace_secs": 5}, "too short for the agreed save"),
+    ({"gcsfuse_bucket": "gs://b/x"}, "is not a bucket name"),
+    ({"name": "x" * 60}, "63 characters or fewer"),
+    ({"port": 0}, "port must be a port"),
+    ({"max_restarts": -1}, "max_restarts must be 0 or more"),
+  ],
+)
+def test_bad_options_are_refused(changes, words):
+  with pytest.raises(errors.UserError, match=re.escape(words)):
+    _manifest(**changes)
+
+
+def test_an_unknown_kubernetes_version_is_refused():
+  with pytest.raises(errors.UserError, match="is not a version"):
+    k8s.validate_manifest(_manifest(), kubernetes_version="9.99")
+
+
+def test_the_example_is_what_ctl_k8s_writes():
+  with open(_EXAMPLE) as f:
+    example = yaml.safe_load(f)
+  assert example == k8s.build_manifest(_EXAMPLE_OPTIONS)
+  k8s.validate_manifest(example)
+
+
+def test_the_cli_writes_the_example(capsys):
+  options = _EXAMPLE_OPTIONS
+  exit_code = k8s.main(
+    [
+      f"--name={options.name}",
+      f"--image={options.image}",
+      f"--num_workers={options.num_workers}",
+      f"--gpus_per_node={options.gpus_per_node}",
+      f"--accelerator={options.accelerator}",
+      f"--gcsfuse_bucket={options.gcsfuse_bucket}",
+      f"--service_account={options.service_account}",
+      "--",
+      *options.trainer_args,
+    ]
+  )
+  assert exit_code == 0
+  assert yaml.safe_load(capsys.readouterr().out) == k8s.build_manifest(options)
+
+
+def test_the_vendored_schema_is_the_pinned_release():
+  with open(os.path.join(REPO, "ctl", "schemas", "README.md")) as f:
+    readme = f.read()
+  with open(k8s.SCHEMA_FILE, "rb") as f:
+    digest = hashlib.sha256(f.read()).hexdigest()
+  assert f"sha256: `{digest}`" in readme
+  assert "v0.12.0" in readme
