@@ -22,6 +22,7 @@ from ctl import faults as faults_lib
 from ctl import hypertune
 from ctl import input as input_lib
 from ctl import peers
+from ctl import progress
 from ctl import storage
 from ctl import strategies
 from ctl import watchdog as watchdog_lib
@@ -50,6 +51,7 @@ class Job:
   is_evaluator: bool = False
   watchdog: watchdog_lib.Watchdog | None = None  # Started; stopped by run.
   faults: tuple[faults_lib.Fault, ...] = ()
+  progress_listeners: tuple[progress.Listener, ...] = ()
 
   def run(self) -> dict:
     if self.is_evaluator:
@@ -64,6 +66,7 @@ class Job:
         eval_callbacks=self.eval_callbacks,
         faults=self.faults,
         watchdog=self.watchdog,
+        progress_listeners=self.progress_listeners,
       )
     finally:
       if self.watchdog:
@@ -158,6 +161,9 @@ def build_job(config: Any, environ=os.environ) -> Job:
     is_evaluator=cluster.is_evaluator,
     watchdog=watchdog,
     faults=faults,
+    progress_listeners=progress.events_from_environ(
+      environ, worker=rank, attempt=restarts
+    ),
   )
 
 
