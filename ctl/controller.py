@@ -12,7 +12,6 @@ same call after any interruption continues and ends at the same place.
 
 from collections.abc import Callable, Sequence
 import dataclasses
-import json
 import os
 import time
 
@@ -21,15 +20,16 @@ import numpy as np
 import tensorflow as tf
 
 from ctl import checkpointing
-from ctl import export
 from ctl import faults as faults_lib
-from ctl import goodput
+from ctl import finishing
 from ctl import ledger as ledger_lib
 from ctl import loop as loop_lib
+from ctl import metrics_window
 from ctl import outputs as outputs_lib
 from ctl import preemption
 from ctl import profiler
 from ctl import progress as progress_lib
+from ctl import save_policy
 from ctl import state as state_lib
 from ctl import stragglers as stragglers_lib
 from ctl import summaries
@@ -186,13 +186,23 @@ class _Run:
     self._divergence = DivergenceGuard(
       max_recoveries=options.max_nan_recoveries
     )
-    self._last_save_step = None
-    self._last_save_time = time.time()
-    self._every_secs, self._every_why = None, None
+    self._saves = save_policy.SavePolicy(
+      every_steps=options.checkpoint_every_steps,
+      every_secs=options.checkpoint_every_secs,
+      expected_mtbf_secs=options.expected_mtbf_secs,
+      train_steps=options.train_steps,
+      is_chief=options.is_chief,
+      accounting=lambda: self._ledger and self._ledger.accounting(),
+    )
     self._eval_metrics = {}
-    self._train_metrics = {}
-    self._window = _Window()
-    self._throughput = []
+    self._window = metrics_window.MetricsWindow(
+      train_steps=options.train_steps,
+      global_batch_size=task.global_batch_size,
+      writer=self._writer,
+      learning_rate=lambda: float(
+        tf.convert_to_tensor(self._optimizer.learning_rate)
+      ),
+    )
     self._stragglers = stragglers_lib.Detector()
     self._straggler = None
 
@@ -225,7 +235,7 @@ class _Run:
         self._save()
       return False
     self._restores.assign_add(1)
-    self._last_save_step = self._step
+    self._saves.restored(self._step)
     logging.info("Restored step %d from %s.", self._step, path)
     return True
 
@@ -238,26 +248,7 @@ class _Run:
   def _save(self) -> None:
     with self._progress.phase(progress_lib.CHECKPOINT_SAVE):
       self._checkpointer.save(self._step)
-    self._last_save_step = self._step
-    self._last_save_time = time.time()
-    self._choose_interval()
-
-  def _choose_interval(self) -> None:
-    """Sets the time-based checkpoint interval (None: none)."""
-    every = self._options.checkpoint_every_secs
-    if every != "auto":
-      self._every_secs = float(every) or None
-      return
-    seconds, why = goodput.checkpoint_interval(
-      self._ledger and self._ledger.accounting(),
-      expected_mtbf_secs=self._options.expected_mtbf_secs,
-    )
-    previous = self._every_secs
-    if previous is None or abs(seconds - previous) > 0.1 * previous:
-      logging.info(
-        "checkpoint_every_secs=auto: every %.0f s: %s.", seconds, why
-      )
-    self._every_secs, self._every_why = seconds, why
+    self._saves.saved(self._step)
 
   def run(self) -> dict:
     with self._progress.phase(progress_lib.RUN):
@@ -281,7 +272,7 @@ class _Run:
         self._close()
         return {"final_step": 0}
       self._writer.write_hparams(options.hparams)
-    self._choose_interval()
+    self._saves.start()
     start_step = self._step
     if start_step >= options.train_steps:
       logging.info(
@@ -314,7 +305,7 @@ class _Run:
             iterator,
             num_steps,
             stop_requested=stop.requested,
-            save_requested=self._save_due(),
+            save_requested=self._saves.due_by_time(),
             host_seconds=time.perf_counter() - returned,
           )
           returned = time.perf_counter()
@@ -331,14 +322,6 @@ class _Run:
           self._close()
           raise Preempted(self._step, stop.signal)
     return self._finish(trained=self._step > start_step)
-
-  def _save_due(self) -> bool:
-    every = self._every_secs
-    return bool(
-      self._options.is_chief
-      and every is not None
-      and time.time() - self._last_save_time >= every
-    )
 
   def _roll_back(self, losses: np.ndarray) -> None:
     """Returns to the last checkpoint after a non-finite loss."""
@@ -358,20 +341,15 @@ class _Run:
     if options.is_chief:
       self._check_stragglers(output.host_seconds, step)
     if step % options.log_every_steps == 0 or step == options.train_steps:
-      self._log(step)
+      self._window.log(step, self._straggler_scalars())
+      self._publish(self._outputs.tensorboard)
     if (
       options.eval_every_steps
       and step % options.eval_every_steps == 0
       and step < options.train_steps
     ):
       self._evaluate(step)
-    if (
-      (
-        options.checkpoint_every_steps
-        and step % options.checkpoint_every_steps == 0
-      )
-      or output.save_requested
-    ) and step < options.train_steps:
+    if self._saves.due_after_loop(step, requested=output.save_requested):
       self._save()
 
   def _check_stragglers(self, host_seconds: np.ndarray, step: int) -> None:
@@ -398,48 +376,13 @@ class _Run:
         step,
       )
 
-  def _log(self, step: int) -> None:
-    window = self._window
-    steps_per_second = window.steps / max(window.seconds, 1e-9)
-    examples_per_second = steps_per_second * self._task.global_batch_size
-    self._throughput.append(examples_per_second)
-    remaining = (self._options.train_steps - step) / max(steps_per_second, 1e-9)
-    self._train_metrics = {"loss": window.mean_loss}
-    accuracy = ""
-    if window.accuracy is not None:
-      self._train_metrics["accuracy"] = window.accuracy
-      accuracy = f"  accuracy {window.accuracy:.4f}"
-    logging.info(
-      "step %d/%d  loss %.4f%s  %.1f examples/s  ETA %s",
-      step,
-      self._options.train_steps,
-      window.mean_loss,
-      accuracy,
-      examples_per_second,
-      time.strftime("%H:%M:%S", time.gmtime(remaining)),
-    )
-    self._writer.write(
-      step,
-      {
-        **self._train_metrics,
-        "learning_rate": float(
-          tf.convert_to_tensor(self._optimizer.learning_rate)
-        ),
-        "examples_per_second": examples_per_second,
-        "steps_per_second": steps_per_second,
-        **(
-          {
-            "straggler/ratio": self._straggler.ratio,
-            "straggler/worker": self._straggler.worker,
-          }
-          if self._straggler
-          else {}
-        ),
-      },
-      run=summaries.TRAIN,
-    )
-    self._publish(self._outputs.tensorboard)
-    self._window = _Window()
+  def _straggler_scalars(self) -> dict:
+    if not self._straggler:
+      return {}
+    return {
+      "straggler/ratio": self._straggler.ratio,
+      "straggler/worker": self._straggler.worker,
+    }
 
   def _evaluate(self, step: int) -> None:
     if self._eval_data is None:
@@ -468,28 +411,22 @@ class _Run:
     options = self._options
     step = self._step
     self._evaluate(step)
-    if self._last_save_step != step:
+    if self._saves.last_step != step:
       self._save()
-    export_location = self._outputs.export
-    if trained or not _exists(export_location):
-      with self._progress.phase(progress_lib.EXPORT):
-        export.export_saved_model(
-          model=self._model,
-          image_shape=self._task.image_shape,
-          export_dir=export_location and export_location.local_path,
-        )
-        self._publish(export_location)
+    finishing.export(
+      model=self._model,
+      image_shape=self._task.image_shape,
+      location=self._outputs.export,
+      trained=trained,
+      progress=self._progress,
+    )
     summary = {
       "final_step": step,
-      "train_loss": self._train_metrics.get("loss"),
-      "train_accuracy": self._train_metrics.get("accuracy"),
+      "train_loss": self._window.metrics.get("loss"),
+      "train_accuracy": self._window.metrics.get("accuracy"),
       "eval_loss": self._eval_metrics.get("loss"),
       "eval_accuracy": self._eval_metrics.get("accuracy"),
-      "examples_per_second": (
-        float(np.median(self._throughput[1:] or self._throughput))
-        if self._throughput
-        else None
-      ),
+      "examples_per_second": self._window.median_throughput(),
       "wall_seconds": round(time.time() - self._process_start, 3),
       "restores": int(self._restores.numpy()),
       "restarts": options.restarts,
@@ -498,11 +435,7 @@ class _Run:
         self._model, self._optimizer
       ),
     }
-    if self._every_why:
-      summary["checkpoint_every_secs"] = {
-        "seconds": self._every_secs,
-        "why": self._every_why,
-      }
+    summary.update(self._saves.summary())
     if self._ledger:
       accounting = self._ledger.accounting()
       summary["goodput"] = accounting.summary()
@@ -515,13 +448,7 @@ class _Run:
         len(accounting.attempts),
         options.dirs.model_dir,
       )
-    if self._outputs.model:
-      model_dir = self._outputs.model.local_path
-      tf.io.gfile.makedirs(model_dir)
-      with tf.io.gfile.GFile(
-        os.path.join(model_dir, "train_summary.json"), "w"
-      ) as f:
-        json.dump(summary, f, indent=2)
+    finishing.write_summary(self._outputs.model, summary)
     self._close()
     accuracy = summary["eval_accuracy"]
     logging.info(
@@ -574,41 +501,3 @@ class DivergenceGuard:
       self.recoveries,
       self._max_recoveries,
     )
-
-
-def _exists(location) -> bool:
-  """Whether a (chief's) export location already holds a SavedModel."""
-  return bool(location) and tf.io.gfile.exists(
-    os.path.join(location.local_path, "saved_model.pb")
-  )
-
-
-class _Window:
-  """Running totals between two log lines."""
-
-  def __init__(self):
-    self.steps = 0
-    self.seconds = 0.0
-    self.loss_sum = 0.0
-    self.correct_fraction_sum = None  # None: the loop counts no accuracy.
-
-  def add(
-    self, output: loop_lib.LoopOutput, num_steps: int, seconds: float
-  ) -> None:
-    self.steps += num_steps
-    self.seconds += seconds
-    self.loss_sum += float(np.sum(output.step_losses))
-    if output.accuracy is not None:
-      self.correct_fraction_sum = (self.correct_fraction_sum or 0.0) + (
-        output.accuracy * num_steps
-      )
-
-  @property
-  def mean_loss(self) -> float:
-    return self.loss_sum / max(self.steps, 1)
-
-  @property
-  def accuracy(self) -> float | None:
-    if self.correct_fraction_sum is None:
-      return None
-    return self.correct_fraction_sum / max(self.steps, 1)
