@@ -26,6 +26,7 @@ class MetricsWindow:
     global_batch_size: int,
     writer: summaries.ScalarWriter,
     learning_rate: Callable[[], float],
+    publish: Callable[[], None] = lambda: None,
   ):
     """Initializes an empty window.
 
@@ -34,11 +35,13 @@ class MetricsWindow:
       global_batch_size: examples per step.
       writer: where the train scalars go.
       learning_rate: the optimizer's learning rate now.
+      publish: makes what the writer wrote visible (a mirrored directory).
     """
     self._train_steps = train_steps
     self._global_batch_size = global_batch_size
     self._writer = writer
     self._learning_rate = learning_rate
+    self._publish = publish
     self.metrics = {}  # The last window's: loss, and accuracy if counted.
     self.throughput = []  # Examples per second of each window.
     self._reset()
@@ -62,7 +65,9 @@ class MetricsWindow:
       )
 
   def log(self, step: int, extra: dict | None = None) -> None:
-    """Logs the window at `step`, writes its scalars (and `extra`), resets."""
+    """Logs the window at `step`, writes its scalars (and `extra`), resets.
+
+    The scalars are published at once (TensorBoard reads a mirror)."""
     steps = max(self._steps, 1)
     steps_per_second = self._steps / max(self._seconds, 1e-9)
     examples_per_second = steps_per_second * self._global_batch_size
@@ -93,6 +98,7 @@ class MetricsWindow:
       },
       run=summaries.TRAIN,
     )
+    self._publish()
     self._reset()
 
   def median_throughput(self) -> float | None:
