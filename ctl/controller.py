@@ -280,34 +280,14 @@ def _assemble(
     fuse_root=options.fuse_root,
   )
   state = state_lib.build_state(task=task, strategy=strategy, seed=options.seed)
-  checkpoints = outputs.checkpoints
-  checkpoints.fetch()
   writer = summaries.ScalarWriter(
     logdir=outputs.tensorboard and outputs.tensorboard.local_path
   )
   return _Parts(
     outputs=outputs,
     state=state,
-    checkpoints=run_checkpoints.RunCheckpoints(
-      checkpointer=checkpointing.Checkpointer(
-        checkpoint=state.checkpoint(),
-        directory=checkpoints.local_path,
-        is_chief=options.is_chief,
-        keep=options.keep_checkpoints,
-        async_save=options.async_checkpoint,
-        on_saved=lambda: run_checkpoints.upload(checkpoints, progress),
-      ),
-      policy=save_policy.SavePolicy(
-        every_steps=options.checkpoint_every_steps,
-        every_secs=options.checkpoint_every_secs,
-        expected_mtbf_secs=options.expected_mtbf_secs,
-        train_steps=options.train_steps,
-        is_chief=options.is_chief,
-        accounting=lambda: ledger and ledger.accounting(),
-      ),
-      progress=progress,
-      global_step=state.global_step,
-      restores=state.restores,
+    checkpoints=_checkpoints(
+      options, outputs.checkpoints, state, progress, ledger
     ),
     loop=_train_loop(task, options, strategy, state, faults),
     writer=writer,
@@ -341,6 +321,35 @@ def _assemble(
     ),
     stragglers=stragglers_lib.Watch() if options.is_chief else None,
     divergence=DivergenceGuard(max_recoveries=options.max_nan_recoveries),
+  )
+
+
+def _checkpoints(
+  options, location, state, progress, ledger
+) -> run_checkpoints.RunCheckpoints:
+  """The checkpoint duty: into `location` (fetched first), when the policy
+  says."""
+  location.fetch()
+  return run_checkpoints.RunCheckpoints(
+    checkpointer=checkpointing.Checkpointer(
+      checkpoint=state.checkpoint(),
+      directory=location.local_path,
+      is_chief=options.is_chief,
+      keep=options.keep_checkpoints,
+      async_save=options.async_checkpoint,
+      on_saved=lambda: run_checkpoints.upload(location, progress),
+    ),
+    policy=save_policy.SavePolicy(
+      every_steps=options.checkpoint_every_steps,
+      every_secs=options.checkpoint_every_secs,
+      expected_mtbf_secs=options.expected_mtbf_secs,
+      train_steps=options.train_steps,
+      is_chief=options.is_chief,
+      accounting=lambda: ledger and ledger.accounting(),
+    ),
+    progress=progress,
+    global_step=state.global_step,
+    restores=state.restores,
   )
 
 
