@@ -16,7 +16,6 @@ with the watchdog on and off in interleaved rounds. The app is
 
 import dataclasses
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -26,11 +25,10 @@ from benchmarks import report as report_lib
 from benchmarks import stats
 from ctl import progress
 from ctl import watchdog
+from ctl.testing import events as events_lib
 from ctl.testing.run_files import read_summary
 from trainer.testing import trainer_command
 from trainer.testing import trainer_env
-
-_STEP = re.compile(r"step (\d+)/")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +77,8 @@ def detection(config: Config, place: str, model_dir: str) -> dict:
     ),
   ]
   fault = f"stall@{config.stall_step}:{place}:attempt=0"
-  env = trainer_env(CTL_FAULTS=fault)
+  events = f"{model_dir}.events.jsonl"
+  env = trainer_env(CTL_FAULTS=fault, **{progress.EVENTS_ENV: events})
   times = {}
   process = subprocess.Popen(
     command,
@@ -95,13 +94,16 @@ def detection(config: Config, place: str, model_dir: str) -> dict:
       times.setdefault("fault", now)
     elif "stall: worker" in line:
       times.setdefault("line", now)
-    elif "restart 1/1" in line:
-      times.setdefault("restart", now)
-    elif "restart" in times and _STEP.search(line):
-      times.setdefault("step", now)
     if now > deadline:
       process.kill()
-  if process.wait() or len(times) != 4:
+  # The restarted attempt's first step ends (`time.monotonic` is one clock
+  # for all processes of this machine).
+  times.update(
+    ("step", e["monotonic"])
+    for e in events_lib.read_events(events)
+    if e["attempt"] == 1 and e["phase"] == progress.FIRST_LOOP and e["seconds"]
+  )
+  if process.wait() or len(times) != 3:
     raise RuntimeError(
       f"{fault}: exited {process.returncode}, saw {sorted(times)}"
     )

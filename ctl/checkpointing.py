@@ -133,39 +133,10 @@ class Checkpointer:
     """
     self.sync()
     state_file = os.path.join(self._directory, STATE_FILE)
-    damaged = False
-    try:
-      state = _read_state(self._directory)
-    except _DamagedState:
-      damaged = True
-      candidates = _checkpoints_on_disk(self._directory)
-    else:
-      candidates = list(state.all_model_checkpoint_paths) if state else []
-      if state and state.model_checkpoint_path not in candidates:
-        candidates.append(state.model_checkpoint_path)
+    candidates, damaged = _candidates(self._directory)
     for path in reversed(candidates):
-      if not _files_present(path):
-        logging.warning(
-          "Checkpoint %s is incomplete (files missing); "
-          "trying the previous one.",
-          path,
-        )
+      if not self._restore(path):
         continue
-      try:
-        self._checkpoint.restore(path).assert_existing_objects_matched()
-      except _DAMAGED as e:
-        logging.warning(
-          "Checkpoint %s is unreadable (%s); trying the previous one.",
-          path,
-          type(e).__name__,
-        )
-        continue
-      except (AssertionError, ValueError) as e:
-        raise UserError(
-          f"The checkpoint {path} was written by a different model or "
-          f"configuration ({_first_line(e)}); use another --checkpoint_dir "
-          "or --model_dir."
-        ) from None
       if damaged:
         logging.warning(
           "The checkpoint state file %s was damaged; restored %s, the "
@@ -191,6 +162,35 @@ class Checkpointer:
         "move the directory away to start over."
       )
     return None
+
+  def _restore(self, path: str) -> bool:
+    """Restores `path`; False (said why) when it is incomplete or damaged.
+
+    Raises:
+      UserError: it was written by a different model.
+    """
+    if not _files_present(path):
+      logging.warning(
+        "Checkpoint %s is incomplete (files missing); trying the previous one.",
+        path,
+      )
+      return False
+    try:
+      self._checkpoint.restore(path).assert_existing_objects_matched()
+    except _DAMAGED as e:
+      logging.warning(
+        "Checkpoint %s is unreadable (%s); trying the previous one.",
+        path,
+        type(e).__name__,
+      )
+      return False
+    except (AssertionError, ValueError) as e:
+      raise UserError(
+        f"The checkpoint {path} was written by a different model or "
+        f"configuration ({_first_line(e)}); use another --checkpoint_dir "
+        "or --model_dir."
+      ) from None
+    return True
 
   def save(self, step: int) -> str:
     """Saves at `step` (all workers must call it at the same step)."""
@@ -252,6 +252,21 @@ def _let_async_checkpoints_copy_keras_variables() -> None:
 
 class _DamagedState(Exception):
   """The state file exists but does not parse as a checkpoint state."""
+
+
+def _candidates(directory: str) -> tuple[list[str], bool]:
+  """(checkpoint paths, oldest first; whether the state file was damaged).
+
+  From the state file; when it is damaged, from the files on disk.
+  """
+  try:
+    state = _read_state(directory)
+  except _DamagedState:
+    return _checkpoints_on_disk(directory), True
+  candidates = list(state.all_model_checkpoint_paths) if state else []
+  if state and state.model_checkpoint_path not in candidates:
+    candidates.append(state.model_checkpoint_path)
+  return candidates, False
 
 
 def _read_state(directory: str):

@@ -12,8 +12,6 @@ same call after any interruption continues and ends at the same place.
 
 from collections.abc import Callable, Sequence
 import dataclasses
-import json
-import os
 import time
 
 from absl import logging
@@ -21,15 +19,18 @@ import numpy as np
 import tensorflow as tf
 
 from ctl import checkpointing
-from ctl import export
+from ctl import evaluation as evaluation_lib
 from ctl import faults as faults_lib
-from ctl import goodput
+from ctl import finishing
 from ctl import ledger as ledger_lib
 from ctl import loop as loop_lib
+from ctl import metrics_window
 from ctl import outputs as outputs_lib
 from ctl import preemption
 from ctl import profiler
 from ctl import progress as progress_lib
+from ctl import run_checkpoints
+from ctl import save_policy
 from ctl import state as state_lib
 from ctl import stragglers as stragglers_lib
 from ctl import summaries
@@ -91,459 +92,350 @@ def run(
 
 
 class _Run:
-  """The state of one `run` call; split out so each phase reads on its own."""
+  """One `run` call: the outer loop over the run's collaborators (`_Parts`).
+
+  Each duty is its own unit, called at loop boundaries only: checkpoints and
+  their policy, the metrics window and its log line, evaluation, stragglers,
+  the divergence guard, and the finishing steps (`ctl.finishing`).
+  """
 
   def __init__(
     self, task, options, strategy, eval_callbacks, progress_listeners, faults
   ):
-    self._task = task
-    self._options = options
-    self._strategy = strategy
+    self._task, self._options, self._strategy = task, options, strategy
     self._eval_callbacks = eval_callbacks
-    self._process_start = time.time()
+    self._started = time.time()
+    self._train_steps = options.train_steps
     # The global step as the host knows it: read from the variable after a
     # restore, then advanced by the steps each loop runs, so bookkeeping and
     # progress marks never wait on a device-to-host copy.
     self._step = 0
-    # The chief keeps the run ledger (ctl.ledger), a listener of every mark.
-    self._ledger = options.is_chief and ledger_lib.Ledger(
-      directory=ledger_lib.ledger_dir(options.dirs.model_dir),
-      storage=options.storage,
-      fuse_root=options.fuse_root,
+    self.ledger, self._faults, self._progress = _observers(
+      options, faults, progress_listeners, current_step=lambda: self._step
     )
-    # Test machinery only when asked for: no listener, hook or wrapper else.
-    self._faults = faults_lib.Injector(tuple(faults)) if faults else None
-    listeners = (*([self._ledger] if self._ledger else []), *progress_listeners)
-    if self._faults:
-      listeners += (self._faults,)  # After a watchdog: it sees the phase.
-    self._progress = progress_lib.Progress(
-      current_step=lambda: self._step, listeners=listeners
-    )
-    self._first_loop_done = False
-
-  @property
-  def ledger(self) -> ledger_lib.Ledger | None:
-    """The run ledger (the chief's), or None on other workers."""
-    return self._ledger or None
-
-  def _build(self) -> None:
-    """Opens the outputs and builds the model, optimizer and loops."""
-    task, options, strategy = self._task, self._options, self._strategy
-    self._outputs = outputs_lib.open_outputs(
-      options.dirs,
-      is_chief=options.is_chief,
-      storage_route=options.storage,
-      fuse_root=options.fuse_root,
-    )
-    self._state = state_lib.build_state(
-      task=task, strategy=strategy, seed=options.seed
-    )
-    self._model, self._optimizer = self._state.model, self._state.optimizer
-    self._global_step = self._state.global_step
-    self._data_seed, self._restores = (
-      self._state.data_seed,
-      self._state.restores,
-    )
-    with strategy.scope():
-      loss_hook = self._faults and self._faults.loss_hook()
-    checkpoint = self._state.checkpoint()
-    checkpoints = self._outputs.checkpoints
-    checkpoints.fetch()
-    self._checkpointer = checkpointing.Checkpointer(
-      checkpoint=checkpoint,
-      directory=checkpoints.local_path,
-      is_chief=options.is_chief,
-      keep=options.keep_checkpoints,
-      async_save=options.async_checkpoint,
-      on_saved=lambda: self._upload(checkpoints),
-    )
-    self._loop = loop_lib.TrainLoop(
-      strategy=strategy,
-      model=self._model,
-      optimizer=self._optimizer,
-      global_step=self._global_step,
-      global_batch_size=task.global_batch_size,
-      steps_per_loop=options.steps_per_loop,
-      loss_fn=task.loss_fn,
-      jit_compile=options.xla,
-      train_accuracy=options.train_accuracy,
-      loss_hook=loss_hook,
-    )
-    self._eval_loop = loop_lib.EvalLoop(
-      strategy=strategy, model=self._model, loss_fn=task.loss_fn
-    )
-    self._writer = summaries.ScalarWriter(
-      logdir=self._outputs.tensorboard and self._outputs.tensorboard.local_path
-    )
-    self._profiler = profiler.StepProfiler(
-      steps=options.profile_steps, logdir=self._writer.run_dir(summaries.TRAIN)
-    )
-    self._eval_data = (
-      strategy.distribute_datasets_from_function(task.eval_dataset_fn)
-      if task.eval_dataset_fn
-      else None
-    )
-    self._divergence = DivergenceGuard(
-      max_recoveries=options.max_nan_recoveries
-    )
-    self._last_save_step = None
-    self._last_save_time = time.time()
-    self._every_secs, self._every_why = None, None
-    self._eval_metrics = {}
-    self._train_metrics = {}
-    self._window = _Window()
-    self._throughput = []
-    self._stragglers = stragglers_lib.Detector()
-    self._straggler = None
-
-  def _iterator(self):
-    step, seed = self._step, int(self._data_seed.numpy())
-    dataset_fn = lambda context: self._task.train_dataset_fn(
-      context, step, seed
-    )
-    if self._faults:
-      dataset_fn = self._faults.wrap_dataset_fn(dataset_fn, start_step=step)
-    return iter(self._strategy.distribute_datasets_from_function(dataset_fn))
-
-  def _restore_latest(self) -> str | None:
-    path = self._checkpointer.restore_latest()
-    self._step = int(self._global_step.numpy())
-    return path
-
-  def _restore(self) -> bool:
-    """Restores the latest checkpoint; False when there is none."""
-    path = self._restore_latest()
-    if path is None:
-      if not self._options.train_steps:
-        return False
-      logging.info(
-        "No checkpoint in %s; starting at step 0.",
-        self._options.dirs.checkpoint_dir,
-      )
-      # A rollback target for the divergence guard, and a fixed start.
-      if self._options.max_nan_recoveries:
-        self._save()
-      return False
-    self._restores.assign_add(1)
-    self._last_save_step = self._step
-    logging.info("Restored step %d from %s.", self._step, path)
-    return True
-
-  def _upload(self, checkpoints) -> None:
-    if not checkpoints.mirrored:
-      return
-    with self._progress.phase(progress_lib.CHECKPOINT_UPLOAD):
-      checkpoints.publish(commit_file="checkpoint")
-
-  def _save(self) -> None:
-    with self._progress.phase(progress_lib.CHECKPOINT_SAVE):
-      self._checkpointer.save(self._step)
-    self._last_save_step = self._step
-    self._last_save_time = time.time()
-    self._choose_interval()
-
-  def _choose_interval(self) -> None:
-    """Sets the time-based checkpoint interval (None: none)."""
-    every = self._options.checkpoint_every_secs
-    if every != "auto":
-      self._every_secs = float(every) or None
-      return
-    seconds, why = goodput.checkpoint_interval(
-      self._ledger and self._ledger.accounting(),
-      expected_mtbf_secs=self._options.expected_mtbf_secs,
-    )
-    previous = self._every_secs
-    if previous is None or abs(seconds - previous) > 0.1 * previous:
-      logging.info(
-        "checkpoint_every_secs=auto: every %.0f s: %s.", seconds, why
-      )
-    self._every_secs, self._every_why = seconds, why
+    self._parts = None  # _Parts, from the start of start-up.
 
   def run(self) -> dict:
+    """The whole run, from start-up to the summary: the one place a run is
+    entered and left (what must hold for all of it wraps this)."""
     with self._progress.phase(progress_lib.RUN):
-      return self.train()
+      return self._train()
 
-  def train(self) -> dict:
+  def _train(self) -> dict:
     options = self._options
     with self._progress.phase(progress_lib.STARTUP):
-      self._build()
-      with self._progress.phase(progress_lib.RESTORE):
-        restored = self._restore()
-      if not restored and not options.train_steps:
-        # Nothing to train: an untrained export or checkpoint helps no one.
-        logging.info(
-          "train_steps is 0 and %s holds no checkpoint: nothing to "
-          "train, nothing written.",
-          options.dirs.checkpoint_dir,
-        )
-        if self._ledger:
-          self._ledger.discard()
-        self._close()
-        return {"final_step": 0}
-      self._writer.write_hparams(options.hparams)
-    self._choose_interval()
-    start_step = self._step
-    if start_step >= options.train_steps:
-      logging.info(
-        "Step %d reaches --train_steps=%d: nothing to train.",
-        start_step,
-        options.train_steps,
+      self._parts = parts = _assemble(
+        task=self._task,
+        options=options,
+        strategy=self._strategy,
+        progress=self._progress,
+        ledger=self.ledger,
+        faults=self._faults,
+        eval_callbacks=self._eval_callbacks,
       )
-    iterator = self._iterator()
-    returned = time.perf_counter()
+      with self._progress.phase(progress_lib.RESTORE):
+        restored, self._step = parts.checkpoints.restore_at_start(
+          directory=options.dirs.checkpoint_dir,
+          train_steps=options.train_steps,
+          save_if_none=bool(options.max_nan_recoveries),
+        )
+      if not restored and not options.train_steps:
+        summary = finishing.nothing_to_train(
+          checkpoint_dir=options.dirs.checkpoint_dir, ledger=self.ledger
+        )
+        parts.close()
+        return summary
+      parts.writer.write_hparams(options.hparams)
+    parts.checkpoints.policy.start()
+    start_step = self._step
     with preemption.StopRequest() as stop:
-      while self._step < options.train_steps:
-        num_steps = min(
-          options.steps_per_loop, options.train_steps - self._step
-        )
-        started = time.time()
-        phase = (
-          progress_lib.TRAIN_LOOP
-          if self._first_loop_done
-          else progress_lib.FIRST_LOOP
-        )
-        with (
-          self._progress.phase(phase),
-          self._profiler.loop(
-            first_step=self._step + 1, last_step=self._step + num_steps
-          ),
-        ):
-          # Host time since the previous loop returned: what the others
-          # wait for in this loop's all-reduce if this worker is the slowest.
-          output = self._loop.train(
-            iterator,
-            num_steps,
-            stop_requested=stop.requested,
-            save_requested=self._save_due(),
-            host_seconds=time.perf_counter() - returned,
-          )
-          returned = time.perf_counter()
-          self._step += num_steps
-        self._first_loop_done = True
-        seconds = time.time() - started
-        if not np.all(np.isfinite(output.step_losses)):
-          self._roll_back(output.step_losses)
-          iterator = self._iterator()
-          continue
-        self._after_loop(output, num_steps, seconds)
-        if output.stop_requested:
-          self._save()
-          self._close()
-          raise Preempted(self._step, stop.signal)
+      self._loop_until(options.train_steps, stop)
     return self._finish(trained=self._step > start_step)
 
-  def _save_due(self) -> bool:
-    every = self._every_secs
-    return bool(
-      self._options.is_chief
-      and every is not None
-      and time.time() - self._last_save_time >= every
+  def _loop_until(self, train_steps: int, stop) -> None:
+    """Runs train loops to `train_steps`, the duties between them."""
+    parts, iterator = self._parts, self._iterator()
+    saves = parts.checkpoints.policy
+    returned, first = time.perf_counter(), True
+    while self._step < train_steps:
+      num_steps = min(self._options.steps_per_loop, train_steps - self._step)
+      started = time.time()
+      phase = progress_lib.FIRST_LOOP if first else progress_lib.TRAIN_LOOP
+      with (
+        self._progress.phase(phase),
+        parts.profiler.loop(
+          first_step=self._step + 1, last_step=self._step + num_steps
+        ),
+      ):
+        # Host time since the previous loop returned: what the others
+        # wait for in this loop's all-reduce if this worker is the slowest.
+        output = parts.loop.train(
+          iterator,
+          num_steps,
+          stop_requested=stop.requested,
+          save_requested=saves.due_by_time(),
+          host_seconds=time.perf_counter() - returned,
+        )
+        returned = time.perf_counter()
+        self._step += num_steps
+      first = False
+      if not np.all(np.isfinite(output.step_losses)):
+        self._roll_back(output.step_losses)
+        iterator = self._iterator()
+        continue
+      self._after_loop(output, num_steps, time.time() - started)
+      if output.stop_requested:
+        parts.checkpoints.save(self._step)
+        parts.close()
+        raise Preempted(self._step, stop.signal)
+
+  def _after_loop(self, output, num_steps: int, seconds: float) -> None:
+    parts, step = self._parts, self._step
+    parts.window.add(output, num_steps, seconds)
+    if parts.stragglers:
+      parts.stragglers.add(output.host_seconds, step=step)
+    if step % self._options.log_every_steps == 0 or step == self._train_steps:
+      parts.window.log(step, parts.stragglers and parts.stragglers.scalars())
+    if parts.evaluation.due(step):
+      parts.evaluation.run(step)
+    saves = parts.checkpoints.policy
+    if saves.due_after_loop(step, requested=output.save_requested):
+      parts.checkpoints.save(step)
+
+  def _iterator(self):
+    seed = int(self._parts.state.data_seed.numpy())
+    return _train_iterator(
+      self._task, self._strategy, self._step, seed, self._faults
     )
 
   def _roll_back(self, losses: np.ndarray) -> None:
     """Returns to the last checkpoint after a non-finite loss."""
     try:
-      self._divergence.record(losses, last_step=self._step)
+      self._parts.divergence.record(losses, last_step=self._step)
     except TrainingDiverged:
-      self._close()
+      self._parts.close()
       raise
-    self._restore_latest()
+    _, self._step = self._parts.checkpoints.restore_latest()
     if self._options.reshuffle_on_nan:
-      self._data_seed.assign_add(1)
-
-  def _after_loop(self, output, num_steps: int, seconds: float) -> None:
-    options = self._options
-    step = self._step
-    self._window.add(output, num_steps, seconds)
-    if options.is_chief:
-      self._check_stragglers(output.host_seconds, step)
-    if step % options.log_every_steps == 0 or step == options.train_steps:
-      self._log(step)
-    if (
-      options.eval_every_steps
-      and step % options.eval_every_steps == 0
-      and step < options.train_steps
-    ):
-      self._evaluate(step)
-    if (
-      (
-        options.checkpoint_every_steps
-        and step % options.checkpoint_every_steps == 0
-      )
-      or output.save_requested
-    ) and step < options.train_steps:
-      self._save()
-
-  def _check_stragglers(self, host_seconds: np.ndarray, step: int) -> None:
-    """Logs when a worker starts or stops straggling (ctl.stragglers)."""
-    straggler = self._stragglers.add(host_seconds)
-    before = self._straggler
-    self._straggler = straggler
-    if straggler and (not before or before.worker != straggler.worker):
-      logging.warning(
-        "straggler: worker %d is the slowest at step %d: %.3f s of host "
-        "time per loop, %.1fx the median %.3f s (seconds by worker: %s); "
-        "the others wait for it in every all-reduce.",
-        straggler.worker,
-        step,
-        straggler.seconds,
-        straggler.ratio,
-        straggler.median_seconds,
-        " ".join(f"{s:.3f}" for s in host_seconds),
-      )
-    elif before and not straggler:
-      logging.info(
-        "straggler: worker %d no longer straggles at step %d.",
-        before.worker,
-        step,
-      )
-
-  def _log(self, step: int) -> None:
-    window = self._window
-    steps_per_second = window.steps / max(window.seconds, 1e-9)
-    examples_per_second = steps_per_second * self._task.global_batch_size
-    self._throughput.append(examples_per_second)
-    remaining = (self._options.train_steps - step) / max(steps_per_second, 1e-9)
-    self._train_metrics = {"loss": window.mean_loss}
-    accuracy = ""
-    if window.accuracy is not None:
-      self._train_metrics["accuracy"] = window.accuracy
-      accuracy = f"  accuracy {window.accuracy:.4f}"
-    logging.info(
-      "step %d/%d  loss %.4f%s  %.1f examples/s  ETA %s",
-      step,
-      self._options.train_steps,
-      window.mean_loss,
-      accuracy,
-      examples_per_second,
-      time.strftime("%H:%M:%S", time.gmtime(remaining)),
-    )
-    self._writer.write(
-      step,
-      {
-        **self._train_metrics,
-        "learning_rate": float(
-          tf.convert_to_tensor(self._optimizer.learning_rate)
-        ),
-        "examples_per_second": examples_per_second,
-        "steps_per_second": steps_per_second,
-        **(
-          {
-            "straggler/ratio": self._straggler.ratio,
-            "straggler/worker": self._straggler.worker,
-          }
-          if self._straggler
-          else {}
-        ),
-      },
-      run=summaries.TRAIN,
-    )
-    self._publish(self._outputs.tensorboard)
-    self._window = _Window()
-
-  def _evaluate(self, step: int) -> None:
-    if self._eval_data is None:
-      return
-    with self._progress.phase(progress_lib.EVALUATION):
-      metrics = self._eval_loop.evaluate(self._eval_data)
-    self._eval_metrics = metrics
-    logging.info(
-      "eval at step %d: loss %.4f  accuracy %.4f  (%d examples)",
-      step,
-      metrics["loss"],
-      metrics["accuracy"],
-      metrics["examples"],
-    )
-    if not self._options.evaluator_writes_validation:
-      self._writer.write(
-        step,
-        {"loss": metrics["loss"], "accuracy": metrics["accuracy"]},
-        run=summaries.VALIDATION,
-      )
-      self._publish(self._outputs.tensorboard)
-    for callback in self._eval_callbacks:
-      callback(step, metrics)
+      self._parts.state.data_seed.assign_add(1)
 
   def _finish(self, *, trained: bool) -> dict:
-    options = self._options
-    step = self._step
-    self._evaluate(step)
-    if self._last_save_step != step:
-      self._save()
-    export_location = self._outputs.export
-    if trained or not _exists(export_location):
-      with self._progress.phase(progress_lib.EXPORT):
-        export.export_saved_model(
-          model=self._model,
-          image_shape=self._task.image_shape,
-          export_dir=export_location and export_location.local_path,
-        )
-        self._publish(export_location)
-    summary = {
-      "final_step": step,
-      "train_loss": self._train_metrics.get("loss"),
-      "train_accuracy": self._train_metrics.get("accuracy"),
-      "eval_loss": self._eval_metrics.get("loss"),
-      "eval_accuracy": self._eval_metrics.get("accuracy"),
-      "examples_per_second": (
-        float(np.median(self._throughput[1:] or self._throughput))
-        if self._throughput
-        else None
-      ),
-      "wall_seconds": round(time.time() - self._process_start, 3),
-      "restores": int(self._restores.numpy()),
-      "restarts": options.restarts,
-      "nan_recoveries": self._divergence.recoveries,
-      "weights_fingerprint": checkpointing.weights_fingerprint(
-        self._model, self._optimizer
-      ),
-    }
-    if self._every_why:
-      summary["checkpoint_every_secs"] = {
-        "seconds": self._every_secs,
-        "why": self._every_why,
-      }
-    if self._ledger:
-      accounting = self._ledger.accounting()
-      summary["goodput"] = accounting.summary()
-      self._writer.write(step, {"goodput/percent": accounting.goodput_percent})
-      logging.info(
-        "Goodput %.1f%% of %.1f s over %d start(s) (ctl-report %s "
-        "shows where the rest went).",
-        accounting.goodput_percent,
-        accounting.total_seconds,
-        len(accounting.attempts),
-        options.dirs.model_dir,
-      )
-    if self._outputs.model:
-      model_dir = self._outputs.model.local_path
-      tf.io.gfile.makedirs(model_dir)
-      with tf.io.gfile.GFile(
-        os.path.join(model_dir, "train_summary.json"), "w"
-      ) as f:
-        json.dump(summary, f, indent=2)
-    self._close()
-    accuracy = summary["eval_accuracy"]
-    logging.info(
-      "Done at step %d: eval accuracy %s, weights fingerprint %s; summary "
-      "in %s.",
-      step,
-      "n/a" if accuracy is None else f"{accuracy:.4f}",
-      summary["weights_fingerprint"][:16],
-      os.path.join(options.dirs.model_dir, "train_summary.json"),
+    """The finishing steps: evaluate, save, export, write the summary."""
+    parts, step = self._parts, self._step
+    parts.evaluation.run(step)
+    if parts.checkpoints.policy.last_step != step:
+      parts.checkpoints.save(step)
+    finishing.export(
+      model=parts.state.model,
+      image_shape=self._task.image_shape,
+      location=parts.outputs.export,
+      trained=trained,
+      progress=self._progress,
     )
+    summary = _summary(parts, step, self._options, self._started, self.ledger)
+    finishing.write_summary(parts.outputs.model, summary)
+    parts.close()
+    finishing.log_done(summary, model_dir=self._options.dirs.model_dir)
     return summary
 
-  def _publish(self, location) -> None:
-    if location:
-      location.publish()
 
-  def _close(self) -> None:
+@dataclasses.dataclass(frozen=True)
+class _Parts:
+  """What a run is made of, built once at start-up (`_assemble`)."""
+
+  outputs: outputs_lib.OpenedOutputs
+  state: state_lib.TrainState
+  checkpoints: run_checkpoints.RunCheckpoints
+  loop: loop_lib.TrainLoop
+  writer: summaries.ScalarWriter
+  profiler: profiler.StepProfiler
+  window: metrics_window.MetricsWindow
+  evaluation: evaluation_lib.Evaluation
+  stragglers: stragglers_lib.Watch | None  # The chief's only.
+  divergence: "DivergenceGuard"
+
+  def close(self) -> None:
     """Finishes checkpoint writes, then publishes and releases outputs."""
-    self._checkpointer.close()
-    self._profiler.stop()
-    self._writer.close()
-    self._outputs.close()
+    self.checkpoints.close()
+    self.profiler.stop()
+    self.writer.close()
+    self.outputs.close()
+
+
+def _assemble(
+  *,
+  task: Task,
+  options: RunOptions,
+  strategy: tf.distribute.Strategy,
+  progress: progress_lib.Progress,
+  ledger: ledger_lib.Ledger | None,
+  faults: faults_lib.Injector | None,
+  eval_callbacks: Sequence[Callable[[int, dict], None]],
+) -> _Parts:
+  """Opens the outputs and builds the model, its loops and the duties."""
+  outputs = outputs_lib.open_outputs(
+    options.dirs,
+    is_chief=options.is_chief,
+    storage_route=options.storage,
+    fuse_root=options.fuse_root,
+  )
+  state = state_lib.build_state(task=task, strategy=strategy, seed=options.seed)
+  writer = summaries.ScalarWriter(
+    logdir=outputs.tensorboard and outputs.tensorboard.local_path
+  )
+  return _Parts(
+    outputs=outputs,
+    state=state,
+    checkpoints=_checkpoints(
+      options, outputs.checkpoints, state, progress, ledger
+    ),
+    loop=_train_loop(task, options, strategy, state, faults),
+    writer=writer,
+    profiler=profiler.StepProfiler(
+      steps=options.profile_steps, logdir=writer.run_dir(summaries.TRAIN)
+    ),
+    window=metrics_window.MetricsWindow(
+      train_steps=options.train_steps,
+      global_batch_size=task.global_batch_size,
+      writer=writer,
+      publish=lambda: _publish(outputs.tensorboard),
+      learning_rate=lambda: float(
+        tf.convert_to_tensor(state.optimizer.learning_rate)
+      ),
+    ),
+    evaluation=evaluation_lib.Evaluation(
+      eval_loop=loop_lib.EvalLoop(
+        strategy=strategy, model=state.model, loss_fn=task.loss_fn
+      ),
+      eval_data=(
+        strategy.distribute_datasets_from_function(task.eval_dataset_fn)
+        if task.eval_dataset_fn
+        else None
+      ),
+      every_steps=options.eval_every_steps,
+      train_steps=options.train_steps,
+      writer=None if options.evaluator_writes_validation else writer,
+      publish=lambda: _publish(outputs.tensorboard),
+      callbacks=eval_callbacks,
+      progress=progress,
+    ),
+    stragglers=stragglers_lib.Watch() if options.is_chief else None,
+    divergence=DivergenceGuard(max_recoveries=options.max_nan_recoveries),
+  )
+
+
+def _checkpoints(
+  options, location, state, progress, ledger
+) -> run_checkpoints.RunCheckpoints:
+  """The checkpoint duty: into `location` (fetched first), when the policy
+  says."""
+  location.fetch()
+  return run_checkpoints.RunCheckpoints(
+    checkpointer=checkpointing.Checkpointer(
+      checkpoint=state.checkpoint(),
+      directory=location.local_path,
+      is_chief=options.is_chief,
+      keep=options.keep_checkpoints,
+      async_save=options.async_checkpoint,
+      on_saved=lambda: run_checkpoints.upload(location, progress),
+    ),
+    policy=save_policy.SavePolicy(
+      every_steps=options.checkpoint_every_steps,
+      every_secs=options.checkpoint_every_secs,
+      expected_mtbf_secs=options.expected_mtbf_secs,
+      train_steps=options.train_steps,
+      is_chief=options.is_chief,
+      accounting=lambda: ledger and ledger.accounting(),
+    ),
+    progress=progress,
+    global_step=state.global_step,
+    restores=state.restores,
+  )
+
+
+def _train_loop(task, options, strategy, state, faults) -> loop_lib.TrainLoop:
+  with strategy.scope():
+    loss_hook = faults and faults.loss_hook()
+  return loop_lib.TrainLoop(
+    strategy=strategy,
+    model=state.model,
+    optimizer=state.optimizer,
+    global_step=state.global_step,
+    global_batch_size=task.global_batch_size,
+    steps_per_loop=options.steps_per_loop,
+    loss_fn=task.loss_fn,
+    jit_compile=options.xla,
+    train_accuracy=options.train_accuracy,
+    loss_hook=loss_hook,
+  )
+
+
+def _observers(options, faults, listeners, *, current_step):
+  """(the run ledger, a fault injector, the progress that marks phases).
+
+  The chief keeps the run ledger (ctl.ledger), a listener of every mark;
+  other workers None. Test machinery only when asked for: no injector,
+  listener, hook or wrapper else; it listens after a watchdog (among
+  `listeners`), so the watchdog sees the phase a fault stalls.
+  """
+  ledger = options.is_chief and ledger_lib.Ledger(
+    directory=ledger_lib.ledger_dir(options.dirs.model_dir),
+    storage=options.storage,
+    fuse_root=options.fuse_root,
+  )
+  injector = faults_lib.Injector(tuple(faults)) if faults else None
+  progress = progress_lib.Progress(
+    current_step=current_step,
+    listeners=tuple(filter(None, (ledger, *listeners, injector))),
+  )
+  return ledger or None, injector, progress
+
+
+def _train_iterator(task, strategy, step: int, seed: int, faults):
+  """The distributed train data from `step` on (the position is the step)."""
+  dataset_fn = lambda context: task.train_dataset_fn(context, step, seed)
+  if faults:
+    dataset_fn = faults.wrap_dataset_fn(dataset_fn, start_step=step)
+  return iter(strategy.distribute_datasets_from_function(dataset_fn))
+
+
+def _summary(
+  parts: _Parts,
+  step: int,
+  options: RunOptions,
+  started: float,
+  ledger: ledger_lib.Ledger | None,
+) -> dict:
+  """The run summary (`train_summary.json`) at `step`."""
+  summary = {
+    "final_step": step,
+    "train_loss": parts.window.metrics.get("loss"),
+    "train_accuracy": parts.window.metrics.get("accuracy"),
+    "eval_loss": parts.evaluation.metrics.get("loss"),
+    "eval_accuracy": parts.evaluation.metrics.get("accuracy"),
+    "examples_per_second": parts.window.median_throughput(),
+    "wall_seconds": round(time.time() - started, 3),
+    "restores": int(parts.state.restores.numpy()),
+    "restarts": options.restarts,
+    "nan_recoveries": parts.divergence.recoveries,
+    "weights_fingerprint": checkpointing.weights_fingerprint(
+      parts.state.model, parts.state.optimizer
+    ),
+    **parts.checkpoints.policy.summary(),
+  }
+  if ledger:
+    summary["goodput"] = finishing.goodput(
+      ledger.accounting(),
+      step=step,
+      writer=parts.writer,
+      model_dir=options.dirs.model_dir,
+    )
+  return summary
+
+
+def _publish(location) -> None:
+  if location:
+    location.publish()
 
 
 class DivergenceGuard:
@@ -574,41 +466,3 @@ class DivergenceGuard:
       self.recoveries,
       self._max_recoveries,
     )
-
-
-def _exists(location) -> bool:
-  """Whether a (chief's) export location already holds a SavedModel."""
-  return bool(location) and tf.io.gfile.exists(
-    os.path.join(location.local_path, "saved_model.pb")
-  )
-
-
-class _Window:
-  """Running totals between two log lines."""
-
-  def __init__(self):
-    self.steps = 0
-    self.seconds = 0.0
-    self.loss_sum = 0.0
-    self.correct_fraction_sum = None  # None: the loop counts no accuracy.
-
-  def add(
-    self, output: loop_lib.LoopOutput, num_steps: int, seconds: float
-  ) -> None:
-    self.steps += num_steps
-    self.seconds += seconds
-    self.loss_sum += float(np.sum(output.step_losses))
-    if output.accuracy is not None:
-      self.correct_fraction_sum = (self.correct_fraction_sum or 0.0) + (
-        output.accuracy * num_steps
-      )
-
-  @property
-  def mean_loss(self) -> float:
-    return self.loss_sum / max(self.steps, 1)
-
-  @property
-  def accuracy(self) -> float | None:
-    if self.correct_fraction_sum is None:
-      return None
-    return self.correct_fraction_sum / max(self.steps, 1)

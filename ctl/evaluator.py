@@ -44,17 +44,7 @@ def evaluate_checkpoints(
   Returns:
     {step: metrics} for every checkpoint evaluated.
   """
-  checkpoints = storage.open_location(
-    options.dirs.checkpoint_dir,
-    storage=options.storage,
-    fuse_root=options.fuse_root,
-    read_only=True,
-  )
-  board = storage.open_location(
-    posixpath.join(options.dirs.tensorboard_dir, summaries.VALIDATION),
-    storage=options.storage,
-    fuse_root=options.fuse_root,
-  )
+  checkpoints, board = _locations(options)
   state = state_lib.build_state(
     task=task, strategy=strategy, with_optimizer=False
   )
@@ -72,20 +62,7 @@ def evaluate_checkpoints(
       if path and path != last_path:
         checkpoint.restore(path).expect_partial()
         step = int(state.global_step.numpy())
-        metrics = loop.evaluate(data)
-        results[step] = metrics
-        logging.info(
-          "evaluator: step %d accuracy %.4f loss %.4f",
-          step,
-          metrics["accuracy"],
-          metrics["loss"],
-        )
-        writer.write(
-          step,
-          {"loss": metrics["loss"], "accuracy": metrics["accuracy"]},
-          run="",
-        )  # `board` is the validation run dir itself.
-        board.publish()
+        results[step] = _record(step, loop.evaluate(data), writer, board)
         last_path, waited_since = path, time.time()
         if step >= options.train_steps:
           return results
@@ -99,3 +76,33 @@ def evaluate_checkpoints(
     writer.close()
     board.close()
     checkpoints.close()
+
+
+def _locations(options: RunOptions):
+  """(the checkpoints to follow, read-only; the validation run directory)."""
+  routes = dict(storage=options.storage, fuse_root=options.fuse_root)
+  return (
+    storage.open_location(
+      options.dirs.checkpoint_dir, read_only=True, **routes
+    ),
+    storage.open_location(
+      posixpath.join(options.dirs.tensorboard_dir, summaries.VALIDATION),
+      **routes,
+    ),
+  )
+
+
+def _record(step: int, metrics: dict, writer, board) -> dict:
+  """Logs and writes one checkpoint's metrics (`board`: the validation run
+  directory itself); returns them."""
+  logging.info(
+    "evaluator: step %d accuracy %.4f loss %.4f",
+    step,
+    metrics["accuracy"],
+    metrics["loss"],
+  )
+  writer.write(
+    step, {"loss": metrics["loss"], "accuracy": metrics["accuracy"]}, run=""
+  )
+  board.publish()
+  return metrics

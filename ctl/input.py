@@ -171,28 +171,19 @@ def train_dataset(
       f"{num_records} records cannot fill one global batch of "
       f"{global_batch_size}."
     )
-  pipelines = input_context.num_input_pipelines
   per_replica = input_context.get_per_replica_batch_size(global_batch_size)
+  selection = dict(
+    pipelines=input_context.num_input_pipelines,
+    pipeline_id=input_context.input_pipeline_id,
+    global_batch_size=global_batch_size,
+    seed=seed,
+    start_step=start_step,
+  )
   if indexed:
-    dataset = _indexed_train_records(
-      records,
-      pipelines=pipelines,
-      pipeline_id=input_context.input_pipeline_id,
-      global_batch_size=global_batch_size,
-      seed=seed,
-      start_step=start_step,
-      options=options,
-    )
+    dataset = _indexed_train_records(records, options=options, **selection)
   else:
     dataset = _streamed_train_records(
-      records,
-      pipelines=pipelines,
-      pipeline_id=input_context.input_pipeline_id,
-      spe=spe,
-      global_batch_size=global_batch_size,
-      seed=seed,
-      start_step=start_step,
-      block=shuffle_buffer or num_records,
+      records, spe=spe, block=shuffle_buffer or num_records, **selection
     )
   dataset = dataset.map(
     decode_fn, num_parallel_calls=options.parallel_decodes, deterministic=True

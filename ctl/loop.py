@@ -61,7 +61,7 @@ class LoopOutput:
 
 
 class TrainLoop:
-  """Compiled train and eval loops for one model under one strategy.
+  """The compiled train loop for one model under one strategy.
 
   Everything stateful (model, optimizer, global step) must have been created
   under `strategy.scope()`; the optimizer must be built (`optimizer.build`)
@@ -126,16 +126,7 @@ class TrainLoop:
       for stop in (False, True)
       for save in (False, True)
     }
-    try:
-      local_replicas = len(strategy.extended.worker_devices)
-    except RuntimeError:  # The default strategy: one replica in all.
-      local_replicas = strategy.num_replicas_in_sync
-    self._num_workers = strategy.num_replicas_in_sync // local_replicas
-    # Each local replica adds its share: the SUM is the worker's seconds.
-    self._host_slot = (
-      tf.one_hot(_worker_index(strategy), self._num_workers, dtype=tf.float32)
-      / local_replicas
-    )
+    self._num_workers, self._host_slot = _host_slot(strategy)
 
   def _loss_and_gradients(self, images, labels):
     with tf.GradientTape() as tape:
@@ -264,6 +255,24 @@ class TrainLoop:
       save_requested=bool(save > 0),
       host_seconds=workers,
     )
+
+
+def _host_slot(strategy: tf.distribute.Strategy) -> tuple[int, tf.Tensor]:
+  """(workers, this worker's slot in the loop's all-reduce of host seconds).
+
+  Each local replica adds its share of the slot, so the SUM over replicas
+  is the worker's seconds.
+  """
+  try:
+    local_replicas = len(strategy.extended.worker_devices)
+  except RuntimeError:  # The default strategy: one replica in all.
+    local_replicas = strategy.num_replicas_in_sync
+  num_workers = strategy.num_replicas_in_sync // local_replicas
+  slot = (
+    tf.one_hot(_worker_index(strategy), num_workers, dtype=tf.float32)
+    / local_replicas
+  )
+  return num_workers, slot
 
 
 class EvalLoop:

@@ -72,39 +72,20 @@ def resolve_output_dirs(
     UserError: If neither model_dir, job_dir nor AIP_MODEL_DIR is set, or a
       gs:// url names no bucket or an invalid one.
   """
-  for url in (
-    model_dir,
-    checkpoint_dir,
-    tensorboard_dir,
-    export_dir,
-    job_dir,
-    *(environ.get(name) for name in _AIP_DIRS),
-  ):
+  flags = (model_dir, checkpoint_dir, tensorboard_dir, export_dir, job_dir)
+  for url in (*flags, *(environ.get(name) for name in _AIP_DIRS)):
     if url:
       storage.check_url(url)  # Before "gs://" loses its slashes below.
   trial_id = environ.get("CLOUD_ML_TRIAL_ID")
+  from_flag = lambda value: _in_trial(_normalize(value), trial_id)
 
-  def from_flag(value: str | None) -> str | None:
-    value = _normalize(value)
-    return (
-      posixpath.join(value, f"trial_{trial_id}")
-      if (value and trial_id)
-      else value
-    )
-
-  aip_model_dir = _normalize(environ.get("AIP_MODEL_DIR"))
   if model_dir:
-    root = from_flag(model_dir)
-    aip = {}
+    root, aip = from_flag(model_dir), {}
   else:
+    aip = _aip_dirs(environ)
     root = from_flag(job_dir) or (
-      aip_model_dir and posixpath.dirname(aip_model_dir)
+      aip[EXPORT_SUBDIR] and posixpath.dirname(aip[EXPORT_SUBDIR])
     )
-    aip = {
-      CHECKPOINTS_SUBDIR: _normalize(environ.get("AIP_CHECKPOINT_DIR")),
-      TENSORBOARD_SUBDIR: _normalize(environ.get("AIP_TENSORBOARD_LOG_DIR")),
-      EXPORT_SUBDIR: aip_model_dir,
-    }
   if not root:
     raise UserError(
       "No output directory is set: pass model_dir (or job_dir), "
@@ -120,6 +101,22 @@ def resolve_output_dirs(
     tensorboard_dir=resolve(tensorboard_dir, TENSORBOARD_SUBDIR),
     export_dir=resolve(export_dir, EXPORT_SUBDIR),
   )
+
+
+def _in_trial(path: str | None, trial_id: str | None) -> str | None:
+  """`path`, below `trial_<id>` in a hyperparameter-tuning trial."""
+  if path and trial_id:
+    return posixpath.join(path, f"trial_{trial_id}")
+  return path
+
+
+def _aip_dirs(environ: Mapping[str, str]) -> dict[str, str | None]:
+  """The directories Vertex AI sets (AIP_*), by the subdir each stands for."""
+  return {
+    CHECKPOINTS_SUBDIR: _normalize(environ.get("AIP_CHECKPOINT_DIR")),
+    TENSORBOARD_SUBDIR: _normalize(environ.get("AIP_TENSORBOARD_LOG_DIR")),
+    EXPORT_SUBDIR: _normalize(environ.get("AIP_MODEL_DIR")),
+  }
 
 
 def _normalize(path: str | None) -> str | None:

@@ -19,11 +19,18 @@ part of the enclosing phase's.
 A listener is a plain callable `listener(mark)`. It is called on the thread
 that marks the phase, so it must be quick and must not raise; one that does
 is a bug, not a reason to stop training, so the error is logged and dropped.
+
+`EventsFile` is the listener tests and benchmarks follow a run by: with
+`CTL_EVENTS=path` set, each mark becomes one JSON line appended to `path`
+(several processes may share it), so they never read log wording. The restore
+phase's end mark carries the restored step (0: a fresh start).
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 import contextlib
 import dataclasses
+import json
+import os
 import time
 
 from absl import logging
@@ -138,3 +145,45 @@ class Progress:
         listener(mark)
       except Exception:  # pylint: disable=broad-except
         logging.exception("Progress listener %r failed on %s.", listener, mark)
+
+
+# The environment variable that names the JSON-lines file of `EventsFile`.
+EVENTS_ENV = "CTL_EVENTS"
+
+
+class EventsFile:
+  """A listener that appends each mark to a file as one JSON line.
+
+  Each line holds the mark's fields and who marked it: `worker`, `attempt`,
+  `pid`, and `monotonic` (this process's `time.monotonic()` at the mark) next
+  to the mark's wall `time`. Lines are written with one `os.write` on a file
+  opened for appending, so workers can share one file and a reader sees each
+  line whole as soon as it is marked.
+  """
+
+  def __init__(self, *, path: str, worker: int, attempt: int):
+    """Opens `path` for appending (created if missing).
+
+    Args:
+      path: the events file.
+      worker: this worker's number (the chief is 0).
+      attempt: how many times the job was restarted before this start.
+    """
+    self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    self._who = {"worker": worker, "attempt": attempt, "pid": os.getpid()}
+
+  def __call__(self, mark: Mark) -> None:
+    line = json.dumps(
+      {**dataclasses.asdict(mark), **self._who, "monotonic": time.monotonic()}
+    )
+    os.write(self._fd, (line + "\n").encode())
+
+
+def events_from_environ(
+  environ: Mapping[str, str] = os.environ, *, worker: int, attempt: int
+) -> tuple[Listener, ...]:
+  """An `EventsFile` listener when `CTL_EVENTS` names a file, else none."""
+  path = environ.get(EVENTS_ENV)
+  if not path:
+    return ()
+  return (EventsFile(path=path, worker=worker, attempt=attempt),)

@@ -106,6 +106,40 @@ class Location:
       self._mirror.close()
 
 
+def _remote(url: str, bucket: str, path: str, storage: str, fuse_root: str):
+  """(filesystem, remote directory, is_transient) of the fuse or gcsfs route.
+
+  Raises:
+    UserError: the fuse route's bucket is not mounted.
+  """
+  mount = os.path.join(fuse_root, bucket)
+  if _route(storage, mount) == "fuse":
+    if not os.path.isdir(mount):
+      raise UserError(
+        f"{url} is to be written through Cloud Storage FUSE, but "
+        f"{mount} is not a directory; mount the bucket there or "
+        f"use storage='gcsfs'."
+      )
+    return (
+      fsspec_local.LocalFileSystem(auto_mkdir=True),
+      posixpath.join(mount, path).rstrip("/"),
+      _is_transient_fuse_error,
+    )
+  _check_resolvable(url)
+  return (
+    _gcs_filesystem(),
+    posixpath.join(bucket, path).rstrip("/"),
+    _is_transient_gcs_error,
+  )
+
+
+def _staging_dir(gs_url: str, *, read_only: bool) -> str:
+  """A reader's fresh private directory; a writer's, found again on restart."""
+  if read_only:
+    return tempdirs.scratch_dir("ctl_staging_")
+  return _default_staging_dir(gs_url)
+
+
 def open_location(
   url: str,
   *,
@@ -150,27 +184,8 @@ def open_location(
   gs_url = posixpath.join(f"gs://{bucket}", path).rstrip("/")
   if storage == "tf":
     return Location(url=url, local_path=gs_url)
-  mount = os.path.join(fuse_root, bucket)
-  storage = _route(storage, mount)
-  if storage == "fuse":
-    if not os.path.isdir(mount):
-      raise UserError(
-        f"{url} is to be written through Cloud Storage FUSE, but "
-        f"{mount} is not a directory; mount the bucket there or "
-        f"use storage='gcsfs'."
-      )
-    fs = fsspec_local.LocalFileSystem(auto_mkdir=True)
-    remote_dir = posixpath.join(mount, path).rstrip("/")
-    is_transient = _is_transient_fuse_error
-  else:
-    _check_resolvable(url)
-    fs = _gcs_filesystem()
-    remote_dir = posixpath.join(bucket, path).rstrip("/")
-    is_transient = _is_transient_gcs_error
-  if read_only:
-    local_dir = staging_dir or tempdirs.scratch_dir("ctl_staging_")
-  else:
-    local_dir = staging_dir or _default_staging_dir(gs_url)
+  fs, remote_dir, is_transient = _remote(url, bucket, path, storage, fuse_root)
+  local_dir = staging_dir or _staging_dir(gs_url, read_only=read_only)
   return Location(
     url=url,
     local_path=local_dir,

@@ -18,6 +18,7 @@ first loop that breaks the rule.
 
 import dataclasses
 
+from absl import logging
 import numpy as np
 
 
@@ -81,3 +82,47 @@ class Detector:
       seconds=slowest,
       median_seconds=median,
     )
+
+
+class Watch:
+  """The chief's view: a `Detector` that says when a straggler comes or goes.
+
+  Logs one warning when a worker starts straggling and one line when it stops,
+  and gives the current straggler's scalars for the train summaries.
+  """
+
+  def __init__(self, detector: Detector | None = None):
+    self._detector = detector or Detector()
+    self.straggler = None
+
+  def add(self, host_seconds: np.ndarray, *, step: int) -> None:
+    """Adds the loop that ended at `step`; logs a change of straggler."""
+    before, straggler = self.straggler, self._detector.add(host_seconds)
+    self.straggler = straggler
+    if straggler and (not before or before.worker != straggler.worker):
+      logging.warning(
+        "straggler: worker %d is the slowest at step %d: %.3f s of host "
+        "time per loop, %.1fx the median %.3f s (seconds by worker: %s); "
+        "the others wait for it in every all-reduce.",
+        straggler.worker,
+        step,
+        straggler.seconds,
+        straggler.ratio,
+        straggler.median_seconds,
+        " ".join(f"{s:.3f}" for s in host_seconds),
+      )
+    elif before and not straggler:
+      logging.info(
+        "straggler: worker %d no longer straggles at step %d.",
+        before.worker,
+        step,
+      )
+
+  def scalars(self) -> dict[str, float]:
+    """`straggler/ratio` and `straggler/worker` while one straggles."""
+    if not self.straggler:
+      return {}
+    return {
+      "straggler/ratio": self.straggler.ratio,
+      "straggler/worker": self.straggler.worker,
+    }

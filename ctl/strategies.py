@@ -54,34 +54,10 @@ def make_strategy(
       is asked for in a multi-worker cluster, or if "nccl" is asked for
       without a GPU.
   """
-  if name not in STRATEGY_NAMES:
-    raise UserError(
-      f"strategy {name!r} is not one of {', '.join(STRATEGY_NAMES)}."
-    )
-  if collective not in COLLECTIVE_NAMES:
-    raise UserError(
-      f"collective {collective!r} is not one of {', '.join(COLLECTIVE_NAMES)}."
-    )
   # Visible devices can be listed without starting the TensorFlow runtime,
   # which MultiWorkerMirroredStrategy needs to configure first.
   num_gpus = len(tf.config.get_visible_devices("GPU"))
-  if name == "auto":
-    if cluster.is_multi_worker:
-      name = "multi_worker"
-    else:
-      name = "mirrored" if num_gpus > 1 else "one_device"
-  if cluster.is_multi_worker and name != "multi_worker":
-    raise UserError(
-      f"strategy {name!r} trains on one machine, but this process is one of"
-      f" {cluster.num_workers} workers in TF_CONFIG; use 'multi_worker' or"
-      " 'auto'."
-    )
-  if collective == "nccl" and name != "one_device" and not num_gpus:
-    raise UserError(
-      "collective 'nccl' needs a GPU, but none is visible; use"
-      " 'auto' or 'ring'."
-    )
-
+  name = _checked_name(name, cluster, collective, num_gpus=num_gpus)
   if name == "one_device":
     return tf.distribute.OneDeviceStrategy("/gpu:0" if num_gpus else "/cpu:0")
   if name == "mirrored":
@@ -104,6 +80,37 @@ def make_strategy(
   if threading.current_thread() is threading.main_thread():
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
   return strategy
+
+
+def _checked_name(
+  name: str, cluster: cluster_lib.ClusterInfo, collective: str, *, num_gpus
+) -> str:
+  """The strategy `name` resolves to ("auto" chosen), checked (UserError)."""
+  if name not in STRATEGY_NAMES:
+    raise UserError(
+      f"strategy {name!r} is not one of {', '.join(STRATEGY_NAMES)}."
+    )
+  if collective not in COLLECTIVE_NAMES:
+    raise UserError(
+      f"collective {collective!r} is not one of {', '.join(COLLECTIVE_NAMES)}."
+    )
+  if name == "auto":
+    if cluster.is_multi_worker:
+      name = "multi_worker"
+    else:
+      name = "mirrored" if num_gpus > 1 else "one_device"
+  if cluster.is_multi_worker and name != "multi_worker":
+    raise UserError(
+      f"strategy {name!r} trains on one machine, but this process is one of"
+      f" {cluster.num_workers} workers in TF_CONFIG; use 'multi_worker' or"
+      " 'auto'."
+    )
+  if collective == "nccl" and name != "one_device" and not num_gpus:
+    raise UserError(
+      "collective 'nccl' needs a GPU, but none is visible; use"
+      " 'auto' or 'ring'."
+    )
+  return name
 
 
 def describe(strategy: tf.distribute.Strategy) -> str:

@@ -19,6 +19,7 @@ import time
 from fsspec.implementations import local as fsspec_local
 import pytest
 
+from ctl.testing import events as events_lib
 from ctl.testing.gcs_emulator import GcsEmulator
 from tests.conftest import FAST_FLAGS
 from tests.conftest import read_scalars
@@ -26,9 +27,8 @@ from tests.conftest import read_summary
 from tests.conftest import run_trainer
 from tests.conftest import trainer_command
 from tests.conftest import trainer_env
-from tests.test_fault_tolerance import finish
-from tests.test_fault_tolerance import start
-from tests.test_fault_tolerance import wait_for_step
+from trainer.testing import finish
+from trainer.testing import start
 from trainer.testing import vertex_output_env
 
 BUCKET = GcsEmulator.BUCKET
@@ -43,7 +43,6 @@ FLAGS = (
   f"--checkpoint_every_steps={CHECKPOINT_EVERY}",
   "--eval_every_steps=20",
 )
-_RESTORED = re.compile(r"Restored step (\d+) from")
 _LATEST = re.compile(rb'^model_checkpoint_path: "ckpt-(\d+)"', re.MULTILINE)
 
 
@@ -98,10 +97,9 @@ def _env(tmp_path, name: str, **extra) -> dict:
   )
 
 
-def _restored_step(log: str) -> int:
-  steps = _RESTORED.findall(log)
-  assert len(steps) == 1, log[-3000:]
-  return int(steps[0])
+def _restored_step(events: str) -> int:
+  (step,) = events_lib.restored_steps(events)
+  return step
 
 
 def _data_file(step: int) -> str:
@@ -136,8 +134,9 @@ def test_sigkill_then_resume_from_the_bucket(reference, route, tmp_path):
     *FLAGS, *storage_flags, f"--model_dir=gs://{BUCKET}/run"
   )
   kill_at = 25  # After ckpt-20 is published: saves block until uploaded.
-  process = start(command, env=_env(tmp_path, "first"))
-  wait_for_step(process, kill_at)
+  events = str(tmp_path / "first.jsonl")
+  process = start(command, events=events, env=_env(tmp_path, "first"))
+  events_lib.wait_for_step(events, kill_at, process=process)
   process.kill()
   code, output = finish(process)
   assert code == -signal.SIGKILL, output[-3000:]
@@ -145,13 +144,14 @@ def test_sigkill_then_resume_from_the_bucket(reference, route, tmp_path):
   assert committed >= kill_at - kill_at % CHECKPOINT_EVERY
 
   # A fresh TMPDIR: no staging is left, the checkpoint comes from the bucket.
-  result = run_trainer(
+  run_trainer(
     *FLAGS,
     *storage_flags,
     f"--model_dir=gs://{BUCKET}/run",
     env=_env(tmp_path, "second"),
+    events=str(tmp_path / "second.jsonl"),
   )
-  assert _restored_step(result.stderr) == committed
+  assert _restored_step(str(tmp_path / "second.jsonl")) == committed
   summary = read_summary(bucket.download("run", str(tmp_path / "downloaded")))
   assert summary["final_step"] == STEPS
   assert summary["restores"] == 1
@@ -228,6 +228,7 @@ def test_checkpoint_cut_mid_upload_is_never_restored(
     trainer_command(
       *FLAGS, "--storage=gcsfs", f"--model_dir=gs://{BUCKET}/run"
     ),
+    events=str(tmp_path / "first.jsonl"),
     env=_env(tmp_path, "first"),
   )
   try:
@@ -246,13 +247,14 @@ def test_checkpoint_cut_mid_upload_is_never_restored(
   committed = bucket.latest_checkpoint_step("run/checkpoints")
   assert 0 < committed < cut
 
-  result = run_trainer(
+  run_trainer(
     *FLAGS,
     "--storage=gcsfs",
     f"--model_dir=gs://{BUCKET}/run",
     env=_env(tmp_path, "second"),
+    events=str(tmp_path / "second.jsonl"),
   )
-  assert _restored_step(result.stderr) == committed
+  assert _restored_step(str(tmp_path / "second.jsonl")) == committed
   summary = read_summary(bucket.download("run", str(tmp_path / "downloaded")))
   assert summary["final_step"] == STEPS
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
@@ -271,7 +273,10 @@ def test_upload_that_never_completes_is_a_stall(
     f"--model_dir=gs://{BUCKET}/run",
     "--stall_timeout_secs=10",
   )
-  process = start(trainer_command(*flags), env=_env(tmp_path, "first"))
+  events = str(tmp_path / "first.jsonl")
+  process = start(
+    trainer_command(*flags), events=events, env=_env(tmp_path, "first")
+  )
   try:
     gcs_emulator.wait_until_frozen(timeout_s=240)
     code, output = finish(process)
@@ -279,19 +284,20 @@ def test_upload_that_never_completes_is_a_stall(
     process.kill()
     gcs_emulator.resume()
   assert code == 75, output[-3000:]
-  stall = re.search(
-    r"stall: worker 0 made no progress for \d+ s in "
-    r"(checkpoint_upload|checkpoint_save) at step (\d+)",
-    output,
-  )
-  assert stall and int(stall.group(2)) == cut, output[-3000:]
+  # Stuck in the save of `cut`: its last mark started a phase never ended.
+  stuck = events_lib.read_events(events)[-1]
+  assert stuck["phase"] in ("checkpoint_upload", "checkpoint_save")
+  assert (stuck["step"], stuck["seconds"]) == (cut, None), output[-3000:]
+  assert "stall: worker 0 made no progress" in output
   bucket = _Bucket.emulated(gcs_emulator)
   committed = bucket.latest_checkpoint_step("run/checkpoints")
   assert 0 < committed < cut
 
   # The same command again, the server back: it goes on from `committed`.
-  result = run_trainer(*flags, env=_env(tmp_path, "second"))
-  assert _restored_step(result.stderr) == committed
+  run_trainer(
+    *flags, env=_env(tmp_path, "second"), events=str(tmp_path / "second.jsonl")
+  )
+  assert _restored_step(str(tmp_path / "second.jsonl")) == committed
   summary = read_summary(bucket.download("run", str(tmp_path / "downloaded")))
   assert summary["final_step"] == STEPS
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
@@ -335,6 +341,7 @@ def test_missing_bucket_fails_before_training(gcs_emulator, tmp_path):
     "--model_dir=gs://no-such-bucket/run",
     env=_env(tmp_path, "run"),
     check=False,
+    events=str(tmp_path / "events.jsonl"),
   )
   assert result.returncode == 2, result.stderr[-3000:]
   assert "Traceback" not in result.stderr
@@ -344,6 +351,7 @@ def test_missing_bucket_fails_before_training(gcs_emulator, tmp_path):
   assert errors == [result.stderr.strip().splitlines()[-1]]
   assert errors[0].startswith("error: Cannot write to gs://no-such-bucket/run")
   assert errors[0].endswith(".")
-  assert not re.search(
-    r"step \d+/|Saved checkpoint|No checkpoint in", result.stderr
-  )
+  # Before training: no restore, no train loop, no save was started.
+  assert not {
+    e["phase"] for e in events_lib.read_events(str(tmp_path / "events.jsonl"))
+  } & {"restore", "first_loop", "checkpoint_save"}

@@ -18,6 +18,7 @@ import tempfile
 from PIL import Image
 import pytest
 
+from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
 from tests.conftest import read_scalars
@@ -492,11 +493,11 @@ def test_damaged_state_file_resumes_from_the_newest_checkpoint(model_dir):
   state_file = os.path.join(model_dir, "checkpoints", "checkpoint")
   with open(state_file, "w") as f:
     f.write("this is not a checkpoint state\n")
+  events = f"{model_dir}.events.jsonl"
   result = run_trainer(
-    *FAST_FLAGS, "--train_steps=20", f"--model_dir={model_dir}"
+    *FAST_FLAGS, "--train_steps=20", f"--model_dir={model_dir}", events=events
   )
-  assert "starting at step 0" not in result.stderr
-  assert "Restored step 10" in result.stderr, result.stderr[-3000:]
+  assert events_lib.restored_steps(events) == [10], result.stderr[-3000:]
   damaged = [
     line for line in result.stderr.splitlines() if "was damaged" in line
   ]
@@ -571,9 +572,10 @@ def test_the_learning_rate_is_not_state_a_resume_may_change_it(
     *flags,
     f"--model_dir={model_dir}",
     check=False,
+    events=f"{model_dir}.events.jsonl",
   )
   assert result.returncode == 0, result.stderr[-3000:]
-  assert "Restored step 10" in result.stderr
+  assert events_lib.restored_steps(f"{model_dir}.events.jsonl") == [10]
   if flags == ("--learning_rate=0.001",):  # Not the restored 0.003.
     rates = read_scalars(os.path.join(model_dir, "tensorboard", "train"))
     assert rates["learning_rate"][-1] == (20, pytest.approx(0.001))
@@ -677,7 +679,8 @@ def test_skip_bad_images_trains_without_them_and_resumes_exactly(
     "--skip_bad_images",
     f"--data_dir={messy_images}",
     f"--model_dir={model_dir}",
+    events=f"{model_dir}.events.jsonl",
   )
-  assert "Restored step 10" in again.stderr, again.stderr[-3000:]
+  assert events_lib.restored_steps(f"{model_dir}.events.jsonl") == [10]
   assert "Skipped" not in again.stderr
   assert read_summary(str(model_dir))["final_step"] == 20

@@ -8,22 +8,23 @@ optimizer, the global step, the data position and the RNG state.
 import json
 import os
 import random
-import re
 import signal
-import subprocess
 import sys
 import time
 
 import psutil
 import pytest
 
+from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
-from tests.conftest import REPO
 from tests.conftest import free_ports
 from tests.conftest import read_summary
 from tests.conftest import run_trainer
 from tests.conftest import trainer_command
 from tests.conftest import trainer_env
+from trainer.testing import finish
+from trainer.testing import kill_at_steps_then_finish
+from trainer.testing import start
 
 STEPS = 60
 FLAGS = (
@@ -36,47 +37,6 @@ FLAGS = (
   "--eval_every_steps=0",
 )
 PREEMPTED = 143
-_STEP = re.compile(r"step (\d+)/")
-
-
-def start(command, env=None) -> subprocess.Popen:
-  return subprocess.Popen(
-    command,
-    cwd=REPO,
-    env=env or trainer_env(),
-    stdout=subprocess.PIPE,
-    stderr=subprocess.STDOUT,
-    text=True,
-  )
-
-
-def wait_for_step(
-  process: subprocess.Popen, step: int, prefix: str = ""
-) -> str:
-  """Reads output until a log line of `step` or later; returns the output."""
-  seen = []
-  for line in process.stdout:
-    seen.append(line)
-    match = _STEP.search(line)
-    if match and line.startswith(prefix) and int(match.group(1)) >= step:
-      return "".join(seen)
-  raise AssertionError(f"exited before step {step}:\n{''.join(seen)[-3000:]}")
-
-
-def kill_at_steps_then_finish(flags, *, model_dir: str, steps) -> dict:
-  """SIGKILLs a run once it logs each of `steps`, re-runs it; its summary."""
-  for kill_at in steps:
-    process = start(trainer_command(*flags, f"--model_dir={model_dir}"))
-    wait_for_step(process, kill_at)
-    process.kill()
-    process.wait()
-  run_trainer(*flags, f"--model_dir={model_dir}")
-  return read_summary(model_dir)
-
-
-def finish(process: subprocess.Popen, timeout=300) -> tuple[int, str]:
-  output, _ = process.communicate(timeout=timeout)
-  return process.returncode, output
 
 
 @pytest.fixture(scope="module")
@@ -125,9 +85,10 @@ def test_truncated_latest_checkpoint_restores_the_previous(model_dir):
   data = os.path.join(model_dir, "checkpoints", "ckpt-40.data-00000-of-00001")
   with open(data, "r+b") as f:
     f.truncate(os.path.getsize(data) // 2)
-  result = run_trainer(*flags)
+  events = f"{model_dir}.events.jsonl"
+  result = run_trainer(*flags, events=events)
   assert "ckpt-40 is unreadable" in result.stderr
-  assert "Restored step 30" in result.stderr
+  assert events_lib.restored_steps(events) == [30]
   assert read_summary(model_dir)["final_step"] == 40
 
 
@@ -170,9 +131,11 @@ def test_sigterm_to_one_worker_saves_both_at_one_step(model_dir):
     "--checkpoint_every_steps=1000",
     f"--model_dir={model_dir}",
   )
+  events = f"{model_dir}.events.jsonl"
   workers = [
     start(
       trainer_command(*flags),
+      events=events,
       env=trainer_env(
         TF_CONFIG=json.dumps(
           {"cluster": cluster, "task": {"type": "worker", "index": i}}
@@ -181,15 +144,11 @@ def test_sigterm_to_one_worker_saves_both_at_one_step(model_dir):
     )
     for i in range(2)
   ]
-  wait_for_step(workers[0], 10)
+  events_lib.wait_for_step(events, 10, process=workers[0])
   workers[1].send_signal(signal.SIGTERM)
-  outcomes = [finish(w) for w in workers]
-  stopped_at = []
-  for code, output in outcomes:
+  for code, output in [finish(w) for w in workers]:
     assert code == PREEMPTED, output[-3000:]
-    match = re.search(r"saving the checkpoint at step (\d+)", output)
-    assert match, output[-3000:]
-    stopped_at.append(int(match.group(1)))
+  stopped_at = [events_lib.ended_step(events, worker=i) for i in range(2)]
   assert stopped_at[0] == stopped_at[1]
   step = stopped_at[0]
   assert 10 <= step < 2000
@@ -197,10 +156,14 @@ def test_sigterm_to_one_worker_saves_both_at_one_step(model_dir):
 
   latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
   assert latest.endswith(f"ckpt-{step}")  # The re-run loses 0 steps.
-  again = run_trainer(
-    *FLAGS, f"--train_steps={step + 5}", f"--model_dir={model_dir}"
+  again = f"{model_dir}.again.jsonl"
+  run_trainer(
+    *FLAGS,
+    f"--train_steps={step + 5}",
+    f"--model_dir={model_dir}",
+    events=again,
   )
-  assert f"Restored step {step}" in again.stderr
+  assert events_lib.restored_steps(again) == [step]
 
 
 def test_launcher_restarts_two_workers_after_a_kill(tmp_path):
@@ -217,7 +180,8 @@ def test_launcher_restarts_two_workers_after_a_kill(tmp_path):
         "--restart_backoff_secs=0.5",
         "--",
         *trainer_command(*flags, f"--model_dir={model_dir}"),
-      ]
+      ],
+      events=f"{model_dir}.events.jsonl",
     )
 
   clean = str(tmp_path / "clean")
@@ -227,7 +191,7 @@ def test_launcher_restarts_two_workers_after_a_kill(tmp_path):
   killed = str(tmp_path / "killed")
   launcher = launch(killed)
   kill_at = random.Random().choice(range(15, 45, 5))
-  wait_for_step(launcher, kill_at, prefix="[worker 0]")
+  events_lib.wait_for_step(f"{killed}.events.jsonl", kill_at, process=launcher)
   victim = _worker_process(launcher.pid, index=1)
   victim.send_signal(signal.SIGKILL)
   code, output = finish(launcher)
@@ -264,18 +228,17 @@ def test_ctrl_c_saves_at_the_next_loop_and_exits_130(model_dir):
     "--checkpoint_every_steps=1000",
     f"--model_dir={model_dir}",
   )
-  process = start(trainer_command(*flags))
-  wait_for_step(process, 10)
+  events = f"{model_dir}.events.jsonl"
+  process = start(trainer_command(*flags), events=events)
+  events_lib.wait_for_step(events, 10, process=process)
   process.send_signal(signal.SIGINT)
   code, output = finish(process)
   assert code == 128 + signal.SIGINT, output[-3000:]
   assert "Traceback" not in output and "KeyboardInterrupt" not in output
-  match = re.search(r"saving the checkpoint at step (\d+)", output)
-  assert match, output[-3000:]
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
-  assert latest.endswith(f"ckpt-{match.group(1)}")
+  assert latest.endswith(f"ckpt-{events_lib.ended_step(events)}")
 
 
 def test_a_second_ctrl_c_exits_at_once(model_dir):
@@ -291,8 +254,9 @@ def test_a_second_ctrl_c_exits_at_once(model_dir):
     "--checkpoint_every_steps=0",
     f"--model_dir={model_dir}",
   )
-  process = start(trainer_command(*flags))
-  wait_for_step(process, 10)
+  events = f"{model_dir}.events.jsonl"
+  process = start(trainer_command(*flags), events=events)
+  events_lib.wait_for_step(events, 10, process=process)
   process.send_signal(signal.SIGINT)
   time.sleep(0.2)  # Two signals sent at once would arrive as one.
   process.send_signal(signal.SIGINT)

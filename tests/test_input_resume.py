@@ -10,7 +10,7 @@ import pytest
 from benchmarks import tfds_jpegs
 from tests.conftest import read_summary
 from tests.conftest import run_trainer
-from tests.test_fault_tolerance import kill_at_steps_then_finish
+from trainer.testing import kill_at_steps_then_finish
 
 STEPS = 30
 # 100 examples, a global batch of 16: 6 steps per epoch, 4 records dropped

@@ -11,8 +11,10 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 from ctl import ledger
+from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
 from tests.conftest import free_ports
@@ -21,8 +23,8 @@ from tests.conftest import run_trainer
 from tests.conftest import trainer_command
 from tests.conftest import trainer_env
 from tests.test_fault_tolerance import _worker_process
-from tests.test_fault_tolerance import finish
-from tests.test_fault_tolerance import start
+from trainer.testing import finish
+from trainer.testing import start
 
 STALL = 75
 STEPS = 40
@@ -40,14 +42,12 @@ FLAGS = (
 )
 
 
-def read_until(process: subprocess.Popen, pattern: str) -> str:
-  """Reads output until a line matches `pattern`; returns what it read."""
-  seen = []
-  for line in process.stdout:
-    seen.append(line)
-    if re.search(pattern, line):
-      return "".join(seen)
-  raise AssertionError(f"exited before {pattern!r}:\n{''.join(seen)[-3000:]}")
+def wait_for_output(process: subprocess.Popen, text: str) -> None:
+  """Waits until the output of a process from `start` holds `text`."""
+  while text not in open(process.output_file.name).read():
+    if process.poll() is not None:
+      raise AssertionError(f"exited before {text!r}")
+    time.sleep(0.1)
 
 
 def launch(model_dir, *, faults="", workers=2, max_restarts=3):
@@ -63,6 +63,7 @@ def launch(model_dir, *, faults="", workers=2, max_restarts=3):
       "--",
       *trainer_command(*FLAGS, f"--model_dir={model_dir}"),
     ],
+    events=f"{model_dir}.events.jsonl",
     env=trainer_env(CTL_FAULTS=faults),
   )
 
@@ -82,12 +83,16 @@ def test_two_workers_survive_input_loop_and_sigstop_stalls(tmp_path):
     "stall@20:loop:worker=1:attempt=1,"
     "slow@*:secs=2:worker=1:attempt=2",
   )
-  seen = read_until(launcher, r"\[launcher\] restart 2/3")
-  seen += read_until(launcher, r"^\[worker 0\] .*step 25/")
+  events = f"{model_dir}.events.jsonl"
+  # Attempt 2 reaches step 25 before worker 1 is frozen (the earlier
+  # attempts stall before it).
+  events_lib.wait_for_event(
+    events,
+    lambda e: e["attempt"] == 2 and e["worker"] == 0 and e["step"] >= 25,
+    process=launcher,
+  )
   _worker_process(launcher.pid, index=1).send_signal(signal.SIGSTOP)
-  seen += read_until(launcher, r"\[launcher\] restart 3/3")
-  code, rest = finish(launcher)
-  output = seen + rest
+  code, output = finish(launcher)
   assert code == 0, output[-3000:]
 
   for step, fault in ((10, "stall in input"), (20, "stall in train_loop")):
@@ -156,8 +161,9 @@ def test_one_worker_stall_exits_75_repeats_are_reported_rerun_continues(
     "train_loop and all 1 restart(s) (--max_restarts) are used"
   ) in repeated.stderr
 
-  rerun = run_trainer(*flags)
-  assert "Restored step 10" in rerun.stderr
+  rerun = f"{model_dir}.rerun.jsonl"
+  run_trainer(*flags, events=rerun)
+  assert events_lib.restored_steps(rerun) == [10]
   summary = read_summary(model_dir)
   assert summary["final_step"] == STEPS
   # The run ledger holds each stall where the watchdog saw it.
@@ -184,7 +190,8 @@ def test_a_peer_that_never_starts_is_named_awaited_and_given_up_on(tmp_path):
   def first_of_two(ports):  # Worker 1 never starts.
     return start(
       command,
-      trainer_env(
+      events=str(tmp_path / "events.jsonl"),
+      env=trainer_env(
         TF_CONFIG=json.dumps(
           {
             "cluster": {"worker": [f"localhost:{p}" for p in ports]},
@@ -195,9 +202,7 @@ def test_a_peer_that_never_starts_is_named_awaited_and_given_up_on(tmp_path):
     )
 
   giving_up, terminated = first_of_two(ports[:2]), first_of_two(ports[2:])
-  read_until(
-    terminated, re.escape(f"for worker 1 (localhost:{ports[3]}) to start")
-  )
+  wait_for_output(terminated, f"for worker 1 (localhost:{ports[3]}) to start")
   terminated.send_signal(signal.SIGTERM)
   assert terminated.wait(timeout=60) == -signal.SIGTERM  # At once.
 

@@ -40,6 +40,23 @@ def test_rule_ignores_small_differences_and_lone_workers():
   assert detector.add([0.0, 0.05]).worker == 1  # Median 0.025: 2x.
 
 
+def test_watch_says_when_a_straggler_comes_and_goes(caplog):
+  watch = stragglers.Watch(stragglers.Detector(loops=1))
+  with caplog.at_level("INFO"):
+    watch.add([0.01, 0.2, 0.012], step=5)
+    assert watch.scalars() == {
+      "straggler/ratio": 0.2 / 0.012,
+      "straggler/worker": 1,
+    }
+    watch.add([0.01, 0.2, 0.012], step=6)  # The same one: said once.
+    watch.add([0.01, 0.011, 0.012], step=7)
+  assert watch.scalars() == {}
+  said = [r.getMessage() for r in caplog.records]
+  assert len(said) == 2
+  assert said[0].startswith("straggler: worker 1 is the slowest at step 5")
+  assert said[1] == "straggler: worker 1 no longer straggles at step 7."
+
+
 def test_two_workers_name_the_slow_one(tmp_path):
   """Worker 1 starts every loop 0.3 s late (ctl.faults `slow`)."""
   model_dir = tmp_path / "run"

@@ -12,6 +12,7 @@ import urllib.request
 import numpy as np
 import pytest
 
+from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
 from tests.conftest import free_ports
@@ -40,12 +41,14 @@ def continued_run(tmp_path_factory):
     f"--model_dir={model_dir}",
   )
   summary = read_summary(model_dir)
-  again = run_trainer(
-    *FAST_FLAGS, "--train_steps=40", f"--model_dir={model_dir}"
+  again = f"{model_dir}.again.jsonl"
+  run_trainer(
+    *FAST_FLAGS, "--train_steps=40", f"--model_dir={model_dir}", events=again
   )
   rerun_summary = read_summary(model_dir)
-  more = run_trainer(
-    *FAST_FLAGS, "--train_steps=60", f"--model_dir={model_dir}"
+  more = f"{model_dir}.more.jsonl"
+  run_trainer(
+    *FAST_FLAGS, "--train_steps=60", f"--model_dir={model_dir}", events=more
   )
   return model_dir, (first, summary), (again, rerun_summary), more
 
@@ -75,16 +78,17 @@ def test_train_rerun_continue_and_outputs(continued_run):
   assert "step 40/40" in first.stderr
 
   # Same command again: steps are targets, so nothing more is trained.
-  assert "Restored step 40" in again.stderr
-  assert "nothing to train" in again.stderr
-  assert "step 50/" not in again.stderr
+  assert events_lib.restored_steps(again) == [40]
+  assert not [
+    e for e in events_lib.read_events(again) if e["phase"] == "train_loop"
+  ]
   assert (
     rerun_summary["weights_fingerprint"] == (summary["weights_fingerprint"])
   )
 
   # A larger target continues from the checkpoint.
-  assert "Restored step 40" in more.stderr
-  assert "step 50/60" in more.stderr
+  assert events_lib.restored_steps(more) == [40]
+  assert events_lib.read_events(more)[-1]["step"] == 60
   continued = read_summary(model_dir)
   assert continued["final_step"] == 60
   assert continued["restores"] >= 1

@@ -219,6 +219,12 @@ def _cassava(image_size: int, data_dir: str) -> Source:
       decode_fn=decode,
       **common,
     )
+  return _streamed_tfds(builder, keep_encoded, decode_encoded, common)
+
+
+def _streamed_tfds(builder, keep_encoded, decode_fn, common) -> Source:
+  """A TFDS dataset without random access (TFRecord), streamed, said once."""
+  info = builder.info
   logging.info(
     "%s is stored as %s, so it is streamed: every worker reads all of it "
     "each epoch and a resume reads up to its position; convert it once to "
@@ -238,7 +244,7 @@ def _cassava(image_size: int, data_dir: str) -> Source:
     train_records=train,
     num_train=info.splits["train"].num_examples,
     eval_records=validation,
-    decode_fn=decode_encoded,
+    decode_fn=decode_fn,
     shuffle_buffer=1024,
     **common,
   )
@@ -298,13 +304,8 @@ def _files(
   names = datafiles.load_manifest(files, manifest_dir=manifest)
   fresh = names is None
   if fresh:
-    names = [
-      name
-      for name in files.list()
-      if name.count("/") == 1 and name.lower().endswith(_IMAGE_EXTENSIONS)
-    ]
     names = _decodable(
-      files, names, image_size=image_size, skip=skip_bad_images
+      files, _image_names(files), image_size=image_size, skip=skip_bad_images
     )
   classes = sorted({name.split("/")[0] for name in names})
   if len(classes) < 2:
@@ -333,6 +334,15 @@ def _files(
     num_classes=len(classes),
     image_shape=(image_size, image_size, 3),
   )
+
+
+def _image_names(files: datafiles.Files) -> list[str]:
+  """The `class_name/file` names of the images under `files`, listed."""
+  return [
+    name
+    for name in files.list()
+    if name.count("/") == 1 and name.lower().endswith(_IMAGE_EXTENSIONS)
+  ]
 
 
 def _file_records(
@@ -374,6 +384,38 @@ def _decodable(
   Raises:
     UserError: a file cannot be decoded and `skip` is False.
   """
+  good = _decoded_indices(files, names, image_size=image_size)
+  bad = [name for index, name in enumerate(names) if index not in good]
+  if not bad:
+    return names
+  if not skip:
+    where = posixpath.join(files.url, bad[0])  # As the user named it.
+    what = (
+      f"{where} cannot be decoded as an image"
+      if len(bad) == 1
+      else f"{where} and {len(bad) - 1} more files cannot be decoded as images"
+    )
+    them = "it" if len(bad) == 1 else "them"
+    raise UserError(
+      f"{what} ({len(bad)} of the {len(names)} files); remove {them}, or "
+      f"pass --skip_bad_images to train without {them}."
+    )
+  logging.warning(
+    "Skipped %d of the %d files under %s: they cannot be decoded as "
+    "images: %s%s.",
+    len(bad),
+    len(names),
+    files.url,
+    ", ".join(bad[:5]),
+    ", ..." if len(bad) > 5 else "",
+  )
+  return [name for index, name in enumerate(names) if index in good]
+
+
+def _decoded_indices(
+  files: datafiles.Files, names: list[str], *, image_size: int
+) -> set[int]:
+  """The indices of `names` whose files decode as images (one tf.data pass)."""
   records, decode = _file_records(
     files, names, np.zeros(len(names), np.int64), image_size=image_size
   )
@@ -406,31 +448,7 @@ def _decodable(
       good.add(index)
     except tf.errors.InvalidArgumentError:
       pass
-  bad = [name for index, name in enumerate(names) if index not in good]
-  if not bad:
-    return names
-  if not skip:
-    where = posixpath.join(files.url, bad[0])  # As the user named it.
-    what = (
-      f"{where} cannot be decoded as an image"
-      if len(bad) == 1
-      else f"{where} and {len(bad) - 1} more files cannot be decoded as images"
-    )
-    them = "it" if len(bad) == 1 else "them"
-    raise UserError(
-      f"{what} ({len(bad)} of the {len(names)} files); remove {them}, or "
-      f"pass --skip_bad_images to train without {them}."
-    )
-  logging.warning(
-    "Skipped %d of the %d files under %s: they cannot be decoded as "
-    "images: %s%s.",
-    len(bad),
-    len(names),
-    files.url,
-    ", ".join(bad[:5]),
-    ", ..." if len(bad) > 5 else "",
-  )
-  return [name for index, name in enumerate(names) if index in good]
+  return good
 
 
 def _in_memory(arrays) -> input_lib.IndexedRecords:

@@ -22,6 +22,7 @@ from ctl import faults as faults_lib
 from ctl import hypertune
 from ctl import input as input_lib
 from ctl import peers
+from ctl import progress
 from ctl import storage
 from ctl import strategies
 from ctl import watchdog as watchdog_lib
@@ -50,6 +51,7 @@ class Job:
   is_evaluator: bool = False
   watchdog: watchdog_lib.Watchdog | None = None  # Started; stopped by run.
   faults: tuple[faults_lib.Fault, ...] = ()
+  progress_listeners: tuple[progress.Listener, ...] = ()
 
   def run(self) -> dict:
     if self.is_evaluator:
@@ -64,6 +66,7 @@ class Job:
         eval_callbacks=self.eval_callbacks,
         faults=self.faults,
         watchdog=self.watchdog,
+        progress_listeners=self.progress_listeners,
       )
     finally:
       if self.watchdog:
@@ -86,7 +89,6 @@ def build_job(config: Any, environ=os.environ) -> Job:
   checks.check(config, environ)
   if config.data_dir:  # Not in `checks`: --dry_run accepts placeholders.
     storage.check_url(config.data_dir, fuse_root=config.fuse_root)
-  limits = checks.watchdog_limits(config)
   cluster = cluster_lib.resolve(environ=environ)
   restarts = int(environ.get("CTL_RESTART_COUNT", "0"))
   rank = _rank(cluster)
@@ -95,28 +97,8 @@ def build_job(config: Any, environ=os.environ) -> Job:
   if config.deterministic:
     tf.config.experimental.enable_op_determinism()
   keras.utils.set_random_seed(config.seed)
-  watchdog = None
-  if not cluster.is_evaluator:
-    peers.wait_for_peers(cluster, timeout_secs=config.startup_timeout_secs)
-    if limits.enabled:  # From here on, start-up is watched.
-      watchdog = watchdog_lib.Watchdog(
-        limits=limits,
-        worker=rank,
-        heartbeat_dir=environ.get(watchdog_lib.HEARTBEAT_DIR_ENV),
-      ).start()
-  # An evaluator trains with no one, whatever strategy the workers use.
-  strategy = strategies.make_strategy(
-    name="auto" if cluster.is_evaluator else config.strategy,
-    cluster=cluster,
-    collective=config.collective,
-  )
-  logging.info(
-    "%s; this process is %s %d of a %d-worker cluster.",
-    strategies.describe(strategy),
-    cluster.task_type,
-    cluster.task_index,
-    cluster.num_workers,
-  )
+  watchdog = _await_peers(config, cluster, rank=rank, environ=environ)
+  strategy = _strategy(config, cluster)
   keras.mixed_precision.set_global_policy(_POLICIES[config.mixed_precision])
   source = data_lib.load(
     config.dataset,
@@ -139,25 +121,70 @@ def build_job(config: Any, environ=os.environ) -> Job:
     global_batch=global_batch,
   )
   options.validate()
-  task = _task(config, source, global_batch, train_steps)
-  callbacks = []
-  if config.hypertune_metric:
-    reporter = hypertune.MetricReporter(
-      config.hypertune_metric, is_chief=cluster.is_chief
-    )
-    callbacks.append(
-      lambda step, metrics: reporter.report(
-        metrics[config.hypertune_metric], step
-      )
-    )
   return Job(
-    task=task,
+    task=_task(config, source, global_batch, train_steps),
     options=options,
     strategy=strategy,
-    eval_callbacks=tuple(callbacks),
+    eval_callbacks=_eval_callbacks(config, cluster),
     is_evaluator=cluster.is_evaluator,
     watchdog=watchdog,
     faults=faults,
+    progress_listeners=progress.events_from_environ(
+      environ, worker=rank, attempt=restarts
+    ),
+  )
+
+
+def _await_peers(
+  config, cluster, *, rank: int, environ
+) -> watchdog_lib.Watchdog | None:
+  """Waits for the other workers; the started watchdog, if any.
+
+  From the watchdog's start on, start-up is watched; an evaluator waits for
+  no one and is not watched.
+  """
+  if cluster.is_evaluator:
+    return None
+  peers.wait_for_peers(cluster, timeout_secs=config.startup_timeout_secs)
+  limits = checks.watchdog_limits(config)
+  if not limits.enabled:
+    return None
+  return watchdog_lib.Watchdog(
+    limits=limits,
+    worker=rank,
+    heartbeat_dir=environ.get(watchdog_lib.HEARTBEAT_DIR_ENV),
+  ).start()
+
+
+def _strategy(config, cluster) -> tf.distribute.Strategy:
+  """The distribution strategy, said in one line."""
+  # An evaluator trains with no one, whatever strategy the workers use.
+  strategy = strategies.make_strategy(
+    name="auto" if cluster.is_evaluator else config.strategy,
+    cluster=cluster,
+    collective=config.collective,
+  )
+  logging.info(
+    "%s; this process is %s %d of a %d-worker cluster.",
+    strategies.describe(strategy),
+    cluster.task_type,
+    cluster.task_index,
+    cluster.num_workers,
+  )
+  return strategy
+
+
+def _eval_callbacks(config, cluster) -> tuple[Callable[[int, dict], None], ...]:
+  """Reports `--hypertune_metric` after each evaluation (Vertex AI tuning)."""
+  if not config.hypertune_metric:
+    return ()
+  reporter = hypertune.MetricReporter(
+    config.hypertune_metric, is_chief=cluster.is_chief
+  )
+  return (
+    lambda step, metrics: reporter.report(
+      metrics[config.hypertune_metric], step
+    ),
   )
 
 
@@ -208,33 +235,6 @@ def _task(
       dropout=config.dropout,
     )
 
-  def build_optimizer():
-    lr = config.learning_rate
-    schedule = _ConstantRate(lr)
-    if config.lr_schedule == "cosine":
-      warmup = min(config.warmup_steps, train_steps)
-      schedule = keras.optimizers.schedules.CosineDecay(
-        initial_learning_rate=0.0 if warmup else lr,
-        decay_steps=max(train_steps - warmup, 1),
-        warmup_target=(lr if warmup else None),
-        warmup_steps=warmup,
-      )
-    optimizer = (
-      keras.optimizers.Adam(lr)
-      if config.optimizer == "adam"
-      else keras.optimizers.SGD(lr, momentum=0.9)
-    )
-    # The rate is configuration, not state. Built with a float, every
-    # optimizer has the same variables (a rate variable included), so
-    # checkpoints match whatever the schedule; it then follows the schedule
-    # and never reads the (restored) rate variable, so a resume may change
-    # the rate, the schedule or the warmup. Keras' public setter would drop
-    # the variable from the tracked list, which checkpoints refuse.
-    optimizer._learning_rate = schedule  # pylint: disable=protected-access
-    if config.mixed_precision == "fp16":
-      optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    return optimizer
-
   def train_dataset_fn(input_context, start_step, seed):
     return input_lib.train_dataset(
       records=source.train_records,
@@ -257,12 +257,41 @@ def _task(
 
   return Task(
     build_model=build_model,
-    build_optimizer=build_optimizer,
+    build_optimizer=lambda: _optimizer(config, train_steps),
     train_dataset_fn=train_dataset_fn,
     eval_dataset_fn=eval_dataset_fn,
     global_batch_size=global_batch,
     image_shape=source.image_shape,
   )
+
+
+def _optimizer(config, train_steps: int) -> keras.optimizers.Optimizer:
+  """The optimizer, its rate following `--lr_schedule` to `train_steps`."""
+  lr = config.learning_rate
+  schedule = _ConstantRate(lr)
+  if config.lr_schedule == "cosine":
+    warmup = min(config.warmup_steps, train_steps)
+    schedule = keras.optimizers.schedules.CosineDecay(
+      initial_learning_rate=0.0 if warmup else lr,
+      decay_steps=max(train_steps - warmup, 1),
+      warmup_target=(lr if warmup else None),
+      warmup_steps=warmup,
+    )
+  optimizer = (
+    keras.optimizers.Adam(lr)
+    if config.optimizer == "adam"
+    else keras.optimizers.SGD(lr, momentum=0.9)
+  )
+  # The rate is configuration, not state. Built with a float, every
+  # optimizer has the same variables (a rate variable included), so
+  # checkpoints match whatever the schedule; it then follows the schedule
+  # and never reads the (restored) rate variable, so a resume may change
+  # the rate, the schedule or the warmup. Keras' public setter would drop
+  # the variable from the tracked list, which checkpoints refuse.
+  optimizer._learning_rate = schedule  # pylint: disable=protected-access
+  if config.mixed_precision == "fp16":
+    optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+  return optimizer
 
 
 class _ConstantRate(keras.optimizers.schedules.LearningRateSchedule):

@@ -10,6 +10,11 @@ emulator, reading a run's files) are in `ctl.testing`.
 import os
 import subprocess
 import sys
+import tempfile
+
+from ctl import progress
+from ctl.testing import events as events_lib
+from ctl.testing.run_files import read_summary
 
 # The checkout's root: the working directory of trainer subprocesses, and the
 # base of `configs/`, `Dockerfile` and the other files tests read.
@@ -74,6 +79,7 @@ def run_trainer(
   env: dict[str, str] | None = None,
   timeout: float = 300,
   check: bool = True,
+  events: str | None = None,
 ) -> subprocess.CompletedProcess:
   """Runs `python -m trainer.task FLAGS` to completion from the checkout.
 
@@ -82,14 +88,18 @@ def run_trainer(
     env: its environment (default: `trainer_env()`).
     timeout: seconds before it is killed (subprocess.TimeoutExpired).
     check: raise AssertionError, with the end of stderr, on a non-zero exit.
+    events: a file for the run's progress events (`CTL_EVENTS`), or None.
 
   Returns:
     The finished process, its output captured as text.
   """
+  env = env or trainer_env()
+  if events:
+    env = {**env, progress.EVENTS_ENV: events}
   result = subprocess.run(
     trainer_command(*flags),
     cwd=REPO,
-    env=env or trainer_env(),
+    env=env,
     capture_output=True,
     text=True,
     timeout=timeout,
@@ -100,3 +110,58 @@ def run_trainer(
       f"trainer exited {result.returncode}:\n{result.stderr[-4000:]}"
     )
   return result
+
+
+def start(
+  command: list[str], *, events: str, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+  """Starts `command` from the checkout with `CTL_EVENTS=events`.
+
+  Its output (stdout and stderr together) goes to a temporary file, not a
+  pipe, so a caller that follows the events file instead never blocks the
+  process on a full pipe; `finish` returns it.
+  """
+  output = tempfile.TemporaryFile("w+")
+  process = subprocess.Popen(
+    command,
+    cwd=REPO,
+    env={**(env or trainer_env()), progress.EVENTS_ENV: events},
+    stdout=output,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
+  process.output_file = output
+  return process
+
+
+def finish(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
+  """Waits for a process from `start`; its exit code and whole output."""
+  process.wait(timeout=timeout)
+  process.output_file.seek(0)
+  output = process.output_file.read()
+  process.output_file.close()
+  return process.returncode, output
+
+
+def kill_at_steps_then_finish(
+  flags, *, model_dir: str, steps, env: dict[str, str] | None = None
+) -> dict:
+  """SIGKILLs a run once it reaches each of `steps`, re-runs it to the end.
+
+  The run's events go to `<model_dir>.events.jsonl`.
+
+  Returns:
+    The summary of the run that finished.
+  """
+  events = f"{model_dir}.events.jsonl"
+  for kill_at in steps:
+    process = start(
+      trainer_command(*flags, f"--model_dir={model_dir}"),
+      events=events,
+      env=env,
+    )
+    events_lib.wait_for_step(events, kill_at, process=process)
+    process.kill()
+    finish(process)
+  run_trainer(*flags, f"--model_dir={model_dir}", env=env)
+  return read_summary(model_dir)

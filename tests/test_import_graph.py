@@ -1,0 +1,89 @@
+"""The layers hold: `ctl/` never imports `trainer/`, and no modules import
+each other in a loop (DESIGN.md, "Layers": imports only point down).
+
+Read statically from the source (every import statement, also those inside
+functions), so the test needs nothing installed and cannot be fooled by an
+import that happens to run late.
+"""
+
+import ast
+import os
+
+from tests.conftest import REPO
+
+
+def _modules(package: str) -> dict[str, str]:
+  """{dotted module name: file} of every module under `package`."""
+  found = {}
+  for folder, _, files in os.walk(os.path.join(REPO, package)):
+    for name in files:
+      if name.endswith(".py"):
+        path = os.path.join(folder, name)
+        dotted = os.path.relpath(path, REPO)[: -len(".py")].replace(os.sep, ".")
+        found[dotted.removesuffix(".__init__")] = path
+  return found
+
+
+def _imports(path: str) -> set[str]:
+  """The dotted names that the module at `path` imports."""
+  with open(path) as f:
+    tree = ast.parse(f.read())
+  names = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names.update(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      names.add(node.module)
+      names.update(f"{node.module}.{alias.name}" for alias in node.names)
+  return names
+
+
+def _graph(packages=("ctl", "trainer")) -> dict[str, set[str]]:
+  """Module -> the project modules it imports (itself and its package's
+  `__init__` left out)."""
+  modules = {}
+  for package in packages:
+    modules.update(_modules(package))
+  return {
+    name: {
+      target
+      for target in _imports(path)
+      if target in modules and target != name and target != name.split(".")[0]
+    }
+    for name, path in modules.items()
+  }
+
+
+def test_ctl_never_imports_trainer():
+  upward = {
+    (name, target)
+    for name, targets in _graph().items()
+    if name.startswith("ctl")
+    for target in targets
+    if target.startswith("trainer")
+  }
+  assert not upward
+
+
+def test_no_module_imports_itself_through_others():
+  graph, cycles = _graph(), []
+
+  def visit(name, path):
+    if name in path:
+      cycles.append(path[path.index(name) :] + [name])
+      return
+    if name in done:
+      return
+    for target in sorted(graph[name]):
+      visit(target, path + [name])
+    done.add(name)
+
+  done = set()
+  for name in sorted(graph):
+    visit(name, [])
+  assert not cycles
+
+
+def test_the_check_sees_imports():
+  """The graph is not empty: `ctl.controller` imports `ctl.loop`."""
+  assert "ctl.loop" in _graph()["ctl.controller"]

@@ -1,0 +1,54 @@
+"""Tests for ctl.metrics_window: means over a window, its log line, scalars."""
+
+import numpy as np
+
+from ctl import loop as loop_lib
+from ctl import metrics_window
+from ctl import summaries
+from ctl.testing.run_files import read_scalars
+
+
+def _output(losses, accuracy=None):
+  return loop_lib.LoopOutput(
+    step_losses=np.array(losses),
+    accuracy=accuracy,
+    stop_requested=False,
+    save_requested=False,
+    host_seconds=np.zeros(1),
+  )
+
+
+def test_a_window_logs_its_means_writes_scalars_and_starts_again(
+  tmp_path, caplog
+):
+  writer = summaries.ScalarWriter(logdir=str(tmp_path))
+  window = metrics_window.MetricsWindow(
+    train_steps=40,
+    global_batch_size=8,
+    writer=writer,
+    learning_rate=lambda: 0.5,
+  )
+  window.add(_output([1.0, 3.0], accuracy=0.5), 2, seconds=1.0)
+  window.add(_output([2.0, 2.0], accuracy=1.0), 2, seconds=1.0)
+  window.log(4, {"straggler/ratio": 2.0})
+  assert window.metrics == {"loss": 2.0, "accuracy": 0.75}
+  assert window.throughput == [16.0]  # 4 steps of 8 in 2 s.
+  window.add(_output([4.0]), 1, seconds=0.25)
+  window.log(5)
+  assert window.metrics == {"loss": 4.0}
+  assert window.median_throughput() == 32.0  # The first window is left out.
+  writer.close()
+  scalars = read_scalars(str(tmp_path / summaries.TRAIN))
+  assert scalars["loss"] == [(4, 2.0), (5, 4.0)]
+  assert scalars["learning_rate"][0] == (4, 0.5)
+  assert scalars["straggler/ratio"] == [(4, 2.0)]
+
+
+def test_no_window_logged_has_no_throughput():
+  window = metrics_window.MetricsWindow(
+    train_steps=1,
+    global_batch_size=1,
+    writer=summaries.ScalarWriter(logdir=None),
+    learning_rate=lambda: 0.1,
+  )
+  assert window.median_throughput() is None

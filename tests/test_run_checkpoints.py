@@ -1,0 +1,70 @@
+"""Tests for ctl.run_checkpoints: the restore of start-up, marked saves."""
+
+import os
+
+import tensorflow as tf
+
+from ctl import checkpointing
+from ctl import progress as progress_lib
+from ctl import run_checkpoints
+from ctl import save_policy
+
+
+def _checkpoints(directory, marks):
+  step = tf.Variable(0, dtype=tf.int64)
+  restores = tf.Variable(0, dtype=tf.int64)
+  duty = run_checkpoints.RunCheckpoints(
+    checkpointer=checkpointing.Checkpointer(
+      checkpoint=tf.train.Checkpoint(step=step, restores=restores),
+      directory=str(directory),
+      is_chief=True,
+      keep=3,
+      async_save=False,
+    ),
+    policy=save_policy.SavePolicy(
+      every_steps=10,
+      every_secs=0,
+      expected_mtbf_secs=3600.0,
+      train_steps=40,
+      is_chief=True,
+    ),
+    progress=progress_lib.Progress(
+      current_step=lambda: int(step.numpy()), listeners=(marks.append,)
+    ),
+    global_step=step,
+    restores=restores,
+  )
+  return duty, step, restores
+
+
+def test_a_fresh_start_saves_step_0_when_asked_then_a_restart_restores(
+  tmp_path,
+):
+  marks = []
+  duty, step, _ = _checkpoints(tmp_path, marks)
+  assert duty.restore_at_start(
+    directory=str(tmp_path), train_steps=40, save_if_none=True
+  ) == (False, 0)
+  assert [m.phase for m in marks] == ["checkpoint_save"] * 2
+  assert duty.policy.last_step == 0
+  step.assign(20)
+  duty.save(20)
+  duty.close()
+  assert os.path.exists(tmp_path / "ckpt-20.index")
+
+  again, _, restores = _checkpoints(tmp_path, [])
+  assert again.restore_at_start(
+    directory=str(tmp_path), train_steps=40, save_if_none=True
+  ) == (True, 20)
+  assert int(restores.numpy()) == 1 and again.policy.last_step == 20
+  again.close()
+
+
+def test_nothing_to_train_and_no_checkpoint_saves_nothing(tmp_path):
+  marks = []
+  duty, _, _ = _checkpoints(tmp_path, marks)
+  assert duty.restore_at_start(
+    directory=str(tmp_path), train_steps=0, save_if_none=True
+  ) == (False, 0)
+  duty.close()
+  assert marks == [] and not os.listdir(tmp_path)
