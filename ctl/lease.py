@@ -26,6 +26,7 @@ monotonic clock. A holder that finds its lease taken over says so and stops
 renewing; it never deletes another's lease.
 """
 
+from collections.abc import Iterator
 import contextlib
 import dataclasses
 import json
@@ -33,12 +34,15 @@ import os
 import socket
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from absl import logging
 
 from ctl import storage
 from ctl.errors import UserError
+
+if TYPE_CHECKING:
+  from ctl.options import RunOptions  # pylint: disable=g-import-not-at-top
 
 LEASE_FILE = "run.lease"
 JOB_ID_ENVS = ("CTL_JOB_ID", "CLOUD_ML_JOB_ID")
@@ -80,6 +84,67 @@ def job_id(environ) -> str:
   return next((environ[n] for n in JOB_ID_ENVS if environ.get(n)), "")
 
 
+@contextlib.contextmanager
+def hold(options: "RunOptions", *, watchdog=None) -> Iterator["Lease | None"]:
+  """Holds the run directory's lease for the block (the chief only).
+
+  Released when the block ends however it ends, and, with a `watchdog`
+  (ctl.watchdog), also just before a stall ends the process.
+
+  Args:
+    options: the run's options (directory, stale time, job id, take-over).
+    watchdog: the run's stall watchdog, or None.
+
+  Yields:
+    The held lease, or None on a worker that is not the chief.
+
+  Raises:
+    LeaseHeld: another live process holds it.
+  """
+  if not options.is_chief:
+    yield None
+    return
+  held = acquire(**_arguments(options))
+  if watchdog:
+    watchdog.add_stall_callback(lambda _: held.release())
+  try:
+    yield held
+  finally:
+    held.release()
+
+
+def check_free(options: "RunOptions") -> None:
+  """Refuses now, writing nothing, if a live process holds the run directory.
+
+  A command line calls it before it loads TensorFlow, so a second trainer is
+  refused within a second or two; `hold` still decides when it takes the
+  lease.
+
+  Raises:
+    LeaseHeld: another live process holds it.
+  """
+  if options.is_chief:
+    arguments = _arguments(options)
+    found = _open_store(
+      options.dirs.model_dir,
+      storage_route=options.storage,
+      fuse_root=options.fuse_root,
+    ).read()
+    if found is not None:
+      _judge(found[0], _me(options.job_id), **arguments)
+
+
+def _arguments(options: "RunOptions") -> dict[str, Any]:
+  return {
+    "model_dir": options.dirs.model_dir,
+    "job": options.job_id,
+    "stale_secs": options.lease_stale_secs,
+    "take_over": options.take_over_lease,
+    "storage_route": options.storage,
+    "fuse_root": options.fuse_root,
+  }
+
+
 def acquire(
   *,
   model_dir: str,
@@ -111,22 +176,20 @@ def acquire(
     model_dir, storage_route=storage_route, fuse_root=fuse_root
   )
   for _ in range(_ATTEMPTS):
-    now = time.time()
-    mine = Holder(socket.gethostname(), os.getpid(), job, now, now)
+    mine = _me(job)
     found = store.read()
     try:
       if found is None:
         token = store.create(_encode(mine))
       else:
         holder, token = found
-        why = _reclaimable(holder, mine, stale_secs, take_over)
-        if why is None:
-          raise LeaseHeld(
-            f"{model_dir} is in use by another trainer ({holder.describe()}; "
-            f"stale after {stale_secs:g} s without renewal): wait for it to "
-            "end, use another --model_dir, or pass --take_over_lease if you "
-            "know that process is dead."
-          )
+        why = _judge(
+          holder,
+          mine,
+          model_dir=model_dir,
+          stale_secs=stale_secs,
+          take_over=take_over,
+        )
         logging.warning(
           "Taking over the lease on %s from %s: %s.",
           model_dir,
@@ -201,6 +264,37 @@ class Lease:
           logging.warning("Could not renew the run lease: %s", e)
 
 
+def _me(job: str) -> Holder:
+  now = time.time()
+  return Holder(socket.gethostname(), os.getpid(), job, now, now)
+
+
+def _judge(
+  holder: Holder,
+  mine: Holder,
+  *,
+  model_dir: str,
+  stale_secs: float,
+  take_over: bool,
+  **unused,
+) -> str:
+  """Why `holder`'s lease may be taken over by `mine`.
+
+  Raises:
+    LeaseHeld: it may not.
+  """
+  del unused  # The other `_arguments`.
+  why = _reclaimable(holder, mine, stale_secs, take_over)
+  if why is None:
+    raise LeaseHeld(
+      f"{model_dir} is in use by another trainer ({holder.describe()}; "
+      f"stale after {stale_secs:g} s without renewal): wait for it to "
+      "end, use another --model_dir, or pass --take_over_lease if you "
+      "know that process is dead."
+    )
+  return why
+
+
 def _reclaimable(
   holder: Holder, mine: Holder, stale_secs: float, take_over: bool
 ) -> str | None:
@@ -261,9 +355,7 @@ class _FileStore:
 
   def __init__(self, path: str):
     self._path = path
-    directory = os.path.dirname(path)
-    self._made_dir = not os.path.isdir(directory) and directory
-    os.makedirs(directory, exist_ok=True)
+    self._made_dir = None
 
   def read(self) -> tuple[Holder, bytes] | None:
     try:
@@ -274,6 +366,10 @@ class _FileStore:
     return _decode(data), data
 
   def create(self, data: bytes) -> bytes:
+    directory = os.path.dirname(self._path)
+    if not os.path.isdir(directory):
+      os.makedirs(directory)
+      self._made_dir = directory
     fd = os.open(self._path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     with os.fdopen(fd, "wb") as f:
       f.write(data)
