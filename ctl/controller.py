@@ -22,6 +22,7 @@ from ctl import checkpointing
 from ctl import evaluation as evaluation_lib
 from ctl import faults as faults_lib
 from ctl import finishing
+from ctl import lease as lease_lib
 from ctl import ledger as ledger_lib
 from ctl import loop as loop_lib
 from ctl import metrics_window
@@ -88,7 +89,8 @@ def run(
         "stall", **dataclasses.asdict(stall)
       )
     )
-  return run_state.run()
+  with lease_lib.hold(options, watchdog=watchdog):  # One writer per run dir.
+    return run_state.run()
 
 
 class _Run:

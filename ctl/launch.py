@@ -12,7 +12,9 @@ it can read the restart number from `CTL_RESTART_COUNT`, and how the previous
 start ended from `CTL_PREVIOUS_EXIT`: the failed worker's exit code, or -N
 when signal N killed it, as `subprocess` reports it, plus
 `CTL_PREVIOUS_EXIT_TIME`, when that was, in seconds since the epoch; the run
-ledger records both). SIGINT and SIGTERM
+ledger records both). Every start gets the same `CTL_JOB_ID` (kept from the
+launcher's environment, else a new one), so a restarted chief takes the run
+directory's lease at once (ctl.lease). SIGINT and SIGTERM
 are forwarded to every worker, and whatever has not exited after a grace
 period is killed, so no worker process outlives the launcher.
 
@@ -39,9 +41,11 @@ import tempfile
 import threading
 import time
 from typing import IO, TextIO
+import uuid
 
 from ctl import cluster
 from ctl import errors
+from ctl import lease
 from ctl import watchdog
 from ctl.errors import STALL_EXIT_CODE
 from ctl.errors import USER_ERROR_EXIT_CODE
@@ -50,6 +54,7 @@ from ctl.errors import UserError
 RESTART_COUNT_ENV = "CTL_RESTART_COUNT"
 PREVIOUS_EXIT_ENV = "CTL_PREVIOUS_EXIT"
 PREVIOUS_EXIT_TIME_ENV = "CTL_PREVIOUS_EXIT_TIME"
+JOB_ID_ENV = lease.JOB_ID_ENVS[0]
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 MAX_BACKOFF_SECS = 300.0
 # The shortest pause between restarts, whatever --restart_backoff_secs says:
@@ -154,7 +159,10 @@ def _restart_loop(
   options: LaunchOptions, events: queue.SimpleQueue, heartbeats: str
 ) -> int:
   restart = 0
-  previous_exit = {}
+  # One id for every start of this cluster: a restarted chief takes over
+  # the run directory's lease its killed predecessor held (ctl.lease).
+  job = {JOB_ID_ENV: os.environ.get(JOB_ID_ENV) or uuid.uuid4().hex}
+  previous_exit = job
   stalls = collections.Counter()  # "at step S in PHASE" -> times.
   while True:
     workers = _Workers(
@@ -166,6 +174,7 @@ def _restart_loop(
     )
     index, code, signum = workers.wait_for_failure()
     previous_exit = {
+      **job,
       PREVIOUS_EXIT_ENV: str(code),
       PREVIOUS_EXIT_TIME_ENV: f"{time.time():.3f}",
     }

@@ -82,6 +82,13 @@ class RunOptions:
     evaluator_writes_validation: a side-car evaluator writes the validation
       summaries, so the chief's own evaluations are logged and reported but
       not written to TensorBoard (one writer per run dir).
+    lease_stale_secs: the chief's lease on the run directory (ctl.lease) is
+      renewed every quarter of this; one not renewed for this long may be
+      taken over by another trainer.
+    take_over_lease: take the run directory's lease whoever holds it (for
+      an operator who knows the holder is dead).
+    job_id: the supervisor's job id (ctl.launch's CTL_JOB_ID, Vertex AI's
+      CLOUD_ML_JOB_ID), or ""; a restart of the same job takes its lease.
   """
 
   dirs: OutputDirs
@@ -108,6 +115,9 @@ class RunOptions:
     default_factory=dict
   )
   evaluator_writes_validation: bool = False
+  lease_stale_secs: float = 120.0
+  take_over_lease: bool = False
+  job_id: str = ""
 
   def validate(self) -> None:
     """Raises UserError with one sentence for the first bad option."""
@@ -148,6 +158,10 @@ class RunOptions:
       raise UserError("checkpoint_every_secs must be >= 0.")
     if not self.expected_mtbf_secs > 0:
       raise UserError("expected_mtbf_secs must be > 0.")
+    if not self.lease_stale_secs > 0:
+      raise UserError(
+        f"lease_stale_secs must be > 0, got {self.lease_stale_secs}."
+      )
     if self.max_nan_recoveries < 0:
       raise UserError("max_nan_recoveries must be >= 0.")
     if self.profile_steps is not None:

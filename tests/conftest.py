@@ -6,6 +6,10 @@ readers of a run's files in `ctl/testing/`. Tests import them from this module
 (`from tests.conftest import run_trainer, ...`) or from their homes.
 """
 
+import signal
+import subprocess
+import sys
+
 import pytest
 
 from ctl.cluster import free_ports
@@ -47,3 +51,44 @@ def gcs_emulator(tmp_path):
     bucket=gcs_emulator_lib.GcsEmulator.BUCKET,
   ) as emulator:
     yield emulator
+
+
+_HOLD_LEASE = """
+import sys
+from ctl import lease
+held = lease.acquire(model_dir=sys.argv[1], job=sys.argv[2],
+                     stale_secs=float(sys.argv[3]), storage_route="gcsfs")
+print("held", flush=True)
+sys.stdin.read()
+held.release()
+"""
+
+
+@pytest.fixture
+def lease_holder():
+  """`start(model_dir, job=, stale_secs=)`: a process holding its lease.
+
+  The process takes the lease on `model_dir` (ctl.lease) and holds it,
+  renewing it, until its stdin is closed; the fixture kills what is left.
+  """
+  procs = []
+
+  def start(model_dir, *, job="", stale_secs=60.0):
+    proc = subprocess.Popen(
+      [sys.executable, "-c", _HOLD_LEASE, model_dir, job, str(stale_secs)],
+      cwd=REPO,
+      env=trainer_env(),
+      stdin=subprocess.PIPE,
+      stdout=subprocess.PIPE,
+      text=True,
+    )
+    procs.append(proc)
+    assert proc.stdout.readline() == "held\n"
+    return proc
+
+  yield start
+  for proc in procs:
+    if proc.poll() is None:
+      proc.send_signal(signal.SIGCONT)
+      proc.kill()
+    proc.wait()

@@ -200,6 +200,7 @@ BAD_INPUT = [
     "--startup_timeout_secs=0: 0.0 is not number >= 1",
     True,
   ),
+  ("trainer", ["--lease_stale_secs=0"], "lease_stale_secs must be > 0", True),
   ("trainer", ["--model_dir=gs://"], "gs:// names no bucket", True),
   (
     "trainer",
@@ -479,6 +480,15 @@ def test_resnet50_weights_file_not_found(model_dir, tmp_path):
   missing = tmp_path / "no_such_weights.h5"
   last = _fails_cleanly(model_dir, "--model=resnet50", f"--weights={missing}")
   assert f"Weights file {missing} not found" in last
+
+
+def test_a_run_dir_another_live_trainer_holds_is_refused(
+  model_dir, lease_holder
+):
+  holder = lease_holder(model_dir, stale_secs=3600)
+  last = _fails_cleanly(model_dir)
+  assert last.startswith(f"error: {model_dir} is in use by another trainer")
+  assert f"pid {holder.pid} on " in last and "--take_over_lease" in last
 
 
 def test_checkpoint_of_a_different_model(model_dir):

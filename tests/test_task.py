@@ -29,6 +29,7 @@ _DERIVED = {
   "profile_steps",
   "hparams",
   "evaluator_writes_validation",
+  "job_id",
 }
 
 

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from ctl import cluster as cluster_lib
+from ctl import lease
 from ctl import outputs
 from ctl import storage
 from ctl import watchdog
@@ -43,13 +44,16 @@ def check(config: Any, environ: Mapping[str, str]) -> None:
     outputs.check_writable(dirs, fuse_root=config.fuse_root)
   # With --epochs the step target is known once the data is loaded; any
   # target >= 0 passes, so 0 stands in for it here.
-  run_options(
+  options = run_options(
     config,
     dirs,
     cluster=cluster,
     environ=environ,
     train_steps=config.train_steps or 0,
-  ).validate()
+  )
+  options.validate()
+  if not config.dry_run:  # Before TensorFlow loads: refused in a second.
+    lease.check_free(options)
 
 
 def check_flags(config: Any) -> None:
@@ -214,4 +218,7 @@ def run_options(
     profile_steps=profile_steps(config.profile_steps),
     hparams=hparams(config, global_batch=global_batch, train_steps=train_steps),
     evaluator_writes_validation=cluster.has_evaluator,
+    lease_stale_secs=config.lease_stale_secs,
+    take_over_lease=config.take_over_lease,
+    job_id=lease.job_id(environ),
   )

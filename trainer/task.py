@@ -223,6 +223,19 @@ flags.DEFINE_float(
   "the first run of each phase (tracing).",
   lower_bound=1,
 )
+flags.DEFINE_float(
+  "lease_stale_secs",
+  _run("lease_stale_secs"),
+  "The chief holds a lease on --model_dir while it trains, renewed every "
+  "quarter of this; a lease not renewed for this long (a dead holder on "
+  "another host) may be taken over by another trainer.",
+)
+flags.DEFINE_bool(
+  "take_over_lease",
+  _run("take_over_lease"),
+  "Take the lease on --model_dir even if another trainer holds it: only "
+  "when you know that trainer is dead.",
+)
 flags.DEFINE_string(
   "hypertune_metric",
   "",

@@ -28,6 +28,7 @@ import argparse
 from collections.abc import Iterator
 import contextlib
 import functools
+import http
 import http.server
 import json
 import os
@@ -242,11 +243,51 @@ def _serve(
   threading.Thread(
     target=exit_with_parent, args=(os.getppid(),), daemon=True
   ).start()
+  _honour_generation_preconditions(server)
   httpd = http.server.HTTPServer(
     (_HOST, port),
     functools.partial(server.RequestHandler, Storage(data_dir=data_dir)),
   )
   httpd.serve_forever()
+
+
+def _honour_generation_preconditions(server) -> None:
+  """Makes uploads and deletes honour `ifGenerationMatch`, as Cloud Storage does.
+
+  gcp-storage-emulator ignores the precondition (ctl.lease relies on it: 0
+  creates only a new object, N replaces or deletes only generation N). The
+  server answers one request at a time, so the check and the write are one
+  step, as on Cloud Storage.
+  """
+  # pylint: disable=g-import-not-at-top
+  from gcp_storage_emulator.exceptions import NotFound
+  from gcp_storage_emulator.handlers import objects
+
+  def guarded(handler):
+    def handle(request, response, storage, *args, **kwargs):
+      wanted = request.query.get("ifGenerationMatch")
+      if wanted:
+        name = request.params.get("object_id") or request.query["name"][0]
+        try:
+          obj = storage.get_file_obj(request.params["bucket_name"], name)
+          current = str(obj["generation"])
+        except NotFound:
+          current = "0"
+        if current != wanted[0]:
+          response.status = http.HTTPStatus.PRECONDITION_FAILED
+          response.json({"error": {"code": 412, "message": "conditionNotMet"}})
+          return None
+      return handler(request, response, storage, *args, **kwargs)
+
+    return handle
+
+  wrapped = {objects.insert: guarded(objects.insert)}
+  wrapped[objects.delete] = guarded(objects.delete)
+  server.HANDLERS = tuple(
+    (regex, {method: wrapped.get(f, f) for method, f in methods.items()})
+    for regex, methods in server.HANDLERS
+  )
+  objects.insert = wrapped[objects.insert]  # The router's fallback for POST.
 
 
 if __name__ == "__main__":

@@ -1,0 +1,227 @@
+"""ctl.lease against real holder processes, real files and the GCS emulator."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from ctl import lease
+from tests.conftest import FAST_FLAGS
+from tests.conftest import REPO
+from tests.conftest import read_summary
+from tests.conftest import run_trainer
+from tests.conftest import trainer_command
+from tests.conftest import trainer_env
+
+
+def _take(model_dir, **kwargs):
+  return lease.acquire(
+    model_dir=model_dir,
+    job=kwargs.pop("job", ""),
+    stale_secs=kwargs.pop("stale_secs", 60.0),
+    storage_route="gcsfs",
+    **kwargs,
+  )
+
+
+def _record(model_dir):
+  with open(os.path.join(model_dir, lease.LEASE_FILE)) as f:
+    return json.load(f)
+
+
+def test_a_live_holder_refuses_a_second_writer_naming_itself(
+  lease_holder, tmp_path
+):
+  proc = lease_holder(str(tmp_path))
+  with pytest.raises(lease.LeaseHeld) as refused:
+    _take(str(tmp_path))
+  message = str(refused.value)
+  assert f"pid {proc.pid} on " in message
+  assert "--take_over_lease" in message
+  assert _record(tmp_path)["pid"] == proc.pid
+
+
+def test_release_removes_the_lease_and_a_new_writer_takes_it(tmp_path):
+  first = _take(str(tmp_path))
+  assert _record(tmp_path)["pid"] == os.getpid()
+  first.release()
+  first.release()  # Idempotent: every exit path may call it.
+  assert not (tmp_path / lease.LEASE_FILE).exists()
+  with _take(str(tmp_path)) as second:
+    assert second.holder.pid == os.getpid()
+
+
+def test_a_fresh_directory_made_for_the_lease_is_removed_with_it(tmp_path):
+  fresh = tmp_path / "fresh"
+  _take(str(fresh)).release()
+  assert not fresh.exists()
+
+
+def test_a_sigkilled_holder_on_this_host_is_reclaimed_at_once(
+  lease_holder, tmp_path
+):
+  proc = lease_holder(str(tmp_path), stale_secs=3600)
+  proc.kill()
+  proc.wait()
+  with _take(str(tmp_path), stale_secs=3600) as taken:
+    assert _record(tmp_path)["pid"] == os.getpid() == taken.holder.pid
+
+
+def test_a_restart_of_the_same_job_takes_its_own_lease(lease_holder, tmp_path):
+  lease_holder(str(tmp_path), job="job-7", stale_secs=3600)  # Alive, not stale.
+  with pytest.raises(lease.LeaseHeld):  # Another job is refused.
+    _take(str(tmp_path), job="job-8", stale_secs=3600)
+  with _take(str(tmp_path), job="job-7", stale_secs=3600):
+    assert _record(tmp_path)["pid"] == os.getpid()
+
+
+def test_a_stale_lease_is_taken_over_and_its_old_holder_keeps_off(
+  lease_holder, tmp_path
+):
+  proc = lease_holder(str(tmp_path), stale_secs=1.0)
+  proc.send_signal(signal.SIGSTOP)  # Alive, but renews no more.
+  time.sleep(2.0)
+  taken = _take(str(tmp_path), stale_secs=1.0)
+  mine = _record(tmp_path)
+  assert mine["pid"] == os.getpid()
+  proc.send_signal(signal.SIGCONT)  # Its renewal finds the lease lost.
+  proc.communicate("", timeout=60)  # And its release leaves ours.
+  assert proc.returncode == 0
+  assert _record(tmp_path)["pid"] == os.getpid()
+  taken.release()
+
+
+def test_take_over_lease_takes_a_live_holders_lease(lease_holder, tmp_path):
+  proc = lease_holder(str(tmp_path), stale_secs=3600)
+  with _take(str(tmp_path), take_over=True):
+    assert _record(tmp_path)["pid"] == os.getpid() != proc.pid
+
+
+def test_the_holder_renews_its_lease(tmp_path):
+  with _take(str(tmp_path), stale_secs=0.4):
+    first = _record(tmp_path)["renewed"]
+    deadline = time.monotonic() + 60
+    while _record(tmp_path)["renewed"] == first:
+      assert time.monotonic() < deadline, "never renewed"
+      time.sleep(0.05)
+
+
+def test_the_lease_on_cloud_storage_is_exclusive(lease_holder, gcs_emulator):
+  url = f"gs://{gcs_emulator.BUCKET}/run"
+  fs = gcs_emulator.filesystem()
+  proc = lease_holder(url, stale_secs=1.0)
+  object_path = f"{gcs_emulator.BUCKET}/run/{lease.LEASE_FILE}"
+  assert json.loads(fs.cat_file(object_path))["pid"] == proc.pid
+  with pytest.raises(lease.LeaseHeld, match=f"pid {proc.pid} on "):
+    _take(url, stale_secs=1.0)
+  proc.send_signal(signal.SIGSTOP)
+  time.sleep(2.0)
+  taken = _take(url, stale_secs=1.0)  # Stale: taken over by generation.
+  assert json.loads(fs.cat_file(object_path))["pid"] == os.getpid()
+  proc.send_signal(signal.SIGCONT)
+  proc.communicate("", timeout=60)
+  assert json.loads(fs.cat_file(object_path))["pid"] == os.getpid()
+  taken.release()
+  assert not fs.exists(object_path)
+
+
+def test_the_emulator_honours_generation_preconditions(gcs_emulator):
+  # ctl.lease relies on it; gcp-storage-emulator alone ignores it.
+  store = lease._GcsStore(
+    gcs_emulator.filesystem(), f"{gcs_emulator.BUCKET}/x/{lease.LEASE_FILE}"
+  )
+  generation = store.create(b"{}")
+  with pytest.raises(FileExistsError):
+    store.create(b"{}")
+  with pytest.raises(FileExistsError):
+    store.replace(b"{}", "1")
+  newer = store.replace(b"{}", generation)
+  store.delete(generation)  # Not the current generation: kept.
+  assert store.read() is not None
+  store.delete(newer)
+  assert store.read() is None
+
+
+_RUN = (
+  *FAST_FLAGS,
+  "--deterministic",
+  "--train_steps=60",
+  "--steps_per_loop=5",
+  "--log_every_steps=5",
+  "--checkpoint_every_steps=10",
+  "--eval_every_steps=0",
+)
+
+
+def _start_trainer(model_dir, log_path):
+  """Starts a trainer on `model_dir`; returns it once it holds the lease."""
+  with open(log_path, "w") as log:
+    proc = subprocess.Popen(
+      trainer_command(*_RUN, f"--model_dir={model_dir}"),
+      cwd=REPO,
+      env=trainer_env(),
+      stdout=log,
+      stderr=subprocess.STDOUT,
+    )
+  deadline = time.monotonic() + 300
+  while not os.path.exists(os.path.join(model_dir, lease.LEASE_FILE)):
+    assert proc.poll() is None, open(log_path).read()[-3000:]
+    assert time.monotonic() < deadline, "the trainer never took the lease"
+    time.sleep(0.05)
+  return proc
+
+
+@pytest.fixture(scope="module")
+def single_run_fingerprint(tmp_path_factory):
+  model_dir = tmp_path_factory.mktemp("single") / "run"
+  run_trainer(*_RUN, f"--model_dir={model_dir}")
+  return read_summary(str(model_dir))["weights_fingerprint"]
+
+
+def test_two_trainers_on_one_directory_the_second_is_refused(
+  single_run_fingerprint, tmp_path
+):
+  model_dir = str(tmp_path / "run")
+  first = _start_trainer(model_dir, tmp_path / "first.log")
+  began = time.monotonic()
+  second = run_trainer(*_RUN, f"--model_dir={model_dir}", check=False)
+  refused_in = time.monotonic() - began
+  print(f"\nthe second trainer was refused in {refused_in:.2f} s")
+  assert second.returncode == 2, second.stderr[-3000:]
+  assert "Traceback" not in second.stderr
+  last = second.stderr.strip().splitlines()[-1]
+  assert last.startswith(f"error: {model_dir} is in use by another trainer")
+  assert f"pid {first.pid} on " in last and "--take_over_lease" in last
+  assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()
+  summary = read_summary(model_dir)
+  assert summary["weights_fingerprint"] == single_run_fingerprint
+  assert not os.path.exists(os.path.join(model_dir, lease.LEASE_FILE))
+
+
+def test_a_preempted_trainer_releases_the_lease(tmp_path):
+  model_dir = str(tmp_path / "run")
+  proc = _start_trainer(model_dir, tmp_path / "log")
+  deadline = time.monotonic() + 300  # In the train loop: an agreed save.
+  while "step 5/60" not in (tmp_path / "log").read_text():
+    assert proc.poll() is None and time.monotonic() < deadline
+    time.sleep(0.1)
+  proc.send_signal(signal.SIGTERM)
+  assert proc.wait(timeout=600) == 143, (tmp_path / "log").read_text()
+  assert not os.path.exists(os.path.join(model_dir, lease.LEASE_FILE))
+
+
+def test_a_sigkilled_trainers_rerun_takes_the_lease_and_ends_as_one_run(
+  single_run_fingerprint, tmp_path
+):
+  model_dir = str(tmp_path / "run")
+  proc = _start_trainer(model_dir, tmp_path / "log")
+  proc.kill()
+  proc.wait()
+  assert os.path.exists(os.path.join(model_dir, lease.LEASE_FILE))
+  again = run_trainer(*_RUN, f"--model_dir={model_dir}")
+  assert f"pid {proc.pid} is no longer running on this host" in again.stderr
+  summary = read_summary(model_dir)
+  assert summary["weights_fingerprint"] == single_run_fingerprint
