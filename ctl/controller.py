@@ -470,15 +470,22 @@ class _Run:
     self._evaluate(step)
     if self._last_save_step != step:
       self._save()
-    export_location = self._outputs.export
-    if trained or not _exists(export_location):
-      with self._progress.phase(progress_lib.EXPORT):
+    location = self._outputs.export
+    if trained or export.exported_step(location) != step:
+      # A stop asked for during the export lets it commit, then stops.
+      with (
+        preemption.StopRequest() as stop,
+        self._progress.phase(progress_lib.EXPORT),
+      ):
         export.export_saved_model(
           model=self._model,
           image_shape=self._task.image_shape,
-          export_dir=export_location and export_location.local_path,
+          location=location,
+          step=step,
         )
-        self._publish(export_location)
+      if stop.requested:
+        self._close()
+        raise Preempted(step, stop.signal)
     summary = {
       "final_step": step,
       "train_loss": self._train_metrics.get("loss"),
@@ -574,13 +581,6 @@ class DivergenceGuard:
       self.recoveries,
       self._max_recoveries,
     )
-
-
-def _exists(location) -> bool:
-  """Whether a (chief's) export location already holds a SavedModel."""
-  return bool(location) and tf.io.gfile.exists(
-    os.path.join(location.local_path, "saved_model.pb")
-  )
 
 
 class _Window:
