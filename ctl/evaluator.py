@@ -42,7 +42,8 @@ def evaluate_checkpoints(
     timeout_secs: give up after this long without a new checkpoint.
 
   Returns:
-    {step: metrics} for every checkpoint evaluated.
+    {step: metrics} for every checkpoint evaluated (none of a checkpoint
+    whose evaluation saw no examples).
   """
   checkpoints = storage.open_location(
     options.dirs.checkpoint_dir,
@@ -73,19 +74,7 @@ def evaluate_checkpoints(
         checkpoint.restore(path).expect_partial()
         step = int(state.global_step.numpy())
         metrics = loop.evaluate(data)
-        results[step] = metrics
-        logging.info(
-          "evaluator: step %d accuracy %.4f loss %.4f",
-          step,
-          metrics["accuracy"],
-          metrics["loss"],
-        )
-        writer.write(
-          step,
-          {"loss": metrics["loss"], "accuracy": metrics["accuracy"]},
-          run="",
-        )  # `board` is the validation run dir itself.
-        board.publish()
+        _record(step, metrics, results=results, writer=writer, board=board)
         last_path, waited_since = path, time.time()
         if step >= options.train_steps:
           return results
@@ -99,3 +88,27 @@ def evaluate_checkpoints(
     writer.close()
     board.close()
     checkpoints.close()
+
+
+def _record(step, metrics, *, results, writer, board) -> None:
+  """Logs and writes one evaluation; one of no examples is none."""
+  if not metrics["examples"]:
+    logging.warning(
+      "evaluator: step %d: the validation data holds no examples: no "
+      "evaluation (nothing written).",
+      step,
+    )
+    return
+  results[step] = metrics
+  logging.info(
+    "evaluator: step %d accuracy %.4f loss %.4f",
+    step,
+    metrics["accuracy"],
+    metrics["loss"],
+  )
+  writer.write(
+    step,
+    {"loss": metrics["loss"], "accuracy": metrics["accuracy"]},
+    run="",
+  )  # `board` is the validation run dir itself.
+  board.publish()
