@@ -227,13 +227,18 @@ class _Run:
     parts.evaluation.run(step)
     if parts.checkpoints.policy.last_step != step:
       parts.checkpoints.save(step)
-    finishing.export(
-      model=parts.state.model,
-      image_shape=self._task.image_shape,
-      location=parts.outputs.export,
-      trained=trained,
-      progress=self._progress,
-    )
+    try:
+      finishing.export(
+        model=parts.state.model,
+        image_shape=self._task.image_shape,
+        location=parts.outputs.export,
+        step=step,
+        trained=trained,
+        progress=self._progress,
+      )
+    except Preempted:
+      parts.close()
+      raise
     summary = _summary(parts, step, self._options, self._started, self.ledger)
     finishing.write_summary(parts.outputs.model, summary)
     parts.close()

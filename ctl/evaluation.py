@@ -68,6 +68,13 @@ class Evaluation:
       return
     with self._progress.phase(progress_lib.EVALUATION):
       metrics = self._eval_loop.evaluate(self._eval_data)
+    if not metrics["examples"]:
+      logging.warning(
+        "eval at step %d: the validation data holds no examples: no "
+        "evaluation (nothing written or reported).",
+        step,
+      )
+      return
     self.metrics = metrics
     logging.info(
       "eval at step %d: loss %.4f  accuracy %.4f  (%d examples)",

@@ -42,7 +42,8 @@ def evaluate_checkpoints(
     timeout_secs: give up after this long without a new checkpoint.
 
   Returns:
-    {step: metrics} for every checkpoint evaluated.
+    {step: metrics} for every checkpoint evaluated (none of a checkpoint
+    whose evaluation saw no examples).
   """
   checkpoints, board = _locations(options)
   state = state_lib.build_state(
@@ -62,7 +63,8 @@ def evaluate_checkpoints(
       if path and path != last_path:
         checkpoint.restore(path).expect_partial()
         step = int(state.global_step.numpy())
-        results[step] = _record(step, loop.evaluate(data), writer, board)
+        metrics = loop.evaluate(data)
+        _record(step, metrics, results=results, writer=writer, board=board)
         last_path, waited_since = path, time.time()
         if step >= options.train_steps:
           return results
@@ -92,9 +94,16 @@ def _locations(options: RunOptions):
   )
 
 
-def _record(step: int, metrics: dict, writer, board) -> dict:
-  """Logs and writes one checkpoint's metrics (`board`: the validation run
-  directory itself); returns them."""
+def _record(step, metrics, *, results, writer, board) -> None:
+  """Logs and writes one evaluation; one of no examples is none."""
+  if not metrics["examples"]:
+    logging.warning(
+      "evaluator: step %d: the validation data holds no examples: no "
+      "evaluation (nothing written).",
+      step,
+    )
+    return
+  results[step] = metrics
   logging.info(
     "evaluator: step %d accuracy %.4f loss %.4f",
     step,
@@ -102,7 +111,8 @@ def _record(step: int, metrics: dict, writer, board) -> dict:
     metrics["loss"],
   )
   writer.write(
-    step, {"loss": metrics["loss"], "accuracy": metrics["accuracy"]}, run=""
-  )
+    step,
+    {"loss": metrics["loss"], "accuracy": metrics["accuracy"]},
+    run="",
+  )  # `board` is the validation run dir itself.
   board.publish()
-  return metrics

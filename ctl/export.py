@@ -3,31 +3,60 @@
 Every worker exports (saving may read synchronized variables collectively),
 but only the chief writes to the real directory; the others write to a
 temporary directory that is removed at once.
+
+What a reader finds in the export directory is always a whole SavedModel that
+says which step it holds (`MARKER`, read by `exported_step`), or no marker:
+
+- A local directory is written beside the target (`<dir>.partial-<pid>`),
+  marker included, and swapped into place with one atomic rename (Linux
+  `renameat2(RENAME_EXCHANGE)`; elsewhere the old one is moved aside first,
+  so a reader finds the old model, none, or the new one).
+- A directory on Cloud Storage (gcsfs or FUSE, staged by ctl.storage) cannot
+  be renamed atomically: the remote marker is removed before any file of the
+  new model is uploaded and written after the last one, so the marker is the
+  commit point. TensorFlow's own gs:// route (`storage=tf`) keeps the same
+  order in place.
 """
 
+import ctypes
+import glob
+import json
+import os
 import shutil
 import tempfile
+import uuid
 
 import keras
 import tensorflow as tf
+
+from ctl import storage
+
+# The file in an export directory that names the step the SavedModel holds.
+MARKER = "ctl_export.json"
+_PARTIAL = ".partial-"
+_RENAME_EXCHANGE = 2  # <linux/fs.h>
+_AT_FDCWD = -100
 
 
 def export_saved_model(
   *,
   model: keras.Model,
-  export_dir: str | None,
+  location: storage.Location | None,
   image_shape: tuple[int, int, int],
+  step: int,
 ) -> None:
-  """Exports `model` with a `serving_default` signature.
+  """Exports `model` with a `serving_default` signature, then commits it.
 
   The signature takes float32 images `[batch, height, width, channels]` with
   values in [0, 1] and returns float32 `logits` and `probabilities`.
 
   Args:
     model: the trained model.
-    export_dir: where the chief writes the SavedModel; None on the other
-      workers, which write to a temporary directory that is removed.
+    location: where the chief's SavedModel goes (published to Cloud Storage
+      when it lives there); None on the other workers, which write to a
+      temporary directory that is removed.
     image_shape: (height, width, channels) of one input image.
+    step: the global step of `model`, recorded in `MARKER`.
   """
   archive = keras.export.ExportArchive()
   archive.track(model)
@@ -43,9 +72,85 @@ def export_saved_model(
       tf.TensorSpec([None, *image_shape], tf.float32, name="images")
     ],
   )
-  target = export_dir or tempfile.mkdtemp(prefix="ctl_export_")
-  try:
+  if location is None:
+    scratch = tempfile.mkdtemp(prefix="ctl_export_")
+    try:
+      archive.write_out(scratch, verbose=False)
+    finally:
+      shutil.rmtree(scratch, ignore_errors=True)
+    return
+  target = location.local_path
+  if "://" in target:  # TensorFlow's own filesystem: no rename, commit last.
+    _remove_marker(target)
     archive.write_out(target, verbose=False)
+    _write_marker(target, step)
+    return
+  for stale in glob.glob(glob.escape(target) + _PARTIAL + "*"):
+    shutil.rmtree(stale, ignore_errors=True)  # Left by a killed export.
+  partial = f"{target}{_PARTIAL}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+  try:
+    archive.write_out(partial, verbose=False)
+    _write_marker(partial, step)
+    _swap_into_place(partial, target)
   finally:
-    if not export_dir:
-      shutil.rmtree(target, ignore_errors=True)
+    shutil.rmtree(partial, ignore_errors=True)
+  location.publish(commit_file=MARKER, replaces=True)
+
+
+def exported_step(location: storage.Location | None) -> int | None:
+  """The step of the committed SavedModel at `location`, or None.
+
+  None when there is none, it has no marker (an export that never finished
+  committing, or one written before markers existed), or the location is
+  mirrored to Cloud Storage: a restarted process does not trust a staging
+  copy that may not have reached the bucket, so it exports again.
+  """
+  if location is None or location.mirrored:
+    return None
+  path = os.path.join(location.local_path, MARKER)
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      return int(json.load(f)["step"])
+  except (tf.errors.NotFoundError, ValueError, KeyError, TypeError):
+    return None
+
+
+def _write_marker(directory: str, step: int) -> None:
+  with tf.io.gfile.GFile(os.path.join(directory, MARKER), "w") as f:
+    json.dump({"step": step}, f)
+
+
+def _remove_marker(directory: str) -> None:
+  path = os.path.join(directory, MARKER)
+  if tf.io.gfile.exists(path):
+    tf.io.gfile.remove(path)
+
+
+def _swap_into_place(partial: str, target: str) -> None:
+  """Puts directory `partial` at `target`; the old target ends at `partial`.
+
+  A reader of `target` sees the old directory or the new one, never a mix:
+  an atomic exchange where the kernel offers one, else two renames (between
+  them `target` is briefly absent).
+  """
+  if not os.path.lexists(target):
+    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+    os.rename(partial, target)
+    return
+  libc = ctypes.CDLL(None, use_errno=True)
+  renameat2 = getattr(libc, "renameat2", None)
+  if renameat2 and (
+    renameat2(
+      _AT_FDCWD,
+      os.fsencode(partial),
+      _AT_FDCWD,
+      os.fsencode(target),
+      _RENAME_EXCHANGE,
+    )
+    == 0
+  ):
+    return
+  aside = partial + ".old"
+  os.rename(target, aside)
+  os.rename(partial, target)
+  os.rename(aside, partial)

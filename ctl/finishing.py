@@ -14,8 +14,10 @@ import tensorflow as tf
 
 from ctl import export as export_lib
 from ctl import goodput as goodput_lib
+from ctl import preemption
 from ctl import progress as progress_lib
 from ctl import summaries
+from ctl.errors import Preempted
 
 SUMMARY_FILE = "train_summary.json"
 
@@ -25,28 +27,36 @@ def export(
   model: tf.keras.Model,
   image_shape,
   location,
+  step: int,
   trained: bool,
   progress: progress_lib.Progress,
 ) -> None:
-  """Exports the SavedModel when this run trained or there is none yet.
+  """Exports the SavedModel unless the committed one already holds `step`.
+
+  A run that trained always exports; one that did not exports again when the
+  committed SavedModel is missing or holds another step (an export killed
+  before it committed). A stop asked for during the export lets it commit,
+  then stops the run.
 
   Args:
-    model: the trained model.
+    model: the trained model, at `step`.
     image_shape: the served input's (height, width, channels).
     location: the chief's export location (ctl.outputs), or None.
+    step: the global step of `model`.
     trained: whether this run trained any step.
     progress: marks the export phase.
+
+  Raises:
+    Preempted: a stop was requested during the export (after it committed).
   """
-  if not trained and _exists(location):
+  if not trained and export_lib.exported_step(location) == step:
     return
-  with progress.phase(progress_lib.EXPORT):
+  with preemption.StopRequest() as stop, progress.phase(progress_lib.EXPORT):
     export_lib.export_saved_model(
-      model=model,
-      image_shape=image_shape,
-      export_dir=location and location.local_path,
+      model=model, image_shape=image_shape, location=location, step=step
     )
-    if location:
-      location.publish()
+  if stop.requested:
+    raise Preempted(step, stop.signal)
 
 
 def write_summary(location, summary: dict) -> None:
@@ -107,11 +117,4 @@ def log_done(summary: dict, *, model_dir: str) -> None:
     "n/a" if accuracy is None else f"{accuracy:.4f}",
     summary["weights_fingerprint"][:16],
     os.path.join(model_dir, SUMMARY_FILE),
-  )
-
-
-def _exists(location) -> bool:
-  """Whether a (chief's) export location already holds a SavedModel."""
-  return bool(location) and tf.io.gfile.exists(
-    os.path.join(location.local_path, "saved_model.pb")
   )

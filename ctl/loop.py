@@ -340,10 +340,13 @@ class EvalLoop:
         and empty last batches are fine (sums, not means, are reduced).
 
     Returns:
-      {"loss": mean per-example loss, "accuracy": ..., "examples": count}.
+      {"loss": mean per-example loss, "accuracy": ..., "examples": count};
+      only {"examples": 0} when the dataset held no example: no evaluation,
+      and no number that could pass for one.
     """
     loss_sum, correct, count = self._eval(dataset).numpy()
-    count = max(count, 1.0)
+    if not count:
+      return {"examples": 0}
     return {
       "loss": float(loss_sum / count),
       "accuracy": float(correct / count),

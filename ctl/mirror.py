@@ -142,13 +142,18 @@ class Mirror:
         f.write(state)
       self._published[STATE_FILE] = _stamp(local_state)
 
-  def publish(self, *, commit_file: str | None = None) -> None:
+  def publish(
+    self, *, commit_file: str | None = None, replaces: bool = False
+  ) -> None:
     """Uploads new and changed files, then deletes the locally deleted ones.
 
     Args:
       commit_file: A file (relative to the local directory) uploaded after
         every other file and before any deletion, such as the checkpoint state
         file. Once given, it stays the commit file for later calls.
+      replaces: When anything changed, remove the remote commit file first:
+        until the new one is uploaded the remote holds no commit (a SavedModel
+        replaced in place, where a stale commit would vouch for a mix).
     """
     if self._read_only:
       return
@@ -163,6 +168,8 @@ class Mirror:
     if self._commit_file in changed:
       changed.remove(self._commit_file)
       changed.append(self._commit_file)
+      if replaces:
+        self._remove_remote(self._commit_file)
     for name in changed:
       self._call(
         "upload " + name,
@@ -172,11 +179,14 @@ class Mirror:
       )
       self._published[name] = local[name]
     for name in sorted(self._published.keys() - local.keys()):
-      try:
-        self._call("delete " + name, self._fs.rm_file, self._remote(name))
-      except FileNotFoundError:
-        pass  # Someone else removed it already.
-      del self._published[name]
+      self._remove_remote(name)
+
+  def _remove_remote(self, name: str) -> None:
+    try:
+      self._call("delete " + name, self._fs.rm_file, self._remote(name))
+    except FileNotFoundError:
+      pass  # Someone else removed it already (or it never was there).
+    self._published.pop(name, None)
 
   def close(self) -> None:
     """Publishes a last time and releases (or deletes) the directory."""

@@ -88,7 +88,9 @@ class Location:
     if self._mirror:
       self._mirror.fetch()
 
-  def publish(self, *, commit_file: str | None = None) -> None:
+  def publish(
+    self, *, commit_file: str | None = None, replaces: bool = False
+  ) -> None:
     """Uploads new and changed files; blocks until they are in the bucket.
 
     Args:
@@ -96,9 +98,12 @@ class Location:
         and before remote copies of locally deleted files are removed: pass
         "checkpoint", the CheckpointManager state file, so that the bucket
         never names a half-uploaded checkpoint as the latest.
+      replaces: The files replace a whole (a SavedModel) rather than add to
+        it: the remote commit file is removed before anything is uploaded,
+        so no commit file ever stands beside a mix of old and new files.
     """
     if self._mirror:
-      self._mirror.publish(commit_file=commit_file)
+      self._mirror.publish(commit_file=commit_file, replaces=replaces)
 
   def close(self) -> None:
     """Publishes a last time and releases the staging directory."""

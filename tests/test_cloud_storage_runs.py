@@ -325,6 +325,7 @@ def test_vertex_directories_alone_place_every_output(gcs_emulator, tmp_path):
   assert {
     "checkpoints/checkpoint",
     "model/saved_model.pb",
+    "model/ctl_export.json",  # Its commit marker, uploaded last.
     "train_summary.json",
   } <= names
   assert bucket.latest_checkpoint_step("aip/checkpoints") == 20

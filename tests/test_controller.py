@@ -5,6 +5,7 @@ back, stop, export) is tested end to end through the command line in
 test_trainer.py, test_fault_tolerance.py and test_multi_worker.py.
 """
 
+import dataclasses
 import os
 
 import pytest
@@ -92,6 +93,32 @@ def test_without_train_accuracy_a_run_logs_none_and_trains_the_same(tmp_path):
   assert without["train_accuracy"] is None
   assert without["train_loss"] == pytest.approx(with_accuracy["train_loss"])
   assert without["weights_fingerprint"] == with_accuracy["weights_fingerprint"]
+
+
+def test_an_evaluation_of_no_examples_is_no_metric(tmp_path):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  task = _tiny_task()
+  empty = lambda context: task.train_dataset_fn(context, 0, 0).take(0)
+  reported = []
+  summary = controller.run(
+    task=dataclasses.replace(task, eval_dataset_fn=empty),
+    options=make_options(
+      tmp_path,
+      train_steps=4,
+      steps_per_loop=2,
+      log_every_steps=2,
+      eval_every_steps=2,
+      checkpoint_every_steps=0,
+    ),
+    strategy=tf.distribute.get_strategy(),
+    eval_callbacks=[lambda step, metrics: reported.append((step, metrics))],
+  )
+  assert reported == []  # Nothing for hyperparameter tuning.
+  assert summary["eval_loss"] is None and summary["eval_accuracy"] is None
+  board = tmp_path / "run" / "tensorboard"
+  assert "loss" in read_scalars(str(board / "train"))
+  assert not (board / "validation").exists()
 
 
 def test_progress_listeners_see_every_phase_of_a_run_in_order(tmp_path):

@@ -56,6 +56,19 @@ def messy_images(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def few_images(tmp_path_factory):
+  """9 real images in two classes: too few to hold out every 10th."""
+  root = tmp_path_factory.mktemp("few") / "images"
+  for index in range(9):
+    directory = root / ("a_red" if index < 5 else "b_blue")
+    directory.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (8, 8), (index * 20, 0, 0)).save(
+      directory / f"{index:02d}.png"
+    )
+  return str(root)
+
+
+@pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
   """A digits run (10 classes) trained to step 10, with all its outputs."""
   model_dir = str(tmp_path_factory.mktemp("finished") / "run")
@@ -114,7 +127,7 @@ _TRAINER_REPORTING_TF = (
 # (tool, arguments, words the one error line must hold, refused before
 # TensorFlow loads). Trainer arguments come after FAST_FLAGS and
 # --train_steps=20 --model_dir=MODEL_DIR; {model_dir} and {file} (a regular
-# file) and {images} (`messy_images`) are filled in.
+# file), {images} (`messy_images`) and {few} (`few_images`) are filled in.
 BAD_INPUT = [
   (
     "trainer",
@@ -237,6 +250,12 @@ BAD_INPUT = [
     "trainer",
     ["--dataset=files", "--data_dir={images}"],
     "a_red/broken.jpg cannot be decoded as an image",
+    False,
+  ),
+  (
+    "trainer",
+    ["--dataset=files", "--data_dir={few}"],
+    "holds 9 images: too few to hold out every 10th for validation",
     False,
   ),
   (
@@ -404,12 +423,14 @@ def _command(tool, args, model_dir):
   ids=[f"{case[0]}:{' '.join(case[1])}" for case in BAD_INPUT],
 )
 def test_bad_input(
-  model_dir, tmp_path, messy_images, tool, args, words, before_tf
+  model_dir, tmp_path, messy_images, few_images, tool, args, words, before_tf
 ):
   a_file = tmp_path / "a_file"
   a_file.write_text("not a directory")
   args = [
-    arg.format(model_dir=model_dir, file=a_file, images=messy_images)
+    arg.format(
+      model_dir=model_dir, file=a_file, images=messy_images, few=few_images
+    )
     for arg in args
   ]
   before = checksum(model_dir)

@@ -1,13 +1,23 @@
 """ctl.export: a SavedModel that serves what the model computes."""
 
 import os
+import shutil
+import signal
+import subprocess
 import tempfile
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from ctl import export
+from ctl import storage
+from tests.conftest import FAST_FLAGS
+from tests.conftest import REPO
+from tests.conftest import run_trainer
+from tests.conftest import trainer_command
+from tests.conftest import trainer_env
 from trainer import model as model_lib
 
 IMAGE_SHAPE = (12, 12, 3)
@@ -20,11 +30,9 @@ def _model():
   )
 
 
-def _images(count=5):
+def _images(count=5, shape=IMAGE_SHAPE):
   return (
-    np.random.RandomState(0)
-    .uniform(size=(count, *IMAGE_SHAPE))
-    .astype(np.float32)
+    np.random.RandomState(0).uniform(size=(count, *shape)).astype(np.float32)
   )
 
 
@@ -32,7 +40,10 @@ def test_reloaded_saved_model_agrees_with_the_model(tmp_path):
   model = _model()
   export_dir = str(tmp_path / "saved_model")
   export.export_saved_model(
-    model=model, export_dir=export_dir, image_shape=IMAGE_SHAPE
+    model=model,
+    location=storage.open_location(export_dir),
+    image_shape=IMAGE_SHAPE,
+    step=7,
   )
   assert os.path.isfile(os.path.join(export_dir, "saved_model.pb"))
 
@@ -63,7 +74,125 @@ def test_non_chief_export_leaves_no_directory(tmp_path, monkeypatch):
   monkeypatch.setattr(tempfile, "tempdir", str(scratch_root))
   monkeypatch.chdir(tmp_path)
   export.export_saved_model(
-    model=_model(), export_dir=None, image_shape=IMAGE_SHAPE
+    model=_model(), location=None, image_shape=IMAGE_SHAPE, step=7
   )
   assert os.listdir(scratch_root) == []
   assert os.listdir(tmp_path) == ["tmp"]
+
+
+def test_a_new_export_replaces_the_old_one_whole(tmp_path):
+  export_dir = str(tmp_path / "saved_model")
+  location = storage.open_location(export_dir)
+  assert export.exported_step(location) is None
+  export.export_saved_model(
+    model=_model(), location=location, image_shape=IMAGE_SHAPE, step=1
+  )
+  assert export.exported_step(location) == 1
+  keras.utils.set_random_seed(1)
+  other = model_lib.build_model(
+    name="small_cnn", num_classes=4, image_shape=IMAGE_SHAPE, dropout=0.5
+  )
+  os.mkdir(export_dir + ".partial-1-dead")  # Left by a killed export.
+  export.export_saved_model(
+    model=other, location=location, image_shape=IMAGE_SHAPE, step=2
+  )
+  assert export.exported_step(location) == 2
+  assert os.listdir(tmp_path) == ["saved_model"]  # Nothing left beside it.
+  serving = tf.saved_model.load(export_dir).signatures["serving_default"]
+  np.testing.assert_allclose(
+    serving(images=tf.constant(_images()))["logits"].numpy(),
+    other(_images(), training=False).numpy(),
+    rtol=1e-5,
+    atol=1e-6,
+  )
+
+
+# A kill during the export of a continued run (issue 20, item 2): the re-run
+# must serve the final model, not the one the first run exported.
+_EXPORT_FLAGS = (*FAST_FLAGS, "--eval_every_steps=0")
+
+
+@pytest.fixture(scope="module")
+def run_to_60(tmp_path_factory):
+  """A model dir trained and exported at step 60 (copied by each test)."""
+  model_dir = str(tmp_path_factory.mktemp("run60") / "run")
+  run_trainer(*_EXPORT_FLAGS, "--train_steps=60", f"--model_dir={model_dir}")
+  return model_dir
+
+
+def _served_logits(model_dir):
+  """What a reader gets: load the SavedModel, run its serving signature."""
+  serving = tf.saved_model.load(os.path.join(model_dir, "saved_model"))
+  images = _images(count=6, shape=(16, 16, 3))
+  return serving.signatures["serving_default"](images=tf.constant(images))[
+    "logits"
+  ].numpy()
+
+
+def _checkpoint_logits(model_dir):
+  """The logits of the newest checkpoint's model (the final one)."""
+  trained = model_lib.build_model(
+    name="small_cnn", num_classes=10, image_shape=(16, 16, 3), dropout=0.1
+  )
+  path = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+  assert path.endswith("-120"), path
+  tf.train.Checkpoint(model=trained).restore(
+    path
+  ).assert_existing_objects_matched()
+  images = _images(count=6, shape=(16, 16, 3))
+  return trained(images, training=False).numpy()
+
+
+def _continue_killed_in_export(model_dir, kill):
+  """Continues to step 120 and ends the process in its export phase."""
+  if kill == "SIGKILL":
+    result = run_trainer(
+      *_EXPORT_FLAGS,
+      "--train_steps=120",
+      f"--model_dir={model_dir}",
+      env=trainer_env(CTL_FAULTS="crash@120:export"),
+      check=False,
+    )
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    return
+  # SIGTERM while the export phase is held for a few seconds.
+  process = subprocess.Popen(
+    trainer_command(
+      *_EXPORT_FLAGS, "--train_steps=120", f"--model_dir={model_dir}"
+    ),
+    cwd=REPO,
+    env=trainer_env(CTL_FAULTS="stall@120:export:secs=8"),
+    stderr=subprocess.PIPE,
+    text=True,
+  )
+  lines = []
+  for line in process.stderr:
+    lines.append(line)
+    if "fault: injecting stall in export" in line:
+      process.send_signal(signal.SIGTERM)
+      break
+  rest = process.communicate(timeout=300)[1]
+  assert process.returncode in (143, -signal.SIGTERM), "".join(lines) + rest
+
+
+@pytest.mark.parametrize("kill", ["SIGKILL", "SIGTERM"])
+def test_a_kill_during_export_is_not_trusted_by_the_rerun(
+  run_to_60, tmp_path, kill
+):
+  model_dir = str(tmp_path / "run")
+  shutil.copytree(run_to_60, model_dir)
+  at_60 = _served_logits(model_dir)
+  _continue_killed_in_export(model_dir, kill)
+
+  rerun = run_trainer(
+    *_EXPORT_FLAGS, "--train_steps=120", f"--model_dir={model_dir}"
+  )
+  assert "nothing to train" in rerun.stderr
+  final = _checkpoint_logits(model_dir)
+  assert not np.allclose(final, at_60)  # Steps 60-120 changed the model.
+  np.testing.assert_allclose(
+    _served_logits(model_dir), final, rtol=1e-5, atol=1e-5
+  )
+  location = storage.open_location(os.path.join(model_dir, "saved_model"))
+  assert export.exported_step(location) == 120
+  assert sorted(os.listdir(model_dir)) == sorted(os.listdir(run_to_60))

@@ -1,4 +1,4 @@
-"""ctl.mirror read-only mode: a non-chief or evaluator only ever reads.
+"""ctl.mirror: read-only mode, and a publish that replaces a whole.
 
 The publishing side (commit order, retries, deletions) is tested through
 ctl.storage in test_storage.py, against a real emulator and a FUSE root.
@@ -52,3 +52,52 @@ def test_read_only_mirror_fetches_publishes_nothing_and_cleans_up(tmp_path):
   assert sorted(os.listdir(remote)) == before  # Nothing added or deleted.
   assert not os.path.exists(reader_dir)  # Its private staging is gone.
   assert not os.path.exists(str(reader_dir) + ".lock")
+
+
+class _UploadFails(fsspec_local.LocalFileSystem):
+  """A remote whose uploads of one file fail, as if the process died there."""
+
+  fail_on = None
+
+  def put_file(self, lpath, rpath, **kwargs):
+    if self.fail_on and rpath.endswith(self.fail_on):
+      raise OSError("the upload died here")
+    return super().put_file(lpath, rpath, **kwargs)
+
+
+def test_a_replacing_publish_withdraws_the_commit_before_it_uploads(tmp_path):
+  remote, local = tmp_path / "remote", tmp_path / "local"
+  remote.mkdir()
+  fs = _UploadFails(auto_mkdir=True)
+  chief = mirror.Mirror(
+    fs=fs,
+    remote_dir=str(remote),
+    url=str(remote),
+    local_dir=str(local),
+    retry_policy=retry.RetryPolicy(deadline_s=1.0),
+    is_transient=lambda error: False,
+  )
+  for name in ("a.pb", "b.pb", "marker"):
+    (local / name).write_text("old")
+  chief.publish(commit_file="marker", replaces=True)
+  assert (remote / "marker").read_text() == "old"
+
+  for name in ("a.pb", "b.pb", "marker"):
+    (local / name).write_text("new!")
+  fs.fail_on = "b.pb"
+  try:
+    chief.publish(commit_file="marker", replaces=True)
+  except OSError:
+    pass
+  # a.pb is new, b.pb old: no marker vouches for that mix.
+  assert (remote / "a.pb").read_text() == "new!"
+  assert not (remote / "marker").exists()
+
+  fs.fail_on = None
+  chief.publish(commit_file="marker", replaces=True)
+  chief.close()
+  assert {p.name: p.read_text() for p in remote.iterdir()} == {
+    "a.pb": "new!",
+    "b.pb": "new!",
+    "marker": "new!",
+  }

@@ -24,6 +24,7 @@ from ctl.errors import UserError
 
 DATASETS = ("synthetic", "digits", "cassava", "files")
 _IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+_EVAL_EVERY = 10  # files: every 10th file (by sorted name) validates.
 
 Records = input_lib.IndexedRecords | tf.data.Dataset
 
@@ -310,12 +311,18 @@ def _files(
   classes = sorted({name.split("/")[0] for name in names})
   if len(classes) < 2:
     raise UserError(usage)
+  if len(names) < _EVAL_EVERY:
+    raise UserError(
+      f"--data_dir={data_dir} holds {len(names)} images: too few to hold "
+      f"out every {_EVAL_EVERY}th for validation; add images (at least "
+      f"{_EVAL_EVERY})."
+    )
   if fresh and manifest and is_chief:
     datafiles.save_manifest(files, manifest_dir=manifest, names=names)
   labels = np.array(
     [classes.index(name.split("/")[0]) for name in names], np.int64
   )
-  is_eval = np.arange(len(names)) % 10 == 9
+  is_eval = np.arange(len(names)) % _EVAL_EVERY == _EVAL_EVERY - 1
 
   def split(mask):
     return _file_records(
