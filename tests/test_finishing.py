@@ -5,6 +5,7 @@ import os
 
 import keras
 
+from ctl import export
 from ctl import finishing
 from ctl import outputs as outputs_lib
 from ctl import progress as progress_lib
@@ -28,22 +29,26 @@ def _model():
   )
 
 
-def test_exports_once_then_again_only_after_training(tmp_path):
+def test_exports_again_unless_the_committed_model_holds_the_step(tmp_path):
   outputs, marks = _outputs(tmp_path), []
   progress = progress_lib.Progress(
     current_step=lambda: 0, listeners=(marks.append,)
   )
-  for trained in (False, False, True):
+  # (step, trained): none there yet; the same step; trained; a step the
+  # committed model does not hold (an export killed before it committed).
+  for step, trained in ((5, False), (5, False), (5, True), (9, False)):
     finishing.export(
       model=_model(),
       image_shape=(4, 4, 1),
       location=outputs.export,
+      step=step,
       trained=trained,
       progress=progress,
     )
   assert os.path.exists(tmp_path / "saved_model" / "saved_model.pb")
-  # The first (none there yet) and the third (trained); not the second.
-  assert [m.phase for m in marks if m.started] == ["export", "export"]
+  assert export.exported_step(outputs.export) == 9
+  # All but the second, whose committed model already held step 5.
+  assert [m.phase for m in marks if m.started] == ["export"] * 3
 
 
 def test_the_summary_is_written_by_the_chief_only(tmp_path):
