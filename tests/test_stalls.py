@@ -24,6 +24,7 @@ from tests.conftest import trainer_command
 from tests.conftest import trainer_env
 from tests.test_fault_tolerance import _worker_process
 from trainer.testing import finish
+from trainer.testing import output_so_far
 from trainer.testing import start
 
 STALL = 75
@@ -44,7 +45,7 @@ FLAGS = (
 
 def wait_for_output(process: subprocess.Popen, text: str) -> None:
   """Waits until the output of a process from `start` holds `text`."""
-  while text not in open(process.output_file.name).read():
+  while text not in output_so_far(process):
     if process.poll() is not None:
       raise AssertionError(f"exited before {text!r}")
     time.sleep(0.1)
@@ -110,7 +111,9 @@ def test_two_workers_survive_input_loop_and_sigstop_stalls(tmp_path):
     )
   # The stuck worker's stacks: the blocked read and the blocked loop.
   assert "[worker 1]   File" in output and "in _at_input_step" in output
-  assert re.search(r"\[worker 1\]   File .*controller.py.* in train", output)
+  assert re.search(
+    r"\[worker 1\]   File .*controller.py.* in _loop_until", output
+  )
   summary = read_summary(model_dir)
   assert summary["restarts"] == 3 and summary["final_step"] == STEPS
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"]

@@ -134,6 +134,12 @@ def start(
   return process
 
 
+def output_so_far(process: subprocess.Popen) -> str:
+  """What a process from `start` has written so far (it may still run)."""
+  fd = process.output_file.fileno()
+  return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
+
+
 def finish(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
   """Waits for a process from `start`; its exit code and whole output."""
   process.wait(timeout=timeout)
