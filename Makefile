@@ -41,7 +41,7 @@ bench: $(VENV)/.installed-test
 # Every benchmark section on tiny settings (CI): exits 1 naming a section
 # that failed, timed out or was skipped. The numbers mean nothing.
 bench-quick: $(VENV)/.installed-test
-	$(PY) -m benchmarks.run_all --results_dir=bench_results/quick --quick
+	$(PY) -m benchmarks.run_all --results_dir=bench_results/quick --quick $(BENCH_FLAGS)
 
 # Builds the Dockerfile with podman and checks the image in real containers
 # (as root on Debian; see README "Build and test the image locally").
