@@ -231,7 +231,7 @@ BENCHMARKS = (
       "--repeats=2",
       "--cost_variants=none,gcsfs_async",
     ),
-    timeout_secs=180,
+    timeout_secs=240,
   ),
   Benchmark(
     "goodput",
