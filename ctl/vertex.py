@@ -18,7 +18,7 @@ Usage:
 
   ctl-vertex --image=us-docker.pkg.dev/PROJECT/ctl/trainer:latest \
       --num_workers=2 --accelerator_type=NVIDIA_TESLA_V100 \
-      --base_output_dir=gs://BUCKET/cassava \
+      --base_output_dir=gs://your-bucket/cassava \
       -- --flagfile=configs/cassava_resnet50.cfg --strategy=multi_worker
 
 prints the spec as YAML for `gcloud ai custom-jobs create --config`; add

@@ -6,7 +6,6 @@ and that every ratio and verdict follows from the measured numbers in the
 JSON itself.
 """
 
-import importlib.util
 import json
 import os
 import statistics
@@ -21,6 +20,7 @@ from benchmarks import input_pipeline_lib
 from benchmarks import input_scale_lib
 from benchmarks import markdown
 from benchmarks import report as report_lib
+from benchmarks import run_all
 from benchmarks import scaling_lib
 from benchmarks import stats
 from benchmarks import throughput_lib
@@ -441,9 +441,6 @@ def test_scaling_reads_the_chief_summary_of_each_run(tmp_path):
 
 def test_run_all_quick_writes_json_markdown_and_chart(tmp_path):
   only = ["small_model", "input_pipeline"]
-  pending = importlib.util.find_spec("benchmarks.checkpointing") is None
-  if pending:
-    only.append("checkpointing")
   results = tmp_path / "results"
   completed = subprocess.run(
     [
@@ -483,5 +480,25 @@ def test_run_all_quick_writes_json_markdown_and_chart(tmp_path):
   text = (latest / report_lib.REPORT_MD).read_text()
   for target in report_lib.all_targets(report):
     assert markdown.verdict_text(target) in text
-  if pending:
-    assert report["sections"]["checkpointing"]["status"] == "pending"
+
+
+def test_run_all_names_each_section_that_did_not_finish(tmp_path):
+  """A crash, a timeout and a section the budget skipped each fail the run."""
+  tiny = run_all._TINY_THROUGHPUT  # pylint: disable=protected-access
+  crash = run_all.Benchmark(  # 3 steps do not fill loops of 2: exit 2.
+    "crash", "benchmarks.throughput", (*tiny, "--steps=3")
+  )
+  slow = run_all.Benchmark(
+    "slow", "benchmarks.throughput", tiny, quick_timeout_secs=1
+  )
+  _, report = run_all.run(
+    results_dir=str(tmp_path / "ran"), quick=True, benchmarks=(crash, slow)
+  )
+  assert run_all.broken_sections(report) == ["crash (failed)", "slow (timeout)"]
+  _, report = run_all.run(
+    results_dir=str(tmp_path / "skipped"),
+    quick=True,
+    budget_secs=0,
+    benchmarks=(crash,),
+  )
+  assert run_all.broken_sections(report) == ["crash (skipped)"]

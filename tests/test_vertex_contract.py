@@ -7,12 +7,14 @@ CLOUD_ML_TRIAL_ID and CLOUD_ML_HP_METRIC_FILE. Only the dataset and model are
 swapped for offline ones (later flags win over the flagfile).
 """
 
+import glob
 import json
 import os
 import subprocess
 import sys
 
 from dockerfile_parse import DockerfileParser
+import pytest
 import yaml
 
 from tests.conftest import REPO
@@ -20,20 +22,8 @@ from tests.conftest import free_ports
 from tests.conftest import read_scalars
 from tests.conftest import run_trainer
 from tests.conftest import trainer_env
+from trainer.testing import OFFLINE_FLAGS
 from trainer.testing import vertex_output_env
-
-OFFLINE = (
-  "--dataset=digits",
-  "--model=small_cnn",
-  "--weights=none",
-  "--image_size=16",
-  "--per_replica_batch_size=16",
-  "--epochs=1",
-  "--steps_per_loop=11",
-  "--log_every_steps=11",
-  "--checkpoint_every_steps=0",
-  "--data_dir=",
-)
 
 
 def _entrypoint() -> list[str]:
@@ -72,7 +62,7 @@ def test_two_replicas_write_where_vertex_expects(tmp_path):
     )
     processes.append(
       subprocess.Popen(
-        [*_entrypoint(), *pool["containerSpec"]["args"], *OFFLINE],
+        [*_entrypoint(), *pool["containerSpec"]["args"], *OFFLINE_FLAGS],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -106,7 +96,7 @@ def test_hypertune_metric_is_reported_after_each_evaluation(tmp_path):
   metric_file = tmp_path / "hypertune" / "output.metrics"
   model_dir = tmp_path / "run"
   run_trainer(
-    *OFFLINE,
+    *OFFLINE_FLAGS,
     "--epochs=2",
     "--eval_every_steps=22",
     "--hypertune_metric=accuracy",
@@ -129,3 +119,38 @@ def test_hypertune_metric_is_reported_after_each_evaluation(tmp_path):
   for step, value in reported.items():
     assert abs(value - evals[step]) < 1e-6, step
   assert all(line["trial"] == "7" for line in lines)
+
+
+@pytest.mark.parametrize(
+  "config",
+  sorted(
+    os.path.basename(p) for p in glob.glob(f"{REPO}/configs/vertex/*.yaml")
+  ),
+)
+def test_shipped_config_passes_dry_run(config, tmp_path):
+  """Each distinct pool args list, with its AIP_* dirs, as README says to check.
+
+  The bucket is mounted where Cloud Storage FUSE would put it, as on Vertex
+  AI, so the check needs no network; --dry_run writes nothing there.
+  """
+  with open(os.path.join(REPO, "configs/vertex", config)) as f:
+    spec = yaml.safe_load(f)
+  base = spec["baseOutputDirectory"]["outputUriPrefix"].rstrip("/")
+  bucket = base.removeprefix("gs://").split("/")[0]
+  (tmp_path / bucket).mkdir()
+  env = trainer_env(**vertex_output_env(base))
+  pools = {tuple(p["containerSpec"]["args"]) for p in spec["workerPoolSpecs"]}
+  for args in sorted(pools):
+    result = subprocess.run(
+      [*_entrypoint(), *args, "--dry_run", f"--fuse_root={tmp_path}"],
+      cwd=REPO,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    dirs = json.loads(result.stdout)["output_dirs"]
+    assert dirs["export_dir"] == f"{base}/model"
+  assert not any((tmp_path / bucket).iterdir())

@@ -35,6 +35,34 @@ FAST_FLAGS = (
 )
 
 
+# Offline stand-ins for cassava and ResNet50 in a Vertex AI config's args;
+# later flags win over the flagfile (tests/test_vertex_contract.py and
+# scripts/container_check.py).
+OFFLINE_FLAGS = (
+  "--dataset=digits",
+  "--model=small_cnn",
+  "--weights=none",
+  "--image_size=16",
+  "--per_replica_batch_size=16",
+  "--epochs=1",
+  "--steps_per_loop=11",
+  "--log_every_steps=11",
+  "--checkpoint_every_steps=0",
+  "--data_dir=",
+)
+
+# What a finished run must leave in its --model_dir, and in a Vertex AI job's
+# base output directory (AIP_* directories plus the run's own files). A run
+# may add more (the ledger, a lease); checks ask for these, not only these.
+RUN_DIR_OUTPUTS = (
+  "checkpoints",
+  "saved_model",
+  "tensorboard",
+  "train_summary.json",
+)
+VERTEX_JOB_OUTPUTS = ("checkpoints", "logs", "model", "train_summary.json")
+
+
 def trainer_env(**extra: str) -> dict[str, str]:
   """The environment for a trainer subprocess.
 
