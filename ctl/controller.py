@@ -106,7 +106,7 @@ class _Run:
   ):
     self._task, self._options, self._strategy = task, options, strategy
     self._eval_callbacks = eval_callbacks
-    self._started = time.time()
+    self._started = time.monotonic()  # For the summary's wall_seconds.
     self._train_steps = options.train_steps
     # The global step as the host knows it: read from the variable after a
     # restore, then advanced by the steps each loop runs, so bookkeeping and
@@ -161,7 +161,7 @@ class _Run:
     returned, first = time.perf_counter(), True
     while self._step < train_steps:
       num_steps = min(self._options.steps_per_loop, train_steps - self._step)
-      started = time.time()
+      started = time.monotonic()
       phase = progress_lib.FIRST_LOOP if first else progress_lib.TRAIN_LOOP
       with (
         self._progress.phase(phase),
@@ -185,7 +185,7 @@ class _Run:
         self._roll_back(output.step_losses)
         iterator = self._iterator()
         continue
-      self._after_loop(output, num_steps, time.time() - started)
+      self._after_loop(output, num_steps, time.monotonic() - started)
       if output.stop_requested:
         parts.checkpoints.save(self._step)
         parts.close()
@@ -421,7 +421,7 @@ def _summary(
     "eval_loss": parts.evaluation.metrics.get("loss"),
     "eval_accuracy": parts.evaluation.metrics.get("accuracy"),
     "examples_per_second": parts.window.median_throughput(),
-    "wall_seconds": round(time.time() - started, 3),
+    "wall_seconds": round(time.monotonic() - started, 3),
     "restores": int(parts.state.restores.numpy()),
     "restarts": options.restarts,
     "nan_recoveries": parts.divergence.recoveries,

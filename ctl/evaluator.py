@@ -55,7 +55,7 @@ def evaluate_checkpoints(
   )
   data = strategy.distribute_datasets_from_function(task.eval_dataset_fn)
   writer = summaries.ScalarWriter(logdir=board.local_path)
-  results, last_path, waited_since = {}, None, time.time()
+  results, last_path, waited_since = {}, None, time.monotonic()
   try:
     while True:
       checkpoints.fetch()
@@ -65,10 +65,10 @@ def evaluate_checkpoints(
         step = int(state.global_step.numpy())
         metrics = loop.evaluate(data)
         _record(step, metrics, results=results, writer=writer, board=board)
-        last_path, waited_since = path, time.time()
+        last_path, waited_since = path, time.monotonic()
         if step >= options.train_steps:
           return results
-      elif time.time() - waited_since > timeout_secs:
+      elif time.monotonic() - waited_since > timeout_secs:
         logging.warning(
           "evaluator: no new checkpoint for %d s; stopping.", timeout_secs
         )

@@ -352,7 +352,7 @@ class _Workers:
 
   def _past_deadline(self) -> int | None:
     """A running worker whose watchdog is overdue (it cannot act), or None."""
-    now = time.time()
+    now = time.monotonic()  # Heartbeat deadlines: same host, same clock.
     for index in sorted(self._running):
       beat = self._heartbeat(index)
       if beat and now > beat["deadline"] + self._heartbeat_grace_secs:

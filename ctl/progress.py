@@ -65,8 +65,10 @@ class Mark:
   Attributes:
     phase: one of PHASES.
     step: the global step when the phase started or ended.
-    time: wall-clock time of the mark (`time.time()`).
-    seconds: how long the phase took; None on the mark that starts it.
+    time: wall-clock time of the mark (`time.time()`): for display and for
+      ordering marks across processes, never for durations.
+    seconds: how long the phase took, on the monotonic clock (a stepped wall
+      clock does not change it); None on the mark that starts it.
     steps: training steps the phase ran (train loops; 0 otherwise).
     ok: False when the phase ended by an exception.
     error: the name of that exception's type (e.g. "Preempted"), else None.
@@ -115,7 +117,7 @@ class Progress:
     if name not in PHASES:
       raise ValueError(f"unknown phase {name!r}; expected one of {PHASES}.")
     start_step = self._current_step()
-    started = time.time()
+    started, clock = time.time(), time.monotonic()
     self._emit(Mark(phase=name, step=start_step, time=started))
     ok, error = False, None
     try:
@@ -125,14 +127,14 @@ class Progress:
       error = type(e).__name__
       raise
     finally:
-      ended = time.time()
+      ended, seconds = time.time(), time.monotonic() - clock
       end_step = self._current_step()
       self._emit(
         Mark(
           phase=name,
           step=end_step,
           time=ended,
-          seconds=ended - started,
+          seconds=seconds,
           steps=end_step - start_step,
           ok=ok,
           error=error,

@@ -240,13 +240,18 @@ class Watchdog:
         left + BACKSTOP_GRACE_SECS, exit=True, file=_STDERR
       )
       if self._heartbeat and state is not written:
-        self._beat(state, deadline=time.time() + left)
+        self._beat(state, deadline=time.monotonic() + left)
         written = state
 
   def _beat(
     self, state: _State, *, deadline: float, stalled: bool = False
   ) -> None:
-    """Atomically replaces the heartbeat file; errors are not fatal."""
+    """Atomically replaces the heartbeat file; errors are not fatal.
+
+    `deadline` is on `time.monotonic()`: Linux's monotonic clock is one for
+    the whole host, so the launcher beside this process compares it with its
+    own, and a stepped wall clock moves neither.
+    """
     record = {
       "pid": os.getpid(),
       "worker": self._worker,
@@ -278,7 +283,7 @@ class Watchdog:
     os.write(_STDERR, f"{stall.message()}\n".encode())
     faulthandler.dump_traceback(file=_STDERR, all_threads=True)
     if self._heartbeat:
-      self._beat(state, deadline=time.time(), stalled=True)
+      self._beat(state, deadline=time.monotonic(), stalled=True)
     if self._on_stall:
       hook = threading.Thread(
         target=lambda: [_call_quietly(f, stall) for f in self._on_stall],

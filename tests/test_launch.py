@@ -304,7 +304,7 @@ note(f"runs{index}", restart)
 if index == 1 and restart == 0:
   beat = pathlib.Path(os.environ["CTL_HEARTBEAT_DIR"]) / "worker-1.json"
   beat.write_text(json.dumps({"phase": "train_loop", "step": 340,
-                              "limit": 5, "deadline": time.time() - 1}))
+                              "limit": 5, "deadline": time.monotonic() - 1}))
   time.sleep(600)
 """,
     tmp_path,

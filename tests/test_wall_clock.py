@@ -1,0 +1,125 @@
+"""A wall clock that steps (NTP, VM migration) changes no interval of a run.
+
+The trainer and the launcher run on a wall clock the test moves by an hour
+in the middle of the run (`ctl.testing.clock`, an LD_PRELOAD library that
+shifts CLOCK_REALTIME only, as a real step does). Time-based checkpoints must
+keep their cadence and the launcher's heartbeat check must not mistake the
+step for a frozen worker: every interval and deadline is on the monotonic
+clock.
+"""
+
+import sys
+import time
+
+from ctl.testing import clock
+from ctl.testing import events as events_lib
+from tests.conftest import FAST_FLAGS
+from tests.conftest import read_summary
+from tests.conftest import trainer_command
+from tests.conftest import trainer_env
+from trainer.testing import finish
+from trainer.testing import start
+
+HOUR = 3600
+STEPS = 60
+# One step per loop, each loop at least 0.2 s late (ctl.faults `slow`): the
+# run trains for 12 s or more, whatever the machine.
+FLAGS = (
+  *FAST_FLAGS,
+  f"--train_steps={STEPS}",
+  "--steps_per_loop=1",
+  "--log_every_steps=10",
+  "--eval_every_steps=0",
+  "--checkpoint_every_steps=0",
+  "--checkpoint_every_secs=2",
+)
+SLOW = "slow@*:secs=0.2"
+JUMP_AT = 15
+
+
+def _saves(events_file: str) -> list[int]:
+  """The steps of the checkpoint saves that ended, in order."""
+  return [
+    e["step"]
+    for e in events_lib.read_events(events_file)
+    if e["phase"] == "checkpoint_save" and e["seconds"] is not None
+  ]
+
+
+def _run_with_a_jump(
+  command, *, tmp_path, seconds: int, faults: str = SLOW, after: float = 0
+) -> tuple[str, str]:
+  """Runs `command`, stepping its wall clock by `seconds` `after` seconds
+  after a train loop starts at step JUMP_AT or later."""
+  wall = clock.WallClock(str(tmp_path))
+  events = str(tmp_path / "events.jsonl")
+  process = start(
+    command, events=events, env=trainer_env(CTL_FAULTS=faults, **wall.env())
+  )
+  events_lib.wait_for_event(
+    events,
+    lambda e: (
+      e["phase"] == "train_loop"
+      and e["seconds"] is None
+      and e["step"] >= JUMP_AT
+    ),
+    process=process,
+  )
+  time.sleep(after)
+  wall.jump(seconds)
+  code, output = finish(process)
+  assert code == 0, output[-3000:]
+  return events, output
+
+
+def test_time_based_saves_keep_their_cadence_when_the_clock_steps_back(
+  tmp_path,
+):
+  model_dir = tmp_path / "run"
+  events, _ = _run_with_a_jump(
+    trainer_command(*FLAGS, f"--model_dir={model_dir}"),
+    tmp_path=tmp_path,
+    seconds=-HOUR,
+  )
+  saves = _saves(events)
+  # At least 45 loops of 0.2 s after the step back: 9 s, 2 s apart. A wall
+  # clock interval would wait an hour and save only at the final step.
+  after_the_step = [s for s in saves if JUMP_AT < s < STEPS]
+  assert len(after_the_step) >= 2, saves
+  assert read_summary(model_dir)["final_step"] == STEPS
+
+
+def test_the_launcher_does_not_take_a_forward_step_for_a_frozen_worker(
+  tmp_path,
+):
+  model_dir = tmp_path / "run"
+  command = [
+    sys.executable,
+    "-m",
+    "ctl.launch",
+    "--num_workers=1",
+    "--max_restarts=2",
+    "--restart_backoff_secs=0.5",
+    "--heartbeat_grace_secs=5",
+    "--",
+    *trainer_command(
+      *FLAGS, "--stall_timeout_secs=60", f"--model_dir={model_dir}"
+    ),
+  ]
+  # The loop that starts at JUMP_AT waits 12 s for its batch (under the
+  # 60 s limit): its heartbeat (written within the watchdog's 1 s poll) is
+  # from before the step, and no other is written until well after it.
+  events, output = _run_with_a_jump(
+    command,
+    tmp_path=tmp_path,
+    seconds=HOUR,
+    faults=f"{SLOW},stall@{JUMP_AT + 1}:input:secs=12",
+    after=3,
+  )
+  # A wall clock deadline is an hour overdue after the step: the launcher
+  # would stop the worker as frozen and restart it.
+  assert "did not act" not in output, output[-3000:]
+  summary = read_summary(model_dir)
+  assert summary["restarts"] == 0
+  assert summary["final_step"] == STEPS
+  assert events_lib.restored_steps(events) == [0]
