@@ -54,6 +54,8 @@ class Files:
     if self._fs is not None:
       found = self._fs.find(self.root)
       return sorted(posixpath.relpath(path, self.root) for path in found)
+    if "://" not in self.root:
+      return _walk_once(self.root)
     names = []
     for directory, _, files in tf.io.gfile.walk(self.root):
       relative = os.path.relpath(directory, self.root)
@@ -89,6 +91,35 @@ class Files:
     return input_lib.IndexedRecords.from_source(
       _BatchReader(self._fs, [self.path(name) for name in names])
     )
+
+
+def _walk_once(root: str) -> list[str]:
+  """Every file under local directory `root`, relative to it, sorted.
+
+  Symbolic links are followed, but each directory is listed once: a link
+  that leads to a directory already listed (a loop, or a second way in) is
+  named in a warning and not entered, so a loop cannot make the walk endless.
+  """
+  names, listed, pending = [], {}, [root]
+  while pending:
+    directory = pending.pop()
+    status = os.stat(directory)
+    key = (status.st_dev, status.st_ino)
+    if key in listed:
+      logging.warning(
+        "%s leads to %s, a directory already listed; not listed again.",
+        directory,
+        listed[key],
+      )
+      continue
+    listed[key] = directory
+    with os.scandir(directory) as entries:
+      for entry in entries:
+        if entry.is_dir():  # Follows a link to a directory.
+          pending.append(entry.path)
+        else:
+          names.append(os.path.relpath(entry.path, root).replace(os.sep, "/"))
+  return sorted(names)
 
 
 def open_files(
