@@ -103,7 +103,10 @@ def _walk_once(root: str) -> list[str]:
   names, listed, pending = [], {}, [root]
   while pending:
     directory = pending.pop()
-    status = os.stat(directory)
+    try:
+      status = os.stat(directory)
+    except FileNotFoundError:  # No such directory: no files, as tf.io.gfile.
+      continue
     key = (status.st_dev, status.st_ino)
     if key in listed:
       logging.warning(
