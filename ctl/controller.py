@@ -107,7 +107,6 @@ class _Run:
     self._task, self._options, self._strategy = task, options, strategy
     self._eval_callbacks = eval_callbacks
     self._started = time.monotonic()  # For the summary's wall_seconds.
-    self._train_steps = options.train_steps
     # The global step as the host knows it: read from the variable after a
     # restore, then advanced by the steps each loop runs, so bookkeeping and
     # progress marks never wait on a device-to-host copy.
@@ -192,11 +191,11 @@ class _Run:
         raise Preempted(self._step, stop.signal)
 
   def _after_loop(self, output, num_steps: int, seconds: float) -> None:
-    parts, step = self._parts, self._step
+    parts, step, options = self._parts, self._step, self._options
     parts.window.add(output, num_steps, seconds)
     if parts.stragglers:
       parts.stragglers.add(output.host_seconds, step=step)
-    if step % self._options.log_every_steps == 0 or step == self._train_steps:
+    if step % options.log_every_steps == 0 or step == options.train_steps:
       parts.window.log(step, parts.stragglers and parts.stragglers.scalars())
     if parts.evaluation.due(step):
       parts.evaluation.run(step)
@@ -227,7 +226,7 @@ class _Run:
     parts.evaluation.run(step)
     if parts.checkpoints.policy.last_step != step:
       parts.checkpoints.save(step)
-    try:
+    try:  # A stop asked for during the export raises Preempted after it.
       finishing.export(
         model=parts.state.model,
         image_shape=self._task.image_shape,
@@ -236,12 +235,10 @@ class _Run:
         trained=trained,
         progress=self._progress,
       )
-    except Preempted:
+      summary = _summary(parts, step, self._options, self._started, self.ledger)
+      finishing.write_summary(parts.outputs.model, summary)
+    finally:
       parts.close()
-      raise
-    summary = _summary(parts, step, self._options, self._started, self.ledger)
-    finishing.write_summary(parts.outputs.model, summary)
-    parts.close()
     finishing.log_done(summary, model_dir=self._options.dirs.model_dir)
     return summary
 

@@ -279,6 +279,25 @@ def _tfds_dataset_dir(data_dir: str) -> str:
   )
 
 
+def _classes(names: list[str], *, data_dir: str, usage: str) -> list[str]:
+  """The class names of `names` (`class_name/file`), sorted.
+
+  Raises:
+    UserError: fewer than two classes, or too few images to hold out a
+      validation split (no metric may come from an empty evaluation).
+  """
+  classes = sorted({name.split("/")[0] for name in names})
+  if len(classes) < 2:
+    raise UserError(usage)
+  if len(names) < _EVAL_EVERY:
+    raise UserError(
+      f"--data_dir={data_dir} holds {len(names)} images: too few to hold "
+      f"out every {_EVAL_EVERY}th for validation; add images (at least "
+      f"{_EVAL_EVERY})."
+    )
+  return classes
+
+
 def _files(
   image_size: int,
   data_dir: str,
@@ -308,15 +327,7 @@ def _files(
     names = _decodable(
       files, _image_names(files), image_size=image_size, skip=skip_bad_images
     )
-  classes = sorted({name.split("/")[0] for name in names})
-  if len(classes) < 2:
-    raise UserError(usage)
-  if len(names) < _EVAL_EVERY:
-    raise UserError(
-      f"--data_dir={data_dir} holds {len(names)} images: too few to hold "
-      f"out every {_EVAL_EVERY}th for validation; add images (at least "
-      f"{_EVAL_EVERY})."
-    )
+  classes = _classes(names, data_dir=data_dir, usage=usage)
   if fresh and manifest and is_chief:
     datafiles.save_manifest(files, manifest_dir=manifest, names=names)
   labels = np.array(
