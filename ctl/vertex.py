@@ -93,42 +93,23 @@ def build_job_spec(
       not a valid gs:// url, or reducers are asked for where they cannot pay
       (one machine, no accelerators, a collective other than NCCL).
   """
-  if num_workers < 1:
-    raise errors.UserError(
-      f"num_workers counts the chief too, so it must be at least 1, not "
-      f"{num_workers}."
-    )
-  if base_output_dir:
-    if not base_output_dir.startswith("gs://"):
-      raise errors.UserError(
-        f"base_output_dir must be a gs:// url, not {base_output_dir}."
-      )
-    storage.check_url(base_output_dir)
+  _check_machines(num_workers=num_workers, base_output_dir=base_output_dir)
   if accelerator_type and accelerator_count is None:
     accelerator_count = _gpus_in_machine_type(machine_type) or 1
   if reduction_server_count:
     _check_reduction_server_pays(num_workers, accelerator_type)
     trainer_args = reduction_server.with_nccl(trainer_args)
 
-  def pool(replica_count: int) -> dict[str, Any]:
-    # Fresh dicts per pool: shared ones would be written as YAML aliases.
-    machine_spec = {"machineType": machine_type}
-    if accelerator_type:
-      machine_spec["acceleratorType"] = accelerator_type
-    if accelerator_count:
-      machine_spec["acceleratorCount"] = accelerator_count
-    container_spec = {"imageUri": image}
-    if trainer_args:
-      container_spec["args"] = list(trainer_args)
-    return {
-      "replicaCount": replica_count,
-      "machineSpec": machine_spec,
-      "containerSpec": container_spec,
-    }
-
-  spec: dict[str, Any] = {"workerPoolSpecs": [pool(1)]}
+  machines = dict(
+    image=image,
+    machine_type=machine_type,
+    accelerator_type=accelerator_type,
+    accelerator_count=accelerator_count,
+    trainer_args=trainer_args,
+  )
+  spec: dict[str, Any] = {"workerPoolSpecs": [_pool(1, **machines)]}
   if num_workers > 1:
-    spec["workerPoolSpecs"].append(pool(num_workers - 1))
+    spec["workerPoolSpecs"].append(_pool(num_workers - 1, **machines))
   if reduction_server_count:
     spec["workerPoolSpecs"].append(
       reduction_server.pool(
@@ -143,6 +124,49 @@ def build_job_spec(
   if restart_job_on_worker_restart:
     spec["scheduling"] = {"restartJobOnWorkerRestart": True}
   return spec
+
+
+def _check_machines(*, num_workers: int, base_output_dir: str | None) -> None:
+  """Refuses a job without a chief or with an output dir off Cloud Storage."""
+  if num_workers < 1:
+    raise errors.UserError(
+      f"num_workers counts the chief too, so it must be at least 1, not "
+      f"{num_workers}."
+    )
+  if base_output_dir:
+    if not base_output_dir.startswith("gs://"):
+      raise errors.UserError(
+        f"base_output_dir must be a gs:// url, not {base_output_dir}."
+      )
+    storage.check_url(base_output_dir)
+
+
+def _pool(
+  replica_count: int,
+  *,
+  image: str,
+  machine_type: str,
+  accelerator_type: str | None,
+  accelerator_count: int | None,
+  trainer_args: Sequence[str],
+) -> dict[str, Any]:
+  """One worker pool of identical machines running the trainer image.
+
+  Fresh dicts each call: shared ones would be written as YAML aliases.
+  """
+  machine_spec = {"machineType": machine_type}
+  if accelerator_type:
+    machine_spec["acceleratorType"] = accelerator_type
+  if accelerator_count:
+    machine_spec["acceleratorCount"] = accelerator_count
+  container_spec = {"imageUri": image}
+  if trainer_args:
+    container_spec["args"] = list(trainer_args)
+  return {
+    "replicaCount": replica_count,
+    "machineSpec": machine_spec,
+    "containerSpec": container_spec,
+  }
 
 
 def _check_reduction_server_pays(
@@ -333,6 +357,42 @@ def _parser() -> argparse.ArgumentParser:
     epilog="Arguments after -- become the trainer command line "
     "(containerSpec.args); without them the image default CMD runs.",
   )
+  _add_job_flags(parser)
+  parser.add_argument(
+    "--reduction_server_count",
+    type=int,
+    default=0,
+    help="Reduction Server reducers (workerPoolSpecs[2]); needs GPU workers "
+    "and adds --collective=nccl to the trainer. Default: none.",
+  )
+  parser.add_argument(
+    "--reduction_server_machine_type",
+    default=reduction_server.DEFAULT_MACHINE_TYPE,
+    help="Machine type of every reducer.",
+  )
+  parser.add_argument(
+    "--format",
+    choices=("yaml", "json"),
+    default="yaml",
+    help="How to print the spec when not submitting.",
+  )
+  parser.add_argument(
+    "--submit",
+    action="store_true",
+    help="Create the job on Vertex AI instead of printing the spec.",
+  )
+  parser.add_argument("--project", help="Google Cloud project for --submit.")
+  parser.add_argument("--region", help="Vertex AI region for --submit.")
+  parser.add_argument(
+    "--display_name",
+    default="ctl-trainer",
+    help="Job name shown in the console, for --submit.",
+  )
+  return parser
+
+
+def _add_job_flags(parser: argparse.ArgumentParser) -> None:
+  """The flags of the job itself: image, machines, outputs, restarts."""
   parser.add_argument(
     "--image",
     required=True,
@@ -378,37 +438,6 @@ def _parser() -> argparse.ArgumentParser:
     dest="restart_job_on_worker_restart",
   )
   parser.set_defaults(restart_job_on_worker_restart=None)
-  parser.add_argument(
-    "--reduction_server_count",
-    type=int,
-    default=0,
-    help="Reduction Server reducers (workerPoolSpecs[2]); needs GPU workers "
-    "and adds --collective=nccl to the trainer. Default: none.",
-  )
-  parser.add_argument(
-    "--reduction_server_machine_type",
-    default=reduction_server.DEFAULT_MACHINE_TYPE,
-    help="Machine type of every reducer.",
-  )
-  parser.add_argument(
-    "--format",
-    choices=("yaml", "json"),
-    default="yaml",
-    help="How to print the spec when not submitting.",
-  )
-  parser.add_argument(
-    "--submit",
-    action="store_true",
-    help="Create the job on Vertex AI instead of printing the spec.",
-  )
-  parser.add_argument("--project", help="Google Cloud project for --submit.")
-  parser.add_argument("--region", help="Vertex AI region for --submit.")
-  parser.add_argument(
-    "--display_name",
-    default="ctl-trainer",
-    help="Job name shown in the console, for --submit.",
-  )
-  return parser
 
 
 def _check_fields(
