@@ -31,6 +31,20 @@ class UserError(Exception):
   """
 
 
+def cannot_write(url: str, error: Exception) -> UserError:
+  """The one sentence for a Cloud Storage directory this job cannot write.
+
+  Args:
+    url: the directory the user named (e.g. --model_dir).
+    error: what the storage client raised (named in the sentence).
+  """
+  reason = " ".join(f"{type(error).__name__}: {error}".split())
+  return UserError(
+    f"Cannot write to {url} ({reason}); check that the bucket exists and "
+    "that this job may write to it."
+  )
+
+
 class Preempted(Exception):
   """Training stopped on request after saving at the agreed step.
 

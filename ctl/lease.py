@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from absl import logging
 
+from ctl import errors
 from ctl import storage
 from ctl.errors import UserError
 
@@ -347,7 +348,7 @@ def _open_store(model_dir: str, *, storage_route: str, fuse_root: str):
   )
   if fs is None:
     return _FileStore(os.path.join(root, LEASE_FILE))
-  return _GcsStore(fs, f"{root}/{LEASE_FILE}")
+  return _GcsStore(fs, f"{root}/{LEASE_FILE}", url=model_dir)
 
 
 class _FileStore:
@@ -412,9 +413,10 @@ class _FileStore:
 class _GcsStore:
   """The lease as a Cloud Storage object; the token is its generation."""
 
-  def __init__(self, fs, path: str):
+  def __init__(self, fs, path: str, *, url: str):
     self._fs = fs
     self._bucket, _, self._key = path.partition("/")
+    self._url = url  # The run directory as the user named it.
 
   def read(self) -> tuple[Holder, str] | None:
     try:
@@ -452,14 +454,18 @@ class _GcsStore:
 
     Raises:
       FileExistsError: the precondition failed (HTTP 412).
+      UserError: the bucket does not exist or this job may not write it.
     """
-    result: Any = self._fs.call(
-      "POST",
-      f"{self._fs._location}/upload/storage/v1/b/{self._bucket}/o",  # pylint: disable=protected-access
-      uploadType="media",
-      name=self._key,
-      ifGenerationMatch=generation,
-      data=data,
-      json_out=True,
-    )
+    try:
+      result: Any = self._fs.call(
+        "POST",
+        f"{self._fs._location}/upload/storage/v1/b/{self._bucket}/o",  # pylint: disable=protected-access
+        uploadType="media",
+        name=self._key,
+        ifGenerationMatch=generation,
+        data=data,
+        json_out=True,
+      )
+    except (FileNotFoundError, PermissionError) as error:
+      raise errors.cannot_write(self._url, error) from error
     return str(result["generation"])

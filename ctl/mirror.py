@@ -25,6 +25,7 @@ import uuid
 
 import fsspec
 
+from ctl import errors
 from ctl import retry
 from ctl.errors import UserError
 
@@ -204,12 +205,7 @@ class Mirror:
       self._call("write " + probe, self._fs.pipe_file, probe, b"")
       self._call("remove " + probe, self._fs.rm_file, probe)
     except Exception as error:  # pylint: disable=broad-except
-      reason = " ".join(f"{type(error).__name__}: {error}".split())
-      raise UserError(
-        f"Cannot write to {url} ({reason}); check that the "
-        f"bucket exists and that this job may write to "
-        f"it."
-      ) from error
+      raise errors.cannot_write(url, error) from error
 
   def _remote(self, name: str) -> str:
     return posixpath.join(self._remote_dir, name)

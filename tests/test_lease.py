@@ -131,7 +131,9 @@ def test_the_lease_on_cloud_storage_is_exclusive(lease_holder, gcs_emulator):
 def test_the_emulator_honours_generation_preconditions(gcs_emulator):
   # ctl.lease relies on it; gcp-storage-emulator alone ignores it.
   store = lease._GcsStore(
-    gcs_emulator.filesystem(), f"{gcs_emulator.BUCKET}/x/{lease.LEASE_FILE}"
+    gcs_emulator.filesystem(),
+    f"{gcs_emulator.BUCKET}/x/{lease.LEASE_FILE}",
+    url=f"gs://{gcs_emulator.BUCKET}/x",
   )
   generation = store.create(b"{}")
   with pytest.raises(FileExistsError):
