@@ -13,6 +13,8 @@ import fnmatch
 import json
 import pathlib
 import re
+import subprocess
+import sys
 
 from dockerfile_parse import DockerfileParser
 from packaging import requirements
@@ -147,3 +149,16 @@ def test_default_cmd_is_accepted_by_the_trainer(dockerfile, tmp_path):
   )
 
   assert result.returncode == 0, result.stderr
+
+
+def test_the_container_check_imports_with_the_standard_library_only():
+  # `make container-check` runs scripts/container_check.py on the system
+  # Python, which has none of the project's dependencies (-S: no site dirs).
+  result = subprocess.run(
+    [sys.executable, "-S", "-c", "import trainer.testing"],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    check=False,
+  )
+  assert result.returncode == 0, result.stderr[-2000:]

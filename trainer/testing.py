@@ -12,7 +12,6 @@ import subprocess
 import sys
 import tempfile
 
-from ctl import progress
 from ctl.testing import events as events_lib
 from ctl.testing.run_files import read_summary
 
@@ -61,6 +60,17 @@ RUN_DIR_OUTPUTS = (
   "train_summary.json",
 )
 VERTEX_JOB_OUTPUTS = ("checkpoints", "logs", "model", "train_summary.json")
+
+
+def _events_env() -> str:
+  """The variable that asks a run for its progress events (`CTL_EVENTS`).
+
+  Imported when needed: `scripts/container_check.py` runs this module on the
+  system Python, which has no absl for `ctl.progress`.
+  """
+  from ctl import progress  # pylint: disable=g-import-not-at-top
+
+  return progress.EVENTS_ENV
 
 
 def trainer_env(**extra: str) -> dict[str, str]:
@@ -123,7 +133,7 @@ def run_trainer(
   """
   env = env or trainer_env()
   if events:
-    env = {**env, progress.EVENTS_ENV: events}
+    env = {**env, _events_env(): events}
   result = subprocess.run(
     trainer_command(*flags),
     cwd=REPO,
@@ -153,7 +163,7 @@ def start(
   process = subprocess.Popen(
     command,
     cwd=REPO,
-    env={**(env or trainer_env()), progress.EVENTS_ENV: events},
+    env={**(env or trainer_env()), _events_env(): events},
     stdout=output,
     stderr=subprocess.STDOUT,
     text=True,
