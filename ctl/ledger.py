@@ -32,6 +32,7 @@ unreadable lines (a truncated last line is skipped).
 
 from collections.abc import Mapping
 import json
+import math
 import os
 import posixpath
 import socket
@@ -265,17 +266,80 @@ def read(
   )
 
 
-def parse(text: str) -> list[dict]:
-  """The events of one attempt's file; unreadable lines are skipped."""
+def parse(text: str, *, source: str = "the ledger") -> list[dict]:
+  """The events of one attempt's file; unreadable lines are skipped.
+
+  A line that is not JSON (e.g. the last line of a write a crash cut short)
+  is skipped silently; a JSON line that is not a ledger event of the right
+  field types (a hand edit, another tool) is skipped with a warning naming
+  `source` and the line, so that no line can fail a run or a report.
+  """
   events = []
-  for line in text.splitlines():
+  for number, line in enumerate(text.splitlines(), start=1):
     try:
       event = json.loads(line)
     except ValueError:
-      continue  # E.g. the last line of a write a crash cut short.
-    if isinstance(event, dict) and "event" in event:
+      continue
+    problem = _problem(event)
+    if problem:
+      logging.warning("Skipped line %d of %s: %s.", number, source, problem)
+    else:
       events.append(event)
   return events
+
+
+def _is_number(value) -> bool:
+  return (
+    isinstance(value, (int, float))
+    and not isinstance(value, bool)
+    and math.isfinite(value)
+  )
+
+
+def _is_int(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+# What a reader (ctl.goodput) relies on: each field's type wherever it
+# appears, and the fields each kind of event must have.
+_FIELD_TYPES = {
+  "time": ("a number", _is_number),
+  "t0": ("a number", _is_number),
+  "t1": ("a number", _is_number),
+  "busy": ("a number", _is_number),
+  "previous_exit_time": (
+    "a number or null",
+    lambda v: v is None or _is_number(v),
+  ),
+  "step0": ("an integer", _is_int),
+  "step": ("an integer", _is_int),
+  "loops": ("an integer", _is_int),
+  "restart": ("an integer", _is_int),
+  "previous_exit": ("an integer or null", lambda v: v is None or _is_int(v)),
+  "phase": ("a string", lambda v: isinstance(v, str)),
+  "outcome": ("a string", lambda v: isinstance(v, str)),
+  "ok": ("true or false", lambda v: isinstance(v, bool)),
+}
+_REQUIRED = {
+  "phase": ("phase", "t0", "t1", "step0", "step", "ok"),
+  "end": ("time", "step", "outcome"),
+}
+
+
+def _problem(event) -> str | None:
+  """What makes `event` unusable as a ledger event; None if nothing."""
+  if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+    return "not an event (a JSON object with a string field 'event')"
+  required = _REQUIRED.get(event["event"], ("time",))
+  if event.get("phase") == progress_lib.TRAIN_LOOP:
+    required += ("busy",)
+  for name in required:
+    if name not in event:
+      return f"a {event['event']} event needs '{name}'"
+  for name, (kind, check) in _FIELD_TYPES.items():
+    if name in event and not check(event[name]):
+      return f"'{name}' is {json.dumps(event[name])}, not {kind}"
+  return None
 
 
 def _read_files(
@@ -299,7 +363,10 @@ def _read_files(
   found = []
   for name in sorted(names):
     if name.endswith(_SUFFIX):
-      events = parse(fs.cat_file(name).decode("utf-8", errors="replace"))
+      events = parse(
+        fs.cat_file(name).decode("utf-8", errors="replace"),
+        source=posixpath.join(directory, posixpath.basename(name)),
+      )
       if events and events[0]["event"] == "start":
         found.append((posixpath.basename(name), events))
   return found

@@ -715,3 +715,23 @@ def test_skip_bad_images_trains_without_them_and_resumes_exactly(
   assert events_lib.restored_steps(f"{model_dir}.events.jsonl") == [10]
   assert "Skipped" not in again.stderr
   assert read_summary(str(model_dir))["final_step"] == 20
+
+
+def test_a_ledger_line_of_wrong_types_never_fails_a_run(model_dir):
+  # It failed the run after its export, and every re-run after it.
+  directory = os.path.join(model_dir, "ledger")
+  [name] = os.listdir(directory)
+  path = os.path.join(directory, name)
+  with open(path, "a") as f:
+    f.write('{"event": "end", "time": "late", "step": 10, "outcome": "done"}\n')
+  with open(path) as f:
+    line = len(f.read().splitlines())
+  result = run_trainer(
+    *FAST_FLAGS, "--train_steps=20", f"--model_dir={model_dir}"
+  )
+  assert f"Skipped line {line} of {path}: 'time' is \"late\"" in result.stderr
+  assert "Traceback" not in result.stderr
+  summary = read_summary(model_dir)
+  assert summary["final_step"] == 20
+  first, _ = summary["goodput"]["attempts"]  # The second is this run.
+  assert first["outcome"] == "done"

@@ -143,3 +143,33 @@ def test_the_badput_of_a_known_ledger_by_googles_badput_types(
   ]
   assert row.split()[1] == f"{seconds[goodput.LOST]:.2f}"
   assert row.endswith(goodput.LOST)
+
+
+def test_a_ledger_line_of_wrong_types_is_skipped_with_a_warning(model_dir):
+  # One well-formed line with a string time failed every report until it
+  # was removed by hand.
+  directory = ledger.ledger_dir(model_dir)
+  path = os.path.join(directory, sorted(os.listdir(directory))[-1])
+  with open(path, "a") as f:
+    f.write(
+      '{"event": "phase", "phase": "evaluation", "t0": "noon", "t1": 1,'
+      ' "step0": 20, "step": 20, "ok": true}\n'
+    )
+  with open(path) as f:
+    lines = len(f.read().splitlines())
+  result = subprocess.run(
+    [sys.executable, "-m", "ctl.report", model_dir, "--png="],
+    cwd=REPO,
+    env=trainer_env(),
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=False,
+  )
+  assert result.returncode == 0, result.stderr
+  assert "killed by SIGKILL" in result.stdout and "done" in result.stdout
+  assert "Traceback" not in result.stderr
+  [warning] = result.stderr.strip().splitlines()
+  assert warning.endswith(
+    f"Skipped line {lines} of {path}: 't0' is \"noon\", not a number."
+  )
