@@ -331,8 +331,10 @@ def _problem(event) -> str | None:
   if not isinstance(event, dict) or not isinstance(event.get("event"), str):
     return "not an event (a JSON object with a string field 'event')"
   required = _REQUIRED.get(event["event"], ("time",))
-  if event.get("phase") == progress_lib.TRAIN_LOOP:
-    required += ("busy",)
+  if (
+    event["event"] == "phase" and event.get("phase") == progress_lib.TRAIN_LOOP
+  ):
+    required += ("busy",)  # Only the loops' phase events carry it.
   for name in required:
     if name not in event:
       return f"a {event['event']} event needs '{name}'"

@@ -138,3 +138,27 @@ def test_an_attempt_whose_start_line_is_wrong_is_skipped(tmp_path, caplog):
     r.getMessage().startswith(f"Skipped line 1 of {first}: ")
     for r in caplog.records
   )
+
+
+def test_a_stall_in_the_train_loop_is_read_back(tmp_path, caplog):
+  # A stall names the phase it happened in; only phase events carry 'busy'.
+  directory = str(tmp_path / "ledger")
+  record = _run_attempt(directory)
+  record.record(
+    "stall",
+    worker=0,
+    phase="train_loop",
+    step=15,
+    seconds=21.0,
+    limit=20.0,
+    flag="--stall_timeout_secs",
+  )
+  with caplog.at_level(logging.WARNING):
+    [events] = ledger.read(directory)
+  [stall] = [e for e in events if e["event"] == "stall"]
+  assert (stall["phase"], stall["step"], stall["worker"]) == (
+    "train_loop",
+    15,
+    0,
+  )
+  assert not caplog.records
