@@ -15,7 +15,7 @@ the chief writes it) and reads it back on every restart: files added later do
 not move the order of a resumed job.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import json
 import os
 import posixpath
@@ -28,6 +28,15 @@ from ctl import storage as storage_lib
 from ctl.errors import UserError
 
 MANIFEST = "data_manifest.json"
+
+# Told what comes next, once per directory listed or file read, so a stall
+# watchdog counts each as progress and names the one a stuck call is on
+# (`ctl.watchdog.Watchdog.beat`).
+Beat = Callable[[str], None]
+
+
+def no_beat(doing: str) -> None:
+  del doing  # Nobody watches.
 
 
 class Files:
@@ -49,13 +58,14 @@ class Files:
     """The full path of a file named relative to the root."""
     return posixpath.join(self.root, name)
 
-  def list(self) -> list[str]:
+  def list(self, beat: Beat = no_beat) -> list[str]:
     """Every file under the root, relative to it, sorted."""
+    beat(f"listing {self.url}")
     if self._fs is not None:
       found = self._fs.find(self.root)
       return sorted(posixpath.relpath(path, self.root) for path in found)
     if "://" not in self.root:
-      return _walk_once(self.root)
+      return _walk_once(self.root, beat)
     names = []
     for directory, _, files in tf.io.gfile.walk(self.root):
       relative = os.path.relpath(directory, self.root)
@@ -93,7 +103,7 @@ class Files:
     )
 
 
-def _walk_once(root: str) -> list[str]:
+def _walk_once(root: str, beat: Beat) -> list[str]:
   """Every file under local directory `root`, relative to it, sorted.
 
   Symbolic links are followed, but each directory is listed once: a link
@@ -116,6 +126,7 @@ def _walk_once(root: str) -> list[str]:
       )
       continue
     listed[key] = directory
+    beat(f"listing {directory}")
     with os.scandir(directory) as entries:
       for entry in entries:
         if entry.is_dir():  # Follows a link to a directory.

@@ -36,6 +36,10 @@ import time
 from absl import logging
 
 # The phases a run goes through, in the order a run meets them.
+# Before `ctl.run`: the trainer lists and checks its data files, marking each
+# directory listed and file read (Progress.beat) so that a stuck read is a
+# stall of the steady limit that names the file.
+DATA_LISTING = "data_listing"
 RUN = "run"  # The whole `ctl.run` call; encloses all the others.
 STARTUP = "startup"  # From the start of `ctl.run` until the restore is done.
 RESTORE = "restore"  # Restoring the newest checkpoint, inside start-up.
@@ -46,6 +50,7 @@ CHECKPOINT_SAVE = "checkpoint_save"  # Writing the checkpoint's files.
 CHECKPOINT_UPLOAD = "checkpoint_upload"  # Publishing them (gcsfs / FUSE).
 EXPORT = "export"  # The SavedModel at the end.
 PHASES = (
+  DATA_LISTING,
   RUN,
   STARTUP,
   RESTORE,

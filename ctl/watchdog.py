@@ -49,6 +49,9 @@ from ctl.errors import UserError
 HEARTBEAT_DIR_ENV = "CTL_HEARTBEAT_DIR"
 BACKSTOP_GRACE_SECS = 10.0
 _STARTUP_PHASES = (progress.STARTUP, progress.FIRST_LOOP)
+# Phases that beat for each item of work (`Watchdog.beat`): the steady limit
+# applies to each item from the first run on, as nothing in them traces.
+_BEATING_PHASES = (progress.DATA_LISTING,)
 _STARTUP_FLAG = "--startup_timeout_secs"
 _STALL_FLAG = "--stall_timeout_secs"
 _STDERR = 2  # The descriptor: sys.stderr may be a wrapper (pytest, notebooks).
@@ -97,11 +100,13 @@ class Stall:
   seconds: float
   limit: float
   flag: str
+  doing: str | None = None  # What the last beat said came next.
 
   def message(self) -> str:
+    doing = f", {self.doing}" if self.doing else ""
     return (
       f"stall: worker {self.worker} made no progress for "
-      f"{self.seconds:.0f} s in {self.phase} at step {self.step} (limit "
+      f"{self.seconds:.0f} s in {self.phase} at step {self.step}{doing} (limit "
       f"{self.limit:g} s, {self.flag}); stacks of all threads follow; "
       f"exiting with {STALL_EXIT_CODE}."
     )
@@ -113,6 +118,7 @@ class _State(NamedTuple):
   since: float  # time.monotonic() of the last progress.
   limit: float
   flag: str
+  doing: str | None = None
 
 
 class Watchdog:
@@ -213,12 +219,22 @@ class Watchdog:
       )
       phase = f"bookkeeping after {mark.phase}"
     elif phase in _STARTUP_PHASES or (
-      phase != progress.TRAIN_LOOP and phase not in self._slowest
+      phase not in (progress.TRAIN_LOOP, *_BEATING_PHASES)
+      and phase not in self._slowest
     ):
       limit, flag = self._limits.startup_timeout_secs, _STARTUP_FLAG
     else:
       limit, flag = self._steady(phase)
     self._state = _State(phase, mark.step, now, limit, flag)
+
+  def beat(self, doing: str) -> None:
+    """Progress inside the current phase; `doing` names the next item.
+
+    For phases of many small items of I/O (`_BEATING_PHASES`): each item
+    done restarts the phase's clock, and a stall line says what was being
+    done (e.g. "reading gs://b/x/1.png"). Cheap: called once per item.
+    """
+    self._state = self._state._replace(since=time.monotonic(), doing=doing)
 
   def _steady(self, phase: str | None) -> tuple[float, str]:
     limits = self._limits
@@ -278,6 +294,7 @@ class Watchdog:
       seconds=waited,
       limit=state.limit,
       flag=state.flag,
+      doing=state.doing,
     )
     # os.write and faulthandler take no Python lock the stuck thread may hold.
     os.write(_STDERR, f"{stall.message()}\n".encode())

@@ -14,8 +14,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from ctl import ledger
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
@@ -269,11 +267,6 @@ def test_two_symlink_loops_in_the_data_dir_are_listed_once_and_named(
     assert len(json.load(f)["files"]) == 12
 
 
-@pytest.mark.skip(
-  reason="not built yet: reading files while listing marks no progress, so "
-  "a blocked read is caught by the start-up limit (900 s), not the stall "
-  "limit"
-)
 def test_a_read_that_blocks_while_listing_is_a_stall_that_names_the_file(
   tmp_path,
 ):

@@ -49,6 +49,25 @@ with marks.phase(progress.TRAIN_LOOP):
   assert result.stdout == "recorded train_loop\n"
 
 
+def test_beats_are_progress_and_the_stall_line_says_what_was_being_done():
+  # Data listing gets the steady limit (1 s) from its first run, not the
+  # start-up one (60 s); each beat restarts it and the last one is named.
+  result = _run("""
+with marks.phase(progress.DATA_LISTING):
+  for i in range(20):
+    dog.beat(f"reading /data/{i}.png")
+    time.sleep(0.1)
+  time.sleep(600)
+""")
+  assert result.returncode == 75, result.stderr
+  line = result.stderr.splitlines()[0]
+  assert (
+    "in data_listing at step 40, reading /data/19.png (limit 1 s, "
+    "--stall_timeout_secs)"
+  ) in line
+  assert result.stdout == "recorded data_listing\n"
+
+
 def test_progress_keeps_it_quiet_and_stop_ends_the_watch():
   result = _run("""
 for _ in range(30):

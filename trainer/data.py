@@ -63,6 +63,7 @@ def load(
   manifest_dir: str = "",
   is_chief: bool = True,
   skip_bad_images: bool = False,
+  beat: datafiles.Beat = datafiles.no_beat,
 ) -> Source:
   """Loads a source by name.
 
@@ -79,6 +80,8 @@ def load(
     is_chief: files only: this process writes the manifest.
     skip_bad_images: files only: leave out files that cannot be decoded
       (counted and logged) rather than stop with a user error.
+    beat: files only: told of each directory listed and file read (a stall
+      watchdog's progress).
 
   Returns:
     The `Source`.
@@ -103,6 +106,7 @@ def load(
       manifest_dir=manifest_dir,
       is_chief=is_chief,
       skip_bad_images=skip_bad_images,
+      beat=beat,
     )
   raise UserError(
     f"Unknown dataset {name!r}; choose one of {', '.join(DATASETS)}."
@@ -307,6 +311,7 @@ def _files(
   manifest_dir: str,
   is_chief: bool,
   skip_bad_images: bool,
+  beat: datafiles.Beat,
 ) -> Source:
   """A directory of `class_name/*.jpg|png`; every 10th file validates."""
   usage = (
@@ -325,7 +330,11 @@ def _files(
   fresh = names is None
   if fresh:
     names = _decodable(
-      files, _image_names(files), image_size=image_size, skip=skip_bad_images
+      files,
+      _image_names(files, beat),
+      image_size=image_size,
+      skip=skip_bad_images,
+      beat=beat,
     )
   classes = _classes(names, data_dir=data_dir, usage=usage)
   if fresh and manifest and is_chief:
@@ -354,11 +363,11 @@ def _files(
   )
 
 
-def _image_names(files: datafiles.Files) -> list[str]:
+def _image_names(files: datafiles.Files, beat: datafiles.Beat) -> list[str]:
   """The `class_name/file` names of the images under `files`, listed."""
   return [
     name
-    for name in files.list()
+    for name in files.list(beat)
     if name.count("/") == 1 and name.lower().endswith(_IMAGE_EXTENSIONS)
   ]
 
@@ -388,7 +397,12 @@ def _file_records(
 
 
 def _decodable(
-  files: datafiles.Files, names: list[str], *, image_size: int, skip: bool
+  files: datafiles.Files,
+  names: list[str],
+  *,
+  image_size: int,
+  skip: bool,
+  beat: datafiles.Beat,
 ) -> list[str]:
   """`names` less the files that cannot be decoded as images.
 
@@ -402,7 +416,7 @@ def _decodable(
   Raises:
     UserError: a file cannot be decoded and `skip` is False.
   """
-  good = _decoded_indices(files, names, image_size=image_size)
+  good = _decoded_indices(files, names, image_size=image_size, beat=beat)
   bad = [name for index, name in enumerate(names) if index not in good]
   if not bad:
     return names
@@ -431,9 +445,17 @@ def _decodable(
 
 
 def _decoded_indices(
-  files: datafiles.Files, names: list[str], *, image_size: int
+  files: datafiles.Files,
+  names: list[str],
+  *,
+  image_size: int,
+  beat: datafiles.Beat,
 ) -> set[int]:
-  """The indices of `names` whose files decode as images (one tf.data pass)."""
+  """The indices of `names` whose files decode as images (one tf.data pass).
+
+  Each file that comes out of the pass is a beat that names the first file
+  not out yet: the one a stuck read is on, once every other file is out.
+  """
   records, decode = _file_records(
     files, names, np.zeros(len(names), np.int64), image_size=image_size
   )
@@ -451,13 +473,15 @@ def _decoded_indices(
       deterministic=False,
     )
   )
-  good = {
-    int(index)
-    for index, _ in decoded.ignore_errors(log_warning=False).as_numpy_iterator()
-  }
+  waiting = _Waiting(files, names)
+  good = set()
+  for index, _ in decoded.ignore_errors(log_warning=False).as_numpy_iterator():
+    good.add(int(index))
+    beat(waiting.done(int(index)))
   # ignore_errors also drops a batch whose read failed: each file it dropped
   # is read again alone and decoded, and only a decode error makes it bad.
   for index in sorted(set(range(len(names))) - good):
+    beat(f"reading {files.path(names[index])}")
     record = tf.nest.map_structure(
       lambda t: t[0], records.fetch(tf.constant([index], tf.int64))
     )
@@ -467,6 +491,31 @@ def _decoded_indices(
     except tf.errors.InvalidArgumentError:
       pass
   return good
+
+
+class _Waiting:
+  """Which files of a pass have not come out yet, to name in a beat."""
+
+  def __init__(self, files: datafiles.Files, names: list[str]):
+    self._files = files
+    self._names = names
+    self._out = [False] * len(names)
+    self._first = 0  # No file before it is waiting.
+    self._left = len(names)
+
+  def done(self, index: int) -> str:
+    """Marks `index` out; says what the pass now waits for."""
+    self._out[index] = True
+    self._left -= 1
+    while self._first < len(self._out) and self._out[self._first]:
+      self._first += 1
+    if not self._left:
+      return f"done reading {len(self._names)} files"
+    first = self._files.path(self._names[self._first])
+    others = self._left - 1
+    return f"reading {first}" + (
+      f" or one of {others} other files" if others else ""
+    )
 
 
 def _in_memory(arrays) -> input_lib.IndexedRecords:

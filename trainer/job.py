@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from ctl import cluster as cluster_lib
 from ctl import controller
+from ctl import datafiles
 from ctl import evaluator
 from ctl import faults as faults_lib
 from ctl import hypertune
@@ -98,17 +99,17 @@ def build_job(config: Any, environ=os.environ) -> Job:
     tf.config.experimental.enable_op_determinism()
   keras.utils.set_random_seed(config.seed)
   watchdog = _await_peers(config, cluster, rank=rank, environ=environ)
+  listeners = progress.events_from_environ(
+    environ, worker=rank, attempt=restarts
+  )
   strategy = _strategy(config, cluster)
   keras.mixed_precision.set_global_policy(_POLICIES[config.mixed_precision])
-  source = data_lib.load(
-    config.dataset,
-    image_size=config.image_size,
-    data_dir=config.data_dir,
-    storage=config.storage,
-    fuse_root=config.fuse_root,
+  source = _load_data(
+    config,
     manifest_dir=dirs.checkpoint_dir,
     is_chief=cluster.is_chief,
-    skip_bad_images=config.skip_bad_images,
+    watchdog=watchdog,
+    listeners=listeners,
   )
   global_batch = config.per_replica_batch_size * strategy.num_replicas_in_sync
   train_steps = _train_steps(config, source, global_batch)
@@ -129,10 +130,35 @@ def build_job(config: Any, environ=os.environ) -> Job:
     is_evaluator=cluster.is_evaluator,
     watchdog=watchdog,
     faults=faults,
-    progress_listeners=progress.events_from_environ(
-      environ, worker=rank, attempt=restarts
-    ),
+    progress_listeners=listeners,
   )
+
+
+def _load_data(
+  config, *, manifest_dir: str, is_chief: bool, watchdog, listeners
+) -> data_lib.Source:
+  """The data source, loaded in the data_listing phase.
+
+  Listing and checking files is I/O: each directory and file is progress for
+  the watchdog (a beat), so a read that hangs is a stall of the steady limit
+  that names the file, not a wait for the start-up limit.
+  """
+  marks = progress.Progress(
+    current_step=lambda: 0,  # Before the restore: the step is not known.
+    listeners=(watchdog, *listeners) if watchdog else listeners,
+  )
+  with marks.phase(progress.DATA_LISTING):
+    return data_lib.load(
+      config.dataset,
+      image_size=config.image_size,
+      data_dir=config.data_dir,
+      storage=config.storage,
+      fuse_root=config.fuse_root,
+      manifest_dir=manifest_dir,
+      is_chief=is_chief,
+      skip_bad_images=config.skip_bad_images,
+      beat=watchdog.beat if watchdog else datafiles.no_beat,
+    )
 
 
 def _await_peers(
