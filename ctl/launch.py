@@ -16,7 +16,9 @@ ledger records both). Every start gets the same `CTL_JOB_ID` (kept from the
 launcher's environment, else a new one), so a restarted chief takes the run
 directory's lease at once (ctl.lease). SIGINT and SIGTERM
 are forwarded to every worker, and whatever has not exited after a grace
-period is killed, so no worker process outlives the launcher.
+period is killed, so no worker process outlives the launcher. Not even a
+launcher killed by SIGKILL: its workers get a parent-death signal, and a
+reaper process kills what is left and removes its files (ctl.reaper).
 
 Stalls: a worker whose stall watchdog (ctl.watchdog) ended it is restarted
 like a crash, and said to have stalled, with its phase and step; a stall that
@@ -46,6 +48,7 @@ import uuid
 from ctl import cluster
 from ctl import errors
 from ctl import lease
+from ctl import reaper
 from ctl import watchdog
 from ctl.errors import STALL_EXIT_CODE
 from ctl.errors import USER_ERROR_EXIT_CODE
@@ -151,12 +154,19 @@ def run(options: LaunchOptions) -> int:
 
 def _supervise(options: LaunchOptions, events: queue.SimpleQueue) -> int:
   """Starts the cluster and restarts it as `options` allow."""
-  with tempfile.TemporaryDirectory(prefix="ctl-heartbeats-") as heartbeats:
-    return _restart_loop(options, events, heartbeats)
+  with (
+    reaper.Reaper() as guard,
+    tempfile.TemporaryDirectory(prefix="ctl-heartbeats-") as heartbeats,
+  ):
+    guard.remove_dir(heartbeats)
+    return _restart_loop(options, events, heartbeats, guard)
 
 
 def _restart_loop(
-  options: LaunchOptions, events: queue.SimpleQueue, heartbeats: str
+  options: LaunchOptions,
+  events: queue.SimpleQueue,
+  heartbeats: str,
+  guard: reaper.Reaper,
 ) -> int:
   restart = 0
   # One id for every start of this cluster: a restarted chief takes over
@@ -171,6 +181,7 @@ def _restart_loop(
       events=events,
       previous_exit=previous_exit,
       heartbeat_dir=os.path.join(heartbeats, str(restart)),
+      guard=guard,
     )
     index, code, signum = workers.wait_for_failure()
     previous_exit = {
@@ -235,7 +246,10 @@ class _Workers:
   """One start of the cluster: the worker processes and their helper threads.
 
   Each worker leads its own session (hence process group), so a signal sent to
-  the group reaches the processes it started too. A waiter thread per worker
+  the group reaches the processes it started too. Workers are started from
+  the calling thread, which must live as long as the launcher (the main
+  thread): their parent-death signal fires when it ends (ctl.reaper), and
+  `guard` kills their groups if the launcher dies. A waiter thread per worker
   reports its exit as an event without reaping it: until `stop` reaps it, its
   pid, and so its group id, cannot be reused by an unrelated process.
   """
@@ -248,8 +262,10 @@ class _Workers:
     events: queue.SimpleQueue,
     previous_exit: dict[str, str],
     heartbeat_dir: str,
+    guard: reaper.Reaper,
   ):
     self._events = events
+    self._guard = guard
     self._generation = restart_count  # Tells our events from older ones.
     self._procs = []
     self._pumps = []
@@ -282,6 +298,7 @@ class _Workers:
         command,
         env=env,
         start_new_session=True,
+        preexec_fn=reaper.die_with_parent(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
       )
@@ -290,6 +307,7 @@ class _Workers:
       raise UserError(
         f"cannot run worker command {command[0]!r}: {e.strerror}."
       ) from None
+    self._guard.watch_group(proc.pid)
     self._procs.append(proc)
     self._running.add(index)
     prefix = f"[worker {index}] ".encode()
@@ -404,6 +422,7 @@ class _Workers:
     self._signal_all(signal.SIGKILL)
     for proc in self._procs:
       proc.wait()
+      self._guard.forget_group(proc.pid)
     for pump in self._pumps:
       # Only a process that left the worker's session can keep a pipe open.
       pump.join(timeout=grace_secs)

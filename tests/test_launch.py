@@ -1,16 +1,24 @@
 """Tests for ctl.launch with real worker processes and real signals."""
 
 import json
+import os
 import pathlib
 import signal
 import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from ctl import launch
+from ctl import watchdog
+from ctl.testing import events as events_lib
+from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
+from tests.conftest import trainer_command
+from trainer.testing import finish
+from trainer.testing import start
 
 REPO_ROOT = pathlib.Path(REPO)
 DEADLINE_SECS = 60  # Generous bound for a busy 2-core machine; never reached.
@@ -92,9 +100,9 @@ def _is_alive(pid):
   return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _assert_all_gone(pids):
-  """Asserts every pid dies; SIGKILL takes effect asynchronously."""
-  deadline = time.monotonic() + DEADLINE_SECS
+def _assert_all_gone(pids, timeout=DEADLINE_SECS):
+  """Asserts every pid dies within `timeout` s; SIGKILL is asynchronous."""
+  deadline = time.monotonic() + timeout
   while any(_is_alive(pid) for pid in pids) and time.monotonic() < deadline:
     time.sleep(0.05)
   assert [pid for pid in pids if _is_alive(pid)] == []
@@ -354,3 +362,52 @@ def test_many_restarts_with_no_backoff_pause_and_never_overflow():
   assert "Traceback" not in stderr
   restarts = stderr.count("[launcher] restart ")
   assert 1 <= restarts <= 3 / launch.MIN_PAUSE_SECS + 1, stderr[-3000:]
+
+
+def _launcher_tree(launcher_pid):
+  """The launcher's descendants, and the heartbeat directories they use."""
+  tree, heartbeats = (
+    psutil.Process(launcher_pid).children(recursive=True),
+    set(),
+  )
+  for process in tree:
+    try:
+      beats = process.environ().get(watchdog.HEARTBEAT_DIR_ENV)
+    except psutil.Error:
+      continue
+    if beats:  # The launcher's directory holds one per start.
+      heartbeats.add(os.path.dirname(beats))
+  return tree, heartbeats
+
+
+def test_sigkill_to_the_launcher_takes_every_worker_with_it(tmp_path):
+  model_dir = tmp_path / "run"
+  events = f"{model_dir}.events.jsonl"
+  launcher = start(
+    [
+      sys.executable,
+      "-m",
+      "ctl.launch",
+      "--num_workers=2",
+      "--",
+      *trainer_command(
+        *FAST_FLAGS, "--train_steps=100000", f"--model_dir={model_dir}"
+      ),
+    ],
+    events=events,
+  )
+  for worker in (0, 1):
+    events_lib.wait_for_step(events, 10, process=launcher, worker=worker)
+  tree, heartbeats = _launcher_tree(launcher.pid)
+  assert len(heartbeats) == 1 and all(map(os.path.isdir, heartbeats))
+  launcher.kill()
+  finish(launcher)
+  try:
+    _assert_all_gone([p.pid for p in tree], timeout=5)
+  finally:
+    for process in tree:  # Not left training when the test fails.
+      try:
+        os.killpg(process.pid, signal.SIGKILL)
+      except OSError:
+        pass
+  assert not any(map(os.path.exists, heartbeats))
