@@ -43,8 +43,8 @@ from absl import logging
 
 from ctl import cluster
 from ctl import goodput
-from ctl import launch
 from ctl import progress as progress_lib
+from ctl import workers
 
 SUBDIR = "ledger"
 _SUFFIX = ".jsonl"
@@ -108,15 +108,15 @@ class Ledger:
       + f"-{int(started * 1000) % 1000:03d}-{os.getpid()}"
       + _SUFFIX
     )
-    previous_exit = environ.get(launch.PREVIOUS_EXIT_ENV)
-    previous_time = environ.get(launch.PREVIOUS_EXIT_TIME_ENV)
+    previous_exit = environ.get(workers.PREVIOUS_EXIT_ENV)
+    previous_time = environ.get(workers.PREVIOUS_EXIT_TIME_ENV)
     self._events = [
       {
         "event": "start",
         "time": round(started, 3),
         "pid": os.getpid(),
         "host": socket.gethostname(),
-        "restart": int(environ.get(launch.RESTART_COUNT_ENV, "0") or 0),
+        "restart": int(environ.get(workers.RESTART_COUNT_ENV, "0") or 0),
         "previous_exit": int(previous_exit) if previous_exit else None,
         "previous_exit_time": float(previous_time) if previous_time else None,
       }

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from ctl import launch
+from ctl import supervisor
 from ctl import watchdog
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
@@ -331,13 +331,13 @@ if index == 1 and restart == 0:
 
 
 def test_many_restarts_with_no_backoff_pause_and_never_overflow():
-  assert launch.restart_pause_secs(base_secs=1.0, restart=10**6) == (
-    launch.MAX_BACKOFF_SECS
+  assert supervisor.restart_pause_secs(base_secs=1.0, restart=10**6) == (
+    supervisor.MAX_BACKOFF_SECS
   )
-  assert launch.restart_pause_secs(base_secs=0.0, restart=10**6) == (
-    launch.MIN_PAUSE_SECS
+  assert supervisor.restart_pause_secs(base_secs=0.0, restart=10**6) == (
+    supervisor.MIN_PAUSE_SECS
   )
-  assert launch.restart_pause_secs(base_secs=2.0, restart=3) == 8.0
+  assert supervisor.restart_pause_secs(base_secs=2.0, restart=3) == 8.0
   # A worker that always fails at once, restarted "for ever" with no backoff.
   launcher = subprocess.Popen(
     [
@@ -361,7 +361,7 @@ def test_many_restarts_with_no_backoff_pause_and_never_overflow():
   assert launcher.returncode == 128 + signal.SIGTERM, stderr[-3000:]
   assert "Traceback" not in stderr
   restarts = stderr.count("[launcher] restart ")
-  assert 1 <= restarts <= 3 / launch.MIN_PAUSE_SECS + 1, stderr[-3000:]
+  assert 1 <= restarts <= 3 / supervisor.MIN_PAUSE_SECS + 1, stderr[-3000:]
 
 
 def _launcher_tree(launcher_pid):
