@@ -113,6 +113,14 @@ class ClusterInfo:
     return not self.is_evaluator and self.num_workers > 1
 
   @property
+  def rank(self) -> int:
+    """The worker number in logs, faults and heartbeats: the chief 0, then
+    the workers."""
+    if self.task_type == "worker" and self.chief:
+      return self.task_index + 1
+    return self.task_index
+
+  @property
   def is_chief(self) -> bool:
     """True for the one training process that owns checkpoints and summaries."""
     if self.is_evaluator:

@@ -28,6 +28,22 @@ it passes as `CTL_HEARTBEAT_DIR`) and stops the cluster when a worker is
 past its watchdog's deadline by `--heartbeat_grace_secs` (a frozen process,
 or a watchdog that cannot run).
 
+Node agent: on a multi-node platform (Vertex AI, a GKE JobSet) each node's
+container runs
+
+  python -m ctl.launch --agent --max_restarts=3 -- python -m trainer.task ...
+
+which runs ONE worker, this node's, with the environment the platform gave it
+(TF_CONFIG, CLUSTER_SPEC or CTL_JOBSET_*, untouched), passes its output
+through as it is, restarts it in place on a crash or a stall (exit 75) with
+the same backoff, forwards SIGTERM and SIGINT, and exits with the worker's
+code when it succeeds or the restarts are spent. Every node's agent restarts
+its own worker: when one worker dies, its peers fail fast (TF's coordination
+service; the stall watchdog bounds the rest), their agents restart them too,
+and the cluster forms again, in seconds instead of the platform's minutes of
+rescheduling. A SIGKILLed agent takes its worker with it, as the launcher
+does.
+
 This module is the command line and its options; the work is done by
 ctl.supervisor (the restart loop and its backoff), ctl.workers (starting,
 waiting for and stopping the processes), ctl.heartbeats (the deadline
@@ -41,6 +57,7 @@ import queue
 import signal
 import sys
 
+from ctl import cluster
 from ctl import errors
 from ctl import supervisor
 from ctl import workers
@@ -56,7 +73,9 @@ class LaunchOptions:
 
   Attributes:
     command: The worker command line, run once per worker.
-    num_workers: Number of worker processes.
+    num_workers: Number of worker processes (None with `agent`).
+    agent: Run one worker, this node's, in the environment given (the node
+      agent) instead of a loopback cluster of `num_workers`.
     port_base: Worker i listens on port `port_base + i`; None picks free ports
       (fresh ones on every restart).
     max_restarts: How many times the whole cluster is restarted after a worker
@@ -68,7 +87,8 @@ class LaunchOptions:
   """
 
   command: tuple[str, ...]
-  num_workers: int
+  num_workers: int | None = None
+  agent: bool = False
   port_base: int | None = None
   max_restarts: int = 0
   restart_backoff_secs: float = 1.0
@@ -81,7 +101,18 @@ class LaunchOptions:
         "no worker command given: put it after '--', e.g."
         " ctl-launch --num_workers=2 -- python -m trainer.task."
       )
-    if self.num_workers < 1:
+    if self.agent:
+      if self.num_workers is not None or self.port_base is not None:
+        raise UserError(
+          "--agent runs this node's one worker with the cluster its"
+          " environment describes: drop --num_workers and --port_base."
+        )
+    elif self.num_workers is None:
+      raise UserError(
+        "give --num_workers=N (a cluster on this machine) or --agent (this"
+        " node's worker of a multi-node job)."
+      )
+    elif self.num_workers < 1:
       raise UserError(
         f"--num_workers must be at least 1, got {self.num_workers}."
       )
@@ -121,17 +152,27 @@ def run(options: LaunchOptions) -> int:
     128 + N when the launcher itself got signal N.
 
   Raises:
-    UserError: If the command cannot be started.
+    UserError: If the command cannot be started, or (agent) the cluster in
+      the environment is malformed.
   """
   events = queue.SimpleQueue()  # Its put() is safe in a signal handler.
   previous = {
     signum: signal.signal(signum, lambda s, _: events.put(("signal", s)))
     for signum in _FORWARDED_SIGNALS
   }
+  if options.agent:
+    # This node's worker: its rank names its heartbeat file.
+    node = [workers.Task(rank=cluster.resolve().rank)]
+    tasks = lambda: node
+  else:
+    tasks = lambda: workers.loopback_tasks(
+      options.num_workers, options.port_base
+    )
   try:
     return supervisor.supervise(
       options.command,
-      lambda: workers.loopback_tasks(options.num_workers, options.port_base),
+      tasks,
+      relay_output=not options.agent,
       policy=supervisor.Policy(
         max_restarts=options.max_restarts,
         restart_backoff_secs=options.restart_backoff_secs,
@@ -146,13 +187,35 @@ def run(options: LaunchOptions) -> int:
 
 
 def _parse_args(argv: Sequence[str]) -> LaunchOptions:
+  args = _parser().parse_args(argv)
+  command = args.command[1:] if args.command[:1] == ["--"] else args.command
+  return LaunchOptions(
+    command=tuple(command),
+    num_workers=args.num_workers,
+    agent=args.agent,
+    port_base=args.port_base,
+    max_restarts=args.max_restarts,
+    restart_backoff_secs=args.restart_backoff_secs,
+    grace_secs=args.grace_secs,
+    heartbeat_grace_secs=args.heartbeat_grace_secs,
+  )
+
+
+def _parser() -> errors.ArgumentParser:
   parser = errors.ArgumentParser(
     prog="ctl-launch",
-    description="Run a command as N workers of a loopback TF_CONFIG cluster.",
-    usage="%(prog)s --num_workers=N [options] -- command [args...]",
+    description="Run a command as N workers of a loopback TF_CONFIG cluster,"
+    " or as this node's worker of a multi-node job (--agent).",
+    usage="%(prog)s (--num_workers=N | --agent) [options] -- command [args...]",
   )
   parser.add_argument(
-    "--num_workers", type=int, required=True, help="Number of worker processes."
+    "--num_workers", type=int, default=None, help="Number of worker processes."
+  )
+  parser.add_argument(
+    "--agent",
+    action="store_true",
+    help="Node agent: run one worker in this environment's cluster"
+    " (TF_CONFIG, CLUSTER_SPEC or CTL_JOBSET_*) and restart it in place.",
   )
   parser.add_argument(
     "--port_base",
@@ -165,7 +228,8 @@ def _parse_args(argv: Sequence[str]) -> LaunchOptions:
     "--max_restarts",
     type=int,
     default=0,
-    help="Restarts of the cluster after a worker fails.",
+    help="Restarts of the cluster (with --agent: of this node's worker)"
+    " after a worker fails.",
   )
   parser.add_argument(
     "--restart_backoff_secs",
@@ -191,17 +255,7 @@ def _parse_args(argv: Sequence[str]) -> LaunchOptions:
   parser.add_argument(
     "command", nargs=argparse.REMAINDER, help="The worker command, after '--'."
   )
-  args = parser.parse_args(argv)
-  command = args.command[1:] if args.command[:1] == ["--"] else args.command
-  return LaunchOptions(
-    command=tuple(command),
-    num_workers=args.num_workers,
-    port_base=args.port_base,
-    max_restarts=args.max_restarts,
-    restart_backoff_secs=args.restart_backoff_secs,
-    grace_secs=args.grace_secs,
-    heartbeat_grace_secs=args.heartbeat_grace_secs,
-  )
+  return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -275,6 +275,8 @@ time.sleep(600)
   "argv, words",
   [
     (["--num_workers=0", "--", "true"], "--num_workers must be at least 1"),
+    (["--", "true"], "give --num_workers=N"),
+    (["--agent", "--num_workers=2", "--", "true"], "drop --num_workers"),
     (["--num_workers=2"], "no worker command given"),
     (["--num_workers=2", "--port_base=65535", "--", "true"], "--port_base"),
     (["--num_workers=1", "--max_restarts=-1", "--", "true"], "--max_restarts"),

@@ -92,7 +92,7 @@ def build_job(config: Any, environ=os.environ) -> Job:
     storage.check_url(config.data_dir, fuse_root=config.fuse_root)
   cluster = cluster_lib.resolve(environ=environ)
   restarts = int(environ.get("CTL_RESTART_COUNT", "0"))
-  rank = _rank(cluster)
+  rank = cluster.rank
   faults = faults_lib.from_environ(environ, worker=rank, attempt=restarts)
   dirs = checks.output_dirs(config, environ)
   if config.deterministic:
@@ -226,13 +226,6 @@ def describe(config: Any, environ=os.environ) -> dict:
     "output_dirs": dataclasses.asdict(checks.output_dirs(config, environ)),
     "flags": vars(config),
   }
-
-
-def _rank(cluster: cluster_lib.ClusterInfo) -> int:
-  """The worker number in logs and faults: the chief 0, then the workers."""
-  if cluster.task_type == "worker" and cluster.chief:
-    return cluster.task_index + 1
-  return cluster.task_index
 
 
 def _train_steps(config, source: data_lib.Source, global_batch: int) -> int:

@@ -1,0 +1,201 @@
+"""The node agent (`ctl.launch --agent`): two agents on loopback as two nodes.
+
+Each agent is given the TF_CONFIG of one worker of a 2-worker loopback
+cluster, as a platform would give each node its own, and runs that worker.
+Real trainer processes, real signals; runs are followed through their
+progress events (`CTL_EVENTS`).
+"""
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from ctl.testing import events as events_lib
+from tests.conftest import FAST_FLAGS
+from tests.conftest import REPO
+from tests.conftest import free_ports
+from tests.conftest import read_summary
+from tests.conftest import trainer_command
+from tests.conftest import trainer_env
+from tests.test_launch import _assert_all_gone
+from tests.test_launch import _launcher_tree
+from trainer.testing import finish
+from trainer.testing import start
+
+STEPS = 60
+FLAGS = (
+  *FAST_FLAGS,
+  "--deterministic",
+  f"--train_steps={STEPS}",
+  "--steps_per_loop=5",
+  "--log_every_steps=5",
+  "--checkpoint_every_steps=10",
+  "--eval_every_steps=0",
+  "--per_replica_batch_size=16",
+  "--dropout=0",
+)
+
+
+@contextlib.contextmanager
+def two_agents(model_dir, *, flags=FLAGS):
+  """Two agents, one per "node", sharing one events file; yields them.
+
+  Whatever still runs at the end is SIGKILLed (a failed test leaves no
+  training behind: the agents take their workers with them).
+  """
+  agents = _start_agents(model_dir, flags)
+  try:
+    yield agents
+  finally:
+    for agent in agents:
+      if agent.poll() is None:
+        agent.kill()
+        finish(agent)
+
+
+def _start_agents(model_dir, flags):
+  addresses = [f"localhost:{port}" for port in free_ports(2)]
+  return [
+    start(
+      [
+        sys.executable,
+        "-m",
+        "ctl.launch",
+        "--agent",
+        "--max_restarts=3",
+        "--restart_backoff_secs=0.5",
+        "--",
+        *trainer_command(*flags, f"--model_dir={model_dir}"),
+      ],
+      events=f"{model_dir}.events.jsonl",
+      env=trainer_env(
+        TF_CONFIG=json.dumps(
+          {
+            "cluster": {"worker": addresses},
+            "task": {"type": "worker", "index": index},
+          }
+        )
+      ),
+    )
+    for index in (0, 1)
+  ]
+
+
+def trainer_of(agent):
+  """The trainer process an agent runs now."""
+  (worker,) = [
+    p
+    for p in psutil.Process(agent.pid).children()
+    if "trainer.task" in " ".join(p.cmdline())
+  ]
+  return worker
+
+
+def event_pids(events):
+  return {e["pid"] for e in events_lib.read_events(events)}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  """The summary of two agents' run that nothing interrupted."""
+  model_dir = tmp_path_factory.mktemp("reference") / "run"
+  with two_agents(model_dir) as agents:
+    for agent in agents:
+      code, output = finish(agent)
+      assert code == 0, output[-3000:]
+  return read_summary(model_dir)
+
+
+def test_a_killed_worker_is_restarted_in_place_and_ends_identical(
+  reference, tmp_path
+):
+  model_dir = tmp_path / "run"
+  events = f"{model_dir}.events.jsonl"
+  kill_at = random.Random().choice(range(15, 45, 5))
+  with two_agents(model_dir) as agents:
+    events_lib.wait_for_step(events, kill_at, process=agents[0])
+    trainer_of(agents[1]).send_signal(signal.SIGKILL)
+    for agent in agents:
+      code, output = finish(agent)
+      assert code == 0, f"killed at step {kill_at}:\n" + output[-3000:]
+  summary = read_summary(model_dir)
+  assert summary["final_step"] == STEPS
+  assert summary["weights_fingerprint"] == reference["weights_fingerprint"], (
+    f"worker 1 killed at step {kill_at}"
+  )
+  # Both workers started again, each under its own agent; none is left.
+  assert max(e["attempt"] for e in events_lib.read_events(events)) >= 1
+  _assert_all_gone(event_pids(events), timeout=5)
+
+
+def test_sigkill_to_an_agent_takes_its_worker_with_it(tmp_path):
+  model_dir = tmp_path / "run"
+  events = f"{model_dir}.events.jsonl"
+  with two_agents(model_dir, flags=(*FLAGS, "--train_steps=100000")) as agents:
+    events_lib.wait_for_step(events, 10, process=agents[1], worker=1)
+    tree, heartbeats = _launcher_tree(agents[1].pid)  # Worker and reaper.
+    assert trainer_of(agents[1]) in tree and len(heartbeats) == 1
+    agents[1].kill()
+    finish(agents[1])
+    _assert_all_gone([p.pid for p in tree], timeout=5)
+    assert not any(map(os.path.exists, heartbeats))
+    agents[0].send_signal(signal.SIGTERM)  # Its worker is stopped too.
+    code, output = finish(agents[0])
+    assert code == 128 + signal.SIGTERM, output[-3000:]
+  _assert_all_gone(event_pids(events), timeout=5)
+
+
+def _agent(max_restarts, script, env):
+  """Runs an agent over `python -c script` to the end."""
+  return subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "ctl.launch",
+      "--agent",
+      f"--max_restarts={max_restarts}",
+      "--restart_backoff_secs=0",
+      "--",
+      sys.executable,
+      "-c",
+      script,
+    ],
+    cwd=REPO,
+    env=trainer_env(**env),
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
+
+
+def test_the_agent_keeps_the_environment_and_exits_with_the_workers_code():
+  tf_config = json.dumps(
+    {
+      "cluster": {"worker": ["node0:2222", "node1:2222"]},
+      "task": {"type": "worker", "index": 1},
+    }
+  )
+  result = _agent(
+    2,
+    "import os, sys; print(os.environ['TF_CONFIG'],"
+    " os.environ['CTL_RESTART_COUNT']); sys.exit(7)",
+    {"TF_CONFIG": tf_config},
+  )
+  assert result.returncode == 7, result.stderr
+  # Its own output, unprefixed, once per start; the same TF_CONFIG each time.
+  assert result.stdout.splitlines() == [f"{tf_config} {n}" for n in range(3)]
+  assert "giving up: worker 1 exited with code 7" in result.stderr
+
+
+def test_an_agent_in_a_malformed_cluster_says_so_in_one_line():
+  result = _agent(1, "pass", {"TF_CONFIG": "{not json"})
+  assert result.returncode == 2
+  assert result.stderr.startswith("error: ") and "TF_CONFIG" in result.stderr
+  assert len(result.stderr.splitlines()) == 1
