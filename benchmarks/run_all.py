@@ -262,6 +262,14 @@ BENCHMARKS = (
     ),
     timeout_secs=300,
   ),
+  Benchmark(
+    "restart",
+    "benchmarks.restart",
+    # A round is two runs of 2 workers, 30-40 s each on 2 idle cores.
+    ("--repeats=3",),
+    ("--repeats=1", "--kill_step=10"),
+    timeout_secs=420,
+  ),
 )
 
 

@@ -1,0 +1,245 @@
+"""Restart: seconds from a worker's SIGKILL to the first resumed step.
+
+Two workers on loopback train the small CNN; once the chief has ended a few
+loops, worker 1's trainer process is SIGKILLed, and the clock runs until the
+chief ends its first train loop after the restart. Two ways to come back,
+measured in interleaved rounds (same machine, same moment):
+
+  cluster  today's whole-cluster cold restart: `ctl.launch --num_workers=2
+           --max_restarts=3` sees the worker die, stops the other, and starts
+           both again (as Vertex AI's restartJobOnWorkerRestart does, without
+           its minutes of rescheduling).
+  agent    two node agents, `ctl.launch --agent --max_restarts=3`, each given
+           one worker's TF_CONFIG as a platform gives each node its own: the
+           killed worker's agent restarts it in place; the other worker fails
+           when its peer goes and its agent restarts it.
+
+Each round also splits the time (the runs' `CTL_EVENTS`, on the one
+`time.monotonic()` clock of this machine): until the restarted chief's
+run start (noticing, stopping, starting again, interpreter and TensorFlow
+imports, the job's build), then its restore, then its first loop. The app is
+`benchmarks/restart.py`.
+"""
+
+from collections.abc import Callable
+import dataclasses
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+
+import psutil
+
+from benchmarks import report as report_lib
+from benchmarks import stats
+from ctl import cluster
+from ctl import progress
+from ctl.testing import events as events_lib
+from trainer.testing import finish
+from trainer.testing import start
+from trainer.testing import trainer_command
+from trainer.testing import trainer_env
+
+MODES = ("cluster", "agent")
+_SEGMENTS = ("to_chief_down", "to_run_start", "to_restored", "to_resumed_step")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """Fields mirror the flags of `restart.py`."""
+
+  kill_step: int = 20
+  repeats: int = 3
+  run_timeout_secs: int = 300
+  section: str = "restart"
+
+
+def _trainer(config: Config, model_dir: str) -> list[str]:
+  return trainer_command(
+    "--dataset=digits",
+    "--model=small_cnn",
+    "--image_size=8",
+    "--per_replica_batch_size=8",
+    # Far more than a round needs: the kill lands mid-run, whatever the
+    # speed; the run is killed once the chief has resumed.
+    "--train_steps=1000000",
+    "--steps_per_loop=5",
+    "--log_every_steps=5",
+    "--checkpoint_every_steps=10",
+    "--eval_every_steps=0",
+    f"--model_dir={model_dir}",
+  )
+
+
+def _launcher(mode: str, config: Config, model_dir: str) -> list:
+  """The started processes of one run: the launcher, or the two agents."""
+  events = f"{model_dir}.events.jsonl"
+  flags = ["--max_restarts=3", "--restart_backoff_secs=0"]
+  worker = _trainer(config, model_dir)
+  launch = [sys.executable, "-m", "ctl.launch"]
+  if mode == "cluster":
+    command = [*launch, "--num_workers=2", *flags, "--", *worker]
+    return [start(command, events=events)]
+  addresses = [f"localhost:{port}" for port in cluster.free_ports(2)]
+  return [
+    start(
+      [*launch, "--agent", *flags, "--", *worker],
+      events=events,
+      env=trainer_env(
+        TF_CONFIG=json.dumps(
+          {
+            "cluster": {"worker": addresses},
+            "task": {"type": "worker", "index": index},
+          }
+        )
+      ),
+    )
+    for index in (0, 1)
+  ]
+
+
+def _trainer_process(launchers: list, index: int) -> psutil.Process:
+  """Worker `index`'s trainer process under the launcher or the agents."""
+  for launcher in launchers:
+    for child in psutil.Process(launcher.pid).children(recursive=True):
+      tf_config = child.environ().get("TF_CONFIG")
+      if (  # Not the agent's reaper, which has its TF_CONFIG too.
+        tf_config
+        and json.loads(tf_config)["task"]["index"] == index
+        and "trainer.task" in child.cmdline()
+      ):
+        return child
+  raise RuntimeError(f"no worker {index} running")
+
+
+def one_restart(mode: str, config: Config, model_dir: str) -> dict:
+  """Kills worker 1 at `kill_step`; the seconds until the chief resumes.
+
+  Raises:
+    AssertionError: the run ended, or a wait passed `run_timeout_secs`.
+  """
+  events = f"{model_dir}.events.jsonl"
+  launchers = _launcher(mode, config, model_dir)
+  try:
+    events_lib.wait_for_step(
+      events,
+      config.kill_step,
+      process=launchers[0],
+      timeout=config.run_timeout_secs,
+    )
+    _trainer_process(launchers, 1).send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    resumed = events_lib.wait_for_event(
+      events,
+      _first_loop_of_a_restart,
+      process=launchers[0],
+      timeout=config.run_timeout_secs,
+    )
+    return _split(events, killed, resumed)
+  finally:
+    for launcher in launchers:  # It takes its workers with it.
+      launcher.kill()
+      finish(launcher)
+
+
+def _first_loop_of_a_restart(event: dict) -> bool:
+  return (
+    event["worker"] == 0
+    and event["attempt"] >= 1
+    and event["phase"] == progress.FIRST_LOOP
+    and event["seconds"] is not None
+  )
+
+
+def _split(events: str, killed: float, resumed: dict) -> dict:
+  """The seconds from the kill to the resumed step, and their segments."""
+  chief = [e for e in events_lib.read_events(events) if e["worker"] == 0]
+  marks = [e for e in chief if e["pid"] == resumed["pid"]]
+  restored = [
+    e["monotonic"]
+    for e in marks
+    if e["phase"] == progress.RESTORE and e["seconds"] is not None
+  ]
+  first = min(e["monotonic"] for e in marks)
+  return {
+    # The killed run's chief: its last mark (the end of its run, when it
+    # got to mark it) is about when it went down.
+    "to_chief_down": max(e["monotonic"] for e in chief if e["attempt"] == 0)
+    - killed,
+    "to_run_start": first - killed,
+    "to_restored": (restored[0] if restored else first) - killed,
+    "to_resumed_step": resumed["monotonic"] - killed,
+  }
+
+
+def run(
+  config: Config, on_round: Callable[[dict], None] = lambda section: None
+) -> dict:
+  """Measures both modes in interleaved rounds; returns {section}."""
+  found = {mode: [] for mode in MODES}
+  with tempfile.TemporaryDirectory(prefix="ctl_bench_restart_") as root:
+    for r in range(config.repeats):
+      for mode in MODES:
+        found[mode].append(
+          one_restart(mode, config, os.path.join(root, f"{mode}{r}"))
+        )
+      on_round(_section(config, found))
+  return _section(config, found)
+
+
+def _section(config: Config, found: dict) -> dict:
+  rows = [
+    {
+      "name": mode,
+      **{
+        key: stats.spread([f[key] for f in found[mode]])["median"]
+        for key in _SEGMENTS
+      },
+      "to_resumed_step_min": min(f["to_resumed_step"] for f in found[mode]),
+      "to_resumed_step_max": max(f["to_resumed_step"] for f in found[mode]),
+    }
+    for mode in MODES
+  ]
+  speedup = stats.ratio(
+    name="cluster restart / agent restart (seconds to the resumed step)",
+    numerator="cluster",
+    denominator="agent",
+    numerator_values=[f["to_resumed_step"] for f in found["cluster"]],
+    denominator_values=[f["to_resumed_step"] for f in found["agent"]],
+  )
+  return {
+    config.section: report_lib.section(
+      title="Restart: SIGKILL of a worker to the first resumed step",
+      rows=rows,
+      ratios=[speedup],
+      notes=_NOTES,
+      chart_key="to_resumed_step",
+      targets=[
+        stats.verdict(
+          speedup,
+          threshold=1.0,
+          name="agent in-place restart no slower than a whole-cluster "
+          "cold restart (2 workers on loopback)",
+        )
+      ],
+      columns=["name", *_SEGMENTS],
+      config=dataclasses.asdict(config),
+    )
+  }
+
+
+_NOTES = [
+  "Seconds from worker 1's SIGKILL (small CNN, 2 workers on loopback, "
+  "backoff 0) until: the first chief's last progress mark (to_chief_down: "
+  "about when the launcher stopped it, or, under agents, when it noticed "
+  "its peer was gone and failed); the restarted chief's run starts "
+  "(to_run_start: also the backoff, imports and the job's build); its restore is done (to_restored); it ends its first train loop "
+  "(to_resumed_step). Medians over interleaved rounds, with the min-max "
+  "range of the total.",
+  "On one machine neither mode pays for rescheduling or an image pull; on "
+  "a platform the cluster restart adds those (minutes at scale) and the "
+  "agent does not. Here the agent can only lose by the time the surviving "
+  "worker takes to notice its peer is gone (the launcher stops it at once).",
+]
