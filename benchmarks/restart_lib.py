@@ -15,9 +15,10 @@ measured in interleaved rounds (same machine, same moment):
            when its peer goes and its agent restarts it.
 
 Each round also splits the time (the runs' `CTL_EVENTS`, on the one
-`time.monotonic()` clock of this machine): until the restarted chief's
-run start (noticing, stopping, starting again, interpreter and TensorFlow
-imports, the job's build), then its restore, then its first loop. The app is
+`time.monotonic()` clock of this machine): until the first chief's last
+mark (it went down), the restarted chief's first mark (starting again,
+interpreter and TensorFlow imports, the job's build), its restore, and its
+first loop. The app is
 `benchmarks/restart.py`.
 """
 
@@ -43,7 +44,7 @@ from trainer.testing import trainer_command
 from trainer.testing import trainer_env
 
 MODES = ("cluster", "agent")
-_SEGMENTS = ("to_chief_down", "to_run_start", "to_restored", "to_resumed_step")
+_SEGMENTS = ("to_chief_down", "to_first_mark", "to_restored", "to_resumed_step")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +169,7 @@ def _split(events: str, killed: float, resumed: dict) -> dict:
     # got to mark it) is about when it went down.
     "to_chief_down": max(e["monotonic"] for e in chief if e["attempt"] == 0)
     - killed,
-    "to_run_start": first - killed,
+    "to_first_mark": first - killed,
     "to_restored": (restored[0] if restored else first) - killed,
     "to_resumed_step": resumed["monotonic"] - killed,
   }
@@ -233,13 +234,17 @@ def _section(config: Config, found: dict) -> dict:
 _NOTES = [
   "Seconds from worker 1's SIGKILL (small CNN, 2 workers on loopback, "
   "backoff 0) until: the first chief's last progress mark (to_chief_down: "
-  "about when the launcher stopped it, or, under agents, when it noticed "
-  "its peer was gone and failed); the restarted chief's run starts "
-  "(to_run_start: also the backoff, imports and the job's build); its restore is done (to_restored); it ends its first train loop "
+  "about when it went down); the restarted chief's first progress mark "
+  "(to_first_mark: also the backoff, imports and the job's build); its "
+  "restore is done (to_restored); it ends its first train loop "
   "(to_resumed_step). Medians over interleaved rounds, with the min-max "
   "range of the total.",
+  "The surviving chief goes down either way: the launcher sends it "
+  "SIGTERM at once, and it tries its agreed save with a dead peer until "
+  "that fails (or --grace_secs ends); under agents it fails on its own "
+  "when a collective finds the peer gone. Then both modes pay the same "
+  "process start.",
   "On one machine neither mode pays for rescheduling or an image pull; on "
   "a platform the cluster restart adds those (minutes at scale) and the "
-  "agent does not. Here the agent can only lose by the time the surviving "
-  "worker takes to notice its peer is gone (the launcher stops it at once).",
+  "agent does not.",
 ]
