@@ -18,10 +18,11 @@ bucket (`STORAGE_EMULATOR_HOST`). Two sections:
   from step r*N to (r+1)*N in the same directory, so round 0 starts fresh
   and every later round resumes from the previous one's last checkpoint
   (read back from the bucket for gs://, each run with a fresh TMPDIR, i.e.
-  no local staging). Per run it reads the trainer's own log:
-  throughput between the first and the last step line (the saves in
-  between included), how long each save blocked training, and the time
-  from process start to the first step line (fresh vs resumed).
+  no local staging). Per run it reads the trainer's progress events
+  (`CTL_EVENTS`, never its log wording): throughput between the ends of
+  the first and the last train loop at a logged step (the saves in between
+  included), how long each save blocked training, and the time from
+  process start to the first such loop end (fresh vs resumed).
 
 Variants run interleaved, A B C A B C ..., so machine noise hits them alike;
 the report gives medians with min-max over rounds, and ratios as the median
@@ -33,14 +34,11 @@ is `benchmarks/checkpointing.py`.
 
 from collections.abc import Callable, Sequence
 import dataclasses
-import datetime
 import os
-import re
 import shutil
 import statistics
 import subprocess
 import tempfile
-import threading
 import time
 
 from absl import logging
@@ -51,7 +49,9 @@ from benchmarks import device as device_lib
 from benchmarks import report as report_lib
 from benchmarks import stats
 from ctl import checkpointing
+from ctl import progress as progress_lib
 from ctl import storage
+from ctl.testing import events as events_lib
 from ctl.testing import gcs_emulator
 from trainer import model as model_lib
 from trainer import testing as trainer_testing
@@ -349,19 +349,20 @@ def io_section(
 
 @dataclasses.dataclass(frozen=True)
 class TrainerRun:
-  """What one trainer run's log says.
+  """What one trainer run's progress events (`CTL_EVENTS`) say.
 
   Attributes:
     restored_step: the step it resumed from, or None for a fresh start.
-    first_step: the first step logged (the timing window starts there).
-    last_step: the last step logged.
+    first_step: the first step of the timing window: the first train loop
+      ending at a multiple of the window's steps (where the trainer logs).
+    last_step: the last step of the window.
     examples_per_second: examples trained between the first and the last
-      step line, over the time between them (saves included).
-    save_seconds: for each save logged after the step line of the same
-      step (with no evaluation between), the time between them: how long
-      the save blocked training.
-    seconds_to_first_step: process start to the first step line.
-    seconds_to_restore: process start to the "Restored step" line, or None.
+      window step, over the time between their loop ends (saves included).
+    save_seconds: for each save that ends after the train loop of the same
+      step (with no evaluation between), the time from that loop's end to
+      the save's end: how long the save blocked training.
+    seconds_to_first_step: process start to the window's first loop end.
+    seconds_to_restore: process start to the end of the restore, or None.
     wall_seconds: process start to exit.
   """
 
@@ -375,87 +376,77 @@ class TrainerRun:
   wall_seconds: float
 
 
-# absl's line prefix: severity, MMDD HH:MM:SS.micros, thread, file:line].
-_ABSL_LINE = re.compile(
-  r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6}) +\d+ [^ \]]+\] (.*)$"
-)
-_STEP = re.compile(r"^step (\d+)/\d+ ")
-_RESTORED = re.compile(r"^Restored step (\d+) from ")
-_SAVED = re.compile(r"^Saved checkpoint \S*ckpt-(\d+)")
-_EVAL = re.compile(r"^eval at step ")
+_LOOPS = (progress_lib.FIRST_LOOP, progress_lib.TRAIN_LOOP)
 
 
-def parse_trainer_log(
-  lines: Sequence[tuple[float, str]],
+def read_trainer_run(
+  events: Sequence[events_lib.Event],
   *,
+  started: float,
+  window_every: int,
   global_batch_size: int,
   wall_seconds: float,
 ) -> TrainerRun:
-  """Reads a trainer run from its output lines.
+  """Reads a trainer run from its progress events.
 
   Args:
-    lines: (seconds since the process started, line) for each output line,
-      the time being when the line arrived here.
+    events: the run's events (`events_lib.read_events`), in order.
+    started: the wall time (`time.time()`) the process was started at; the
+      events' times are wall times of the same machine.
+    window_every: the window's steps are the loop ends at its multiples
+      (the trainer's --log_every_steps).
     global_batch_size: examples per step.
     wall_seconds: process start to exit.
 
   Returns:
-    The run's numbers; intervals inside the run use the log's own
-    timestamps, the ones from process start the arrival times.
+    The run's numbers.
 
   Raises:
-    ValueError: the log has fewer than two step lines.
+    ValueError: fewer than two train loops end at a window step.
   """
-  events = []  # (arrival, logged time in s, message)
-  for arrival, line in lines:
-    match = _ABSL_LINE.match(line)
-    if match:
-      month, day, hour, minute, second, micros = map(int, match.groups()[:6])
-      logged = (
-        datetime.datetime(2000, month, day, hour, minute, second, micros)
-        - datetime.datetime(2000, 1, 1)
-      ).total_seconds()
-      events.append((arrival, logged, match.group(7)))
+  ends = [e for e in events if e["worker"] == 0 and e["seconds"] is not None]
   restored = next(
     (
-      (a, int(m.group(1)))
-      for a, _, text in events
-      if (m := _RESTORED.match(text))
+      e
+      for e in ends
+      if e["phase"] == progress_lib.RESTORE and e["ok"] and e["step"]
     ),
     None,
   )
-  steps = [
-    (a, t, int(m.group(1))) for a, t, text in events if (m := _STEP.match(text))
+  window = [
+    e for e in ends if e["phase"] in _LOOPS and e["step"] % window_every == 0
   ]
-  if len(steps) < 2:
-    raise ValueError(f"The trainer logged {len(steps)} step lines; need 2.")
-  (first_arrival, first_time, first_step), (_, last_time, last_step) = (
-    steps[0],
-    steps[-1],
-  )
-  save_seconds = []
-  pending = None  # (logged time, step) of the step line just before.
-  for _, logged, text in events:
-    if match := _STEP.match(text):
-      pending = (logged, match.group(1))
-    elif _EVAL.match(text):
-      pending = None  # An evaluation is not part of the save.
-    elif match := _SAVED.match(text):
-      if pending and pending[1] == match.group(1):
-        save_seconds.append(logged - pending[0])
-      pending = None
+  if len(window) < 2:
+    raise ValueError(f"{len(window)} train loops end at a window step; need 2.")
+  first, last = window[0], window[-1]
   return TrainerRun(
-    restored_step=restored and restored[1],
-    first_step=first_step,
-    last_step=last_step,
-    examples_per_second=(last_step - first_step)
+    restored_step=restored and restored["step"],
+    first_step=first["step"],
+    last_step=last["step"],
+    examples_per_second=(last["step"] - first["step"])
     * global_batch_size
-    / max(last_time - first_time, 1e-6),
-    save_seconds=tuple(save_seconds),
-    seconds_to_first_step=first_arrival,
-    seconds_to_restore=restored and restored[0],
+    / max(last["time"] - first["time"], 1e-6),
+    save_seconds=_save_seconds(ends),
+    seconds_to_first_step=first["time"] - started,
+    seconds_to_restore=restored and restored["time"] - started,
     wall_seconds=wall_seconds,
   )
+
+
+def _save_seconds(ends: Sequence[events_lib.Event]) -> tuple[float, ...]:
+  """Loop end to save end, for each save right after its step's loop."""
+  seconds = []
+  loop = None  # The end of the train loop just before.
+  for event in ends:
+    if event["phase"] in _LOOPS:
+      loop = event
+    elif event["phase"] == progress_lib.EVALUATION:
+      loop = None  # An evaluation is not part of the save.
+    elif event["phase"] == progress_lib.CHECKPOINT_SAVE:
+      if loop and loop["step"] == event["step"]:
+        seconds.append(event["time"] - loop["time"])
+      loop = None
+  return tuple(seconds)
 
 
 def trainer_flags(
@@ -512,6 +503,7 @@ def measure_training(
       )
       tmpdir = os.path.join(workdir, "tmp", f"{key}-{round_index}")
       os.makedirs(tmpdir)
+      os.makedirs(os.path.join(workdir, "events"), exist_ok=True)
       env = trainer_testing.trainer_env(
         STORAGE_EMULATOR_HOST=endpoint,
         GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
@@ -522,7 +514,12 @@ def measure_training(
           config, variant, model_dir=model_dir, round_index=round_index
         )
       )
-      run_ = _run_trainer(command, env=env, config=config)
+      run_ = _run_trainer(
+        command,
+        env=env,
+        config=config,
+        events=os.path.join(workdir, "events", f"{key}-{round_index}.jsonl"),
+      )
       expected = round_index * config.train_steps or None
       if run_.restored_step != expected:
         raise RuntimeError(
@@ -544,34 +541,28 @@ def measure_training(
 
 
 def _run_trainer(
-  command: list[str], *, env: dict, config: Config
+  command: list[str], *, env: dict, config: Config, events: str
 ) -> TrainerRun:
-  """Runs the trainer, timestamping its output lines as they arrive."""
-  start = time.perf_counter()
-  process = subprocess.Popen(
-    command,
-    cwd=trainer_testing.REPO,
-    env=env,
-    stdout=subprocess.PIPE,
-    stderr=subprocess.STDOUT,
-    text=True,
-  )
-  timer = threading.Timer(config.trainer_timeout_secs, process.kill)
-  timer.start()
-  lines = []
+  """Runs the trainer to its end; reads it from its events file `events`."""
+  started = time.time()
+  process = trainer_testing.start(command, events=events, env=env)
   try:
-    for line in process.stdout:
-      lines.append((time.perf_counter() - start, line.rstrip("\n")))
-    code = process.wait()
-  finally:
-    timer.cancel()
+    code, output = trainer_testing.finish(
+      process, timeout=config.trainer_timeout_secs
+    )
+  except subprocess.TimeoutExpired:
     process.kill()
-  wall = time.perf_counter() - start
+    code, output = trainer_testing.finish(process)
+  wall = time.time() - started
   if code:
-    tail = "\n".join(line for _, line in lines[-15:])
+    tail = "\n".join(output.splitlines()[-15:])
     raise RuntimeError(f"{' '.join(command)} exited with {code}:\n{tail}")
-  return parse_trainer_log(
-    lines, global_batch_size=config.batch_size, wall_seconds=wall
+  return read_trainer_run(
+    events_lib.read_events(events),
+    started=started,
+    window_every=config.checkpoint_every,
+    global_batch_size=config.batch_size,
+    wall_seconds=wall,
   )
 
 
@@ -664,14 +655,16 @@ def _training_notes(config: Config, runs: dict, rows: list[dict]) -> list[str]:
     f"steps {config.train_steps}*r to {config.train_steps}*(r+1) in the "
     "variant's own directory, so rounds after the first resume from the "
     "previous round's checkpoint (gs://: downloaded, each run with a fresh "
-    "TMPDIR). examples/s is measured between the first and the last step "
-    f"line of a run (steps {first.first_step}-{first.last_step} in round "
-    "0), the saves in between included; startup, the final evaluation, "
-    "save and export are not.",
-    "save_seconds: from a step line to the 'Saved checkpoint' line of the "
-    "same step, i.e. how long that step's bookkeeping blocked training: "
-    "its summaries (on gs://, uploading the TensorBoard events file, once "
-    "per save here) and the save. With --async_checkpoint the save "
+    "TMPDIR). examples/s is measured between the ends of the first and "
+    "the last train loop at a logged step, read from the run's progress "
+    f"events (steps {first.first_step}-{first.last_step} in round 0), the "
+    "saves in between included; startup, the final evaluation, save and "
+    "export are not.",
+    "save_seconds: from the end of a train loop to the end of the "
+    "checkpoint save of the same step, i.e. how long that step's "
+    "bookkeeping blocked training: its log line and summaries (on gs://, "
+    "uploading the TensorBoard events file, once per save here) and the "
+    "save. With --async_checkpoint the save "
     "returns once the write has started, after waiting for the previous "
     "one and, on gs://, uploading it: a checkpoint is uploaded when the "
     "next save (or the end of the run) syncs it. Where the training step "
@@ -681,7 +674,7 @@ def _training_notes(config: Config, runs: dict, rows: list[dict]) -> list[str]:
     "throughput_cost_percent: 100 x (1 - the per-round throughput ratio "
     f"to '{_BY_KEY[config.variants[0]].label}'); negative means faster, "
     "i.e. inside the noise. seconds_to_first_step: process start to the "
-    f"first step line (after {config.checkpoint_every} steps, tracing "
+    f"end of the train loop at step {config.checkpoint_every} (tracing "
     "included), fresh (round 0) vs resumed (later rounds).",
   ]
   for row in rows:
