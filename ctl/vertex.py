@@ -74,9 +74,8 @@ def build_job_spec(
     machine_type: The Compute Engine machine type of every machine.
     accelerator_type: An `AcceleratorType` name such as "NVIDIA_TESLA_V100", or
       None for machines without accelerators.
-    accelerator_count: Accelerators per machine. None means what the machine
-      type comes with (8 for a3-highgpu-8g) when an accelerator type is given,
-      else 1.
+    accelerator_count: Accelerators per machine; None: what the machine type
+      comes with (8 for a3-highgpu-8g), else 1.
     base_output_dir: A gs:// directory Vertex AI derives the AIP_* output
       directories from, or None.
     restart_job_on_worker_restart: Whether Vertex AI restarts the whole job when
@@ -94,36 +93,75 @@ def build_job_spec(
       (one machine, no accelerators, a collective other than NCCL).
   """
   _check_machines(num_workers=num_workers, base_output_dir=base_output_dir)
-  if accelerator_type and accelerator_count is None:
-    accelerator_count = _gpus_in_machine_type(machine_type) or 1
-  if reduction_server_count:
-    _check_reduction_server_pays(num_workers, accelerator_type)
-    trainer_args = reduction_server.with_nccl(trainer_args)
-
-  machines = dict(
+  pools = _worker_pools(
+    num_workers,
     image=image,
     machine_type=machine_type,
     accelerator_type=accelerator_type,
     accelerator_count=accelerator_count,
     trainer_args=trainer_args,
+    reducers=reduction_server_count,
+    reducer_machine_type=reduction_server_machine_type,
   )
-  spec: dict[str, Any] = {"workerPoolSpecs": [_pool(1, **machines)]}
-  if num_workers > 1:
-    spec["workerPoolSpecs"].append(_pool(num_workers - 1, **machines))
-  if reduction_server_count:
-    spec["workerPoolSpecs"].append(
-      reduction_server.pool(
-        count=reduction_server_count,
-        machine_type=reduction_server_machine_type,
-      )
-    )
+  return {
+    "workerPoolSpecs": pools,
+    **_job_settings(
+      num_workers, base_output_dir, restart_job_on_worker_restart
+    ),
+  }
+
+
+def _job_settings(
+  num_workers: int, base_output_dir: str | None, restart: bool | None
+) -> dict[str, Any]:
+  """The spec's output directory and restart policy (None: restart the job
+  on a worker's restart when there is more than one worker)."""
+  settings = {}
   if base_output_dir:
-    spec["baseOutputDirectory"] = {"outputUriPrefix": base_output_dir}
-  if restart_job_on_worker_restart is None:
-    restart_job_on_worker_restart = num_workers > 1
-  if restart_job_on_worker_restart:
-    spec["scheduling"] = {"restartJobOnWorkerRestart": True}
-  return spec
+    settings["baseOutputDirectory"] = {"outputUriPrefix": base_output_dir}
+  if restart or (restart is None and num_workers > 1):
+    settings["scheduling"] = {"restartJobOnWorkerRestart": True}
+  return settings
+
+
+def _worker_pools(
+  num_workers: int,
+  *,
+  accelerator_type: str | None,
+  accelerator_count: int | None,
+  trainer_args: Sequence[str],
+  reducers: int,
+  reducer_machine_type: str,
+  **machine: str,
+) -> list[dict[str, Any]]:
+  """The chief's pool, the other workers' pool, the reducers' pool.
+
+  Pools without machines are left out. An accelerator type without a count
+  takes what the machine type comes with (8 for a3-highgpu-8g), else 1.
+  Reducers are refused where they cannot pay, and make the trainer's
+  all-reduce NCCL.
+  """
+  if accelerator_type and accelerator_count is None:
+    accelerator_count = _gpus_in_machine_type(machine["machine_type"]) or 1
+  if reducers:
+    _check_reduction_server_pays(num_workers, accelerator_type)
+    trainer_args = reduction_server.with_nccl(trainer_args)
+  pools = [
+    _pool(
+      count,
+      **machine,
+      accelerator_type=accelerator_type,
+      accelerator_count=accelerator_count,
+      trainer_args=trainer_args,
+    )
+    for count in (1, num_workers - 1)
+    if count
+  ]
+  if reducers:
+    pools.append(
+      reduction_server.pool(count=reducers, machine_type=reducer_machine_type)
+    )
+  return pools
 
 
 def _check_machines(*, num_workers: int, base_output_dir: str | None) -> None:
