@@ -290,12 +290,12 @@ def io_section(
   ):
     row = {
       "name": name,
-      **_spread_fields("seconds", times[key]),
+      **stats.spread_fields("seconds", times[key]),
       "seconds_per_round": times[key],
       "megabytes_per_second": megabytes / statistics.median(times[key]),
     }
     if transfer:
-      row.update(_spread_fields("transfer_seconds", times[transfer]))
+      row.update(stats.spread_fields("transfer_seconds", times[transfer]))
       row["transfer_seconds_per_round"] = times[transfer]
     rows.append(row)
   ratios = [
@@ -592,7 +592,7 @@ def training_section(
     resumed = [r.seconds_to_first_step for r in key_runs[1:]]
     row = {
       "name": _BY_KEY[key].label,
-      **_spread_fields("examples_per_second", rates[key]),
+      **stats.spread_fields("examples_per_second", rates[key]),
       "examples_per_second_per_round": rates[key],
       "save_count": len(saves),
       "save_seconds_all": saves,
@@ -605,13 +605,13 @@ def training_section(
       "wall_seconds_per_round": [r.wall_seconds for r in key_runs],
     }
     if saves:
-      row.update(_spread_fields("save_seconds", saves))
+      row.update(stats.spread_fields("save_seconds", saves))
     if resumed:
-      row.update(_spread_fields("seconds_to_first_step_resumed", resumed))
+      row.update(stats.spread_fields("seconds_to_first_step_resumed", resumed))
     if key != baseline:
       per_round = stats.per_round_ratios(rates[key], rates[baseline])
       row.update(
-        _spread_fields(
+        stats.spread_fields(
           "throughput_cost_percent", [100 * (1 - x) for x in per_round]
         )
       )
@@ -711,13 +711,3 @@ def _megabytes(directory: str) -> float:
     )
     / 1e6
   )
-
-
-def _spread_fields(key: str, values: Sequence[float]) -> dict:
-  """{key: median, key_min: min, key_max: max} (the report shows a range)."""
-  summary = stats.spread(values)
-  return {
-    key: summary["median"],
-    f"{key}_min": summary["min"],
-    f"{key}_max": summary["max"],
-  }

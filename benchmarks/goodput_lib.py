@@ -35,6 +35,7 @@ from absl import logging
 from benchmarks import report as report_lib
 from ctl import goodput
 from ctl import ledger
+from trainer import testing as trainer_testing
 
 _POLL_SECS = 0.02
 
@@ -111,19 +112,12 @@ def _env() -> dict:
 def run_ctl(config: Config, *, steps: int, kills: list[int], root: str) -> dict:
   """Our engine under ctl.launch, killed at `kills`; what it cost."""
   model_dir = os.path.join(root, "run")
-  command = [
-    sys.executable,
-    "-m",
-    "ctl.launch",
+  command = trainer_testing.launch_command(
     "--num_workers=1",
     f"--max_restarts={len(kills)}",
     f"--restart_backoff_secs={config.backoff_secs}",
-    "--",
-    sys.executable,
-    "-m",
-    "trainer.task",
-    *_trainer_flags(config, steps, model_dir),
-  ]
+    trainer_flags=_trainer_flags(config, steps, model_dir),
+  )
   directory = ledger.ledger_dir(model_dir)
   with tempfile.TemporaryFile("w+") as log:
     started = time.time()

@@ -328,7 +328,7 @@ def run(config: Config) -> dict:
     {
       "name": name,
       "records_per_second_per_round": rates,
-      **_spread(rates, "records_per_second"),
+      **stats.spread_fields("records_per_second", rates),
     }
     for name, rates in entry.items()
   ]
@@ -379,15 +379,6 @@ def _no_decode(*record):
   """Counting needs only the reads."""
   del record  # Unused.
   return tf.constant(0)
-
-
-def _spread(values, key) -> dict:
-  summary = stats.spread(values)
-  return {
-    key: summary["median"],
-    f"{key}_min": summary["min"],
-    f"{key}_max": summary["max"],
-  }
 
 
 class _Counter:

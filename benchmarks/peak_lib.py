@@ -38,6 +38,11 @@ class Config:
   device: str = "auto"
 
 
+# The columns of a section of peak rows (`MatmulMeter.row`), here and in the
+# throughput benchmark's limits section.
+COLUMNS = ("name", "peak_flops_per_second", "flops_per_second", "size", "chain")
+
+
 class MatmulMeter:
   """Times chains of square matmuls of one precision on one device.
 
@@ -157,13 +162,7 @@ def run(config: Config) -> dict:
       title="Dense matmul peak",
       rows=rows,
       chart_key="peak_flops_per_second",
-      columns=[
-        "name",
-        "peak_flops_per_second",
-        "flops_per_second",
-        "size",
-        "chain",
-      ],
+      columns=list(COLUMNS),
       notes=notes,
       config={"device": device.description, "repeats": config.repeats},
     )

@@ -123,15 +123,12 @@ def run(config: Config) -> dict:
   rows, ratios = [], []
   base = config.worker_counts[0]
   for count in config.worker_counts:
-    summary = stats.spread(rates[count])
     per_worker = [rate / count for rate in rates[count]]
     rows.append(
       {
         "name": f"{count} worker{'s' if count > 1 else ''}",
         "workers": count,
-        "examples_per_second": summary["median"],
-        "examples_per_second_min": summary["min"],
-        "examples_per_second_max": summary["max"],
+        **stats.spread_fields("examples_per_second", rates[count]),
         "examples_per_second_per_round": rates[count],
         "examples_per_second_per_worker": stats.spread(per_worker)["median"],
         "wall_seconds": stats.spread(walls[count])["median"],

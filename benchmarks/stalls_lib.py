@@ -17,7 +17,6 @@ with the watchdog on and off in interleaved rounds. The app is
 import dataclasses
 import os
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -27,6 +26,7 @@ from ctl import progress
 from ctl import watchdog
 from ctl.testing import events as events_lib
 from ctl.testing.run_files import read_summary
+from trainer.testing import launch_command
 from trainer.testing import trainer_command
 from trainer.testing import trainer_env
 
@@ -44,8 +44,8 @@ class Config:
   section: str = "stalls"
 
 
-def _trainer(model_dir: str, *flags: str) -> list[str]:
-  return trainer_command(
+def _trainer_flags(model_dir: str, *flags: str) -> tuple[str, ...]:
+  return (
     "--dataset=digits",
     "--model=small_cnn",
     "--image_size=8",
@@ -59,15 +59,11 @@ def _trainer(model_dir: str, *flags: str) -> list[str]:
 
 def detection(config: Config, place: str, model_dir: str) -> dict:
   """Seconds from a stall at `place` to the stall line and the next step."""
-  command = [
-    sys.executable,
-    "-m",
-    "ctl.launch",
+  command = launch_command(
     "--num_workers=1",
     "--max_restarts=1",
     "--restart_backoff_secs=0",
-    "--",
-    *_trainer(
+    trainer_flags=_trainer_flags(
       model_dir,
       f"--train_steps={config.train_steps}",
       "--steps_per_loop=5",
@@ -75,7 +71,7 @@ def detection(config: Config, place: str, model_dir: str) -> dict:
       "--checkpoint_every_steps=10",
       f"--stall_timeout_secs={config.stall_timeout_secs}",
     ),
-  ]
+  )
   fault = f"stall@{config.stall_step}:{place}:attempt=0"
   events = f"{model_dir}.events.jsonl"
   env = trainer_env(CTL_FAULTS=fault, **{progress.EVENTS_ENV: events})
@@ -136,7 +132,7 @@ def trainer_rate(config: Config, model_dir: str, *, watched: bool) -> float:
   if not watched:
     flags.append("--stall_timeout_secs=0")
   subprocess.run(
-    _trainer(model_dir, *flags),
+    trainer_command(*_trainer_flags(model_dir, *flags)),
     check=True,
     capture_output=True,
     timeout=config.run_timeout_secs,
@@ -160,8 +156,8 @@ def run(config: Config) -> dict:
       rows.append(
         {
           "name": f"stall in {place}",
-          **_spread("to_line", lines),
-          **_spread("to_next_step", steps),
+          **stats.spread_fields("to_line", lines),
+          **stats.spread_fields("to_next_step", steps),
         }
       )
     for r in range(config.repeats):
@@ -212,13 +208,4 @@ def run(config: Config) -> dict:
       columns=["name", "to_line", "to_next_step"],
       config=dataclasses.asdict(config),
     )
-  }
-
-
-def _spread(key: str, values: list[float]) -> dict:
-  summary = stats.spread(values)
-  return {
-    key: summary["median"],
-    f"{key}_min": summary["min"],
-    f"{key}_max": summary["max"],
   }

@@ -33,6 +33,17 @@ def spread(values: Sequence[float]) -> dict:
   }
 
 
+def spread_fields(key: str, values: Sequence[float]) -> dict:
+  """A report row's fields for `values`: {key: median, key_min: min,
+  key_max: max} (the report shows the median and its range)."""
+  summary = spread(values)
+  return {
+    key: summary["median"],
+    f"{key}_min": summary["min"],
+    f"{key}_max": summary["max"],
+  }
+
+
 def per_round_ratios(
   numerator: Sequence[float], denominator: Sequence[float]
 ) -> list[float]:

@@ -353,21 +353,29 @@ def _choose_variants(config, device, defaults, notes):
 
 
 def _row(variant, rates, times, images, first_call) -> dict:
-  summary = stats.spread(rates)
   return {
     "name": variant.name,
     "kind": variant.kind,
     "steps_per_loop": variant.steps_per_call,
     "precision": variant.precision,
     "xla": variant.xla,
-    "images_per_second": summary["median"],
-    "images_per_second_min": summary["min"],
-    "images_per_second_max": summary["max"],
+    **stats.spread_fields("images_per_second", rates),
     "images_per_second_per_round": rates,
     "seconds_per_round": times,
     "images_per_round": images,
     "first_call_seconds": first_call,
   }
+
+
+def _ratio(numerator, denominator, rates) -> dict:
+  """The throughput ratio of two variants over the rounds."""
+  return stats.ratio(
+    name=f"{numerator.name} / {denominator.name}",
+    numerator=numerator.name,
+    denominator=denominator.name,
+    numerator_values=rates[numerator],
+    denominator_values=rates[denominator],
+  )
 
 
 def _ratios(specs, defaults, rates) -> list[dict]:
@@ -377,15 +385,7 @@ def _ratios(specs, defaults, rates) -> list[dict]:
     if (
       numerator in rates and denominator in rates and (numerator != denominator)
     ):
-      ratios.append(
-        stats.ratio(
-          name=f"{numerator.name} / {denominator.name}",
-          numerator=numerator.name,
-          denominator=denominator.name,
-          numerator_values=rates[numerator],
-          denominator_values=rates[denominator],
-        )
-      )
+      ratios.append(_ratio(numerator, denominator, rates))
   return ratios
 
 
@@ -405,13 +405,7 @@ def _targets(specs, defaults, rates, notes) -> list[dict]:
       continue
     targets.append(
       stats.verdict(
-        stats.ratio(
-          name=f"{numerator.name} / {denominator.name}",
-          numerator=numerator.name,
-          denominator=denominator.name,
-          numerator_values=rates[numerator],
-          denominator_values=rates[denominator],
-        ),
+        _ratio(numerator, denominator, rates),
         threshold=threshold,
         name=name,
       )
@@ -492,13 +486,7 @@ def _limits_section(peaks, rows, train_flops, config, status) -> dict:
     title="Limits: dense matmul peak and model FLOPs utilisation",
     rows=list(peaks.values()),
     chart_key="peak_flops_per_second",
-    columns=[
-      "name",
-      "peak_flops_per_second",
-      "flops_per_second",
-      "size",
-      "chain",
-    ],
+    columns=list(peak_lib.COLUMNS),
     notes=notes,
     status=status,
     config={"repeats": config.repeats},

@@ -9,7 +9,6 @@ JSON itself.
 import json
 import os
 import statistics
-import subprocess
 import sys
 import textwrap
 
@@ -25,8 +24,7 @@ from benchmarks import scaling_lib
 from benchmarks import stats
 from benchmarks import throughput_lib
 from benchmarks import variants as variants_lib
-from tests.conftest import REPO
-from tests.conftest import trainer_env
+from trainer.testing import run_command
 
 _ROW_FIELDS = (
   "name",
@@ -442,7 +440,7 @@ def test_scaling_reads_the_chief_summary_of_each_run(tmp_path):
 def test_run_all_quick_writes_json_markdown_and_chart(tmp_path):
   only = ["small_model", "input_pipeline"]
   results = tmp_path / "results"
-  completed = subprocess.run(
+  run_command(
     [
       sys.executable,
       "-m",
@@ -451,14 +449,8 @@ def test_run_all_quick_writes_json_markdown_and_chart(tmp_path):
       f"--results_dir={results}",
       f"--only={','.join(only)}",
     ],
-    cwd=REPO,
-    capture_output=True,
-    text=True,
     timeout=240,
-    check=False,
-    env=trainer_env(),
   )
-  assert completed.returncode == 0, completed.stdout + completed.stderr
   latest = results / report_lib.LATEST
   assert os.path.islink(latest)
   assert os.path.dirname(os.path.realpath(latest)) == os.path.realpath(results)

@@ -7,15 +7,13 @@ the report shows is there and is what the measured numbers say.
 """
 
 import statistics
-import subprocess
 import sys
 
 import pytest
 
 from benchmarks import report as report_lib
 from benchmarks import run_all
-from tests.conftest import REPO
-from tests.conftest import trainer_env
+from trainer.testing import run_command
 
 STEPS = 20  # Per round; the first round starts fresh, the second resumes.
 VARIANTS = ("none", "gcsfs_async")
@@ -55,7 +53,7 @@ def _check_ratio(ratio, numerator, denominator):
 @pytest.fixture(scope="module")
 def sections(tmp_path_factory):
   output = tmp_path_factory.mktemp("bench") / "checkpointing.json"
-  result = subprocess.run(
+  run_command(
     [
       sys.executable,
       "-m",
@@ -63,15 +61,8 @@ def sections(tmp_path_factory):
       f"--output={output}",
       "--section=ckpt",
       *TINY,
-    ],
-    cwd=REPO,
-    env=trainer_env(),
-    capture_output=True,
-    text=True,
-    timeout=300,
-    check=False,
+    ]
   )
-  assert result.returncode == 0, result.stderr[-4000:]
   return report_lib.read_sections(str(output))
 
 

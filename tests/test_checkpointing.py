@@ -277,17 +277,25 @@ def test_non_chief_saves_into_a_scratch_dir_that_close_removes(saved):
   assert not published  # Only the chief publishes.
 
 
-def test_async_save_then_sync_is_complete_and_published_once(tmp_path):
-  directory = str(tmp_path / "async")
-  model, _, step, checkpoint = _state()
+def _publishing(checkpoint, directory, **kwargs):
+  """A chief's Checkpointer, and the list of what each `on_saved` saw as
+  the latest checkpoint (what a publish would upload)."""
   published = []
   checkpointer = checkpointing.Checkpointer(
     checkpoint=checkpoint,
     directory=directory,
     is_chief=True,
-    keep=2,
-    async_save=True,
     on_saved=lambda: published.append(tf.train.latest_checkpoint(directory)),
+    **kwargs,
+  )
+  return checkpointer, published
+
+
+def test_async_save_then_sync_is_complete_and_published_once(tmp_path):
+  directory = str(tmp_path / "async")
+  model, _, step, checkpoint = _state()
+  checkpointer, published = _publishing(
+    checkpoint, directory, keep=2, async_save=True
   )
   step.assign(5)
   path = _save_at(checkpointer, 5, model, 5.0)
@@ -307,14 +315,7 @@ def test_async_save_then_sync_is_complete_and_published_once(tmp_path):
 def test_each_chief_save_is_published_after_it_is_written(tmp_path):
   directory = str(tmp_path / "sync")
   model, _, _, checkpoint = _state()
-  published = []
-  checkpointer = checkpointing.Checkpointer(
-    checkpoint=checkpoint,
-    directory=directory,
-    is_chief=True,
-    keep=1,
-    on_saved=lambda: published.append(tf.train.latest_checkpoint(directory)),
-  )
+  checkpointer, published = _publishing(checkpoint, directory, keep=1)
   paths = [_save_at(checkpointer, step, model, float(step)) for step in (1, 2)]
   assert published == paths
   checkpointer.close()

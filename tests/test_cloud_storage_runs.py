@@ -29,6 +29,8 @@ from tests.conftest import trainer_command
 from tests.conftest import trainer_env
 from trainer.testing import finish
 from trainer.testing import start
+from trainer.testing import start_until_step
+from trainer.testing import train_to_summary
 from trainer.testing import vertex_output_env
 
 BUCKET = GcsEmulator.BUCKET
@@ -110,8 +112,7 @@ def _data_file(step: int) -> str:
 def reference(tmp_path_factory):
   """The summary of an uninterrupted run on local disk, same flags."""
   model_dir = str(tmp_path_factory.mktemp("reference") / "run")
-  run_trainer(*FLAGS, f"--model_dir={model_dir}")
-  return read_summary(model_dir)
+  return train_to_summary(*FLAGS, model_dir=model_dir)
 
 
 @pytest.fixture(params=["gcsfs", "fuse"])
@@ -128,31 +129,42 @@ def route(request, tmp_path):
   return flags, _Bucket.mounted(str(mount))
 
 
+def _run_again(tmp_path, bucket, *storage_flags) -> tuple[int, dict]:
+  """Runs the job again to its end with a fresh TMPDIR: no staging is left,
+  the checkpoint comes from the bucket. (The step it restored, its summary
+  downloaded from the bucket.)"""
+  events = str(tmp_path / "second.jsonl")
+  run_trainer(
+    *FLAGS,
+    *storage_flags,
+    f"--model_dir=gs://{BUCKET}/run",
+    env=_env(tmp_path, "second"),
+    events=events,
+  )
+  summary = read_summary(bucket.download("run", str(tmp_path / "downloaded")))
+  return _restored_step(events), summary
+
+
 def test_sigkill_then_resume_from_the_bucket(reference, route, tmp_path):
   storage_flags, bucket = route
   command = trainer_command(
     *FLAGS, *storage_flags, f"--model_dir=gs://{BUCKET}/run"
   )
   kill_at = 25  # After ckpt-20 is published: saves block until uploaded.
-  events = str(tmp_path / "first.jsonl")
-  process = start(command, events=events, env=_env(tmp_path, "first"))
-  events_lib.wait_for_step(events, kill_at, process=process)
+  process = start_until_step(
+    command,
+    events=str(tmp_path / "first.jsonl"),
+    step=kill_at,
+    env=_env(tmp_path, "first"),
+  )
   process.kill()
   code, output = finish(process)
   assert code == -signal.SIGKILL, output[-3000:]
   committed = bucket.latest_checkpoint_step("run/checkpoints")
   assert committed >= kill_at - kill_at % CHECKPOINT_EVERY
 
-  # A fresh TMPDIR: no staging is left, the checkpoint comes from the bucket.
-  run_trainer(
-    *FLAGS,
-    *storage_flags,
-    f"--model_dir=gs://{BUCKET}/run",
-    env=_env(tmp_path, "second"),
-    events=str(tmp_path / "second.jsonl"),
-  )
-  assert _restored_step(str(tmp_path / "second.jsonl")) == committed
-  summary = read_summary(bucket.download("run", str(tmp_path / "downloaded")))
+  restored, summary = _run_again(tmp_path, bucket, *storage_flags)
+  assert restored == committed
   assert summary["final_step"] == STEPS
   assert summary["restores"] == 1
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
@@ -247,15 +259,8 @@ def test_checkpoint_cut_mid_upload_is_never_restored(
   committed = bucket.latest_checkpoint_step("run/checkpoints")
   assert 0 < committed < cut
 
-  run_trainer(
-    *FLAGS,
-    "--storage=gcsfs",
-    f"--model_dir=gs://{BUCKET}/run",
-    env=_env(tmp_path, "second"),
-    events=str(tmp_path / "second.jsonl"),
-  )
-  assert _restored_step(str(tmp_path / "second.jsonl")) == committed
-  summary = read_summary(bucket.download("run", str(tmp_path / "downloaded")))
+  restored, summary = _run_again(tmp_path, bucket, "--storage=gcsfs")
+  assert restored == committed
   assert summary["final_step"] == STEPS
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
 

@@ -62,27 +62,38 @@ def _tiny_task():
   )
 
 
+def _run_tiny(
+  model_dir, task=None, *, eval_callbacks=(), progress_listeners=(), **options
+) -> dict:
+  """`controller.run` of `task` (default: `_tiny_task()`) in loops of 2
+  steps, each logged, with the default strategy; `options` override."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  return controller.run(
+    task=task or _tiny_task(),
+    options=make_options(
+      model_dir, steps_per_loop=2, log_every_steps=2, **options
+    ),
+    strategy=tf.distribute.get_strategy(),
+    eval_callbacks=eval_callbacks,
+    progress_listeners=progress_listeners,
+  )
+
+
 def test_without_train_accuracy_a_run_logs_none_and_trains_the_same(tmp_path):
   import keras  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   summaries = []
   for train_accuracy in (True, False):
     keras.utils.set_random_seed(0)
     model_dir = tmp_path / str(train_accuracy)
     summaries.append(
-      controller.run(
-        task=_tiny_task(),
-        options=make_options(
-          model_dir,
-          train_steps=4,
-          steps_per_loop=2,
-          log_every_steps=2,
-          eval_every_steps=0,
-          checkpoint_every_steps=0,
-          train_accuracy=train_accuracy,
-        ),
-        strategy=tf.distribute.get_strategy(),
+      _run_tiny(
+        model_dir,
+        train_steps=4,
+        eval_every_steps=0,
+        checkpoint_every_steps=0,
+        train_accuracy=train_accuracy,
       )
     )
     tags = read_scalars(str(model_dir / "run" / "tensorboard" / "train"))
@@ -96,23 +107,17 @@ def test_without_train_accuracy_a_run_logs_none_and_trains_the_same(tmp_path):
 
 
 def test_an_evaluation_of_no_examples_is_no_metric(tmp_path):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   task = _tiny_task()
   empty = lambda context: task.train_dataset_fn(context, 0, 0).take(0)
   reported = []
-  summary = controller.run(
-    task=dataclasses.replace(task, eval_dataset_fn=empty),
-    options=make_options(
-      tmp_path,
-      train_steps=4,
-      steps_per_loop=2,
-      log_every_steps=2,
-      eval_every_steps=2,
-      checkpoint_every_steps=0,
-    ),
-    strategy=tf.distribute.get_strategy(),
+  summary = _run_tiny(
+    tmp_path,
+    dataclasses.replace(task, eval_dataset_fn=empty),
     eval_callbacks=[lambda step, metrics: reported.append((step, metrics))],
+    train_steps=4,
+    eval_every_steps=2,
+    checkpoint_every_steps=0,
   )
   assert reported == []  # Nothing for hyperparameter tuning.
   assert summary["eval_loss"] is None and summary["eval_accuracy"] is None
@@ -122,20 +127,13 @@ def test_an_evaluation_of_no_examples_is_no_metric(tmp_path):
 
 
 def test_progress_listeners_see_every_phase_of_a_run_in_order(tmp_path):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   marks = []
-  controller.run(
-    task=_tiny_task(),
-    options=make_options(
-      tmp_path,
-      train_steps=6,
-      steps_per_loop=2,
-      log_every_steps=2,
-      checkpoint_every_steps=4,
-    ),
-    strategy=tf.distribute.get_strategy(),
+  _run_tiny(
+    tmp_path,
     progress_listeners=(marks.append,),
+    train_steps=6,
+    checkpoint_every_steps=4,
   )
   ends = [(m.phase, m.step) for m in marks if not m.started]
   # The step-0 save (the divergence guard's rollback target) is part of

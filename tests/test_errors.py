@@ -25,6 +25,8 @@ from tests.conftest import read_scalars
 from tests.conftest import read_summary
 from tests.conftest import run_trainer
 from tests.conftest import trainer_env
+from trainer.testing import run_command
+from trainer.testing import trainer_command
 
 USER_ERROR_EXIT_CODE = 2
 
@@ -437,15 +439,7 @@ def test_bad_input(
   env = trainer_env()
   if tool == "jobset":
     env.update(arg.split("=", 1) for arg in args)
-  result = subprocess.run(
-    _command(tool, args, model_dir),
-    cwd=REPO,
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=300,
-    check=False,
-  )
+  result = run_command(_command(tool, args, model_dir), env=env, check=False)
   assert result.returncode == USER_ERROR_EXIT_CODE, result.stderr[-3000:]
   assert checksum(model_dir) == before
   assert a_file.read_text() == "not a directory"
@@ -566,13 +560,9 @@ def test_a_model_dir_the_user_may_not_write(finished_run):
     model_dir = os.path.join(parent, "run")
     shutil.copytree(finished_run, model_dir)
     before = checksum(model_dir)
-    result = subprocess.run(
+    result = run_command(
       [*_AS_NOBODY, *_command("trainer", [], model_dir)],
-      cwd=REPO,
       env=trainer_env(HOME=parent),
-      capture_output=True,
-      text=True,
-      timeout=300,
       check=False,
     )
     assert result.returncode == USER_ERROR_EXIT_CODE, result.stderr[-3000:]
@@ -618,21 +608,15 @@ def test_cloud_storage_that_cannot_be_resolved_stops_at_once(tmp_path):
     STORAGE_EMULATOR_HOST="http://no-such-host.invalid:9",
     GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
   )
-  result = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "trainer.task",
+  result = run_command(
+    trainer_command(
       *FAST_FLAGS,
       "--train_steps=20",
       "--storage=gcsfs",
       "--model_dir=gs://test-bucket/run",
-    ],
+    ),
     cwd=tmp_path,
     env=env,
-    capture_output=True,
-    text=True,
-    timeout=300,
     check=False,
   )
   assert result.returncode == USER_ERROR_EXIT_CODE, result.stderr[-3000:]

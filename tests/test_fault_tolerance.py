@@ -9,7 +9,7 @@ import json
 import os
 import random
 import signal
-import sys
+import subprocess
 import time
 
 import psutil
@@ -22,20 +22,16 @@ from tests.conftest import read_summary
 from tests.conftest import run_trainer
 from tests.conftest import trainer_command
 from tests.conftest import trainer_env
+from trainer.testing import RESUME_FLAGS
 from trainer.testing import finish
 from trainer.testing import kill_at_steps_then_finish
+from trainer.testing import launch_command
 from trainer.testing import start
+from trainer.testing import start_until_step
+from trainer.testing import train_to_summary
 
 STEPS = 60
-FLAGS = (
-  *FAST_FLAGS,
-  "--deterministic",
-  f"--train_steps={STEPS}",
-  "--steps_per_loop=5",
-  "--log_every_steps=5",
-  "--checkpoint_every_steps=10",
-  "--eval_every_steps=0",
-)
+FLAGS = (*FAST_FLAGS, *RESUME_FLAGS, f"--train_steps={STEPS}")
 PREEMPTED = 143
 
 
@@ -43,8 +39,7 @@ PREEMPTED = 143
 def reference(tmp_path_factory):
   """The uninterrupted run's summary."""
   model_dir = str(tmp_path_factory.mktemp("reference") / "run")
-  run_trainer(*FLAGS, f"--model_dir={model_dir}")
-  return read_summary(model_dir)
+  return train_to_summary(*FLAGS, model_dir=model_dir)
 
 
 def test_sigkill_twice_then_resume_is_bitwise_identical(reference, model_dir):
@@ -171,16 +166,12 @@ def test_launcher_restarts_two_workers_after_a_kill(tmp_path):
 
   def launch(model_dir):
     return start(
-      [
-        sys.executable,
-        "-m",
-        "ctl.launch",
+      launch_command(
         "--num_workers=2",
         "--max_restarts=3",
         "--restart_backoff_secs=0.5",
-        "--",
-        *trainer_command(*flags, f"--model_dir={model_dir}"),
-      ],
+        trainer_flags=(*flags, f"--model_dir={model_dir}"),
+      ),
       events=f"{model_dir}.events.jsonl",
     )
 
@@ -221,17 +212,25 @@ def _worker_process(launcher_pid: int, *, index: int) -> psutil.Process:
   raise AssertionError(f"no worker {index} under launcher {launcher_pid}")
 
 
-def test_ctrl_c_saves_at_the_next_loop_and_exits_130(model_dir):
-  flags = (
-    *FLAGS,
-    "--train_steps=100000",
-    "--checkpoint_every_steps=1000",
-    f"--model_dir={model_dir}",
-  )
+def _ctrl_c_at_step_10(model_dir, *flags) -> tuple[subprocess.Popen, str]:
+  """A long run of FLAGS + `flags`, sent SIGINT once it reaches step 10:
+  (the process, its events file)."""
   events = f"{model_dir}.events.jsonl"
-  process = start(trainer_command(*flags), events=events)
-  events_lib.wait_for_step(events, 10, process=process)
+  process = start_until_step(
+    trainer_command(
+      *FLAGS, "--train_steps=100000", *flags, f"--model_dir={model_dir}"
+    ),
+    events=events,
+    step=10,
+  )
   process.send_signal(signal.SIGINT)
+  return process, events
+
+
+def test_ctrl_c_saves_at_the_next_loop_and_exits_130(model_dir):
+  process, events = _ctrl_c_at_step_10(
+    model_dir, "--checkpoint_every_steps=1000"
+  )
   code, output = finish(process)
   assert code == 128 + signal.SIGINT, output[-3000:]
   assert "Traceback" not in output and "KeyboardInterrupt" not in output
@@ -244,20 +243,14 @@ def test_ctrl_c_saves_at_the_next_loop_and_exits_130(model_dir):
 def test_a_second_ctrl_c_exits_at_once(model_dir):
   # Loops of several seconds: the signals come while the compiled loop runs,
   # when Python runs no signal handler.
-  flags = (
-    *FLAGS,
+  process, _ = _ctrl_c_at_step_10(
+    model_dir,
     "--image_size=64",
     "--per_replica_batch_size=256",
-    "--train_steps=100000",
     "--steps_per_loop=10",
     "--log_every_steps=10",
     "--checkpoint_every_steps=0",
-    f"--model_dir={model_dir}",
   )
-  events = f"{model_dir}.events.jsonl"
-  process = start(trainer_command(*flags), events=events)
-  events_lib.wait_for_step(events, 10, process=process)
-  process.send_signal(signal.SIGINT)
   time.sleep(0.2)  # Two signals sent at once would arrive as one.
   process.send_signal(signal.SIGINT)
   code, output = finish(process, timeout=60)

@@ -28,8 +28,9 @@ from tests.conftest import REPO
 from tests.conftest import read_scalars
 from tests.conftest import read_summary
 from tests.conftest import run_trainer
-from tests.conftest import trainer_command
 from tests.conftest import trainer_env
+from trainer.testing import launch_command
+from trainer.testing import run_command
 
 STEPS = 200
 FLAGS = (
@@ -70,16 +71,12 @@ def killed_run(tmp_path_factory):
   model_dir = str(tmp_path_factory.mktemp("killed") / "run")
   started = time.time()
   launcher = subprocess.Popen(
-    [
-      sys.executable,
-      "-m",
-      "ctl.launch",
+    launch_command(
       "--num_workers=1",
       "--max_restarts=2",
       "--restart_backoff_secs=0.5",
-      "--",
-      *trainer_command(*FLAGS, f"--model_dir={model_dir}"),
-    ],
+      trainer_flags=(*FLAGS, f"--model_dir={model_dir}"),
+    ),
     cwd=REPO,
     env=trainer_env(),
     stdout=subprocess.PIPE,
@@ -165,22 +162,15 @@ def test_a_line_cut_short_by_a_crash_is_skipped(killed_run, tmp_path):
 
 def test_report_prints_the_table_and_draws_the_timeline(killed_run, tmp_path):
   png = str(tmp_path / "timeline.png")
-  result = subprocess.run(
+  result = run_command(
     [
       sys.executable,
       "-m",
       "ctl.report",
       killed_run["model_dir"],
       f"--png={png}",
-    ],
-    cwd=REPO,
-    env=trainer_env(),
-    capture_output=True,
-    text=True,
-    timeout=120,
-    check=False,
+    ]
   )
-  assert result.returncode == 0, result.stderr
   assert "killed by SIGKILL" in result.stdout
   assert "progress lost" in result.stdout and "restart gap" in result.stdout
   with open(png, "rb") as f:
@@ -192,14 +182,8 @@ def test_report_without_a_ledger_exits_2_in_one_sentence(tmp_path, make):
   model_dir = tmp_path / "run"
   if make:
     (model_dir / "ledger").mkdir(parents=True)
-  result = subprocess.run(
-    [sys.executable, "-m", "ctl.report", str(model_dir)],
-    cwd=REPO,
-    env=trainer_env(),
-    capture_output=True,
-    text=True,
-    timeout=120,
-    check=False,
+  result = run_command(
+    [sys.executable, "-m", "ctl.report", str(model_dir)], check=False
   )
   assert result.returncode == 2
   assert result.stdout == ""

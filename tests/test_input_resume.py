@@ -8,9 +8,9 @@ weights of a run never interrupted (`--deterministic`, a model with Dropout).
 import pytest
 
 from benchmarks import tfds_jpegs
-from tests.conftest import read_summary
-from tests.conftest import run_trainer
+from trainer.testing import RESUME_FLAGS
 from trainer.testing import kill_at_steps_then_finish
+from trainer.testing import train_to_summary
 
 STEPS = 30
 # 100 examples, a global batch of 16: 6 steps per epoch, 4 records dropped
@@ -21,12 +21,8 @@ FLAGS = (
   "--dropout=0.1",
   "--image_size=16",
   "--per_replica_batch_size=16",
-  "--deterministic",
+  *RESUME_FLAGS,
   f"--train_steps={STEPS}",
-  "--steps_per_loop=5",
-  "--log_every_steps=5",
-  "--checkpoint_every_steps=10",
-  "--eval_every_steps=0",
   "--learning_rate=0.003",
 )
 
@@ -44,9 +40,7 @@ def flags(tmp_path_factory):
 
 
 def test_sigkill_mid_epoch_then_resume_is_bitwise_identical(flags, tmp_path):
-  reference_dir = str(tmp_path / "reference")
-  run_trainer(*flags, f"--model_dir={reference_dir}")
-  reference = read_summary(reference_dir)
+  reference = train_to_summary(*flags, model_dir=str(tmp_path / "reference"))
 
   # Killed past the checkpoint at 10 (epoch 1, step 4).
   summary = kill_at_steps_then_finish(

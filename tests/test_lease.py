@@ -15,6 +15,7 @@ from tests.conftest import read_summary
 from tests.conftest import run_trainer
 from tests.conftest import trainer_command
 from tests.conftest import trainer_env
+from trainer.testing import train_to_summary
 
 
 def _take(model_dir, **kwargs):
@@ -178,9 +179,8 @@ def _start_trainer(model_dir, log_path):
 
 @pytest.fixture(scope="module")
 def single_run_fingerprint(tmp_path_factory):
-  model_dir = tmp_path_factory.mktemp("single") / "run"
-  run_trainer(*_RUN, f"--model_dir={model_dir}")
-  return read_summary(str(model_dir))["weights_fingerprint"]
+  model_dir = str(tmp_path_factory.mktemp("single") / "run")
+  return train_to_summary(*_RUN, model_dir=model_dir)["weights_fingerprint"]
 
 
 def test_two_trainers_on_one_directory_the_second_is_refused(

@@ -1,7 +1,6 @@
 """ctl.loop: the step computes the global-batch loss, and replicas agree."""
 
 import json
-import subprocess
 import sys
 
 import keras
@@ -11,8 +10,7 @@ import tensorflow as tf
 
 from ctl import faults
 from ctl import loop as loop_lib
-from tests.conftest import REPO
-from tests.conftest import trainer_env
+from trainer.testing import run_command
 
 IMAGE_SHAPE = (6, 6, 3)
 NUM_CLASSES = 3
@@ -319,16 +317,7 @@ def test_two_replicas_match_one_replica_with_the_same_global_batch(tmp_path):
   the optimizer, and evaluation with an empty last batch on one replica.
   """
   weights_file = str(tmp_path / "weights.npz")
-  result = subprocess.run(
-    [sys.executable, "-c", _REPLICAS_SCRIPT, weights_file],
-    cwd=REPO,
-    env=trainer_env(),
-    capture_output=True,
-    text=True,
-    timeout=300,
-    check=False,
-  )
-  assert result.returncode == 0, result.stderr[-4000:]
+  result = run_command([sys.executable, "-c", _REPLICAS_SCRIPT, weights_file])
   report = json.loads(result.stdout.strip().splitlines()[-1])
   one, two = report["one"], report["two"]
   assert (one["replicas"], two["replicas"]) == (1, 2)

@@ -3,17 +3,16 @@
 import os
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
 from tests.conftest import read_scalars
 from tests.conftest import read_summary
 from tests.conftest import run_trainer
-from tests.conftest import trainer_command
 from tests.conftest import trainer_env
+from trainer.testing import launch_command
+from trainer.testing import run_command
 
 # No dropout: its masks depend on the local batch shape, which differs
 # between 1 worker x 32 and 2 workers x 16.
@@ -37,21 +36,13 @@ def launch(
   num_workers: int, *flags, env=None, max_restarts: int = 0, timeout: int = 300
 ) -> subprocess.CompletedProcess:
   """Runs `ctl.launch` with the trainer command; returns when all exit."""
-  command = [
-    sys.executable,
-    "-m",
-    "ctl.launch",
-    f"--num_workers={num_workers}",
-    f"--max_restarts={max_restarts}",
-    "--",
-    *trainer_command(*flags),
-  ]
-  return subprocess.run(
-    command,
-    cwd=REPO,
-    env=env or trainer_env(),
-    capture_output=True,
-    text=True,
+  return run_command(
+    launch_command(
+      f"--num_workers={num_workers}",
+      f"--max_restarts={max_restarts}",
+      trainer_flags=flags,
+    ),
+    env=env,
     timeout=timeout,
     check=False,
   )

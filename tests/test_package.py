@@ -9,20 +9,13 @@ import ctl
 from ctl import controller
 from ctl import errors
 from ctl import options
-from tests.conftest import REPO
-from tests.conftest import trainer_env
+from trainer.testing import run_command
 
 
 def _run_logging_imports(*args: str) -> subprocess.CompletedProcess:
   """Runs a fresh Python with -X importtime: stderr logs every import."""
-  return subprocess.run(
-    [sys.executable, "-X", "importtime", *args],
-    cwd=REPO,
-    env=trainer_env(),
-    capture_output=True,
-    text=True,
-    timeout=120,
-    check=False,
+  return run_command(
+    [sys.executable, "-X", "importtime", *args], timeout=120, check=False
   )
 
 

@@ -17,10 +17,10 @@ import os
 import pathlib
 import re
 import shutil
-import subprocess
 
 from tests.conftest import REPO
 from tests.conftest import trainer_env
+from trainer.testing import run_command
 
 QUICKSTART_OVERRIDES = ("--image_size=16", "--per_replica_batch_size=16")
 IMAGE = "us-docker.pkg.dev/my-project/ctl/trainer:latest"
@@ -60,12 +60,10 @@ def test_readme_shell_examples_run_as_written(tmp_path):
   for runs, body in _blocks():
     if not runs:
       continue
-    result = subprocess.run(
+    result = run_command(
       ["bash", "-euo", "pipefail", "-c", body],
       cwd=work,
       env=env,
-      capture_output=True,
-      text=True,
       timeout=600,
       check=False,
     )

@@ -19,6 +19,7 @@ from ctl import report
 from ctl.errors import USER_ERROR_EXIT_CODE
 from tests.conftest import REPO
 from tests.conftest import trainer_env
+from trainer.testing import run_command
 
 # One start of a job, as its own process (a ledger file is one process's):
 # restores RESTORED, trains 10 steps, saves, trains 10 more, and ends unless
@@ -157,16 +158,9 @@ def test_a_ledger_line_of_wrong_types_is_skipped_with_a_warning(model_dir):
     )
   with open(path) as f:
     lines = len(f.read().splitlines())
-  result = subprocess.run(
-    [sys.executable, "-m", "ctl.report", model_dir, "--png="],
-    cwd=REPO,
-    env=trainer_env(),
-    capture_output=True,
-    text=True,
-    timeout=120,
-    check=False,
+  result = run_command(
+    [sys.executable, "-m", "ctl.report", model_dir, "--png="]
   )
-  assert result.returncode == 0, result.stderr
   assert "killed by SIGKILL" in result.stdout and "done" in result.stdout
   assert "Traceback" not in result.stderr
   [warning] = result.stderr.strip().splitlines()

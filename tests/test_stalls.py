@@ -11,33 +11,30 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 from ctl import ledger
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
-from tests.conftest import REPO
 from tests.conftest import free_ports
 from tests.conftest import read_summary
 from tests.conftest import run_trainer
 from tests.conftest import trainer_command
 from tests.conftest import trainer_env
 from tests.test_fault_tolerance import _worker_process
+from trainer.testing import RESUME_FLAGS
 from trainer.testing import finish
+from trainer.testing import launch_command
 from trainer.testing import output_so_far
+from trainer.testing import run_command
 from trainer.testing import start
 
 STALL = 75
 STEPS = 40
 FLAGS = (
   *FAST_FLAGS,
-  "--deterministic",
+  *RESUME_FLAGS,
   f"--train_steps={STEPS}",
-  "--steps_per_loop=5",
-  "--log_every_steps=5",
-  "--checkpoint_every_steps=10",
-  "--eval_every_steps=0",
   "--per_replica_batch_size=16",
   "--dropout=0",
   "--stall_timeout_secs=15",
@@ -54,17 +51,13 @@ def wait_for_output(process: subprocess.Popen, text: str) -> None:
 
 def launch(model_dir, *, faults="", workers=2, max_restarts=3):
   return start(
-    [
-      sys.executable,
-      "-m",
-      "ctl.launch",
+    launch_command(
       f"--num_workers={workers}",
       f"--max_restarts={max_restarts}",
       "--restart_backoff_secs=0.5",
       "--grace_secs=5",
-      "--",
-      *trainer_command(*FLAGS, f"--model_dir={model_dir}"),
-    ],
+      trainer_flags=(*FLAGS, f"--model_dir={model_dir}"),
+    ),
     events=f"{model_dir}.events.jsonl",
     env=trainer_env(CTL_FAULTS=faults),
   )
@@ -138,22 +131,15 @@ def test_one_worker_stall_exits_75_repeats_are_reported_rerun_continues(
   assert "Thread 0x" in stalled.stderr  # faulthandler's stacks.
 
   # The same stall under the launcher, which restarts once and gives up.
-  repeated = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "ctl.launch",
+  repeated = run_command(
+    launch_command(
       "--num_workers=1",
       "--max_restarts=1",
       "--restart_backoff_secs=0",
-      "--",
-      *trainer_command(*flags),
-    ],
-    cwd=REPO,
-    capture_output=True,
-    text=True,
+      trainer_flags=flags,
+    ),
     env=trainer_env(CTL_FAULTS="stall@15"),
-    timeout=300,
+    check=False,
   )
   assert repeated.returncode == STALL, repeated.stderr[-3000:]
   assert (

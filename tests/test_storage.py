@@ -64,6 +64,23 @@ def _open(tmp_path, name: str, url: str, **kwargs) -> storage.Location:
   return storage.open_location(url, staging_dir=str(tmp_path / name), **kwargs)
 
 
+def _files(*steps: int) -> list[str]:
+  """The files of a checkpoint directory that keeps `steps`, sorted."""
+  return sorted(
+    [
+      "checkpoint",
+      *(f"ckpt-{step}.index" for step in steps),
+      *(f"ckpt-{step}.data-00000-of-00001" for step in steps),
+    ]
+  )
+
+
+def _fetch_and_restore(location: storage.Location) -> float:
+  """Fetches `location`, then restores its latest checkpoint's value."""
+  location.fetch()
+  return _restore(location.local_path)
+
+
 def _open_bucket(emulator, tmp_path, name: str, **kwargs) -> storage.Location:
   """Opens gs://BUCKET/run on the emulator through gcsfs."""
   return _open(
@@ -109,15 +126,10 @@ def test_gcsfs_checkpoint_round_trip(gcs_emulator, tmp_path):
   _save(writer.local_path, step=1)
   writer.publish(commit_file="checkpoint")
   writer.close()
-  assert _remote_names(gcs_emulator) == {
-    "checkpoint",
-    "ckpt-1.index",
-    "ckpt-1.data-00000-of-00001",
-  }
+  assert _remote_names(gcs_emulator) == set(_files(1))
 
   reader = _open_bucket(gcs_emulator, tmp_path, "reader")
-  reader.fetch()
-  assert _restore(reader.local_path) == 1.0
+  assert _fetch_and_restore(reader) == 1.0
 
 
 def test_state_file_is_the_commit_point(gcs_emulator, tmp_path):
@@ -135,31 +147,16 @@ def test_state_file_is_the_commit_point(gcs_emulator, tmp_path):
   gcs_emulator.start()
 
   # ckpt-2 is up but not committed, and ckpt-1 was not deleted.
-  assert _remote_names(gcs_emulator) == {
-    "checkpoint",
-    "ckpt-1.index",
-    "ckpt-1.data-00000-of-00001",
-    "ckpt-2.index",
-    "ckpt-2.data-00000-of-00001",
-  }
+  assert _remote_names(gcs_emulator) == set(_files(1, 2))
   reader = _open_bucket(gcs_emulator, tmp_path, "reader")
-  reader.fetch()
-  assert _restore(reader.local_path) == 1.0
+  assert _fetch_and_restore(reader) == 1.0
   reader.close()
 
   writer.publish()  # The commit file is remembered.
-  assert _remote_names(gcs_emulator) == {
-    "checkpoint",
-    "ckpt-2.index",
-    "ckpt-2.data-00000-of-00001",
-  }
+  assert _remote_names(gcs_emulator) == set(_files(2))
   reader = _open_bucket(gcs_emulator, tmp_path, "reader")
   reader.fetch()
-  assert sorted(os.listdir(reader.local_path)) == [
-    "checkpoint",
-    "ckpt-2.data-00000-of-00001",
-    "ckpt-2.index",
-  ]
+  assert sorted(os.listdir(reader.local_path)) == _files(2)
   assert _restore(reader.local_path) == 2.0
 
 
@@ -174,8 +171,7 @@ def test_publish_retries_across_a_restart(gcs_emulator, tmp_path):
     publishing.result()
 
   reader = _open_bucket(gcs_emulator, tmp_path, "reader")
-  reader.fetch()
-  assert _restore(reader.local_path) == 1.0
+  assert _fetch_and_restore(reader) == 1.0
 
 
 def test_missing_bucket_fails_before_anything_is_written(
@@ -204,18 +200,13 @@ def test_auto_uses_a_mounted_bucket(tmp_path):
   writer.publish(commit_file="checkpoint")
   _save(writer.local_path, step=2)
   writer.close()  # The last publish keeps "checkpoint" as its commit file.
-  assert sorted(os.listdir(mount / "run")) == [
-    "checkpoint",
-    "ckpt-2.data-00000-of-00001",
-    "ckpt-2.index",
-  ]
+  assert sorted(os.listdir(mount / "run")) == _files(2)
 
   # A path under the mount is the same bucket object path.
   reader = _open(
     tmp_path, "reader", str(mount / "run"), fuse_root=str(fuse_root)
   )
-  reader.fetch()
-  assert _restore(reader.local_path) == 2.0
+  assert _fetch_and_restore(reader) == 2.0
 
 
 def test_fuse_route_needs_the_mount(tmp_path):
@@ -245,11 +236,7 @@ def test_default_staging_dir_is_found_again_and_cleaned(tmp_path, monkeypatch):
   )
   assert again.local_path == first.local_path
   again.fetch()
-  assert sorted(os.listdir(again.local_path)) == [
-    "checkpoint",
-    "ckpt-1.data-00000-of-00001",
-    "ckpt-1.index",
-  ]
+  assert sorted(os.listdir(again.local_path)) == _files(1)
   assert _restore(again.local_path) == 1.0
   again.close()
 
@@ -322,13 +309,7 @@ def test_fuse_commit_point(tmp_path):
   _save(writer.local_path, step=2)
   with pytest.raises(OSError, match="Input/output error"):
     failing.publish(commit_file="checkpoint")
-  assert sorted(os.listdir(remote)) == [
-    "checkpoint",
-    "ckpt-1.data-00000-of-00001",
-    "ckpt-1.index",
-    "ckpt-2.data-00000-of-00001",
-    "ckpt-2.index",
-  ]
+  assert sorted(os.listdir(remote)) == _files(1, 2)
   with pytest.raises(OSError, match="Input/output error"):
     failing.close()  # Fails again, and releases the staging directory.
 
@@ -337,11 +318,7 @@ def test_fuse_commit_point(tmp_path):
     tmp_path, "staging", "gs://bucket/run", fuse_root=str(fuse_root)
   )
   again.fetch()
-  assert sorted(os.listdir(again.local_path)) == [
-    "checkpoint",
-    "ckpt-1.data-00000-of-00001",
-    "ckpt-1.index",
-  ]
+  assert sorted(os.listdir(again.local_path)) == _files(1)
   assert _restore(again.local_path) == 1.0
   again.close()
 

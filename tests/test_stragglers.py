@@ -1,16 +1,14 @@
 """Stragglers: the chief names the worker the others keep waiting for."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 
 from ctl import stragglers
-from tests.conftest import REPO
 from tests.conftest import read_scalars
-from tests.conftest import trainer_command
 from tests.conftest import trainer_env
+from trainer.testing import launch_command
+from trainer.testing import run_command
 
 
 def test_rule_needs_the_same_worker_slow_in_every_one_of_the_last_loops():
@@ -67,14 +65,10 @@ def test_watch_says_when_a_straggler_comes_and_goes(caplog):
 def test_two_workers_name_the_slow_one(tmp_path):
   """Worker 1 starts every loop 0.3 s late (ctl.faults `slow`)."""
   model_dir = tmp_path / "run"
-  command = [
-    sys.executable,
-    "-m",
-    "ctl.launch",
+  command = launch_command(
     "--num_workers=2",
     "--max_restarts=0",
-    "--",
-    *trainer_command(
+    trainer_flags=(
       "--dataset=digits",
       "--model=small_cnn",
       "--image_size=16",
@@ -86,15 +80,9 @@ def test_two_workers_name_the_slow_one(tmp_path):
       "--per_replica_batch_size=8",
       f"--model_dir={model_dir}",
     ),
-  ]
-  result = subprocess.run(
-    command,
-    cwd=REPO,
-    env=trainer_env(CTL_FAULTS="slow@*:secs=0.3:worker=1"),
-    capture_output=True,
-    text=True,
-    timeout=300,
-    check=False,
+  )
+  result = run_command(
+    command, env=trainer_env(CTL_FAULTS="slow@*:secs=0.3:worker=1"), check=False
   )
   output = result.stdout + result.stderr
   assert result.returncode == 0, output[-4000:]

@@ -14,12 +14,12 @@ import pytest
 
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
-from tests.conftest import REPO
 from tests.conftest import free_ports
 from tests.conftest import read_scalars
 from tests.conftest import read_summary
 from tests.conftest import run_trainer
 from tests.conftest import trainer_env
+from trainer.testing import run_command
 
 
 def test_quickstart_reaches_95_percent(model_dir):
@@ -281,21 +281,15 @@ def test_a_browser_draws_train_and_validation_in_one_chart(
 ):
   """Headless Chromium on TensorBoard's time-series page (the README's PNG)."""
   out = tmp_path / "tensorboard.png"
-  result = subprocess.run(
+  run_command(
     [
       sys.executable,
       "scripts/tensorboard_screenshot.py",
       f"--logdir={os.path.join(continued_run[0], 'tensorboard')}",
       f"--out={out}",
     ],
-    cwd=REPO,
-    env=trainer_env(),
-    capture_output=True,
-    text=True,
     timeout=600,
-    check=False,
   )
-  assert result.returncode == 0, result.stderr[-3000:]
   cards = json.loads(out.with_suffix(".json").read_text())["cards"]
   assert sorted(card["title"] for card in cards) == ["accuracy", "loss"]
   for card in cards:  # One chart per tag, a line of each run in it.

@@ -23,6 +23,7 @@ from tests.conftest import read_scalars
 from tests.conftest import run_trainer
 from tests.conftest import trainer_env
 from trainer.testing import OFFLINE_FLAGS
+from trainer.testing import run_command
 from trainer.testing import vertex_output_env
 
 
@@ -141,16 +142,9 @@ def test_shipped_config_passes_dry_run(config, tmp_path):
   env = trainer_env(**vertex_output_env(base))
   pools = {tuple(p["containerSpec"]["args"]) for p in spec["workerPoolSpecs"]}
   for args in sorted(pools):
-    result = subprocess.run(
-      [*_entrypoint(), *args, "--dry_run", f"--fuse_root={tmp_path}"],
-      cwd=REPO,
-      env=env,
-      capture_output=True,
-      text=True,
-      timeout=300,
-      check=False,
+    result = run_command(
+      [*_entrypoint(), *args, "--dry_run", f"--fuse_root={tmp_path}"], env=env
     )
-    assert result.returncode == 0, result.stderr[-2000:]
     dirs = json.loads(result.stdout)["output_dirs"]
     assert dirs["export_dir"] == f"{base}/model"
   assert not any((tmp_path / bucket).iterdir())

@@ -8,7 +8,6 @@ step for a frozen worker: every interval and deadline is on the monotonic
 clock.
 """
 
-import sys
 import time
 
 from ctl.testing import clock
@@ -18,6 +17,7 @@ from tests.conftest import read_summary
 from tests.conftest import trainer_command
 from tests.conftest import trainer_env
 from trainer.testing import finish
+from trainer.testing import launch_command
 from trainer.testing import start
 
 HOUR = 3600
@@ -93,19 +93,17 @@ def test_the_launcher_does_not_take_a_forward_step_for_a_frozen_worker(
   tmp_path,
 ):
   model_dir = tmp_path / "run"
-  command = [
-    sys.executable,
-    "-m",
-    "ctl.launch",
+  command = launch_command(
     "--num_workers=1",
     "--max_restarts=2",
     "--restart_backoff_secs=0.5",
     "--heartbeat_grace_secs=5",
-    "--",
-    *trainer_command(
-      *FLAGS, "--stall_timeout_secs=60", f"--model_dir={model_dir}"
+    trainer_flags=(
+      *FLAGS,
+      "--stall_timeout_secs=60",
+      f"--model_dir={model_dir}",
     ),
-  ]
+  )
   # The loop that starts at JUMP_AT waits 12 s for its batch (under the
   # 60 s limit): its heartbeat (written within the watchdog's 1 s poll) is
   # from before the step, and no other is written until well after it.

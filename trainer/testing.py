@@ -33,6 +33,16 @@ FAST_FLAGS = (
   "--learning_rate=0.003",
 )
 
+# The resume scenarios' schedule (kill, stall or restore, then compare the
+# numbers with an uninterrupted run): deterministic, loops of 5 steps, a
+# checkpoint every 10, no evaluation.
+RESUME_FLAGS = (
+  "--deterministic",
+  "--steps_per_loop=5",
+  "--log_every_steps=5",
+  "--checkpoint_every_steps=10",
+  "--eval_every_steps=0",
+)
 
 # Offline stand-ins for cassava and ResNet50 in a Vertex AI config's args;
 # later flags win over the flagfile (tests/test_vertex_contract.py and
@@ -112,32 +122,42 @@ def trainer_command(*flags: str) -> list[str]:
   return [sys.executable, "-m", "trainer.task", *flags]
 
 
-def run_trainer(
-  *flags: str,
+def launch_command(*flags: str, trainer_flags=()) -> list[str]:
+  """`python -m ctl.launch FLAGS -- python -m trainer.task TRAINER_FLAGS`."""
+  return [
+    sys.executable,
+    "-m",
+    "ctl.launch",
+    *flags,
+    "--",
+    *trainer_command(*trainer_flags),
+  ]
+
+
+def run_command(
+  command: list[str],
+  *,
   env: dict[str, str] | None = None,
   timeout: float = 300,
   check: bool = True,
-  events: str | None = None,
+  cwd: str = REPO,
 ) -> subprocess.CompletedProcess:
-  """Runs `python -m trainer.task FLAGS` to completion from the checkout.
+  """Runs `command` to completion, from the checkout unless told otherwise.
 
   Args:
-    *flags: the trainer's flags.
+    command: the command line.
     env: its environment (default: `trainer_env()`).
     timeout: seconds before it is killed (subprocess.TimeoutExpired).
     check: raise AssertionError, with the end of stderr, on a non-zero exit.
-    events: a file for the run's progress events (`CTL_EVENTS`), or None.
+    cwd: its working directory.
 
   Returns:
     The finished process, its output captured as text.
   """
-  env = env or trainer_env()
-  if events:
-    env = {**env, _events_env(): events}
   result = subprocess.run(
-    trainer_command(*flags),
-    cwd=REPO,
-    env=env,
+    command,
+    cwd=cwd,
+    env=env or trainer_env(),
     capture_output=True,
     text=True,
     timeout=timeout,
@@ -145,9 +165,29 @@ def run_trainer(
   )
   if check and result.returncode != 0:
     raise AssertionError(
-      f"trainer exited {result.returncode}:\n{result.stderr[-4000:]}"
+      f"{' '.join(command[:3])} ... exited {result.returncode}:\n"
+      f"{result.stderr[-4000:]}"
     )
   return result
+
+
+def run_trainer(
+  *flags: str,
+  env: dict[str, str] | None = None,
+  timeout: float = 300,
+  check: bool = True,
+  events: str | None = None,
+) -> subprocess.CompletedProcess:
+  """Runs `python -m trainer.task FLAGS` to completion (`run_command`).
+
+  `events`: a file for the run's progress events (`CTL_EVENTS`), or None.
+  """
+  env = env or trainer_env()
+  if events:
+    env = {**env, _events_env(): events}
+  return run_command(
+    trainer_command(*flags), env=env, timeout=timeout, check=check
+  )
 
 
 def start(
@@ -172,6 +212,23 @@ def start(
   return process
 
 
+def start_until_step(
+  command: list[str],
+  *,
+  events: str,
+  step: int,
+  env: dict[str, str] | None = None,
+) -> subprocess.Popen:
+  """`start`s `command`; returns once worker 0 has trained to `step`.
+
+  Raises:
+    AssertionError: it exited first (`events_lib.wait_for_step`).
+  """
+  process = start(command, events=events, env=env)
+  events_lib.wait_for_step(events, step, process=process)
+  return process
+
+
 def output_so_far(process: subprocess.Popen) -> str:
   """What a process from `start` has written so far (it may still run)."""
   fd = process.output_file.fileno()
@@ -187,6 +244,14 @@ def finish(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
   return process.returncode, output
 
 
+def train_to_summary(
+  *flags: str, model_dir: str, env: dict[str, str] | None = None
+) -> dict:
+  """Runs the trainer into `model_dir` to its end; returns its summary."""
+  run_trainer(*flags, f"--model_dir={model_dir}", env=env)
+  return read_summary(model_dir)
+
+
 def kill_at_steps_then_finish(
   flags, *, model_dir: str, steps, env: dict[str, str] | None = None
 ) -> dict:
@@ -199,13 +264,12 @@ def kill_at_steps_then_finish(
   """
   events = f"{model_dir}.events.jsonl"
   for kill_at in steps:
-    process = start(
+    process = start_until_step(
       trainer_command(*flags, f"--model_dir={model_dir}"),
       events=events,
+      step=kill_at,
       env=env,
     )
-    events_lib.wait_for_step(events, kill_at, process=process)
     process.kill()
     finish(process)
-  run_trainer(*flags, f"--model_dir={model_dir}", env=env)
-  return read_summary(model_dir)
+  return train_to_summary(*flags, model_dir=model_dir, env=env)
