@@ -47,14 +47,8 @@ def main(argv):
   steps_per_epoch = input_lib.steps_per_epoch(
     source.num_train, FLAGS.batch_size
   )
-  dataset = input_lib.train_dataset(
-    records=source.train_records,
-    num_records=source.num_train,
-    decode_fn=source.decode_fn,
-    input_context=tf.distribute.InputContext(),
-    global_batch_size=FLAGS.batch_size,
-    seed=FLAGS.seed,
-    start_step=0,
+  dataset = source.train_dataset(
+    global_batch_size=FLAGS.batch_size, seed=FLAGS.seed
   )
   model = model_lib.build_model(
     name="small_cnn",

@@ -19,7 +19,6 @@ import tensorflow as tf
 
 from benchmarks import report as report_lib
 from benchmarks import stats
-from ctl import input as input_lib
 from trainer import data as data_lib
 
 
@@ -71,16 +70,7 @@ def measure(directory: str, config: Config) -> list[float]:
   source = data_lib.load(
     "files", image_size=config.image_size, data_dir=directory
   )
-  dataset = input_lib.train_dataset(
-    records=source.train_records,
-    num_records=source.num_train,
-    decode_fn=source.decode_fn,
-    input_context=tf.distribute.InputContext(),
-    global_batch_size=config.batch_size,
-    seed=0,
-    start_step=0,
-    shuffle_buffer=source.shuffle_buffer,
-  )
+  dataset = source.train_dataset(global_batch_size=config.batch_size)
   iterator = iter(dataset)
   for _ in range(config.warmup_batches):
     next(iterator)
@@ -109,7 +99,9 @@ def run(config: Config) -> dict:
   pipeline = f"decode + resize to {size}x{size}"
   rows = [
     dict(
-      name=pipeline, images_per_second_per_round=rates, **_spread_fields(rates)
+      name=pipeline,
+      images_per_second_per_round=rates,
+      **stats.spread_fields("images_per_second", rates),
     )
   ]
   ratios, notes = (
@@ -176,13 +168,4 @@ def run(config: Config) -> dict:
         "repeats": config.repeats,
       },
     )
-  }
-
-
-def _spread_fields(rates) -> dict:
-  summary = stats.spread(rates)
-  return {
-    "images_per_second": summary["median"],
-    "images_per_second_min": summary["min"],
-    "images_per_second_max": summary["max"],
   }

@@ -69,6 +69,14 @@ def _class_of(image):
   )
 
 
+def _first_batch(source, *, batch_size: int, start_step: int):
+  """The first (images, labels) of `source`'s training input, one worker."""
+  dataset = source.train_dataset(
+    global_batch_size=batch_size, start_step=start_step
+  )
+  return next(iter(dataset))
+
+
 def test_array_record_tfds_is_read_by_index_and_decoded_in_tf_data(tfds_dirs):
   source = data.load(
     "cassava", image_size=16, data_dir=tfds_dirs["array_record"]
@@ -116,15 +124,7 @@ def test_cassava_is_found_by_name_in_a_tfds_data_dir(tfds_dirs, tmp_path):
   shutil.copytree(tfds_dirs["array_record"], tmp_path / "cassava" / "1.0.0")
   source = data.load("cassava", image_size=16, data_dir=str(tmp_path))
   assert source.num_train == 24
-  dataset = input_lib.train_dataset(
-    records=source.train_records,
-    decode_fn=source.decode_fn,
-    input_context=tf.distribute.InputContext(),
-    global_batch_size=4,
-    seed=0,
-    start_step=3,
-  )
-  images, labels = next(iter(dataset))
+  images, labels = _first_batch(source, batch_size=4, start_step=3)
   assert images.shape == (4, 16, 16, 3) and images.dtype == tf.float32
   assert labels.dtype == tf.int64
 
@@ -274,15 +274,7 @@ def test_files_on_cloud_storage_through_gcsfs(gcs_emulator, image_root):
   )
   again = load()
   assert again.num_train == 13
-  dataset = input_lib.train_dataset(
-    records=again.train_records,
-    decode_fn=again.decode_fn,
-    input_context=tf.distribute.InputContext(),
-    global_batch_size=13,
-    seed=0,
-    start_step=0,
-  )
-  images, labels = next(iter(dataset))
+  images, labels = _first_batch(again, batch_size=13, start_step=0)
   assert sorted(labels.numpy().tolist()) == sorted(label for _, label in pairs)
 
 

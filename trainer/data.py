@@ -52,6 +52,29 @@ class Source:
   image_shape: tuple[int, int, int]
   shuffle_buffer: int | None = None
 
+  def train_dataset(
+    self,
+    *,
+    global_batch_size: int,
+    input_context: tf.distribute.InputContext | None = None,
+    seed: int = 0,
+    start_step: int = 0,
+  ) -> tf.data.Dataset:
+    """`ctl.input.train_dataset` of these records, as the trainer reads them.
+
+    `input_context`: whose share to read; None reads it all (one worker).
+    """
+    return input_lib.train_dataset(
+      records=self.train_records,
+      num_records=self.num_train,
+      decode_fn=self.decode_fn,
+      input_context=input_context or tf.distribute.InputContext(),
+      global_batch_size=global_batch_size,
+      seed=seed,
+      start_step=start_step,
+      shuffle_buffer=self.shuffle_buffer,
+    )
+
 
 def load(
   name: str,

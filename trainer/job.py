@@ -255,15 +255,11 @@ def _task(
     )
 
   def train_dataset_fn(input_context, start_step, seed):
-    return input_lib.train_dataset(
-      records=source.train_records,
-      num_records=source.num_train,
-      decode_fn=source.decode_fn,
-      input_context=input_context,
+    return source.train_dataset(
       global_batch_size=global_batch,
+      input_context=input_context,
       seed=seed,
       start_step=start_step,
-      shuffle_buffer=source.shuffle_buffer,
     )
 
   def eval_dataset_fn(input_context):
