@@ -123,14 +123,19 @@ def _check_ratios_follow_from_rows(body, key="images_per_second"):
       )
 
 
-def test_ratio_is_the_median_of_per_round_ratios():
-  ratio = stats.ratio(
+def _a_over_b(a: list[float], b: list[float]) -> dict:
+  """The ratio "a / b" of rows a and b measured over rounds."""
+  return stats.ratio(
     name="a / b",
     numerator="a",
     denominator="b",
-    numerator_values=[10.0, 12.0, 9.0],
-    denominator_values=[10.0, 10.0, 10.0],
+    numerator_values=a,
+    denominator_values=b,
   )
+
+
+def test_ratio_is_the_median_of_per_round_ratios():
+  ratio = _a_over_b([10.0, 12.0, 9.0], [10.0, 10.0, 10.0])
   assert ratio["per_round"] == pytest.approx([1.0, 1.2, 0.9])
   assert (ratio["median"], ratio["min"], ratio["max"]) == pytest.approx(
     (1.0, 0.9, 1.2)
@@ -140,13 +145,7 @@ def test_ratio_is_the_median_of_per_round_ratios():
 
 
 def test_verdict_says_pass_miss_and_inside_the_noise():
-  summary = stats.ratio(
-    name="a / b",
-    numerator="a",
-    denominator="b",
-    numerator_values=[0.97, 0.99, 1.01],
-    denominator_values=[1.0, 1.0, 1.0],
-  )
+  summary = _a_over_b([0.97, 0.99, 1.01], [1.0, 1.0, 1.0])
   met = stats.verdict(summary, threshold=0.98, name="t")
   assert (met["status"], met["inside_noise"]) == ("PASS", True)
   missed = stats.verdict(summary, threshold=1.0, name="t")

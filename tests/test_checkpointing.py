@@ -115,11 +115,16 @@ def test_checkpoint_with_a_missing_data_file_falls_back(saved, caplog):
   assert second in _restore_messages(caplog)
 
 
-def test_no_readable_checkpoint_is_a_user_error(saved):
-  directory, first, second = saved
-  for prefix in (first, second):
+def _truncate_indexes(*prefixes: str) -> None:
+  """Cuts the index file of each checkpoint `prefixes` names: unreadable."""
+  for prefix in prefixes:
     with open(prefix + ".index", "r+b") as f:
       f.truncate(10)
+
+
+def test_no_readable_checkpoint_is_a_user_error(saved):
+  directory, first, second = saved
+  _truncate_indexes(first, second)
   with pytest.raises(UserError, match="can be read") as error:
     _restore_into_new_state(directory)
   assert "\n" not in str(error.value)
@@ -154,9 +159,7 @@ def test_damaged_state_file_is_not_rewritten_by_a_failed_restore(saved):
   state_file = os.path.join(directory, "checkpoint")
   with open(state_file, "wb") as f:
     f.write(b"garbage")
-  for prefix in (first, second):
-    with open(prefix + ".index", "r+b") as f:
-      f.truncate(10)
+  _truncate_indexes(first, second)
   with pytest.raises(UserError, match="damaged") as error:
     _restore_into_new_state(directory)
   assert "\n" not in str(error.value)
