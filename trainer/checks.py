@@ -7,6 +7,7 @@ job from the same functions once TensorFlow is loaded.
 """
 
 from collections.abc import Mapping
+import math
 import os
 from typing import Any
 
@@ -100,7 +101,10 @@ def every_secs(value: str) -> float | str:
   if value == "auto":
     return value
   try:
-    return float(value)
+    seconds = float(value)
+    if not math.isfinite(seconds):
+      raise ValueError(value)
+    return seconds
   except ValueError:
     raise UserError(
       "--checkpoint_every_secs must be auto or a number of "

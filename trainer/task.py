@@ -13,6 +13,7 @@ continue; 1 anything else.
 
 import json
 import logging as python_logging
+import math
 import os
 import sys
 import types
@@ -33,6 +34,16 @@ def _run(name):
 
 def _limit(name):
   return options_lib.default(watchdog_lib.Limits, name)
+
+
+# Upper bounds of the numeric flags, checked by absl when the flags are
+# parsed (before TensorFlow loads): values past them only overflow later
+# (int64 steps times the batch, the seed's 32 bits, a timeout's microseconds).
+_MAX_STEPS = 10**12
+_MAX_BATCH = 2**20
+_MAX_IMAGE_SIZE = 4096
+_MAX_SEED = 2**32 - 1
+_MAX_SECS = 1e9  # About 31 years; threading's longest wait is 9.2e9 s.
 
 
 flags.DEFINE_string(
@@ -89,7 +100,13 @@ flags.DEFINE_bool(
   "cannot be decoded (counted and logged; checked once, when "
   "the file list is made) rather than stop with an error.",
 )
-flags.DEFINE_integer("image_size", 32, "Side of the square model input.")
+flags.DEFINE_integer(
+  "image_size",
+  32,
+  "Side of the square model input.",
+  lower_bound=8,
+  upper_bound=_MAX_IMAGE_SIZE,
+)
 flags.DEFINE_enum("model", "small_cnn", ["resnet50", "small_cnn"], "Model.")
 flags.DEFINE_float("dropout", 0.0, "Dropout rate before the last layer.")
 flags.DEFINE_string(
@@ -102,32 +119,43 @@ flags.DEFINE_integer(
   "per_replica_batch_size",
   64,
   "Examples per replica per step; the global batch is this times the replicas.",
+  upper_bound=_MAX_BATCH,
 )
 flags.DEFINE_integer(
   "train_steps",
   None,
   "Train until the global step is this (a target, not a count).",
+  upper_bound=_MAX_STEPS,
 )
 flags.DEFINE_integer(
   "epochs",
   None,
   "Alternative to --train_steps: this many passes over the training split.",
+  upper_bound=_MAX_STEPS,
 )
 flags.DEFINE_integer(
-  "steps_per_loop", _run("steps_per_loop"), "Steps per tf.function call."
+  "steps_per_loop",
+  _run("steps_per_loop"),
+  "Steps per tf.function call.",
+  upper_bound=_MAX_STEPS,
 )
 flags.DEFINE_integer(
-  "log_every_steps", _run("log_every_steps"), "Log and summary interval."
+  "log_every_steps",
+  _run("log_every_steps"),
+  "Log and summary interval.",
+  upper_bound=_MAX_STEPS,
 )
 flags.DEFINE_integer(
   "eval_every_steps",
   _run("eval_every_steps"),
   "Evaluation interval (0: only at the end).",
+  upper_bound=_MAX_STEPS,
 )
 flags.DEFINE_integer(
   "checkpoint_every_steps",
   _run("checkpoint_every_steps"),
   "Checkpoint interval in steps (0: none).",
+  upper_bound=_MAX_STEPS,
 )
 flags.DEFINE_string(
   "checkpoint_every_secs",
@@ -142,9 +170,13 @@ flags.DEFINE_float(
   "Mean time between failures "
   "that --checkpoint_every_secs=auto assumes until the run "
   "ledger has seen a failure.",
+  upper_bound=_MAX_SECS,
 )
 flags.DEFINE_integer(
-  "keep_checkpoints", _run("keep_checkpoints"), "Checkpoints to keep."
+  "keep_checkpoints",
+  _run("keep_checkpoints"),
+  "Checkpoints to keep.",
+  upper_bound=_MAX_STEPS,
 )
 flags.DEFINE_bool(
   "async_checkpoint",
@@ -160,7 +192,13 @@ flags.DEFINE_enum(
   "Learning-rate schedule (cosine decays to 0 at the last "
   "step after a linear warmup).",
 )
-flags.DEFINE_integer("warmup_steps", 0, "Linear warmup steps (cosine).")
+flags.DEFINE_integer(
+  "warmup_steps",
+  0,
+  "Linear warmup steps (cosine).",
+  lower_bound=0,
+  upper_bound=_MAX_STEPS,
+)
 flags.DEFINE_enum(
   "strategy",
   "auto",
@@ -192,12 +230,17 @@ flags.DEFINE_bool(
   "Bitwise-repeatable ops (tf.config.experimental.enable_op_determinism).",
 )
 flags.DEFINE_integer(
-  "seed", _run("seed"), "Seed of initialization and data order."
+  "seed",
+  _run("seed"),
+  "Seed of initialization and data order.",
+  lower_bound=0,
+  upper_bound=_MAX_SEED,
 )
 flags.DEFINE_integer(
   "max_nan_recoveries",
   _run("max_nan_recoveries"),
   "Rollbacks allowed after a non-finite loss.",
+  upper_bound=_MAX_STEPS,
 )
 flags.DEFINE_bool(
   "reshuffle_on_nan",
@@ -214,6 +257,7 @@ flags.DEFINE_float(
   "slowest run of that phase so far, at least 120 s; 0 "
   "turns the watchdog off.",
   lower_bound=0,
+  upper_bound=_MAX_SECS,
 )
 flags.DEFINE_float(
   "startup_timeout_secs",
@@ -222,6 +266,7 @@ flags.DEFINE_float(
   "start-up (waiting for peers, building, restoring) and "
   "the first run of each phase (tracing).",
   lower_bound=1,
+  upper_bound=_MAX_SECS,
 )
 flags.DEFINE_float(
   "lease_stale_secs",
@@ -229,6 +274,7 @@ flags.DEFINE_float(
   "The chief holds a lease on --model_dir while it trains, renewed every "
   "quarter of this; a lease not renewed for this long (a dead holder on "
   "another host) may be taken over by another trainer.",
+  upper_bound=_MAX_SECS,
 )
 flags.DEFINE_bool(
   "take_over_lease",
@@ -260,6 +306,24 @@ flags.DEFINE_bool(
 )
 
 FLAGS = flags.FLAGS
+
+# absl's bounds let nan through (every comparison with it is false).
+for _name in (
+  "dropout",
+  "learning_rate",
+  "expected_mtbf_secs",
+  "stall_timeout_secs",
+  "startup_timeout_secs",
+  "lease_stale_secs",
+):
+  flags.register_validator(
+    _name,
+    lambda value: value is None or math.isfinite(value),
+    message="not a finite number",
+  )
+flags.register_validator(
+  "dropout", lambda rate: 0 <= rate < 1, message="not a rate in [0, 1)"
+)
 
 
 def _fail(message: str, code: int) -> None:
