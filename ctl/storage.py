@@ -247,6 +247,7 @@ def check_writable(url: str, *, fuse_root: str = "/gcs") -> None:
   existing = os.path.abspath(url)
   while not os.path.lexists(existing):
     existing = os.path.dirname(existing)
+  _check_path_limits(url, existing)
   if not os.path.isdir(existing):
     raise UserError(
       f"Cannot use {url} as a directory: {existing} is a file, not a directory."
@@ -256,6 +257,42 @@ def check_writable(url: str, *, fuse_root: str = "/gcs") -> None:
       f"Cannot write to {url}: this process (user id "
       f"{os.geteuid()}) may not write in {existing}."
     )
+
+
+# Kernel filesystems: a path there passes the access check (as root) and
+# then fails on the first write with an OS error.
+_VIRTUAL_FILESYSTEMS = ("/proc", "/sys")
+
+
+def _check_path_limits(url: str, existing: str) -> None:
+  """Refuses a local path the system cannot hold, before anything is written.
+
+  Args:
+    url: the directory as the user named it.
+    existing: its nearest existing ancestor (or itself).
+
+  Raises:
+    UserError: a part of the path longer than the file system allows for one
+      name, or a path in a kernel filesystem (/proc, /sys).
+  """
+  limit = (
+    os.pathconf(existing, "PC_NAME_MAX") if os.path.isdir(existing) else 255
+  )
+  for part in os.path.abspath(url).split(os.sep):
+    size = len(os.fsencode(part))
+    if size > limit:
+      raise UserError(
+        f"Cannot use {url} as a directory: its part {part[:16]}... is {size} "
+        f"bytes long, over the {limit}-byte limit of a file name here; "
+        "choose a shorter name."
+      )
+  real = os.path.realpath(existing)
+  for root in _VIRTUAL_FILESYSTEMS:
+    if real == root or real.startswith(root + os.sep):
+      raise UserError(
+        f"Cannot use {url} as a directory: {root} is a kernel filesystem, "
+        "not storage; choose a directory on a disk."
+      )
 
 
 def read_route(

@@ -371,6 +371,24 @@ BAD_INPUT = [
   ("trainer", ["--model_dir={file}"], "is a file, not a directory", True),
   (
     "trainer",
+    ["--model_dir={model_dir}/" + "a" * 300],
+    "is 300 bytes long, over the 255-byte limit of a file name here",
+    True,
+  ),
+  (
+    "trainer",
+    ["--model_dir=/proc/ctl_run"],
+    "Cannot use /proc/ctl_run as a directory: /proc is a kernel filesystem",
+    True,
+  ),
+  (
+    "trainer",
+    ["--checkpoint_dir=/sys/ctl_checkpoints"],
+    "/sys is a kernel filesystem, not storage",
+    True,
+  ),
+  (
+    "trainer",
     ["--tensorboard_dir={file}/tb"],
     "is a file, not a directory",
     True,
