@@ -13,7 +13,8 @@ truncated or unreadable one is reported and skipped. A checkpoint written by a
 different model is a user error, not something to skip past. A damaged state
 file (garbage, binary, empty) never means "no checkpoint": the checkpoints are
 then found from their own files (`ckpt-N.index`), the newest readable one is
-restored, and only then is the state file rewritten.
+restored, and only then is the state file rewritten. A state file that names
+a checkpoint outside its own directory is a user error too.
 """
 
 from collections.abc import Callable
@@ -286,7 +287,29 @@ def _read_state(directory: str):
     raise _DamagedState() from e
   if not state.model_checkpoint_path:
     raise _DamagedState()
+  _check_inside(directory, path, state)
   return tf.train.get_checkpoint_state(directory)
+
+
+def _check_inside(directory: str, state_file: str, state) -> None:
+  """Refuses a state file that names a checkpoint outside `directory`.
+
+  TensorFlow restores any path the state file names (absolute, or `../`
+  relative to it); an edited or foreign state file must not make a run
+  continue from another run's checkpoint unnoticed.
+
+  Raises:
+    UserError: a named checkpoint is not directly in `directory`.
+  """
+  inside = os.path.normpath(directory)
+  for named in (state.model_checkpoint_path, *state.all_model_checkpoint_paths):
+    path = named if os.path.isabs(named) else os.path.join(directory, named)
+    if os.path.dirname(os.path.normpath(path)) != inside:
+      raise UserError(
+        f"The checkpoint state file {state_file} names {named}, outside "
+        f"{directory}; a run restores only checkpoints in its own directory: "
+        "correct that line, or move the directory away to start over."
+      )
 
 
 def _checkpoints_on_disk(directory: str) -> list[str]:

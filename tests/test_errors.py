@@ -870,3 +870,31 @@ def test_a_ledger_line_of_wrong_types_never_fails_a_run(model_dir):
   assert summary["final_step"] == 20
   first, _ = summary["goodput"]["attempts"]  # The second is this run.
   assert first["outcome"] == "done"
+
+
+@pytest.mark.parametrize("form", ["absolute", "parent"])
+def test_a_state_file_naming_a_checkpoint_elsewhere_is_refused(
+  model_dir, tmp_path, form
+):
+  # It restored whatever checkpoint the state file named, silently.
+  checkpoints = os.path.join(model_dir, "checkpoints")
+  elsewhere = (
+    tmp_path / "elsewhere" if form == "absolute" else tmp_path / "run" / ".."
+  )
+  os.makedirs(elsewhere, exist_ok=True)
+  for name in os.listdir(checkpoints):
+    if name.startswith("ckpt-10."):
+      shutil.copy2(os.path.join(checkpoints, name), elsewhere)
+  named = (
+    os.path.join(elsewhere, "ckpt-10")
+    if form == "absolute"
+    else os.path.join("..", "..", "ckpt-10")
+  )
+  state_file = os.path.join(checkpoints, "checkpoint")
+  with open(state_file, "w") as f:
+    f.write(f'model_checkpoint_path: "{named}"\n')
+  last = _fails_cleanly(model_dir)
+  assert last.startswith(
+    f"error: The checkpoint state file {state_file} names {named}, outside "
+    f"{checkpoints}"
+  ), last
