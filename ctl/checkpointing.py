@@ -10,7 +10,8 @@ Integrity: `tf.train.CheckpointManager` writes the data and index files first
 and its state file ("checkpoint") last, so the state file is the commit point.
 On start the newest checkpoint that actually reads back is restored; a
 truncated or unreadable one is reported and skipped. A checkpoint written by a
-different model is a user error, not something to skip past. A damaged state
+different model, or for another input shape (saved with it), is a user
+error, not something to skip past. A damaged state
 file (garbage, binary, empty) never means "no checkpoint": the checkpoints are
 then found from their own files (`ckpt-N.index`), the newest readable one is
 restored, and only then is the state file rewritten. A state file that names
@@ -42,6 +43,10 @@ from ctl.errors import UserError
 _DAMAGED = (tf.errors.OpError, IndexError)
 
 STATE_FILE = "checkpoint"  # The CheckpointManager's state file.
+# The input shape a checkpoint was trained on (a model whose weights fit any
+# input size, e.g. one that pools globally, restores either way).
+_INPUT_SHAPE = "input_shape"
+_INPUT_SHAPE_KEY = f"{_INPUT_SHAPE}/.ATTRIBUTES/VARIABLE_VALUE"
 _INDEX_FILE = re.compile(r"(?P<prefix>.+-(?P<number>\d+))\.index")
 
 
@@ -86,6 +91,7 @@ class Checkpointer:
     keep: int,
     async_save: bool = False,
     on_saved: Callable[[], None] = lambda: None,
+    input_shape: tuple[int, ...] | None = None,
   ):
     """Initializes the checkpointer.
 
@@ -98,8 +104,17 @@ class Checkpointer:
         before a restore and on close.
       on_saved: called on the chief once a checkpoint's files are all
         written (e.g. to upload them, state file last).
+      input_shape: the shape of one model input, saved with every
+        checkpoint; a checkpoint of another shape is not restored.
     """
     self._checkpoint = checkpoint
+    self._input_shape = input_shape
+    if input_shape is not None:
+      setattr(
+        checkpoint,
+        _INPUT_SHAPE,
+        tf.Variable(input_shape, dtype=tf.int64, trainable=False),
+      )
     self._directory = directory
     self._is_chief = is_chief
     self._async_save = async_save
@@ -177,7 +192,7 @@ class Checkpointer:
       )
       return False
     try:
-      self._checkpoint.restore(path).assert_existing_objects_matched()
+      self._restore_same_input(path)
     except _DAMAGED as e:
       logging.warning(
         "Checkpoint %s is unreadable (%s); trying the previous one.",
@@ -192,6 +207,36 @@ class Checkpointer:
         "or --model_dir."
       ) from None
     return True
+
+  def _restore_same_input(self, path: str) -> None:
+    """Restores `path` if it was trained on this run's input shape.
+
+    A checkpoint written before the shape was recorded is restored without
+    it (nothing to compare).
+
+    Raises:
+      UserError: the checkpoint holds another input shape.
+    """
+    if self._input_shape is None:
+      self._checkpoint.restore(path).assert_existing_objects_matched()
+      return
+    reader = tf.train.load_checkpoint(path)
+    if not reader.has_tensor(_INPUT_SHAPE_KEY):
+      shape = getattr(self._checkpoint, _INPUT_SHAPE)
+      delattr(self._checkpoint, _INPUT_SHAPE)
+      try:
+        self._checkpoint.restore(path).assert_existing_objects_matched()
+      finally:
+        setattr(self._checkpoint, _INPUT_SHAPE, shape)
+      return
+    stored = tuple(int(n) for n in reader.get_tensor(_INPUT_SHAPE_KEY))
+    if stored != tuple(self._input_shape):
+      raise UserError(
+        f"The checkpoint {path} was trained on inputs of shape {stored}, not "
+        f"this run's {tuple(self._input_shape)}; use the input shape it was "
+        "trained with, or another --checkpoint_dir or --model_dir."
+      )
+    self._checkpoint.restore(path).assert_existing_objects_matched()
 
   def save(self, step: int) -> str:
     """Saves at `step` (all workers must call it at the same step)."""

@@ -291,7 +291,12 @@ def _assemble(
     outputs=outputs,
     state=state,
     checkpoints=_checkpoints(
-      options, outputs.checkpoints, state, progress, ledger
+      options,
+      outputs.checkpoints,
+      state,
+      progress,
+      ledger,
+      input_shape=task.image_shape,
     ),
     loop=_train_loop(task, options, strategy, state, faults),
     writer=writer,
@@ -329,7 +334,7 @@ def _assemble(
 
 
 def _checkpoints(
-  options, location, state, progress, ledger
+  options, location, state, progress, ledger, *, input_shape
 ) -> run_checkpoints.RunCheckpoints:
   """The checkpoint duty: into `location` (fetched first), when the policy
   says."""
@@ -342,6 +347,7 @@ def _checkpoints(
       keep=options.keep_checkpoints,
       async_save=options.async_checkpoint,
       on_saved=lambda: run_checkpoints.upload(location, progress),
+      input_shape=input_shape,
     ),
     policy=save_policy.SavePolicy(
       every_steps=options.checkpoint_every_steps,

@@ -665,6 +665,18 @@ def test_checkpoint_of_a_different_model(model_dir):
   assert "was written by a different model" in last
 
 
+def test_checkpoint_of_another_input_shape(model_dir):
+  # The run trained on 16x16 images; the small CNN's weights fit any size,
+  # so it continued on 24x24 ones unnoticed.
+  last = _fails_cleanly(model_dir, "--image_size=24")
+  checkpoints = os.path.join(model_dir, "checkpoints")
+  assert last == (
+    f"error: The checkpoint {checkpoints}/ckpt-10 was trained on inputs of "
+    "shape (16, 16, 3), not this run's (24, 24, 3); use the input shape it "
+    "was trained with, or another --checkpoint_dir or --model_dir."
+  )
+
+
 def test_damaged_state_file_resumes_from_the_newest_checkpoint(model_dir):
   state_file = os.path.join(model_dir, "checkpoints", "checkpoint")
   with open(state_file, "w") as f:
