@@ -36,6 +36,7 @@ from tensorflow.python.checkpoint import checkpoint_management  # pylint: disabl
 
 from ctl import tempdirs
 from ctl.errors import UserError
+from ctl.errors import write_failure
 
 # Errors that mean "these files are damaged", as opposed to "wrong model"
 # (ValueError / AssertionError). The reader raises IndexError ("Read less
@@ -239,9 +240,18 @@ class Checkpointer:
     self._checkpoint.restore(path).assert_existing_objects_matched()
 
   def save(self, step: int) -> str:
-    """Saves at `step` (all workers must call it at the same step)."""
+    """Saves at `step` (all workers must call it at the same step).
+
+    Raises:
+      CannotWrite: the directory refused the files (disk full, permission
+        lost); the checkpoints saved before are left as they were.
+    """
     self.sync()
-    path = self._writer().save(checkpoint_number=step, options=self._options)
+    try:
+      path = self._writer().save(checkpoint_number=step, options=self._options)
+    except (OSError, tf.errors.OpError) as e:
+      _raise_if_refused(f"the checkpoint of step {step}", self._directory, e)
+      raise
     self._unpublished = True
     if not self._async_save:
       self.sync()
@@ -264,7 +274,11 @@ class Checkpointer:
   def sync(self) -> None:
     """Waits until the last save is written, then hands it to `on_saved`."""
     if self._async_save:
-      self._checkpoint.sync()
+      try:
+        self._checkpoint.sync()
+      except (OSError, tf.errors.OpError) as e:
+        _raise_if_refused("a checkpoint", self._directory, e)
+        raise
     if self._unpublished:
       self._unpublished = False
       self._on_saved()
@@ -396,6 +410,13 @@ def _files_present(prefix: str) -> bool:
     return False
   expected = int(shards[0].rsplit("-of-", 1)[1])
   return len(shards) == expected
+
+
+def _raise_if_refused(what: str, directory: str, error: Exception) -> None:
+  """Raises CannotWrite when `error` is a write the storage refused."""
+  failure = write_failure(what, directory, error)
+  if failure is not None:
+    raise failure from error
 
 
 def _first_line(error: Exception) -> str:

@@ -8,6 +8,8 @@ line, exit 2.
 """
 
 import argparse
+import errno
+import os
 import signal
 import sys
 
@@ -21,6 +23,19 @@ PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
 # EX_TEMPFAIL: a stall (ctl.watchdog) or a peer that never came; not done,
 # and worth a restart: the same command continues from the last checkpoint.
 STALL_EXIT_CODE = 75
+# EX_IOERR: an output could not be written (disk full, write permission lost
+# mid-run); what was saved before is intact, and the same command continues
+# once the space or the permission is back.
+CANNOT_WRITE_EXIT_CODE = 74
+# What a failed write says when the storage, not the data, is at fault.
+_WRITE_ERRNOS = (
+  errno.ENOSPC,
+  errno.EDQUOT,
+  errno.EFBIG,
+  errno.EACCES,
+  errno.EPERM,
+  errno.EROFS,
+)
 
 
 class UserError(Exception):
@@ -43,6 +58,36 @@ def cannot_write(url: str, error: Exception) -> UserError:
     f"Cannot write to {url} ({reason}); check that the bucket exists and "
     "that this job may write to it."
   )
+
+
+class CannotWrite(Exception):
+  """An output could not be written; exit with CANNOT_WRITE_EXIT_CODE."""
+
+
+def write_failure(what: str, path: str, error: Exception) -> CannotWrite | None:
+  """The one sentence for a write the storage refused, or None.
+
+  Args:
+    what: what was being written ("the checkpoint of step 40").
+    path: the directory it was written to.
+    error: what the write raised: an OSError, or a TensorFlow error whose
+      message names the operating system's reason.
+
+  Returns:
+    A CannotWrite saying where, what and why, and that what was saved before
+    is intact; None when `error` is not one of a full disk, a quota, a file
+    size limit or a missing permission (so the caller re-raises it).
+  """
+  text = str(getattr(error, "message", error))
+  code = getattr(error, "errno", None)
+  for known in _WRITE_ERRNOS:
+    if code == known or os.strerror(known) in text:
+      return CannotWrite(
+        f"Cannot write {what} in {path}: {os.strerror(known).lower()}; "
+        "the checkpoints saved before are intact: free space or restore "
+        "write permission, then run the same command to continue."
+      )
+  return None
 
 
 class Preempted(Exception):

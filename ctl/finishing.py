@@ -18,6 +18,7 @@ from ctl import preemption
 from ctl import progress as progress_lib
 from ctl import summaries
 from ctl.errors import Preempted
+from ctl.errors import write_failure
 
 SUMMARY_FILE = "train_summary.json"
 
@@ -48,13 +49,23 @@ def export(
 
   Raises:
     Preempted: a stop was requested during the export (after it committed).
+    CannotWrite: the export directory refused the files (disk full,
+      permission lost); a SavedModel committed before is left in place.
   """
   if not trained and export_lib.exported_step(location) == step:
     return
   with preemption.StopRequest() as stop, progress.phase(progress_lib.EXPORT):
-    export_lib.export_saved_model(
-      model=model, image_shape=image_shape, location=location, step=step
-    )
+    try:
+      export_lib.export_saved_model(
+        model=model, image_shape=image_shape, location=location, step=step
+      )
+    except (OSError, tf.errors.OpError) as e:
+      failure = location and write_failure(
+        f"the SavedModel of step {step}", location.local_path, e
+      )
+      if not failure:
+        raise
+      raise failure from e
   if stop.requested:
     raise Preempted(step, stop.signal)
 

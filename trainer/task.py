@@ -8,7 +8,8 @@ container (`python -m trainer.task --flagfile=...`) and as a Vertex AI job:
 Exit codes: 0 done; 2 a user error (one sentence on stderr); 143 (SIGTERM) or
 130 (Ctrl-C) stopped on request after saving, re-run to continue; 75 stalled
 (the stall watchdog, or start-up gave up waiting for a peer), re-run to
-continue; 1 anything else.
+continue; 74 an output could not be written (disk full, permission lost),
+re-run once there is space; 1 anything else.
 """
 
 import json
@@ -364,6 +365,8 @@ def main(argv):
     _fail(str(e), 1)
   except errors.Stalled as e:
     _fail(str(e), errors.STALL_EXIT_CODE)
+  except errors.CannotWrite as e:
+    _fail(str(e), errors.CANNOT_WRITE_EXIT_CODE)
 
 
 def _parse_flags(argv):
