@@ -21,10 +21,15 @@ limit (the start-up one before the first loop ended).
 Trade-off: the watchdog is a Python thread, which can write the line, call
 `on_stall` and choose the exit code, but needs the GIL. A stuck call that
 holds the GIL (some TensorFlow C++ calls do, e.g. the multi-worker start-up)
-would silence it, so the thread also re-arms `faulthandler`'s C watchdog,
-which needs no GIL: `BACKSTOP_GRACE_SECS` after the Python deadline it dumps
-the stacks ("Timeout (0:00:30)!") and exits with code 1. A stuck system call
-releases the GIL, so the Python thread sees it.
+would silence it, so the thread also re-arms a backstop process
+(ctl.backstop), which needs no GIL: `BACKSTOP_GRACE_SECS` after the Python
+deadline it has the stacks dumped and kills the process (exit 137). A stuck
+system call releases the GIL, so the Python thread sees it.
+
+A stopped process (Ctrl-Z, SIGSTOP) makes no progress either: continued
+after its limit, it ends as a stall (75), even if the main thread marks
+progress before the thread looks (a mark past the limit is a stall); the
+backstop does not count stopped time.
 
 With `heartbeat_dir` (set by `ctl.launch` in `CTL_HEARTBEAT_DIR`), the thread
 also keeps `worker-<index>.json` there current (phase, step, the deadline),
@@ -42,6 +47,7 @@ import threading
 import time
 from typing import NamedTuple
 
+from ctl import backstop as backstop_lib
 from ctl import progress
 from ctl.errors import STALL_EXIT_CODE
 from ctl.errors import UserError
@@ -163,6 +169,8 @@ class Watchdog:
     )
     self._stop = threading.Event()
     self._thread = None
+    self._backstop = None
+    self._late = None  # (state, seconds): progress that came past its limit.
 
   def add_stall_callback(self, callback: Callable[[Stall], None]) -> None:
     """Also calls `callback(stall)` before exiting on a stall."""
@@ -172,9 +180,8 @@ class Watchdog:
     """Starts the watching thread (no-op when off or already started)."""
     if self._limits.enabled and self._thread is None:
       self._state = self._state._replace(since=time.monotonic())
-      faulthandler.dump_traceback_later(
-        self._state.limit + BACKSTOP_GRACE_SECS, exit=True, file=_STDERR
-      )
+      self._backstop = backstop_lib.Backstop()
+      self._backstop.arm(self._state.limit + BACKSTOP_GRACE_SECS)
       self._thread = threading.Thread(
         target=self._watch, daemon=True, name="ctl-watchdog"
       )
@@ -187,7 +194,8 @@ class Watchdog:
       self._stop.set()
       self._thread.join()
       self._thread = None
-      faulthandler.cancel_dump_traceback_later()
+      self._backstop.close()
+      self._backstop = None
       if self._heartbeat:
         with contextlib.suppress(OSError):
           os.remove(self._heartbeat)
@@ -201,6 +209,12 @@ class Watchdog:
   def __call__(self, mark: progress.Mark) -> None:
     """The progress listener: cheap, no I/O (the thread does that)."""
     now = time.monotonic()
+    waited = now - self._state.since
+    if self._thread is not None and waited > self._state.limit:
+      # Too late (e.g. the process was stopped past the limit, then went on
+      # before the thread looked): still a stall, as the thread would have
+      # seen it had it run.
+      self._late = (self._state, waited)
     if mark.started:
       self._stack.append(mark.phase)
       phase = mark.phase
@@ -246,15 +260,15 @@ class Watchdog:
   def _watch(self) -> None:
     written = None
     while not self._stop.wait(self._poll_secs):
+      if self._late is not None:
+        self._stalled(*self._late)
       state = self._state
       waited = time.monotonic() - state.since
       left = state.limit - waited
       if left < 0:
         self._stalled(state, waited)
-      # If this thread cannot run again, the C watchdog acts instead.
-      faulthandler.dump_traceback_later(
-        left + BACKSTOP_GRACE_SECS, exit=True, file=_STDERR
-      )
+      # If this thread cannot run again, the backstop acts instead.
+      self._backstop.arm(left + BACKSTOP_GRACE_SECS)
       if self._heartbeat and state is not written:
         self._beat(state, deadline=time.monotonic() + left)
         written = state
@@ -296,6 +310,7 @@ class Watchdog:
       flag=state.flag,
       doing=state.doing,
     )
+    self._backstop.arm(BACKSTOP_GRACE_SECS)  # Time for the hooks below.
     # os.write and faulthandler take no Python lock the stuck thread may hold.
     os.write(_STDERR, f"{stall.message()}\n".encode())
     faulthandler.dump_traceback(file=_STDERR, all_threads=True)

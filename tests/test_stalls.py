@@ -272,3 +272,39 @@ def test_a_read_that_blocks_while_listing_is_a_stall_that_names_the_file(
   assert len(stall) == 1, result.stderr[-3000:]
   assert "in data_listing" in stall[0] and f"reading {fifo}" in stall[0]
   assert "--stall_timeout_secs" in stall[0]
+
+
+def test_a_trainer_stopped_past_its_limit_then_continued_exits_75(tmp_path):
+  # Ctrl-Z past the limit, then `fg`: faulthandler's C watchdog (armed for
+  # 10 s after the deadline) woke with the watchdog thread and ended the
+  # run with exit 1; a stall is 75, which a supervisor restarts.
+  model_dir = str(tmp_path / "run")
+  events = f"{model_dir}.events.jsonl"
+  process = start(
+    trainer_command(
+      *FLAGS[:-1],
+      "--train_steps=100000",
+      "--stall_timeout_secs=3",
+      f"--model_dir={model_dir}",
+    ),
+    events=events,
+  )
+  try:
+    events_lib.wait_for_step(events, 15, process=process)
+    process.send_signal(signal.SIGSTOP)
+    # Stopped past the limit and the old backstop's 10 s: the time passing
+    # is what is tested, no event can stand in for it.
+    time.sleep(3 + 10 + 3)
+    process.send_signal(signal.SIGCONT)
+    code, output = finish(process, timeout=120)
+  finally:
+    if process.poll() is None:
+      process.kill()
+  assert code == STALL, output[-3000:]
+  assert re.search(
+    r"stall: worker 0 made no progress for \d+ s in \w+ at step \d+ "
+    r"\(limit 3 s, --stall_timeout_secs\); stacks of all threads follow; "
+    "exiting with 75.",
+    output,
+  ), output[-3000:]
+  assert "Timeout (" not in output

@@ -4,9 +4,12 @@ No TensorFlow here: the watchdog is fed marks by hand, so these run in a
 second or two each. End-to-end stalls of the trainer are in test_stalls.py.
 """
 
+import signal
 import subprocess
 import sys
+import time
 
+from ctl import watchdog
 from tests.conftest import REPO
 
 PRELUDE = """
@@ -82,11 +85,50 @@ print("done")
 
 def test_a_call_that_holds_the_gil_meets_the_c_backstop():
   # sum() over a range runs in C without releasing the GIL: the Python
-  # thread cannot run, faulthandler's C thread dumps and exits.
+  # thread cannot run; the backstop process has the stacks dumped, then
+  # kills the process.
   result = _run("""
 with marks.phase(progress.TRAIN_LOOP):
   time.sleep(0.5)  # The watchdog re-arms the backstop every poll.
   sum(range(10**13))
 """)
-  assert result.returncode == 1, result.stderr
-  assert "Timeout (0:00:" in result.stderr and "in <module>" in result.stderr
+  assert result.returncode == -signal.SIGKILL, result.stderr
+  assert "stall: the stall watchdog of process " in result.stderr
+  assert "could not run" in result.stderr and "in <module>" in result.stderr
+
+
+def test_stopped_past_the_limit_then_continued_ends_as_a_stall():
+  # Ctrl-Z (or SIGSTOP) for longer than the limit and the backstop's grace,
+  # then `fg`: faulthandler's C thread woke with the watchdog thread and
+  # won, exit 1 instead of the stall line and 75.
+  process = subprocess.Popen(
+    [
+      sys.executable,
+      "-c",
+      PRELUDE
+      + """
+print("training", flush=True)
+while True:
+  with marks.phase(progress.TRAIN_LOOP):
+    time.sleep(0.05)
+""",
+    ],
+    cwd=REPO,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
+  try:
+    assert process.stdout.readline() == "training\n"
+    process.send_signal(signal.SIGSTOP)
+    # Stopped past the limit (1 s) and the backstop's grace: the time passing
+    # is what is tested, no event can stand in for it.
+    time.sleep(1 + watchdog.BACKSTOP_GRACE_SECS + 3)
+    process.send_signal(signal.SIGCONT)
+    stdout, stderr = process.communicate(timeout=60)
+  finally:
+    process.kill()
+  assert process.returncode == 75, stderr
+  assert stderr.startswith("stall: worker 3 made no progress for "), stderr
+  assert "in train_loop at step 40 (limit 1 s" in stderr.splitlines()[0]
+  assert "recorded train_loop" in stdout
