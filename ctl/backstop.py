@@ -38,10 +38,13 @@ class Backstop:
 
   def __init__(self):
     faulthandler.register(_DUMP_SIGNAL, file=_STDERR, all_threads=True)
+    # No environment: it needs none, and a supervisor that finds its workers
+    # by theirs (TF_CONFIG) must not mistake this child for one.
     self._child = subprocess.Popen(
       [sys.executable, "-I", "-S", __file__, str(os.getpid())],
       stdin=subprocess.PIPE,
       close_fds=True,
+      env={},
     )
 
   def arm(self, seconds: float) -> None:
