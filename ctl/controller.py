@@ -291,12 +291,7 @@ def _assemble(
     outputs=outputs,
     state=state,
     checkpoints=_checkpoints(
-      options,
-      outputs.checkpoints,
-      state,
-      progress,
-      ledger,
-      input_shape=task.image_shape,
+      options, outputs.checkpoints, state, progress, ledger
     ),
     loop=_train_loop(task, options, strategy, state, faults),
     writer=writer,
@@ -334,7 +329,7 @@ def _assemble(
 
 
 def _checkpoints(
-  options, location, state, progress, ledger, *, input_shape
+  options, location, state, progress, ledger
 ) -> run_checkpoints.RunCheckpoints:
   """The checkpoint duty: into `location` (fetched first), when the policy
   says."""
@@ -347,7 +342,7 @@ def _checkpoints(
       keep=options.keep_checkpoints,
       async_save=options.async_checkpoint,
       on_saved=lambda: run_checkpoints.upload(location, progress),
-      input_shape=input_shape,
+      input_shape=state.input_shape,
     ),
     policy=save_policy.SavePolicy(
       every_steps=options.checkpoint_every_steps,

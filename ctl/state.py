@@ -26,6 +26,8 @@ class TrainState:
     global_step: int64, incremented once per training step.
     data_seed: int64, the seed of the data order (changes on a reshuffle).
     restores: int64, how many times the run was restored.
+    input_shape: (height, width, channels) of one model input (the task's
+      image shape), saved with every checkpoint (see ctl.checkpointing).
   """
 
   model: keras.Model
@@ -33,6 +35,7 @@ class TrainState:
   global_step: tf.Variable
   data_seed: tf.Variable
   restores: tf.Variable
+  input_shape: tuple[int, int, int]
 
   def checkpoint(self) -> tf.train.Checkpoint:
     """A checkpoint of everything that decides the next step."""
@@ -84,4 +87,5 @@ def build_state(
       global_step=tf.Variable(0, name="global_step", **counter),
       data_seed=tf.Variable(seed, name="data_seed", **counter),
       restores=tf.Variable(0, name="restores", **counter),
+      input_shape=tuple(task.image_shape),
     )
