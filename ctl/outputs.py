@@ -27,6 +27,15 @@ CHECKPOINTS_SUBDIR = "checkpoints"
 TENSORBOARD_SUBDIR = "tensorboard"
 EXPORT_SUBDIR = "saved_model"
 _AIP_DIRS = ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR")
+# The flags that name output directories: the keywords of resolve_output_dirs
+# besides `environ`, so a caller with one attribute per flag passes them by name.
+DIR_FLAGS = (
+  "model_dir",
+  "checkpoint_dir",
+  "tensorboard_dir",
+  "export_dir",
+  "job_dir",
+)
 
 
 @dataclasses.dataclass(frozen=True)

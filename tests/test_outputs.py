@@ -16,14 +16,7 @@ _VERTEX = {
 
 
 def _resolve(environ=None, **flags):
-  args = dict(
-    model_dir=None,
-    checkpoint_dir=None,
-    tensorboard_dir=None,
-    export_dir=None,
-    job_dir=None,
-  )
-  args.update(flags)
+  args = dict.fromkeys(outputs.DIR_FLAGS) | flags
   return outputs.resolve_output_dirs(environ=environ or {}, **args)
 
 

@@ -175,14 +175,8 @@ def check_weights(*, name: str, weights: str) -> None:
 
 
 def output_dirs(config: Any, environ: Mapping[str, str]) -> outputs.OutputDirs:
-  return outputs.resolve_output_dirs(
-    model_dir=config.model_dir,
-    checkpoint_dir=config.checkpoint_dir,
-    tensorboard_dir=config.tensorboard_dir,
-    export_dir=config.export_dir,
-    job_dir=config.job_dir,
-    environ=environ,
-  )
+  flags = {name: getattr(config, name) for name in outputs.DIR_FLAGS}
+  return outputs.resolve_output_dirs(**flags, environ=environ)
 
 
 def run_options(
