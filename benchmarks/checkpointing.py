@@ -55,21 +55,7 @@ def main(argv):
   del argv  # Unused.
   cli.emit(
     checkpointing_lib.run(
-      checkpointing_lib.Config(
-        io_model=FLAGS.io_model,
-        io_image_size=FLAGS.io_image_size,
-        model=FLAGS.cost_model,
-        image_size=FLAGS.cost_image_size,
-        batch_size=FLAGS.cost_batch_size,
-        train_steps=FLAGS.cost_train_steps,
-        checkpoint_every=FLAGS.cost_checkpoint_every,
-        steps_per_loop=FLAGS.cost_steps_per_loop,
-        variants=tuple(FLAGS.cost_variants),
-        repeats=FLAGS.repeats,
-        trainer_timeout_secs=FLAGS.trainer_timeout_secs,
-        device=FLAGS.device,
-        section=cli.section_name("checkpointing"),
-      ),
+      cli.config_from_flags(checkpointing_lib.Config, prefix="cost_"),
       progress=cli.emit if FLAGS.output else None,
     )
   )

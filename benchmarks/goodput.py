@@ -3,7 +3,6 @@
 python -m benchmarks.goodput --kills=2 --epochs=4
 """
 
-from absl import app
 from absl import flags
 
 from benchmarks import cli
@@ -36,30 +35,6 @@ flags.DEFINE_enum(
 flags.DEFINE_integer("restart_image_size", 224, "Image side for it.")
 flags.DEFINE_integer("restart_batch_size", 8, "Batch for it.")
 
-FLAGS = flags.FLAGS
-
-
-def main(argv):
-  del argv  # Unused.
-  cli.emit(
-    goodput_lib.run(
-      goodput_lib.Config(
-        epochs=FLAGS.epochs,
-        checkpoint_every=FLAGS.checkpoint_every,
-        kills=FLAGS.kills,
-        kill_seed=FLAGS.kill_seed,
-        image_size=FLAGS.image_size,
-        batch_size=FLAGS.batch_size,
-        backoff_secs=FLAGS.backoff_secs,
-        run_timeout_secs=FLAGS.run_timeout_secs,
-        restart_model=FLAGS.restart_model,
-        restart_image_size=FLAGS.restart_image_size,
-        restart_batch_size=FLAGS.restart_batch_size,
-        section=cli.section_name("goodput"),
-      )
-    )
-  )
-
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_app(goodput_lib.run, goodput_lib.Config)

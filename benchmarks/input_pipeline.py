@@ -5,7 +5,6 @@
       --model_label="ResNet50 engine (224x224)" --model_image_size=224
 """
 
-from absl import app
 from absl import flags
 
 from benchmarks import cli
@@ -35,29 +34,6 @@ flags.DEFINE_integer(
   "pixel-scaled estimate is noted.",
 )
 
-FLAGS = flags.FLAGS
-
-
-def main(argv):
-  del argv  # Unused.
-  cli.emit(
-    input_pipeline_lib.run(
-      input_pipeline_lib.Config(
-        num_jpegs=FLAGS.num_jpegs,
-        jpeg_width=FLAGS.jpeg_width,
-        jpeg_height=FLAGS.jpeg_height,
-        image_size=FLAGS.image_size,
-        batch_size=FLAGS.batch_size,
-        batches=FLAGS.batches,
-        repeats=FLAGS.repeats,
-        model_images_per_second=FLAGS.model_images_per_second,
-        model_label=FLAGS.model_label,
-        model_image_size=FLAGS.model_image_size,
-        section=cli.section_name("input_pipeline"),
-      )
-    )
-  )
-
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_app(input_pipeline_lib.run, input_pipeline_lib.Config)

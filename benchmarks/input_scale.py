@@ -4,7 +4,6 @@ python -m benchmarks.input_scale --num_records=50000
 python -m benchmarks.input_scale --num_records=2000 --repeats=1   # quick
 """
 
-from absl import app
 from absl import flags
 
 from benchmarks import cli
@@ -26,28 +25,6 @@ flags.DEFINE_string(
   "between runs (default: <tmp>/ctl_bench_cache).",
 )
 
-FLAGS = flags.FLAGS
-
-
-def main(argv):
-  del argv  # Unused.
-  cli.emit(
-    input_scale_lib.run(
-      input_scale_lib.Config(
-        num_records=FLAGS.num_records,
-        jpeg_size=FLAGS.jpeg_size,
-        image_size=FLAGS.image_size,
-        global_batch=FLAGS.global_batch,
-        pipelines=tuple(int(n) for n in FLAGS.pipelines),
-        decode_batches=FLAGS.decode_batches,
-        entry_records=FLAGS.entry_records,
-        repeats=FLAGS.repeats,
-        cache_dir=FLAGS.cache_dir,
-        section=cli.section_name("input_scale"),
-      )
-    )
-  )
-
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_app(input_scale_lib.run, input_scale_lib.Config)

@@ -21,17 +21,12 @@ flags.DEFINE_integer(
   "Products per timed call; 0 picks 4 on a CPU and 50 on a GPU.",
 )
 
-FLAGS = flags.FLAGS
-
 
 def main(argv):
   del argv  # Unused.
   sections = peak_lib.run(
-    peak_lib.Config(
-      size=FLAGS.matmul_size,
-      chain=FLAGS.matmul_chain,
-      repeats=FLAGS.repeats,
-      device=FLAGS.device,
+    cli.config_from_flags(
+      peak_lib.Config, renames=dict(size="matmul_size", chain="matmul_chain")
     )
   )
   cli.emit({cli.section_name("peak"): sections["peak"]})

@@ -5,7 +5,6 @@
       --per_replica_batch_size=16 --train_steps=20 --steps_per_loop=5
 """
 
-from absl import app
 from absl import flags
 
 from benchmarks import cli
@@ -40,28 +39,10 @@ flags.DEFINE_bool(
 )
 flags.DEFINE_integer("run_timeout_secs", 300, "Limit for one trainer run.")
 
-FLAGS = flags.FLAGS
-
-
-def main(argv):
-  del argv  # Unused.
-  cli.emit(
-    scaling_lib.run(
-      scaling_lib.Config(
-        model=FLAGS.model,
-        image_size=FLAGS.image_size,
-        batch_size=FLAGS.per_replica_batch_size,
-        steps=FLAGS.train_steps,
-        steps_per_loop=FLAGS.steps_per_loop,
-        worker_counts=tuple(int(c) for c in FLAGS.worker_counts),
-        repeats=FLAGS.repeats,
-        workers_on_cpu=FLAGS.workers_on_cpu,
-        run_timeout_secs=FLAGS.run_timeout_secs,
-        section=cli.section_name("scaling"),
-      )
-    )
-  )
-
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_app(
+    scaling_lib.run,
+    scaling_lib.Config,
+    renames=dict(batch_size="per_replica_batch_size", steps="train_steps"),
+  )

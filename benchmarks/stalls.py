@@ -4,7 +4,6 @@ python -m benchmarks.stalls --repeats=2
 python -m benchmarks.stalls --repeats=1 --stall_timeout_secs=5
 """
 
-from absl import app
 from absl import flags
 
 from benchmarks import cli
@@ -26,25 +25,6 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_integer("run_timeout_secs", 300, "Limit for one trainer run.")
 
-FLAGS = flags.FLAGS
-
-
-def main(argv):
-  del argv  # Unused.
-  cli.emit(
-    stalls_lib.run(
-      stalls_lib.Config(
-        stall_timeout_secs=FLAGS.stall_timeout_secs,
-        stall_step=FLAGS.stall_step,
-        train_steps=FLAGS.train_steps,
-        cost_train_steps=FLAGS.cost_train_steps,
-        repeats=FLAGS.repeats,
-        run_timeout_secs=FLAGS.run_timeout_secs,
-        section=cli.section_name("stalls"),
-      )
-    )
-  )
-
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_app(stalls_lib.run, stalls_lib.Config)

@@ -118,26 +118,9 @@ def _report(sections):
 def main(argv):
   del argv  # Unused.
   throughput_lib.run(
-    throughput_lib.Config(
-      model=FLAGS.model,
-      image_size=FLAGS.image_size,
-      batch_size=FLAGS.batch_size,
-      steps=FLAGS.steps,
-      steps_per_loop=FLAGS.steps_per_loop,
-      repeats=FLAGS.repeats,
-      precision=FLAGS.precision,
-      xla=FLAGS.xla,
-      variants=tuple(FLAGS.variants),
-      extras=tuple(FLAGS.extras),
-      ratios=tuple(FLAGS.ratios),
-      targets=tuple(FLAGS.targets),
-      optimizer=FLAGS.optimizer,
-      measure_peak=FLAGS.measure_peak,
-      peak_size=FLAGS.matmul_size,
-      peak_chain=FLAGS.matmul_chain,
-      device=FLAGS.device,
-      title=FLAGS.title,
-      section=cli.section_name("throughput"),
+    cli.config_from_flags(
+      throughput_lib.Config,
+      renames=dict(peak_size="matmul_size", peak_chain="matmul_chain"),
     ),
     progress=_report,
   )
