@@ -194,36 +194,47 @@ elif restart == 1:
   _assert_all_gone([int(p) for p in (tmp_path / "pids1").read_text().split()])
 
 
-def test_gives_up_after_max_restarts(tmp_path):
+@pytest.mark.parametrize(
+  "max_restarts, code, messages, runs",
+  [
+    pytest.param(
+      1,
+      7,
+      (
+        "restart 1/1 after worker 1 exited with code 7",
+        "giving up: worker 1 exited with code 7 and all 1 restart(s)",
+      ),
+      ["0", "1"],
+      id="gives_up_after_max_restarts",
+    ),
+    pytest.param(
+      3,
+      2,
+      ("not restarting: worker 1 exited with code 2",),
+      ["0"],
+      id="a_user_error_is_not_restarted",
+    ),
+  ],
+)
+def test_a_failing_worker_ends_the_job(
+  tmp_path, max_restarts, code, messages, runs
+):
   result = _launch(
-    ["--num_workers=2", "--max_restarts=1", "--restart_backoff_secs=0"],
-    """
-note(f"runs{index}", restart)
-sys.exit(7 if index == 1 else 0)
+    [
+      "--num_workers=2",
+      f"--max_restarts={max_restarts}",
+      "--restart_backoff_secs=0",
+    ],
+    f"""
+note(f"runs{{index}}", restart)
+sys.exit({code} if index == 1 else 0)
 """,
     tmp_path,
   )
-  assert result.returncode == 7, result.stderr
-  assert "restart 1/1 after worker 1 exited with code 7" in result.stderr
-  assert (
-    "giving up: worker 1 exited with code 7 and all 1 restart(s)"
-    in result.stderr
-  )
-  assert (tmp_path / "runs1").read_text().split() == ["0", "1"]
-
-
-def test_a_user_error_is_not_restarted(tmp_path):
-  result = _launch(
-    ["--num_workers=2", "--max_restarts=3", "--restart_backoff_secs=0"],
-    """
-note(f"runs{index}", restart)
-sys.exit(2 if index == 1 else 0)
-""",
-    tmp_path,
-  )
-  assert result.returncode == 2, result.stderr
-  assert "not restarting: worker 1 exited with code 2" in result.stderr
-  assert (tmp_path / "runs1").read_text().split() == ["0"]
+  assert result.returncode == code, result.stderr
+  for message in messages:
+    assert message in result.stderr
+  assert (tmp_path / "runs1").read_text().split() == runs
 
 
 def test_sigterm_is_forwarded_to_every_worker(tmp_path):
