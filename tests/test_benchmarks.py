@@ -26,6 +26,10 @@ from benchmarks import throughput_lib
 from benchmarks import variants as variants_lib
 from trainer.testing import run_command
 
+# The throughput benchmark's smallest model and batch, loops of 2 steps.
+_TINY_THROUGHPUT = dict(
+  model="small_cnn", image_size=8, batch_size=4, steps_per_loop=2
+)
 _ROW_FIELDS = (
   "name",
   "kind",
@@ -244,11 +248,8 @@ def test_throughput_on_tiny_settings(tmp_path):
   progress = []
   sections = throughput_lib.run(
     throughput_lib.Config(
-      model="small_cnn",
-      image_size=8,
-      batch_size=4,
+      **_TINY_THROUGHPUT,
       steps=2,
-      steps_per_loop=2,
       repeats=2,
       variants=("engine:N", "engine:1", "bare", "bare:N", "fit:1", "fit:N"),
       extras=("auto",),
@@ -318,11 +319,8 @@ def test_throughput_rejects_steps_that_do_not_fill_a_loop():
   with pytest.raises(ValueError, match="multiple"):
     throughput_lib.run(
       throughput_lib.Config(
-        model="small_cnn",
-        image_size=8,
-        batch_size=4,
+        **_TINY_THROUGHPUT,
         steps=3,
-        steps_per_loop=2,
         repeats=1,
         extras=("none",),
         measure_peak=False,
