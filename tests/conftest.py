@@ -19,6 +19,7 @@ from ctl.testing.run_files import read_summary
 from trainer.testing import FAST_FLAGS
 from trainer.testing import REPO
 from trainer.testing import run_trainer
+from trainer.testing import trained_model_dir
 from trainer.testing import trainer_command
 from trainer.testing import trainer_env
 
@@ -32,6 +33,7 @@ __all__ = [
   "run_trainer",
   "trainer_command",
   "trainer_env",
+  "trained_model_dir",
 ]
 
 

@@ -24,6 +24,7 @@ from tests.conftest import REPO
 from tests.conftest import read_scalars
 from tests.conftest import read_summary
 from tests.conftest import run_trainer
+from tests.conftest import trained_model_dir
 from tests.conftest import trainer_env
 from trainer.testing import run_command
 from trainer.testing import trainer_command
@@ -73,9 +74,9 @@ def few_images(tmp_path_factory):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
   """A digits run (10 classes) trained to step 10, with all its outputs."""
-  model_dir = str(tmp_path_factory.mktemp("finished") / "run")
-  run_trainer(*FAST_FLAGS, "--train_steps=10", f"--model_dir={model_dir}")
-  return model_dir
+  return trained_model_dir(
+    tmp_path_factory, "finished", *FAST_FLAGS, "--train_steps=10"
+  )
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from ctl import storage
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
 from tests.conftest import run_trainer
+from tests.conftest import trained_model_dir
 from tests.conftest import trainer_command
 from tests.conftest import trainer_env
 from trainer import model as model_lib
@@ -115,9 +116,9 @@ _EXPORT_FLAGS = (*FAST_FLAGS, "--eval_every_steps=0")
 @pytest.fixture(scope="module")
 def run_to_60(tmp_path_factory):
   """A model dir trained and exported at step 60 (copied by each test)."""
-  model_dir = str(tmp_path_factory.mktemp("run60") / "run")
-  run_trainer(*_EXPORT_FLAGS, "--train_steps=60", f"--model_dir={model_dir}")
-  return model_dir
+  return trained_model_dir(
+    tmp_path_factory, "run60", *_EXPORT_FLAGS, "--train_steps=60"
+  )
 
 
 def _served_logits(model_dir):

@@ -18,6 +18,7 @@ from tests.conftest import free_ports
 from tests.conftest import read_scalars
 from tests.conftest import read_summary
 from tests.conftest import run_trainer
+from tests.conftest import trained_model_dir
 from tests.conftest import trainer_env
 from trainer.testing import run_command
 
@@ -56,9 +57,9 @@ def continued_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory):
   """20 steps with the default options (no --profile_steps)."""
-  model_dir = str(tmp_path_factory.mktemp("short") / "run")
-  run_trainer(*FAST_FLAGS, "--train_steps=20", f"--model_dir={model_dir}")
-  return model_dir
+  return trained_model_dir(
+    tmp_path_factory, "short", *FAST_FLAGS, "--train_steps=20"
+  )
 
 
 def test_train_rerun_continue_and_outputs(continued_run):

@@ -18,6 +18,7 @@ from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
 from tests.conftest import read_summary
 from tests.conftest import run_trainer
+from tests.conftest import trained_model_dir
 from tests.conftest import trainer_command
 from tests.conftest import trainer_env
 from trainer import testing
@@ -43,8 +44,9 @@ def _size(path: str) -> int:
 @pytest.fixture(scope="module")
 def sizes(tmp_path_factory):
   """Bytes of one checkpoint, of the SavedModel, and of everything else."""
-  model_dir = str(tmp_path_factory.mktemp("reference") / "run")
-  run_trainer(*_FLAGS, "--train_steps=10", f"--model_dir={model_dir}")
+  model_dir = trained_model_dir(
+    tmp_path_factory, "reference", *_FLAGS, "--train_steps=10"
+  )
   checkpoint = sum(
     _size(os.path.join(model_dir, "checkpoints", name))
     for name in os.listdir(os.path.join(model_dir, "checkpoints"))

@@ -252,6 +252,17 @@ def train_to_summary(
   return read_summary(model_dir)
 
 
+def trained_model_dir(tmp_path_factory, name: str, *flags: str) -> str:
+  """Trains a run to its end in a fresh `<tmp>/<name>/run`; returns the dir.
+
+  The shape of a module-scoped fixture: one finished run that several tests
+  read or copy (`tmp_path_factory` is pytest's).
+  """
+  model_dir = str(tmp_path_factory.mktemp(name) / "run")
+  run_trainer(*flags, f"--model_dir={model_dir}")
+  return model_dir
+
+
 def kill_at_steps_then_finish(
   flags, *, model_dir: str, steps, env: dict[str, str] | None = None
 ) -> dict:
