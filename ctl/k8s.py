@@ -472,22 +472,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = _parser().parse_args(argv)
 
   def build() -> str:
-    manifest = build_manifest(
-      JobSetOptions(
-        name=args.name,
-        image=args.image,
-        num_workers=args.num_workers,
-        trainer_args=tuple(trainer_args),
-        namespace=args.namespace,
-        gpus_per_node=args.gpus_per_node,
-        accelerator=args.accelerator,
-        max_restarts=args.max_restarts,
-        grace_secs=args.grace_secs,
-        gcsfuse_bucket=args.gcsfuse_bucket,
-        service_account=args.service_account,
-        port=args.port,
-      )
+    options = jobspecs.from_args(
+      JobSetOptions, args, trainer_args=tuple(trainer_args)
     )
+    manifest = build_manifest(options)
     validate_manifest(manifest, kubernetes_version=args.kubernetes_version)
     return jobspecs.format_spec(manifest, args.format)
 

@@ -361,18 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _build_and_send(args: argparse.Namespace, trainer_args: list[str]) -> str:
   """Builds the spec from the command line; returns it, or the job's name."""
-  spec = build_job_spec(
-    image=args.image,
-    num_workers=args.num_workers,
-    machine_type=args.machine_type,
-    accelerator_type=args.accelerator_type,
-    accelerator_count=args.accelerator_count,
-    base_output_dir=args.base_output_dir,
-    restart_job_on_worker_restart=args.restart_job_on_worker_restart,
-    trainer_args=trainer_args,
-    reduction_server_count=args.reduction_server_count,
-    reduction_server_machine_type=args.reduction_server_machine_type,
-  )
+  spec = jobspecs.from_args(build_job_spec, args, trainer_args=trainer_args)
   if not args.submit:
     validate_job_spec(spec)
     return jobspecs.format_spec(spec, args.format)
