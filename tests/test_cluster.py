@@ -28,6 +28,17 @@ def _vertex_tf_config(task_type, index):
   )
 
 
+def _vertex_info(task_type, task_index, trial):
+  """What `resolve` gives a task of that 1 + 2 replica job."""
+  return cluster.ClusterInfo(
+    task_type=task_type,
+    task_index=task_index,
+    chief=(VERTEX_CHIEF,),
+    workers=tuple(VERTEX_WORKERS),
+    trial=trial,
+  )
+
+
 def _resolve(value, var="TF_CONFIG"):
   return cluster.resolve(environ={var: value})
 
@@ -52,13 +63,7 @@ def test_no_cluster_is_a_lone_chief(environ):
 
 def test_vertex_chief():
   info = _resolve(_vertex_tf_config("chief", 0))
-  assert info == cluster.ClusterInfo(
-    task_type="chief",
-    task_index=0,
-    chief=(VERTEX_CHIEF,),
-    workers=tuple(VERTEX_WORKERS),
-    trial="1",
-  )
+  assert info == _vertex_info("chief", 0, trial="1")
   assert info.is_chief and info.is_multi_worker and info.num_workers == 3
 
 
@@ -172,13 +177,7 @@ def test_vertex_cluster_spec_is_the_fallback():
     }
   )
   info = cluster.resolve(environ={"TF_CONFIG": "", "CLUSTER_SPEC": spec})
-  assert info == cluster.ClusterInfo(
-    task_type="worker",
-    task_index=1,
-    chief=(VERTEX_CHIEF,),
-    workers=tuple(VERTEX_WORKERS),
-    trial="3",
-  )
+  assert info == _vertex_info("worker", 1, trial="3")
 
 
 def test_tf_config_wins_over_cluster_spec():
