@@ -1,6 +1,6 @@
 """ctl.reduction_server: the reducer pool ctl-vertex adds, and when it refuses.
 
-Every spec here goes through `vertex.validate_job_spec`, the offline check of
+Every spec here goes through `vertex_check.validate_job_spec`, the offline check of
 the Vertex AI client library's own CustomJobSpec types.
 """
 
@@ -12,6 +12,7 @@ import yaml
 from ctl import errors
 from ctl import reduction_server
 from ctl import vertex
+from ctl import vertex_check
 from tests.conftest import run_trainer
 from tests.conftest import trainer_env
 from trainer.testing import vertex_output_env
@@ -33,7 +34,7 @@ def _spec(**overrides):
 
 
 def test_reducers_are_pool_2_and_the_workers_all_reduce_with_nccl():
-  job_spec = vertex.validate_job_spec(_spec())
+  job_spec = vertex_check.validate_job_spec(_spec())
 
   chief, workers, reducers = job_spec.worker_pool_specs
   assert (reducers.replica_count, reducers.machine_spec.machine_type) == (
@@ -142,5 +143,5 @@ def test_a_config_file_whose_reducers_cannot_pay_is_refused(edit, words):
   spec = copy.deepcopy(_spec())
   edit(spec)
   with pytest.raises(errors.UserError) as e:
-    vertex.validate_job_spec(spec)
+    vertex_check.validate_job_spec(spec)
   assert words in str(e.value) and str(e.value).endswith(".")

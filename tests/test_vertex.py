@@ -16,6 +16,7 @@ import yaml
 
 from ctl import errors
 from ctl import vertex
+from ctl import vertex_check
 from tests.conftest import REPO
 from tests.conftest import run_trainer
 from tests.conftest import trainer_env
@@ -43,7 +44,7 @@ def test_configs_exist():
 
 @pytest.mark.parametrize("path", _CONFIGS, ids=lambda path: path.name)
 def test_config_is_a_valid_job_for_the_trainer_image(path):
-  spec = vertex.load_job_config(str(path))
+  spec = vertex_check.load_job_config(str(path))
 
   chief, *workers = [
     pool for pool in spec.worker_pool_specs if pool.replica_count
@@ -86,7 +87,7 @@ def test_config_args_are_accepted_by_the_trainer(args, tmp_path):
 def test_one_worker_is_a_chief_only_job():
   spec = vertex.build_job_spec(image=_IMAGE, trainer_args=["--train_steps=5"])
 
-  job_spec = vertex.validate_job_spec(spec)
+  job_spec = vertex_check.validate_job_spec(spec)
 
   (chief,) = job_spec.worker_pool_specs
   assert chief.replica_count == 1
@@ -104,7 +105,7 @@ def test_three_workers_are_a_chief_and_a_pool_of_two():
     base_output_dir="gs://bucket/run",
   )
 
-  job_spec = vertex.validate_job_spec(spec)
+  job_spec = vertex_check.validate_job_spec(spec)
 
   chief, workers = job_spec.worker_pool_specs
   assert (chief.replica_count, workers.replica_count) == (1, 2)
@@ -126,7 +127,7 @@ def test_accelerator_count_defaults_to_what_the_machine_comes_with():
     accelerator_type="NVIDIA_H100_80GB",
   )
 
-  (chief,) = vertex.validate_job_spec(spec).worker_pool_specs
+  (chief,) = vertex_check.validate_job_spec(spec).worker_pool_specs
   assert chief.machine_spec.accelerator_count == 8
 
 
@@ -167,7 +168,7 @@ def test_cli_prints_yaml_that_loads_back_as_a_config(tmp_path, capsys):
   config.write_text(capsys.readouterr().out)
 
   assert exit_code == 0
-  chief, workers = vertex.load_job_config(str(config)).worker_pool_specs
+  chief, workers = vertex_check.load_job_config(str(config)).worker_pool_specs
   assert list(workers.container_spec.args) == [
     "--flagfile=configs/cassava_resnet50.cfg",
     "--strategy=multi_worker",
@@ -279,7 +280,7 @@ def test_config_mistake_is_one_clear_sentence(tmp_path, path, value, message):
   config.write_text(yaml.safe_dump(_edit(_v100_config(), path, value)))
 
   with pytest.raises(errors.UserError) as raised:
-    vertex.load_job_config(str(config))
+    vertex_check.load_job_config(str(config))
 
   assert str(raised.value).startswith(f"{config}: ")
   assert message in str(raised.value)
@@ -290,12 +291,12 @@ def test_config_that_is_not_yaml_is_a_user_error(tmp_path):
   config.write_text("workerPoolSpecs: [\n")
 
   with pytest.raises(errors.UserError, match="is not valid YAML"):
-    vertex.load_job_config(str(config))
+    vertex_check.load_job_config(str(config))
 
 
 def test_missing_config_is_a_user_error(tmp_path):
   with pytest.raises(errors.UserError, match="Cannot read the job config"):
-    vertex.load_job_config(str(tmp_path / "missing.yaml"))
+    vertex_check.load_job_config(str(tmp_path / "missing.yaml"))
 
 
 class _FakeVertex(http.server.BaseHTTPRequestHandler):
@@ -376,7 +377,7 @@ def test_submit_sends_the_validated_spec(fake_vertex):
   assert body["displayName"] == "cassava"
   assert aiplatform_v1.CustomJobSpec.from_json(
     json.dumps(body["jobSpec"])
-  ) == vertex.validate_job_spec(spec)
+  ) == vertex_check.validate_job_spec(spec)
 
 
 def test_submit_refused_by_vertex_is_a_user_error(fake_vertex, monkeypatch):
