@@ -42,7 +42,10 @@ its own worker: when one worker dies, its peers fail fast (TF's coordination
 service; the stall watchdog bounds the rest), their agents restart them too,
 and the cluster forms again, in seconds instead of the platform's minutes of
 rescheduling. A SIGKILLed agent takes its worker with it, as the launcher
-does.
+does. With `--warm_spare` the agent keeps the next worker process already
+started with its imports done (ctl.spare), blocked until a restart hands it
+the environment of that start: a restart then skips the interpreter start
+and the imports (TensorFlow, the trainer), for one more idle process.
 
 This module is the command line and its options; the work is done by
 ctl.supervisor (the restart loop and its backoff), ctl.workers (starting,
@@ -84,6 +87,7 @@ class LaunchOptions:
     grace_secs: How long stopped workers may take to exit before SIGKILL.
     heartbeat_grace_secs: How long past its watchdog's deadline a worker's
       heartbeat may be before the launcher treats the worker as stalled.
+    warm_spare: (agent) Keep the next worker process started and warm.
   """
 
   command: tuple[str, ...]
@@ -94,6 +98,7 @@ class LaunchOptions:
   restart_backoff_secs: float = 1.0
   grace_secs: float = 10.0
   heartbeat_grace_secs: float = 30.0
+  warm_spare: bool = False
 
   def __post_init__(self):
     if not self.command:
@@ -107,6 +112,13 @@ class LaunchOptions:
           "--agent runs this node's one worker with the cluster its"
           " environment describes: drop --num_workers and --port_base."
         )
+      if self.warm_spare:
+        workers.spare_command(self.command)  # Refuses a command it cannot warm.
+    elif self.warm_spare:
+      raise UserError(
+        "--warm_spare keeps one spare worker for a node agent: use it with"
+        " --agent."
+      )
     elif self.num_workers is None:
       raise UserError(
         "give --num_workers=N (a cluster on this machine) or --agent (this"
@@ -135,6 +147,14 @@ class LaunchOptions:
         "--restart_backoff_secs, --grace_secs and"
         " --heartbeat_grace_secs must be 0 or more."
       )
+
+
+# Every option but the command is the flag of the same name.
+_FLAG_FIELDS = tuple(
+  field
+  for field in dataclasses.fields(LaunchOptions)
+  if field.name != "command"
+)
 
 
 def run(options: LaunchOptions) -> int:
@@ -173,6 +193,7 @@ def run(options: LaunchOptions) -> int:
       options.command,
       tasks,
       relay_output=not options.agent,
+      warm_spare=options.warm_spare,
       policy=supervisor.Policy(
         max_restarts=options.max_restarts,
         restart_backoff_secs=options.restart_backoff_secs,
@@ -189,16 +210,8 @@ def run(options: LaunchOptions) -> int:
 def _parse_args(argv: Sequence[str]) -> LaunchOptions:
   args = _parser().parse_args(argv)
   command = args.command[1:] if args.command[:1] == ["--"] else args.command
-  return LaunchOptions(
-    command=tuple(command),
-    num_workers=args.num_workers,
-    agent=args.agent,
-    port_base=args.port_base,
-    max_restarts=args.max_restarts,
-    restart_backoff_secs=args.restart_backoff_secs,
-    grace_secs=args.grace_secs,
-    heartbeat_grace_secs=args.heartbeat_grace_secs,
-  )
+  options = {field.name: getattr(args, field.name) for field in _FLAG_FIELDS}
+  return LaunchOptions(command=tuple(command), **options)
 
 
 def _parser() -> errors.ArgumentParser:
@@ -211,12 +224,7 @@ def _parser() -> errors.ArgumentParser:
   parser.add_argument(
     "--num_workers", type=int, default=None, help="Number of worker processes."
   )
-  parser.add_argument(
-    "--agent",
-    action="store_true",
-    help="Node agent: run one worker in this environment's cluster"
-    " (TF_CONFIG, CLUSTER_SPEC or CTL_JOBSET_*) and restart it in place.",
-  )
+  _add_agent_flags(parser)
   parser.add_argument(
     "--port_base",
     type=int,
@@ -256,6 +264,22 @@ def _parser() -> errors.ArgumentParser:
     "command", nargs=argparse.REMAINDER, help="The worker command, after '--'."
   )
   return parser
+
+
+def _add_agent_flags(parser: errors.ArgumentParser) -> None:
+  """The node agent's flags (see the module docstring)."""
+  parser.add_argument(
+    "--agent",
+    action="store_true",
+    help="Node agent: run one worker in this environment's cluster"
+    " (TF_CONFIG, CLUSTER_SPEC or CTL_JOBSET_*) and restart it in place.",
+  )
+  parser.add_argument(
+    "--warm_spare",
+    action="store_true",
+    help="With --agent: keep the next worker process started, its imports"
+    " done, for a faster restart (needs a 'python -m MODULE' command).",
+  )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

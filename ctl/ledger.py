@@ -44,6 +44,7 @@ from absl import logging
 from ctl import cluster
 from ctl import goodput
 from ctl import progress as progress_lib
+from ctl import spare
 from ctl import workers
 
 SUBDIR = "ledger"
@@ -52,10 +53,14 @@ _IMPORTED = time.time()
 
 
 def process_start_time() -> float:
-  """When this process started (seconds since the epoch), to about 10 ms.
+  """When this attempt's process started (seconds since the epoch).
 
-  Read from /proc (Linux); elsewhere, when this module was imported.
+  Read from /proc (Linux), to about 10 ms; elsewhere, when this module was
+  imported. A warm spare (ctl.spare) was started long before its attempt:
+  for it, the moment it was handed the restart.
   """
+  if os.environ.get(spare.ATTEMPT_START_ENV):
+    return float(os.environ[spare.ATTEMPT_START_ENV])
   try:
     with open("/proc/self/stat") as f:
       stat = f.read()

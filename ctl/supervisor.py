@@ -67,6 +67,7 @@ def supervise(
   policy: Policy,
   events: queue.SimpleQueue,
   relay_output: bool = True,
+  warm_spare: bool = False,
 ) -> int:
   """Runs the workers until all succeed, one fails for good, or a signal comes.
 
@@ -76,6 +77,8 @@ def supervise(
     policy: How failures are handled.
     events: Where the caller posts ("signal", signum) for SIGINT and SIGTERM.
     relay_output: Prefix the workers' output lines (`workers.Workers`).
+    warm_spare: Keep the next start's worker process started and warm
+      (`workers.Spare`, one worker a start: the node agent's).
 
   Returns:
     0 when every worker exited 0; the code of the worker that failed last
@@ -87,8 +90,13 @@ def supervise(
     tempfile.TemporaryDirectory(prefix="ctl-heartbeats-") as heartbeats,
   ):
     guard.remove_dir(heartbeats)
-    starts = _Starts(command, tasks, events, heartbeats, guard, relay_output)
-    return _Supervisor(starts, policy, events).run()
+    starts = _Starts(
+      command, tasks, events, heartbeats, guard, relay_output, warm_spare
+    )
+    try:
+      return _Supervisor(starts, policy, events).run()
+    finally:
+      starts.discard_spare()
 
 
 @dataclasses.dataclass
@@ -101,7 +109,9 @@ class _Starts:
   heartbeat_root: str
   guard: reaper.Reaper
   relay_output: bool
+  warm_spare: bool = False
   count: int = 0
+  spare: workers_lib.Spare | None = None  # For the next start.
   # One id for every start: a restarted chief takes over the run
   # directory's lease its killed predecessor held (ctl.lease).
   job: dict[str, str] = dataclasses.field(
@@ -113,8 +123,9 @@ class _Starts:
   previous_exit: dict[str, str] = dataclasses.field(default_factory=dict)
 
   def start(self, policy: Policy) -> workers_lib.Workers:
-    """Start number `count` (0 is the first)."""
-    return workers_lib.Workers(
+    """Start number `count` (0 is the first), then the next one's spare."""
+    spare, self.spare = self.spare, None
+    started = workers_lib.Workers(
       self.command,
       self.tasks(),
       env={
@@ -130,7 +141,22 @@ class _Starts:
       ),
       guard=self.guard,
       relay_output=self.relay_output,
+      spare=spare,
     )
+    if self.warm_spare and self.count < policy.max_restarts:
+      self.spare = workers_lib.Spare(
+        self.command,
+        env=self.job,
+        guard=self.guard,
+        relay_output=self.relay_output,
+      )
+    return started
+
+  def discard_spare(self) -> None:
+    """Ends the spare no start will use."""
+    if self.spare is not None:
+      self.spare.discard()
+      self.spare = None
 
   def ended(self, code: int) -> None:
     """Records how the last start ended (its failed worker's code, or 0)."""

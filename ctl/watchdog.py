@@ -58,6 +58,10 @@ _STARTUP_PHASES = (progress.STARTUP, progress.FIRST_LOOP)
 # Phases that beat for each item of work (`Watchdog.beat`): the steady limit
 # applies to each item from the first run on, as nothing in them traces.
 _BEATING_PHASES = (progress.DATA_LISTING,)
+# Phases that only enclose others (`ctl.run`'s whole call): time in them
+# outside any inner phase is the controller's bookkeeping between phases,
+# with its own limit, not a first run of the enclosing phase.
+_ENCLOSING_PHASES = (progress.RUN,)
 _STARTUP_FLAG = "--startup_timeout_secs"
 _STALL_FLAG = "--stall_timeout_secs"
 _STDERR = 2  # The descriptor: sys.stderr may be a wrapper (pytest, notebooks).
@@ -224,7 +228,7 @@ class Watchdog:
       slowest = self._slowest.get(mark.phase, 0.0)
       self._slowest[mark.phase] = max(slowest, mark.seconds)
       phase = self._stack[-1] if self._stack else None
-    if phase is None:  # Between phases: the controller's bookkeeping.
+    if phase in (None, *_ENCLOSING_PHASES):  # The controller's bookkeeping.
       first_loop_done = progress.FIRST_LOOP in self._slowest
       limit, flag = (
         self._steady(None)

@@ -10,6 +10,7 @@ pid, and so its group id, cannot be reused by an unrelated process.
 """
 
 from collections.abc import Mapping, Sequence
+import contextlib
 import dataclasses
 import json
 import os
@@ -38,6 +39,7 @@ PREVIOUS_EXIT_ENV = "CTL_PREVIOUS_EXIT"
 PREVIOUS_EXIT_TIME_ENV = "CTL_PREVIOUS_EXIT_TIME"
 JOB_ID_ENV = lease.JOB_ID_ENVS[0]
 _HEARTBEAT_POLL_SECS = 1.0
+_SPARE_EXIT_SECS = 5.0  # For an unused spare to leave on end of its stdin.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +96,7 @@ class Workers:
     heartbeats: heartbeats_lib.Heartbeats,
     guard: reaper.Reaper,
     relay_output: bool = True,
+    spare: "Spare | None" = None,
   ):
     """Starts one process of `command` per task.
 
@@ -107,6 +110,9 @@ class Workers:
       guard: The reaper, told about every worker's process group.
       relay_output: Prefix each output line with `[worker RANK] `; else the
         workers write straight to the launcher's stdout and stderr.
+      spare: A warm spare of `command` to run the first task in (started
+        with the same `relay_output`); a spare that died meanwhile is
+        replaced by a new process.
 
     Raises:
       UserError: If the command cannot be started (nothing is left running).
@@ -119,11 +125,11 @@ class Workers:
     self._relays = []
     self._running = set()
     for task in tasks:
-      worker_env = dict(os.environ, PYTHONUNBUFFERED="1")  # Lines as they come.
-      worker_env.update(env)
+      worker_env = base_environment(env)
       worker_env[watchdog.HEARTBEAT_DIR_ENV] = heartbeats.directory
       worker_env.update(task.env)
-      self._start(command, task.rank, worker_env, relay_output)
+      self._start(command, task.rank, worker_env, relay_output, spare)
+      spare = None  # A spare serves one worker.
 
   def _start(
     self,
@@ -131,24 +137,19 @@ class Workers:
     rank: int,
     env: dict[str, str],
     relay_output: bool,
+    spare: "Spare | None",
   ) -> None:
-    """Starts worker `rank` with its output relays and its waiter."""
-    pipe = subprocess.PIPE if relay_output else None
+    """Starts worker `rank` (in `spare` if given) with relays and a waiter."""
+    proc = spare.hand_over(env) if spare else None
     try:
-      proc = subprocess.Popen(
-        command,
-        env=env,
-        start_new_session=True,
-        preexec_fn=reaper.die_with_parent(),
-        stdout=pipe,
-        stderr=pipe,
+      proc = proc or spawn(
+        command, env=env, guard=self._guard, relay_output=relay_output
       )
     except OSError as e:
       self.stop(signal.SIGKILL, 0)
       raise UserError(
         f"cannot run worker command {command[0]!r}: {e.strerror}."
       ) from None
-    self._guard.watch_group(proc.pid)
     self._procs.append(proc)
     self._running.add(rank)
     if relay_output:
@@ -256,3 +257,117 @@ class Workers:
         os.killpg(proc.pid, signum)
       except ProcessLookupError:
         pass  # The whole group has exited.
+
+
+def base_environment(env: Mapping[str, str]) -> dict[str, str]:
+  """What every worker gets: the launcher's environment, then `env`."""
+  return dict(os.environ, PYTHONUNBUFFERED="1") | dict(
+    env
+  )  # Lines as they come.
+
+
+def spawn(
+  command: Sequence[str],
+  *,
+  env: Mapping[str, str],
+  guard: reaper.Reaper,
+  relay_output: bool,
+  stdin: int | None = None,
+) -> subprocess.Popen:
+  """Starts one worker process: its own session, dying with the launcher.
+
+  Raises:
+    OSError: If `command` cannot be started.
+  """
+  pipe = subprocess.PIPE if relay_output else None
+  proc = subprocess.Popen(
+    command,
+    env=env,
+    start_new_session=True,
+    preexec_fn=reaper.die_with_parent(),
+    stdin=stdin,
+    stdout=pipe,
+    stderr=pipe,
+  )
+  guard.watch_group(proc.pid)
+  return proc
+
+
+class Spare:
+  """A warm spare of a `python -m MODULE ...` worker command (ctl.spare).
+
+  Started like a worker (own session, parent-death signal, watched by the
+  reaper), so a SIGKILLed launcher takes it along too.
+  """
+
+  def __init__(
+    self,
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    guard: reaper.Reaper,
+    relay_output: bool,
+  ):
+    """Starts the spare of `command` (see `spare_command`).
+
+    Args:
+      command: The worker command, `python -m MODULE ARGS...`.
+      env: What every start of the worker gets (`base_environment`); each
+        start's own variables come with `hand_over`.
+      guard: The reaper, told about the spare's process group.
+      relay_output: As for `Workers`: the spare's output is piped.
+
+    Raises:
+      OSError: If it cannot be started.
+    """
+    self._guard = guard
+    self._proc = spawn(
+      spare_command(command),
+      env=base_environment(env),
+      guard=guard,
+      relay_output=relay_output,
+      stdin=subprocess.PIPE,
+    )
+
+  @property
+  def pid(self) -> int:
+    return self._proc.pid
+
+  def hand_over(self, env: Mapping[str, str]) -> subprocess.Popen | None:
+    """Runs the worker in the spare with `env`; None if the spare is gone."""
+    if self._proc.poll() is not None:
+      self.discard()
+      return None
+    try:
+      self._proc.stdin.write(json.dumps(dict(env)).encode() + b"\n")
+      self._proc.stdin.close()
+    except OSError:  # It died just now.
+      self.discard()
+      return None
+    return self._proc
+
+  def discard(self) -> None:
+    """Ends an unused spare (end of its stdin, then SIGKILL) and reaps it."""
+    with contextlib.suppress(OSError):
+      self._proc.stdin.close()
+    try:
+      self._proc.wait(timeout=_SPARE_EXIT_SECS)
+    except subprocess.TimeoutExpired:
+      with contextlib.suppress(ProcessLookupError):
+        os.killpg(self._proc.pid, signal.SIGKILL)
+      self._proc.wait()
+    self._guard.forget_group(self._proc.pid)
+
+
+def spare_command(command: Sequence[str]) -> list[str]:
+  """`python -m ctl.spare MODULE ARGS...` for `python -m MODULE ARGS...`.
+
+  Raises:
+    UserError: If `command` is not of that form.
+  """
+  if len(command) < 3 or command[1] != "-m":
+    raise UserError(
+      "--warm_spare needs a worker command of the form 'python -m MODULE "
+      f"[ARGS...]', not {' '.join(command[:3])!r}."
+    )
+  return [command[0], "-m", "ctl.spare", *command[2:]]

@@ -13,10 +13,12 @@ import random
 import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
 
+from ctl import spare
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
@@ -27,6 +29,7 @@ from tests.conftest import trainer_env
 from tests.test_launch import _assert_all_gone
 from tests.test_launch import _launcher_tree
 from trainer.testing import finish
+from trainer.testing import output_so_far
 from trainer.testing import start
 
 STEPS = 60
@@ -44,13 +47,13 @@ FLAGS = (
 
 
 @contextlib.contextmanager
-def two_agents(model_dir, *, flags=FLAGS):
+def two_agents(model_dir, *, flags=FLAGS, agent_flags=()):
   """Two agents, one per "node", sharing one events file; yields them.
 
   Whatever still runs at the end is SIGKILLed (a failed test leaves no
   training behind: the agents take their workers with them).
   """
-  agents = _start_agents(model_dir, flags)
+  agents = _start_agents(model_dir, flags, agent_flags)
   try:
     yield agents
   finally:
@@ -60,7 +63,7 @@ def two_agents(model_dir, *, flags=FLAGS):
         finish(agent)
 
 
-def _start_agents(model_dir, flags):
+def _start_agents(model_dir, flags, agent_flags):
   addresses = [f"localhost:{port}" for port in free_ports(2)]
   return [
     start(
@@ -71,6 +74,7 @@ def _start_agents(model_dir, flags):
         "--agent",
         "--max_restarts=3",
         "--restart_backoff_secs=0.5",
+        *agent_flags,
         "--",
         *trainer_command(*flags, f"--model_dir={model_dir}"),
       ],
@@ -88,14 +92,21 @@ def _start_agents(model_dir, flags):
   ]
 
 
-def trainer_of(agent):
-  """The trainer process an agent runs now."""
-  (worker,) = [
+def trainer_of(events, worker):
+  """The process that marked `worker`'s latest progress event."""
+  (pid,) = [
+    e["pid"] for e in events_lib.read_events(events) if e["worker"] == worker
+  ][-1:]
+  return psutil.Process(pid)
+
+
+def spares_of(agent):
+  """The agent's children started as spares (ctl.spare), used or not."""
+  return [
     p
     for p in psutil.Process(agent.pid).children()
-    if "trainer.task" in " ".join(p.cmdline())
+    if "ctl.spare" in p.cmdline()
   ]
-  return worker
 
 
 def event_pids(events):
@@ -121,7 +132,7 @@ def test_a_killed_worker_is_restarted_in_place_and_ends_identical(
   kill_at = random.Random().choice(range(15, 45, 5))
   with two_agents(model_dir) as agents:
     events_lib.wait_for_step(events, kill_at, process=agents[0])
-    trainer_of(agents[1]).send_signal(signal.SIGKILL)
+    trainer_of(events, worker=1).send_signal(signal.SIGKILL)
     for agent in agents:
       code, output = finish(agent)
       assert code == 0, f"killed at step {kill_at}:\n" + output[-3000:]
@@ -135,13 +146,48 @@ def test_a_killed_worker_is_restarted_in_place_and_ends_identical(
   _assert_all_gone(event_pids(events), timeout=5)
 
 
-def test_sigkill_to_an_agent_takes_its_worker_with_it(tmp_path):
+def test_a_warm_spare_takes_the_restart_and_ends_identical(reference, tmp_path):
   model_dir = tmp_path / "run"
   events = f"{model_dir}.events.jsonl"
-  with two_agents(model_dir, flags=(*FLAGS, "--train_steps=100000")) as agents:
+  kill_at = random.Random().choice(range(15, 45, 5))
+  with two_agents(model_dir, agent_flags=("--warm_spare",)) as agents:
+    events_lib.wait_for_step(events, kill_at, process=agents[0])
+    while spare.READY_LINE not in output_so_far(agents[1]):
+      assert agents[1].poll() is None, output_so_far(agents[1])[-3000:]
+      time.sleep(0.2)
+    (warm,) = spares_of(agents[1])
+    killed = trainer_of(events, worker=1)
+    killed.send_signal(signal.SIGKILL)
+    for agent in agents:
+      code, output = finish(agent)
+      assert code == 0, f"killed at step {kill_at}:\n" + output[-3000:]
+  summary = read_summary(model_dir)
+  assert summary["weights_fingerprint"] == reference["weights_fingerprint"], (
+    f"worker 1 killed at step {kill_at}"
+  )
+  # Worker 1's restart ran in the spare that was warm before the kill (its
+  # interpreter and imports paid while worker 1 trained), not in a new one.
+  restarted = {
+    e["pid"]
+    for e in events_lib.read_events(events)
+    if e["worker"] == 1 and e["attempt"] >= 1
+  }
+  assert warm.pid in restarted and killed.pid not in restarted
+  _assert_all_gone(event_pids(events) | {warm.pid}, timeout=5)
+
+
+@pytest.mark.parametrize("agent_flags", [(), ("--warm_spare",)])
+def test_sigkill_to_an_agent_takes_its_worker_with_it(agent_flags, tmp_path):
+  model_dir = tmp_path / "run"
+  events = f"{model_dir}.events.jsonl"
+  with two_agents(
+    model_dir, flags=(*FLAGS, "--train_steps=100000"), agent_flags=agent_flags
+  ) as agents:
     events_lib.wait_for_step(events, 10, process=agents[1], worker=1)
-    tree, heartbeats = _launcher_tree(agents[1].pid)  # Worker and reaper.
-    assert trainer_of(agents[1]) in tree and len(heartbeats) == 1
+    # Worker, reaper and, with --warm_spare, the spare.
+    tree, heartbeats = _launcher_tree(agents[1].pid)
+    assert trainer_of(events, worker=1) in tree and len(heartbeats) == 1
+    assert len(spares_of(agents[1])) == len(agent_flags)
     agents[1].kill()
     finish(agents[1])
     _assert_all_gone([p.pid for p in tree], timeout=5)

@@ -37,6 +37,16 @@ def _run(script: str) -> subprocess.CompletedProcess:
   )
 
 
+def _assert_stalled(result, where: str, recorded: str) -> str:
+  """The process ended as a stall in `where` (1 s limit), recorded as such."""
+  assert result.returncode == 75, result.stderr
+  line = result.stderr.splitlines()[0]
+  assert line.startswith("stall: worker 3 made no progress for "), line
+  assert f"in {where} (limit 1 s, --stall_timeout_secs)" in line, line
+  assert result.stdout == f"recorded {recorded}\n"
+  return line
+
+
 def test_a_stuck_phase_ends_the_process_with_the_stall_line_and_stacks():
   result = _run("""
 def read_that_never_returns():
@@ -44,12 +54,8 @@ def read_that_never_returns():
 with marks.phase(progress.TRAIN_LOOP):
   read_that_never_returns()
 """)
-  assert result.returncode == 75, result.stderr
-  line = result.stderr.splitlines()[0]
-  assert line.startswith("stall: worker 3 made no progress for ")
-  assert "in train_loop at step 40 (limit 1 s, --stall_timeout_secs)" in line
+  _assert_stalled(result, "train_loop at step 40", "train_loop")
   assert "in read_that_never_returns" in result.stderr  # The stuck stack.
-  assert result.stdout == "recorded train_loop\n"
 
 
 def test_beats_are_progress_and_the_stall_line_says_what_was_being_done():
@@ -62,13 +68,28 @@ with marks.phase(progress.DATA_LISTING):
     time.sleep(0.1)
   time.sleep(600)
 """)
-  assert result.returncode == 75, result.stderr
-  line = result.stderr.splitlines()[0]
-  assert (
-    "in data_listing at step 40, reading /data/19.png (limit 1 s, "
-    "--stall_timeout_secs)"
-  ) in line
-  assert result.stdout == "recorded data_listing\n"
+  _assert_stalled(
+    result, "data_listing at step 40, reading /data/19.png", "data_listing"
+  )
+
+
+def test_bookkeeping_between_loops_of_a_run_gets_the_steady_limit():
+  # Inside `ctl.run` (the `run` phase encloses every other) the time between
+  # two train loops is the controller's bookkeeping: a hang there (or a
+  # Ctrl-Z that lands there) is a stall of the steady limit (1 s), not of
+  # the start-up one (60 s) that the never-ended `run` phase would get.
+  result = _run("""
+with marks.phase(progress.RUN):
+  for _ in range(3):
+    with marks.phase(progress.TRAIN_LOOP):
+      time.sleep(0.05)
+  time.sleep(600)
+""")
+  _assert_stalled(
+    result,
+    "bookkeeping after train_loop at step 40",
+    "bookkeeping after train_loop",
+  )
 
 
 def test_progress_keeps_it_quiet_and_stop_ends_the_watch():
