@@ -154,7 +154,9 @@ def test_default_cmd_is_accepted_by_the_trainer(dockerfile, tmp_path):
 def test_the_container_check_imports_with_the_standard_library_only():
   # `make container-check` runs scripts/container_check.py on the system
   # Python, which has none of the project's dependencies (-S: no site dirs):
-  # the script and what it imports (trainer.testing, ctl.testing.events).
+  # the script, its sibling modules (scripts/podman_sandbox.py,
+  # scripts/image_checks.py) and what they import (trainer.testing,
+  # ctl.testing.events).
   result = subprocess.run(
     [
       sys.executable,

@@ -46,7 +46,7 @@ RESUME_FLAGS = (
 
 # Offline stand-ins for cassava and ResNet50 in a Vertex AI config's args;
 # later flags win over the flagfile (tests/test_vertex_contract.py and
-# scripts/container_check.py).
+# scripts/image_checks.py).
 OFFLINE_FLAGS = (
   "--dataset=digits",
   "--model=small_cnn",
@@ -75,8 +75,9 @@ VERTEX_JOB_OUTPUTS = ("checkpoints", "logs", "model", "train_summary.json")
 def _events_env() -> str:
   """The variable that asks a run for its progress events (`CTL_EVENTS`).
 
-  Imported when needed: `scripts/container_check.py` runs this module on the
-  system Python, which has no absl for `ctl.progress`.
+  Imported when needed: `make container-check` imports this module on the
+  system Python (scripts/image_checks.py), which has no absl for
+  `ctl.progress`.
   """
   from ctl import progress  # pylint: disable=g-import-not-at-top
 
