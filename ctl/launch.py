@@ -194,11 +194,11 @@ def run(options: LaunchOptions) -> int:
       tasks,
       relay_output=not options.agent,
       warm_spare=options.warm_spare,
-      policy=supervisor.Policy(
-        max_restarts=options.max_restarts,
-        restart_backoff_secs=options.restart_backoff_secs,
-        grace_secs=options.grace_secs,
-        heartbeat_grace_secs=options.heartbeat_grace_secs,
+      policy=supervisor.Policy(  # Its fields are options of the same name.
+        **{
+          field.name: getattr(options, field.name)
+          for field in dataclasses.fields(supervisor.Policy)
+        }
       ),
       events=events,
     )

@@ -174,17 +174,28 @@ def test_publish_retries_across_a_restart(gcs_emulator, tmp_path):
   assert _fetch_and_restore(reader) == 1.0
 
 
+@pytest.mark.parametrize(
+  "route, refusal",
+  [
+    ({"storage": "gcsfs"}, "Cannot write to gs://no-such-bucket/"),
+    ({"storage": "fuse"}, "not a directory"),
+  ],
+  ids=["gcsfs", "fuse"],
+)
 def test_missing_bucket_fails_before_anything_is_written(
-  gcs_emulator, tmp_path
+  route, refusal, request, tmp_path
 ):
-  del gcs_emulator  # Running, but without the bucket.
-  with pytest.raises(UserError, match="Cannot write to gs://no-such-bucket/"):
+  # gcsfs: the emulator runs, without the bucket; FUSE: nothing is mounted.
+  if route["storage"] == "gcsfs":
+    request.getfixturevalue("gcs_emulator")
+  with pytest.raises(UserError, match=refusal):
     _open(
       tmp_path,
       "writer",
       "gs://no-such-bucket/run",
-      storage="gcsfs",
+      fuse_root=str(tmp_path / "gcs"),
       retry_policy=_IMPATIENT,
+      **route,
     )
   assert not os.path.exists(tmp_path / "writer")
 
@@ -207,17 +218,6 @@ def test_auto_uses_a_mounted_bucket(tmp_path):
     tmp_path, "reader", str(mount / "run"), fuse_root=str(fuse_root)
   )
   assert _fetch_and_restore(reader) == 2.0
-
-
-def test_fuse_route_needs_the_mount(tmp_path):
-  with pytest.raises(UserError, match="not a directory"):
-    _open(
-      tmp_path,
-      "writer",
-      "gs://bucket/run",
-      storage="fuse",
-      fuse_root=str(tmp_path / "gcs"),
-    )
 
 
 def test_default_staging_dir_is_found_again_and_cleaned(tmp_path, monkeypatch):
