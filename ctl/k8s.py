@@ -47,8 +47,8 @@ from ctl import jobspecs
 from ctl import storage
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
-# The container's command; the trainer flags become its args. One value, so
-# that another entry point (a node agent) is a one-line change.
+# The container's command; the trainer flags become its args. With
+# `agent_restarts` the node agent (ctl.launch --agent) runs it instead.
 TRAINER_COMMAND = ("python", "-m", "trainer.task")
 CHIEF, WORKER = "chief", "worker"
 CONTAINER = "trainer"
@@ -90,7 +90,11 @@ class JobSetOptions:
     image: The trainer image URI.
     num_workers: Pods in the job, the chief included (as in ctl-vertex).
     trainer_args: The trainer's command line (the container's args).
-    command: The container's command.
+    agent_restarts: With N > 0 the container runs the node agent
+      (`ctl.launch --agent --max_restarts=N`), which restarts a failed
+      trainer in place up to N times before the pod fails and JobSet's
+      `max_restarts` recreates every pod; 0 runs the trainer alone.
+    warm_spare: The agent keeps a warm spare (`--warm_spare`).
     namespace: The namespace, or None for kubectl's current one.
     gpus_per_node: `nvidia.com/gpu` per pod; 0 for none.
     accelerator: A `cloud.google.com/gke-accelerator` node selector, or None.
@@ -107,7 +111,8 @@ class JobSetOptions:
   image: str
   num_workers: int = 1
   trainer_args: tuple[str, ...] = ()
-  command: tuple[str, ...] = TRAINER_COMMAND
+  agent_restarts: int = 0
+  warm_spare: bool = False
   namespace: str | None = None
   gpus_per_node: int = 0
   accelerator: str | None = None
@@ -116,6 +121,16 @@ class JobSetOptions:
   gcsfuse_bucket: str | None = None
   service_account: str | None = None
   port: int = cluster.JOBSET_DEFAULT_PORT
+
+
+def container_command(options: JobSetOptions) -> tuple[str, ...]:
+  """The trainer, or the node agent that runs and restarts it in place."""
+  if not options.agent_restarts:
+    return TRAINER_COMMAND
+  agent = ("python", "-m", "ctl.launch", "--agent")
+  flags = (f"--max_restarts={options.agent_restarts}",)
+  flags += ("--warm_spare",) * options.warm_spare
+  return (*agent, *flags, "--", *TRAINER_COMMAND)
 
 
 def build_manifest(options: JobSetOptions) -> dict[str, Any]:
@@ -157,7 +172,7 @@ def _job_spec(options: JobSetOptions, *, pods: int, shape: str) -> dict:
   container = {
     "name": CONTAINER,
     "image": options.image,
-    "command": list(options.command),
+    "command": list(container_command(options)),
     "args": list(options.trainer_args),
     "ports": [{"name": "tf-grpc", "containerPort": options.port}],
     "env": _env(options, shape=shape),
@@ -247,6 +262,14 @@ def _check_options(options: JobSetOptions) -> None:
     (
       options.max_restarts >= 0,
       f"max_restarts must be 0 or more, not {options.max_restarts}.",
+    ),
+    (
+      options.agent_restarts >= 0,
+      f"agent_restarts must be 0 or more, not {options.agent_restarts}.",
+    ),
+    (
+      options.agent_restarts or not options.warm_spare,
+      "warm_spare is kept by the node agent: give agent_restarts=N too.",
     ),
     (
       options.grace_secs >= MIN_GRACE_SECS,
@@ -502,6 +525,18 @@ def _parser() -> argparse.ArgumentParser:
     type=int,
     default=3,
     help="failurePolicy.maxRestarts: JobSet restarts of all pods.",
+  )
+  add(
+    "--agent_restarts",
+    type=int,
+    default=0,
+    help="Run the node agent, which restarts a failed trainer in place this"
+    " many times before the pod fails (0: the trainer alone).",
+  )
+  add(
+    "--warm_spare",
+    action="store_true",
+    help="The node agent keeps a warm spare trainer process.",
   )
   add(
     "--grace_secs",

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 
 import pytest
 import yaml
@@ -20,6 +21,7 @@ from ctl import k8s
 from tests.conftest import REPO
 from tests.conftest import run_trainer
 from tests.conftest import trainer_env
+from trainer.testing import run_command
 
 _IMAGE = "us-docker.pkg.dev/project/ctl/trainer:latest"
 _EXAMPLE = os.path.join(REPO, "configs", "k8s", "cassava_a100x4.yaml")
@@ -153,6 +155,26 @@ def test_the_trainer_in_a_pod_sees_the_cluster(tmp_path):
   assert described["task_type"] == "worker"
 
 
+def test_the_agent_in_a_pod_runs_the_trainer_with_the_cluster(tmp_path):
+  # The container command with --agent_restarts: the node agent (and its
+  # warm spare) runs the trainer with the pod's environment, output as is.
+  manifest = _manifest(num_workers=2, agent_restarts=2, warm_spare=True)
+  k8s.validate_manifest(manifest)
+  [container] = _pod(manifest)["containers"]
+  command = [
+    sys.executable if word == "python" else word
+    for word in container["command"]
+  ]
+  assert command[2:5] == ["ctl.launch", "--agent", "--max_restarts=2"]
+  args = ["--dataset=synthetic", "--train_steps=5", "--dry_run"]
+  env = trainer_env(**_pod_env(manifest, "worker", 0, 0))
+  agent = run_command([*command, *args, f"--model_dir={tmp_path}"], env=env)
+  alone = run_trainer(*args, f"--model_dir={tmp_path}", env=env)
+  described = json.loads(agent.stdout)["cluster"]
+  assert described == json.loads(alone.stdout)["cluster"]
+  assert described["task_type"] == "worker"
+
+
 def _pod(manifest, index=1):
   return manifest["spec"]["replicatedJobs"][index]["template"]["spec"][
     "template"
@@ -234,6 +256,8 @@ def test_a_broken_manifest_is_refused_in_one_sentence(edit, words):
     ({"name": "x" * 60}, "63 characters or fewer"),
     ({"port": 0}, "port must be a port"),
     ({"max_restarts": -1}, "max_restarts must be 0 or more"),
+    ({"agent_restarts": -1}, "agent_restarts must be 0 or more"),
+    ({"warm_spare": True}, "give agent_restarts=N too"),
   ],
 )
 def test_bad_options_are_refused(changes, words):
