@@ -85,6 +85,8 @@ class Benchmark:
     timeout_secs: how long it may run with the standard settings.
     quick_timeout_secs: how long it may run with --quick.
     flags_from: derives more flags from the sections measured before it.
+    opt_in: runs only when --only names it (too long for the standard run's
+      20 minutes).
   """
 
   section: str
@@ -96,6 +98,7 @@ class Benchmark:
   # with the machine busy with a test run and an image build beside them.
   quick_timeout_secs: int = 300
   flags_from: Callable[[Mapping[str, dict]], list[str]] | None = None
+  opt_in: bool = False
 
 
 def _resnet50_rate(sections: Mapping[str, dict]) -> list[str]:
@@ -271,6 +274,17 @@ BENCHMARKS = (
     ("--repeats=1", "--kill_step=10"),
     timeout_secs=420,
   ),
+  Benchmark(
+    "restart_resnet50",
+    "benchmarks.restart",
+    # One round of the three modes is about 6 minutes here (each start
+    # imports and traces ResNet50): `--only=restart_resnet50`.
+    ("--model=resnet50", "--repeats=1", "--kill_step=10"),
+    ("--model=resnet50", "--repeats=1", "--kill_step=5"),
+    timeout_secs=900,
+    quick_timeout_secs=900,
+    opt_in=True,
+  ),
 )
 
 
@@ -379,6 +393,25 @@ def machine_info() -> dict:
   return info
 
 
+def chosen_benchmarks(
+  only: Sequence[str], benchmarks: Sequence[Benchmark] = BENCHMARKS
+) -> list[Benchmark]:
+  """The sections `--only` names, or every one that is not opt-in.
+
+  Raises:
+    ValueError: If `only` names a section that does not exist.
+  """
+  unknown = set(only) - {b.section for b in benchmarks}
+  if unknown:
+    raise ValueError(
+      f"--only names unknown sections: {sorted(unknown)}; "
+      f"known: {[b.section for b in benchmarks]}."
+    )
+  if only:
+    return [b for b in benchmarks if b.section in only]
+  return [b for b in benchmarks if not b.opt_in]
+
+
 def run(
   *,
   results_dir: str,
@@ -392,17 +425,11 @@ def run(
   Returns:
     (the run directory, the report).
   """
-  unknown = set(only) - {b.section for b in benchmarks}
-  if unknown:
-    raise ValueError(
-      f"--only names unknown sections: {sorted(unknown)}; "
-      f"known: {[b.section for b in benchmarks]}."
-    )
+  chosen = chosen_benchmarks(only, benchmarks)
   started = time.perf_counter()
   run_dir = report_lib.new_run_dir(results_dir)
   os.makedirs(os.path.join(run_dir, "logs"))
   report = report_lib.new_report(machine_info())
-  chosen = [b for b in benchmarks if not only or b.section in only]
   for index, benchmark in enumerate(chosen, 1):
     left = budget_secs - (time.perf_counter() - started) - _REPORT_RESERVE_SECS
     if left < _MIN_START_SECS:

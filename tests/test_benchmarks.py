@@ -491,3 +491,15 @@ def test_run_all_names_each_section_that_did_not_finish(tmp_path):
     benchmarks=(crash,),
   )
   assert run_all.broken_sections(report) == ["crash (skipped)"]
+
+
+def test_an_opt_in_section_runs_only_when_named():
+  # restart_resnet50 takes minutes a round: not in the standard 20 minutes,
+  # but `--only=restart_resnet50` (and `make bench BENCH_FLAGS=...`) runs it.
+  default = [b.section for b in run_all.chosen_benchmarks(())]
+  assert "restart" in default and "restart_resnet50" not in default
+  named = run_all.chosen_benchmarks(["restart_resnet50", "restart"])
+  assert [b.section for b in named] == ["restart", "restart_resnet50"]
+  assert "--model=resnet50" in named[1].flags
+  with pytest.raises(ValueError, match="unknown sections"):
+    run_all.chosen_benchmarks(["restart_r50"])
