@@ -24,6 +24,7 @@ import tempfile
 import uuid
 
 import fsspec
+from fsspec.implementations import local as local_fs
 
 from ctl import errors
 from ctl import retry
@@ -172,15 +173,31 @@ class Mirror:
       if replaces:
         self._remove_remote(self._commit_file)
     for name in changed:
-      self._call(
-        "upload " + name,
-        self._fs.put_file,
-        os.path.join(self._local_dir, name),
-        self._remote(name),
-      )
+      self._upload(name, replacing=name in self._published)
       self._published[name] = local[name]
     for name in sorted(self._published.keys() - local.keys()):
       self._remove_remote(name)
+
+  def _upload(self, name: str, *, replacing: bool) -> None:
+    """Uploads one file; a replaced one is never seen cut short.
+
+    An object store shows an object only once its upload is complete. A
+    local or FUSE-mounted directory shows a file while it is written, so
+    there a file published before (a TensorBoard events file that grew, the
+    state file) goes to a temporary name first and is renamed over the old
+    one: a process killed mid-copy leaves the old whole, not a file cut
+    short (the steps it held lost). A temporary left by such a kill has a
+    name no reader looks for.
+    """
+    source = os.path.join(self._local_dir, name)
+    if not (replacing and isinstance(self._fs, local_fs.LocalFileSystem)):
+      self._call(
+        "upload " + name, self._fs.put_file, source, self._remote(name)
+      )
+      return
+    temporary = self._remote(f".ctl-upload-{uuid.uuid4().hex}")
+    self._call("upload " + name, self._fs.put_file, source, temporary)
+    self._call("replace " + name, self._fs.mv, temporary, self._remote(name))
 
   def _remove_remote(self, name: str) -> None:
     try:

@@ -5,6 +5,8 @@ ctl.storage in test_storage.py, against a real emulator and a FUSE root.
 """
 
 import os
+import subprocess
+import sys
 
 from fsspec.implementations import local as fsspec_local
 
@@ -60,7 +62,7 @@ class _UploadFails(fsspec_local.LocalFileSystem):
   fail_on = None
 
   def put_file(self, lpath, rpath, **kwargs):
-    if self.fail_on and rpath.endswith(self.fail_on):
+    if self.fail_on and lpath.endswith(self.fail_on):
       raise OSError("the upload died here")
     return super().put_file(lpath, rpath, **kwargs)
 
@@ -101,3 +103,58 @@ def test_a_replacing_publish_withdraws_the_commit_before_it_uploads(tmp_path):
     "b.pb": "new!",
     "marker": "new!",
   }
+
+
+_PUBLISHER = """
+import itertools, sys
+from fsspec.implementations import local as fsspec_local
+from ctl import mirror, retry
+remote, local, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+m = mirror.Mirror(fs=fsspec_local.LocalFileSystem(auto_mkdir=True),
+                  remote_dir=remote, url=remote, local_dir=local,
+                  retry_policy=retry.RetryPolicy(deadline_s=1.0),
+                  is_transient=lambda error: False)
+with open(local + "/events", "wb") as f:
+  f.write(b"a" * size)
+m.publish()
+print("published", flush=True)
+sys.stdin.readline()
+for letter in itertools.cycle(b"bc"):  # The same file, grown, again and
+  with open(local + "/events", "wb") as f:  # again, as TensorBoard's grows.
+    f.write(bytes([letter]) * 2 * size)
+  m.publish()
+"""
+
+
+def test_a_kill_while_a_published_file_is_replaced_keeps_the_old_whole(
+  tmp_path,
+):
+  # A local (or FUSE-mounted) remote shows a file while it is written: a
+  # SIGKILL in the middle of re-publishing a grown TensorBoard events file
+  # left it cut short, and the steps published before were lost.
+  remote, local, size = tmp_path / "remote", tmp_path / "local", 64 << 20
+  remote.mkdir()
+  publisher = subprocess.Popen(
+    [sys.executable, "-c", _PUBLISHER, str(remote), str(local), str(size)],
+    stdin=subprocess.PIPE,
+    stdout=subprocess.PIPE,
+    text=True,
+  )
+  try:
+    assert publisher.stdout.readline() == "published\n"
+    publisher.stdin.write("go\n")
+    publisher.stdin.flush()
+    while not any(  # A copy in progress: some remote file is partial.
+      0 < entry.stat().st_size < 2 * size and entry.stat().st_size != size
+      for entry in os.scandir(remote)
+    ):
+      assert publisher.poll() is None
+    publisher.kill()
+  finally:
+    publisher.kill()
+    publisher.wait()
+  with open(remote / "events", "rb") as f:
+    content = f.read()
+  # The old whole, or one of the new wholes: never a file cut short.
+  assert len(content) in (size, 2 * size), f"{len(content)} bytes: cut short"
+  assert content == content[:1] * len(content)

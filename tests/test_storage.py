@@ -281,7 +281,7 @@ class _FailingMount(fsspec_local.LocalFileSystem):
   """A FUSE mount whose writes of the state file fail, as on a backend error."""
 
   def put_file(self, lpath, rpath, **kwargs):
-    if posixpath.basename(rpath) == "checkpoint":
+    if posixpath.basename(lpath) == "checkpoint":
       raise OSError(errno.EIO, "Input/output error", rpath)
     return super().put_file(lpath, rpath, **kwargs)
 
