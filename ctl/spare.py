@@ -64,8 +64,8 @@ def imports_of(module: str) -> list[str]:
 def warm_up(module: str) -> None:
   """Imports what `module` imports; a name that is not a module is skipped.
 
-  (`from absl import flags` names a module; `from os import path` a module;
-  `from json import dumps` a function, which the import of `json` covers.)
+  (`from os import path` names a module; `from json import dumps` a
+  function, which the import of `json` covers.)
   """
   for name in imports_of(module):
     try:
