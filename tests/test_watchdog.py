@@ -121,17 +121,19 @@ with marks.phase(progress.TRAIN_LOOP):
 def test_stopped_past_the_limit_then_continued_ends_as_a_stall():
   # Ctrl-Z (or SIGSTOP) for longer than the limit and the backstop's grace,
   # then `fg`: faulthandler's C thread woke with the watchdog thread and
-  # won, exit 1 instead of the stall line and 75.
+  # won, exit 1 instead of the stall line and 75. The line is printed inside
+  # a loop of 0.5 s, so the stop lands in train_loop, not between two loops
+  # (which is bookkeeping, a stall of its own name).
   process = subprocess.Popen(
     [
       sys.executable,
       "-c",
       PRELUDE
       + """
-print("training", flush=True)
 while True:
   with marks.phase(progress.TRAIN_LOOP):
-    time.sleep(0.05)
+    print("training", flush=True)
+    time.sleep(0.5)
 """,
     ],
     cwd=REPO,
