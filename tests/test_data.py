@@ -3,6 +3,7 @@
 import logging
 import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -14,6 +15,9 @@ from ctl import input as input_lib
 from ctl.errors import UserError
 from ctl.testing.gcs_emulator import GcsEmulator
 from trainer import data
+from trainer.testing import FAST_FLAGS
+from trainer.testing import read_summary
+from trainer.testing import run_command
 
 
 def _all_records(records):
@@ -378,6 +382,37 @@ def test_digits_split_is_fixed_and_partitions_the_1797_digits():
   )
   assert sorted(first["train"] + first["eval"]) == everything
   assert source.num_classes == 10
+
+
+_LOADED_AT_EXIT = """
+import atexit, runpy, sys
+atexit.register(lambda: print("loaded:", *sorted(
+  {name.split(".")[0] for name in sys.modules if sys.modules[name]}),
+  file=sys.stderr))
+sys.argv = ["trainer.task", *sys.argv[1:]]
+runpy.run_module("trainer.task", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_digits_run_imports_neither_scikit_learn_nor_matplotlib(tmp_path):
+  # Keras imports both when they are installed (plot galleries, estimator
+  # wrappers) and load_digits imports scikit-learn: 1.1 s of CPU at every
+  # start of a worker, for nothing the trainer uses.
+  model_dir = str(tmp_path / "run")
+  result = run_command(
+    [
+      sys.executable,
+      "-c",
+      _LOADED_AT_EXIT,
+      *FAST_FLAGS,
+      "--train_steps=10",
+      f"--model_dir={model_dir}",
+    ]
+  )
+  loaded = set(result.stderr.rsplit("loaded:", 1)[1].split())
+  assert {"keras", "tensorflow"} <= loaded
+  assert not loaded & {"sklearn", "matplotlib"}
+  assert read_summary(model_dir)["final_step"] == 10
 
 
 def test_digits_decode_to_rgb_images_of_the_requested_size():
