@@ -212,9 +212,11 @@ def _worker_process(launcher_pid: int, *, index: int) -> psutil.Process:
   raise AssertionError(f"no worker {index} under launcher {launcher_pid}")
 
 
-def _ctrl_c_at_step_10(model_dir, *flags) -> tuple[subprocess.Popen, str]:
+def _ctrl_c_at_step_10(
+  model_dir, *flags, faults: str = ""
+) -> tuple[subprocess.Popen, str]:
   """A long run of FLAGS + `flags`, sent SIGINT once it reaches step 10:
-  (the process, its events file)."""
+  (the process, its events file). `faults`: its CTL_FAULTS."""
   events = f"{model_dir}.events.jsonl"
   process = start_until_step(
     trainer_command(
@@ -222,6 +224,7 @@ def _ctrl_c_at_step_10(model_dir, *flags) -> tuple[subprocess.Popen, str]:
     ),
     events=events,
     step=10,
+    env=trainer_env(CTL_FAULTS=faults),
   )
   process.send_signal(signal.SIGINT)
   return process, events
@@ -241,15 +244,14 @@ def test_ctrl_c_saves_at_the_next_loop_and_exits_130(model_dir):
 
 
 def test_a_second_ctrl_c_exits_at_once(model_dir):
-  # Loops of several seconds: the signals come while the compiled loop runs,
-  # when Python runs no signal handler.
+  # The loop of steps 10-20 waits 30 s for the input of step 15: the signals
+  # come while the compiled loop runs, when Python runs no signal handler.
   process, _ = _ctrl_c_at_step_10(
     model_dir,
-    "--image_size=64",
-    "--per_replica_batch_size=256",
     "--steps_per_loop=10",
     "--log_every_steps=10",
     "--checkpoint_every_steps=0",
+    faults="stall@15:input:secs=30",
   )
   time.sleep(0.2)  # Two signals sent at once would arrive as one.
   process.send_signal(signal.SIGINT)

@@ -151,12 +151,13 @@ def test_write_permission_lost_mid_run(tmp_path):
   model_dir = str(tmp_path / "run")
   checkpoints = os.path.join(model_dir, "checkpoints")
   events = f"{model_dir}.events.jsonl"
-  # Held 20 s at the start of the save of step 10, while the test takes the
-  # permission away (the save's start mark comes first).
+  # Held 8 s at the start of the save of step 10, while the test takes the
+  # permission away (the save's start mark comes first; the test polls the
+  # events every 50 ms).
   process = testing.start(
     trainer_command(*_FLAGS, "--train_steps=20", f"--model_dir={model_dir}"),
     events=events,
-    env=trainer_env(CTL_FAULTS="stall@10:checkpoint_save:secs=20"),
+    env=trainer_env(CTL_FAULTS="stall@10:checkpoint_save:secs=8"),
   )
   immutable = False
   try:
