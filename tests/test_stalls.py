@@ -261,7 +261,7 @@ def test_a_read_that_blocks_while_listing_is_a_stall_that_names_the_file(
   os.mkfifo(fifo)  # Opening it for reading blocks until a writer comes.
   result = run_trainer(
     *_FILES_FLAGS,
-    "--stall_timeout_secs=20",
+    "--stall_timeout_secs=10",
     f"--data_dir={data_dir}",
     f"--model_dir={tmp_path / 'run'}",
     timeout=240,
