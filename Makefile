@@ -25,7 +25,7 @@ demo: $(VENV)/.installed
 
 # The lint runs first: a formatting or lint error fails `make test` (and CI).
 test: lint
-	$(PY) -m pytest -q -n 3 --dist loadfile --durations=20
+	$(PY) -m pytest -q -n 4 --dist loadfile --durations=20
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff format --check --quiet .
