@@ -1,0 +1,87 @@
+"""ctl.spare: a process that imports ahead, waits, then runs the worker."""
+
+import json
+import os
+import subprocess
+import sys
+
+from ctl import spare
+from trainer.testing import REPO
+
+_PROBE = '''
+"""A stand-in worker module: what it was run with, as one JSON line."""
+import json
+import os
+import sys
+
+
+def main():
+  import csv  # Deferred, as the trainer defers TensorFlow.
+  from . import sibling  # Relative: not the spare's to import.
+  del csv, sibling
+
+
+if __name__ == "__main__":
+  print(json.dumps({
+    "argv": sys.argv,
+    "x": os.environ.get("X"),
+    "inherited": os.environ.get("NOT_HANDED_OVER"),
+    "attempt_start": os.environ.get("CTL_ATTEMPT_START"),
+    "csv_already_imported": "csv" in sys.modules,
+  }))
+'''
+
+
+def _spare(tmp_path) -> subprocess.Popen:
+  (tmp_path / "probe_worker.py").write_text(_PROBE)
+  env = {
+    **os.environ,
+    "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}",
+    "NOT_HANDED_OVER": "from the agent's own start",
+  }
+  return subprocess.Popen(
+    [sys.executable, "-m", "ctl.spare", "probe_worker", "--a", "b"],
+    env=env,
+    stdin=subprocess.PIPE,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
+
+
+def test_imports_of_lists_top_level_and_deferred_absolute_imports(
+  tmp_path, monkeypatch
+):
+  (tmp_path / "probe_worker.py").write_text(_PROBE)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  assert spare.imports_of("probe_worker") == ["json", "os", "sys", "csv"]
+  assert spare.imports_of("no_such_module_here") == []
+
+
+def test_the_hand_over_runs_the_module_with_the_given_environment(tmp_path):
+  process = _spare(tmp_path)
+  try:
+    assert process.stderr.readline().strip() == spare.READY_LINE
+    handed = {"X": "1", "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}
+    out, err = process.communicate(json.dumps(handed) + "\n", timeout=60)
+  finally:
+    process.kill()
+  assert process.returncode == 0, err
+  ran = json.loads(out)
+  assert ran["argv"][1:] == ["--a", "b"]
+  assert ran["x"] == "1"
+  assert ran["inherited"] is None  # Only the handed-over environment.
+  assert float(ran["attempt_start"]) > 0
+  assert ran["csv_already_imported"]  # Warmed up before the hand-over.
+
+
+def test_an_agent_that_ends_without_a_restart_ends_the_spare_quietly(
+  tmp_path,
+):
+  process = _spare(tmp_path)
+  try:
+    assert process.stderr.readline().strip() == spare.READY_LINE
+    out, err = process.communicate("", timeout=60)
+  finally:
+    process.kill()
+  assert (process.returncode, out, err) == (0, "", "")
