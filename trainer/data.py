@@ -188,14 +188,14 @@ def _digits(image_size: int) -> Source:
 def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
   """The 1,797 digits as `sklearn.datasets.load_digits` gives them.
 
-  Returns:
-    The 8x8 images (values 0..16) and their int64 labels.
-
   The same file load_digits parses (`digits.csv.gz` in scikit-learn's wheel:
   64 pixels and the label per row), read without importing scikit-learn,
   which costs about 0.8 s of CPU at every start of a trainer (the start-up
   that each restart pays again). tests/test_data.py checks it against
   load_digits.
+
+  Returns:
+    The 8x8 images (values 0..16) and their int64 labels.
   """
   package = importlib.util.find_spec("sklearn").submodule_search_locations[0]
   rows = np.loadtxt(

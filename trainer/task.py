@@ -355,7 +355,7 @@ def _hidden_from_imports(names):
     yield
   finally:
     for name in hidden:
-      if name in sys.modules and sys.modules[name] is None:
+      if sys.modules.get(name, ...) is None:  # Still hidden: unhide it.
         del sys.modules[name]
 
 
