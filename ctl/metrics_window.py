@@ -7,13 +7,24 @@ and the throughput of each window.
 """
 
 from collections.abc import Callable
-import time
+import math
 
 from absl import logging
 import numpy as np
 
 from ctl import loop as loop_lib
 from ctl import summaries
+
+
+def _eta(seconds: float | None) -> str:
+  """`seconds` as "H:MM:SS", with the days in front past a day."""
+  if seconds is None or not math.isfinite(seconds):
+    return "unknown (no step measured yet)"
+  days, rest = divmod(round(max(seconds, 0.0)), 86400)
+  clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+  if not days:
+    return clock
+  return f"{days} day{'s' if days > 1 else ''} {clock}"
 
 
 class MetricsWindow:
@@ -72,7 +83,11 @@ class MetricsWindow:
     steps_per_second = self._steps / max(self._seconds, 1e-9)
     examples_per_second = steps_per_second * self._global_batch_size
     self.throughput.append(examples_per_second)
-    remaining = (self._train_steps - step) / max(steps_per_second, 1e-9)
+    remaining = (
+      (self._train_steps - step) / steps_per_second
+      if steps_per_second > 0
+      else None
+    )
     self.metrics = {"loss": self._loss_sum / steps}
     accuracy = ""
     if self._correct_sum is not None:
@@ -85,7 +100,7 @@ class MetricsWindow:
       self.metrics["loss"],
       accuracy,
       examples_per_second,
-      time.strftime("%H:%M:%S", time.gmtime(remaining)),
+      _eta(remaining),
     )
     self._writer.write(
       step,

@@ -52,3 +52,18 @@ def test_no_window_logged_has_no_throughput():
     learning_rate=lambda: 0.1,
   )
   assert window.median_throughput() is None
+
+
+def test_an_eta_of_days_shows_the_days(tmp_path, caplog):
+  # 54 days and a bit: 4,676,487 steps left at one step a second.
+  window = metrics_window.MetricsWindow(
+    train_steps=4_676_497,
+    global_batch_size=1,
+    writer=summaries.ScalarWriter(logdir=str(tmp_path)),
+    learning_rate=lambda: 0.1,
+  )
+  window.add(_output([1.0] * 10), 10, seconds=10.0)
+  with caplog.at_level("INFO"):
+    window.log(10)
+  [line] = [r.getMessage() for r in caplog.records if "ETA" in r.getMessage()]
+  assert line.endswith("ETA 54 days 03:01:27"), line
