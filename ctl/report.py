@@ -13,6 +13,7 @@ it needs matplotlib (`pip install ctl[report]`).
 
 from collections.abc import Sequence
 import os
+import signal
 import sys
 
 from ctl import errors
@@ -209,7 +210,22 @@ def _badput_table(accounting: goodput.Accounting) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  """Entry point of `ctl-report` and `python -m ctl.report`; exits."""
+  """Entry point of `ctl-report` and `python -m ctl.report`; exits.
+
+  A reader that stops reading (`ctl-report DIR | head`) ends the report
+  quietly with 141 (128 + SIGPIPE), as a tool killed by SIGPIPE does.
+  """
+  try:
+    _report(argv)
+    sys.stdout.flush()
+  except BrokenPipeError:
+    # Python would flush stdout again at exit and fail the same way.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(128 + signal.SIGPIPE)
+
+
+def _report(argv: Sequence[str] | None) -> None:
+  """Prints the accounting of the run named in `argv`; draws its timeline."""
   parser = errors.ArgumentParser(
     prog="ctl-report",
     description="Where a ctl job's wall time went (its run ledger).",

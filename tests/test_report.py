@@ -7,6 +7,7 @@ test_goodput.py runs the report on ledgers of real killed jobs.
 """
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -167,3 +168,24 @@ def test_a_ledger_line_of_wrong_types_is_skipped_with_a_warning(model_dir):
   assert warning.endswith(
     f"Skipped line {lines} of {path}: 't0' is \"noon\", not a number."
   )
+
+
+def test_a_reader_that_stops_reading_ends_the_report_quietly(model_dir):
+  # `ctl-report DIR | head`: the reader is gone before the report writes
+  # (its end of the pipe is closed first, so the write always fails).
+  read_end, write_end = os.pipe()
+  os.close(read_end)
+  try:
+    result = subprocess.run(
+      [sys.executable, "-m", "ctl.report", model_dir, "--png="],
+      cwd=REPO,
+      env=trainer_env(),
+      stdout=write_end,
+      stderr=subprocess.PIPE,
+      text=True,
+      timeout=120,
+    )
+  finally:
+    os.close(write_end)
+  assert result.stderr == ""
+  assert result.returncode == 128 + signal.SIGPIPE
