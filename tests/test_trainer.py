@@ -20,6 +20,7 @@ from tests.conftest import read_summary
 from tests.conftest import run_trainer
 from tests.conftest import trained_model_dir
 from tests.conftest import trainer_env
+from trainer import checks
 from trainer.testing import run_command
 
 
@@ -93,6 +94,12 @@ def test_train_rerun_continue_and_outputs(continued_run):
   continued = read_summary(model_dir)
   assert continued["final_step"] == 60
   assert continued["restores"] >= 1
+
+
+def test_the_start_up_checks_run_once_per_start(continued_run):
+  """The cluster lookup, bucket probe and writability check: not twice."""
+  _, (first, _), _, _ = continued_run
+  assert first.stderr.count(checks.PASSED) == 1, first.stderr[-3000:]
 
 
 def test_train_and_validation_run_dirs_share_tag_names(continued_run):

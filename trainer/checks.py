@@ -11,6 +11,8 @@ import math
 import os
 from typing import Any
 
+from absl import logging
+
 from ctl import cluster as cluster_lib
 from ctl import lease
 from ctl import outputs
@@ -18,6 +20,9 @@ from ctl import storage
 from ctl import watchdog
 from ctl.errors import UserError
 from ctl.options import RunOptions
+
+# The log line that says `check` passed (once per start of the trainer).
+PASSED = "Start-up checks passed"
 
 
 def check(config: Any, environ: Mapping[str, str]) -> None:
@@ -55,6 +60,7 @@ def check(config: Any, environ: Mapping[str, str]) -> None:
   options.validate()
   if not config.dry_run:  # Before TensorFlow loads: refused in a second.
     lease.check_free(options)
+  logging.info("%s: flags, cluster, output directories, lease.", PASSED)
 
 
 def check_flags(config: Any) -> None:

@@ -75,7 +75,10 @@ class Job:
 
 
 def build_job(config: Any, environ=os.environ) -> Job:
-  """Validates the configuration and builds the job.
+  """Builds the job of a configuration that passed `checks.check`.
+
+  The checks run once per start, before TensorFlow loads (`trainer.task`);
+  what only the loaded data or the strategy can tell is checked here.
 
   Args:
     config: an object with one attribute per trainer flag.
@@ -87,7 +90,6 @@ def build_job(config: Any, environ=os.environ) -> Job:
   Raises:
     UserError: for the first thing in the configuration a user must fix.
   """
-  checks.check(config, environ)
   if config.data_dir:  # Not in `checks`: --dry_run accepts placeholders.
     storage.check_url(config.data_dir, fuse_root=config.fuse_root)
   cluster = cluster_lib.resolve(environ=environ)
@@ -215,11 +217,11 @@ def _eval_callbacks(config, cluster) -> tuple[Callable[[int, dict], None], ...]:
 
 
 def describe(config: Any, environ=os.environ) -> dict:
-  """What a run would do, checked without loading data or TensorFlow state.
+  """What a run would do, without loading data or TensorFlow state.
 
-  Used by `--dry_run` (e.g. to check a container's default command).
+  Used by `--dry_run` (e.g. to check a container's default command), after
+  `checks.check`.
   """
-  checks.check(config, environ)
   cluster = cluster_lib.resolve(environ=environ)
   return {
     "cluster": dataclasses.asdict(cluster),
