@@ -76,7 +76,8 @@ def build_job_spec(
     The spec as a dict of camelCase fields, ready for YAML or JSON.
 
   Raises:
-    errors.UserError: If `num_workers` is below 1, `base_output_dir` is
+    errors.UserError: If `num_workers` is below 1 or above
+      `vertex_check.MAX_MACHINES`, `base_output_dir` is
       not a valid gs:// url, or reducers are asked for where they cannot pay
       (one machine, no accelerators, a collective other than NCCL).
   """
@@ -155,11 +156,17 @@ def _worker_pools(
 
 
 def _check_machines(*, num_workers: int, base_output_dir: str | None) -> None:
-  """Refuses a job without a chief or with an output dir off Cloud Storage."""
+  """Refuses a job without a chief, of more machines than any job gets, or
+  with an output dir off Cloud Storage."""
   if num_workers < 1:
     raise errors.UserError(
       f"num_workers counts the chief too, so it must be at least 1, not "
       f"{num_workers}."
+    )
+  if num_workers > vertex_check.MAX_MACHINES:
+    raise errors.UserError(
+      f"num_workers must be at most {vertex_check.MAX_MACHINES} machines, not "
+      f"{num_workers}; more is taken for a typo."
     )
   if base_output_dir:
     if not base_output_dir.startswith("gs://"):

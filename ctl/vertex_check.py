@@ -26,6 +26,51 @@ if TYPE_CHECKING:
 # Accelerator-optimized machine types carry their GPU count in the name
 # (a2-highgpu-1g, a3-highgpu-8g, a4-highgpu-8g) and take exactly that many.
 _FIXED_GPU_MACHINE_TYPE = re.compile(r"^a\d+\w*-\w+-(\d+)g$")
+# What Vertex AI training runs on, as data. Sources (read 2025): Vertex AI,
+# "Configure compute resources for custom training"
+# (https://cloud.google.com/vertex-ai/docs/training/configure-compute), and
+# Compute Engine, "GPU machine types" (https://cloud.google.com/compute/docs/gpus).
+# Machine types are SERIES-CLASS-SIZE[g|t] (n1-standard-8, a2-highgpu-1g,
+# ct5lp-hightpu-4t) of these series, or cloud-tpu (TPU v2 and v3).
+_MACHINE_TYPE = re.compile(
+  r"^(?P<series>[a-z]+\d+[a-z]*)-[a-z]+-(?P<size>\d+)[gt]?$"
+)
+_MACHINE_SERIES = (
+  "a2", "a3", "a4", "a4x", "c2", "ct4p", "ct5lp", "ct6e", "e2", "g2", "g4",
+  "m1", "n1", "n2",
+)  # fmt: skip
+# GPUs attach to N1 machines only in these counts, each count to machines of
+# at most so many vCPUs (P100 x4: 64 in most zones, 96 in some).
+_N1_GPUS = {
+  "NVIDIA_TESLA_T4": {1: 48, 2: 48, 4: 96},
+  "NVIDIA_TESLA_V100": {1: 12, 2: 24, 4: 48, 8: 96},
+  "NVIDIA_TESLA_P100": {1: 16, 2: 32, 4: 96},
+  "NVIDIA_TESLA_P4": {1: 24, 2: 48, 4: 96},
+}
+# Every other accelerator comes with its own machine types, in the count the
+# type fixes (in its name, or for G-series by size in _G_SERIES_GPUS).
+_ACCELERATOR_MACHINES = {
+  "NVIDIA_TESLA_A100": ("a2-highgpu", "a2-megagpu"),
+  "NVIDIA_A100_80GB": ("a2-ultragpu",),
+  "NVIDIA_L4": ("g2-standard",),
+  "NVIDIA_RTX_PRO_6000": ("g4-standard",),
+  "NVIDIA_H100_80GB": ("a3-highgpu",),
+  "NVIDIA_H100_MEGA_80GB": ("a3-megagpu",),
+  "NVIDIA_H200_141GB": ("a3-ultragpu",),
+  "NVIDIA_B200": ("a4-highgpu",),
+  "NVIDIA_GB200": ("a4x-highgpu",),
+  "TPU_V2": ("cloud-tpu",),
+  "TPU_V3": ("cloud-tpu",),
+  "TPU_V4_POD": ("ct4p-hightpu",),
+  "TPU_V5_LITEPOD": ("ct5lp-hightpu",),
+} | {name: ("n1",) for name in _N1_GPUS}
+_G_SERIES_GPUS = {
+  "g2-standard": {4: 1, 8: 1, 12: 1, 16: 1, 24: 2, 32: 1, 48: 4, 96: 8},
+  "g4-standard": {48: 1, 96: 2, 192: 4, 384: 8},
+}
+# Not a Vertex AI limit (that is quota) but a guard against a typo such as
+# --num_workers=1000000; raise it for a larger job.
+MAX_MACHINES = 1000
 
 
 def validate_job_spec(spec: Any) -> "aiplatform_v1.CustomJobSpec":
@@ -34,9 +79,12 @@ def validate_job_spec(spec: Any) -> "aiplatform_v1.CustomJobSpec":
   Beyond parsing into the library's proto (field names, value types, enum
   names), it rejects snake_case keys (gcloud does), a chief pool without
   exactly one replica, pools without replicas, machine type or image,
-  accelerator counts without a type and the reverse, GPU counts that do not
-  match an accelerator-optimized machine type, and a non-gs:// output
-  directory.
+  accelerator counts without a type and the reverse, a machine type of no
+  series Vertex AI trains on, an accelerator on machines it does not attach
+  to (a V100 on e2, an A100 on n1), GPU counts that do not match an
+  accelerator-optimized machine type or that N1 does not take (nine V100s, one
+  V100 on 32 vCPUs), more than `MAX_MACHINES` machines, and a non-gs://
+  output directory.
 
   Args:
     spec: The spec as loaded from YAML or JSON, or built by `build_job_spec`.
@@ -159,6 +207,13 @@ def _check_worker_pools(message: Any, aiplatform_v1: Any) -> None:
       "workerPoolSpecs[0] must describe the chief, the one machine every "
       "job has."
     )
+  machines = sum(pool.replica_count for pool in pools)
+  if machines > MAX_MACHINES:
+    raise errors.UserError(
+      f"The job asks for {machines} machines; a job gets at most "
+      f"{MAX_MACHINES} here, a guard against typos (raise "
+      "ctl.vertex_check.MAX_MACHINES for more)."
+    )
   for index, pool in enumerate(pools):
     if not pool.ByteSize():
       continue  # Vertex AI takes {} as a placeholder for an unused pool.
@@ -172,8 +227,7 @@ def _check_worker_pools(message: Any, aiplatform_v1: Any) -> None:
         f"{where} is the chief and must have replicaCount 1, not "
         f"{pool.replica_count}; put the other workers in workerPoolSpecs[1]."
       )
-    if not pool.machine_spec.machine_type:
-      raise errors.UserError(f"{where}.machineSpec.machineType is missing.")
+    _check_machine_type(pool.machine_spec.machine_type, f"{where}.machineSpec")
     if not (
       pool.container_spec.image_uri
       or pool.python_package_spec.executor_image_uri
@@ -202,18 +256,66 @@ def _check_accelerators(
       f"{count}; set acceleratorCount to at least 1."
     )
   machine_type = machine_spec.machine_type
+  series = _ACCELERATOR_MACHINES.get(accelerator.name, ())
+  if series and not any(
+    machine_type == s or machine_type.startswith(f"{s}-") for s in series
+  ):
+    raise errors.UserError(
+      f"{where}: {accelerator.name} attaches to {', '.join(series)} machine "
+      f"types, not {machine_type}."
+    )
   gpus = gpus_in_machine_type(machine_type)
   if gpus is not None and count != gpus:
     raise errors.UserError(
       f"{where}: {machine_type} comes with {gpus} GPUs, so acceleratorCount "
       f"must be {gpus}, not {count}."
     )
+  if accelerator.name in _N1_GPUS:
+    _check_n1_gpus(accelerator.name, count, machine_type, where)
+
+
+def _check_machine_type(machine_type: str, where: str) -> None:
+  """Refuses a machine type that is missing or of no series Vertex AI has."""
+  if not machine_type:
+    raise errors.UserError(f"{where}.machineType is missing.")
+  match = _MACHINE_TYPE.match(machine_type)
+  if machine_type != "cloud-tpu" and not (
+    match and match["series"] in _MACHINE_SERIES
+  ):
+    raise errors.UserError(
+      f"{where}.machineType {machine_type!r} is not a machine type Vertex AI "
+      "trains on; use SERIES-CLASS-SIZE such as n1-standard-8 or "
+      f"a2-highgpu-1g, of the series {', '.join(_MACHINE_SERIES)}."
+    )
+
+
+def _check_n1_gpus(
+  accelerator: str, count: int, machine_type: str, where: str
+) -> None:
+  """Checks the count of GPUs attached to an N1 machine, and its vCPUs."""
+  most_vcpus = _N1_GPUS[accelerator]
+  if count not in most_vcpus:
+    *fewer, most = most_vcpus
+    raise errors.UserError(
+      f"{where}: {accelerator} comes {', '.join(map(str, fewer))} or {most} "
+      f"to a machine, not {count}."
+    )
+  vcpus = int(_MACHINE_TYPE.match(machine_type)["size"])
+  if vcpus > most_vcpus[count]:
+    raise errors.UserError(
+      f"{where}: {count} {accelerator} fits machines of at most "
+      f"{most_vcpus[count]} vCPUs, not {machine_type}; ask for more GPUs "
+      "or a smaller machine."
+    )
 
 
 def gpus_in_machine_type(machine_type: str) -> int | None:
   """The fixed GPU count of an accelerator-optimized machine type, or None."""
   match = _FIXED_GPU_MACHINE_TYPE.match(machine_type)
-  return int(match.group(1)) if match else None
+  if match:
+    return int(match.group(1))
+  family, _, size = machine_type.rpartition("-")
+  return _G_SERIES_GPUS.get(family, {}).get(int(size) if size.isdigit() else 0)
 
 
 def _unknown_field_sentence(

@@ -151,6 +151,46 @@ def test_bad_accelerator_exits_2_with_one_sentence():
   assert len(result.stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+  "flags, words",
+  [
+    (["--num_workers=1000000"], "at most 1000 machines, not 1000000"),
+    (
+      ["--accelerator_type=NVIDIA_TESLA_V100", "--accelerator_count=9"],
+      "NVIDIA_TESLA_V100 comes 1, 2, 4 or 8 to a machine, not 9",
+    ),
+    (["--machine_type=banana-9000"], "'banana-9000' is not a machine type"),
+    (
+      ["--machine_type=e2-standard-8", "--accelerator_type=NVIDIA_TESLA_V100"],
+      "NVIDIA_TESLA_V100 attaches to n1 machine types, not e2-standard-8",
+    ),
+    (
+      ["--machine_type=n1-standard-8", "--accelerator_type=NVIDIA_TESLA_A100"],
+      "NVIDIA_TESLA_A100 attaches to a2-highgpu, a2-megagpu machine types, "
+      "not n1-standard-8",
+    ),
+    (
+      ["--machine_type=n1-standard-32", "--accelerator_type=NVIDIA_TESLA_V100"],
+      "1 NVIDIA_TESLA_V100 fits machines of at most 12 vCPUs",
+    ),
+    (
+      ["--machine_type=g2-standard-24", "--accelerator_type=NVIDIA_L4"],
+      None,  # g2-standard-24 comes with 2 L4s, the default count.
+    ),
+  ],
+)
+def test_machines_vertex_does_not_offer_are_one_sentence(flags, words, capsys):
+  exit_code = vertex.main([f"--image={_IMAGE}", *flags])
+
+  out, err = capsys.readouterr()
+  if words is None:
+    assert exit_code == 0, err
+    return
+  assert (exit_code, out) == (errors.USER_ERROR_EXIT_CODE, ""), out
+  assert words in err, err
+  assert len(err.splitlines()) == 1
+
+
 def test_cli_prints_yaml_that_loads_back_as_a_config(tmp_path, capsys):
   exit_code = vertex.main(
     [
@@ -248,9 +288,24 @@ def _edit(spec, path, value):
       "but acceleratorCount 0",
     ),
     (
-      ("workerPoolSpecs", 1, "machineSpec", "machineType"),
-      "a2-highgpu-2g",
+      ("workerPoolSpecs", 1, "machineSpec"),
+      {
+        "machineType": "a2-highgpu-2g",
+        "acceleratorType": "NVIDIA_TESLA_A100",
+        "acceleratorCount": 1,
+      },
       "a2-highgpu-2g comes with 2 GPUs, so acceleratorCount must be 2, not 1.",
+    ),
+    (
+      ("workerPoolSpecs", 1, "replicaCount"),
+      5000,
+      "The job asks for 5001 machines; a job gets at most 1000",
+    ),
+    (
+      ("workerPoolSpecs", 1, "machineSpec", "machineType"),
+      "n2-standard-8",
+      "workerPoolSpecs[1].machineSpec: NVIDIA_TESLA_V100 attaches to n1 "
+      "machine types, not n2-standard-8.",
     ),
     (
       ("workerPoolSpecs", 0, "containerSpec", "imageUri"),
