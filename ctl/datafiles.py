@@ -15,6 +15,7 @@ the chief writes it) and reads it back on every restart: files added later do
 not move the order of a resumed job.
 """
 
+import collections
 from collections.abc import Callable, Sequence
 import json
 import os
@@ -106,34 +107,68 @@ class Files:
 def _walk_once(root: str, beat: Beat) -> list[str]:
   """Every file under local directory `root`, relative to it, sorted.
 
-  Symbolic links are followed, but each directory is listed once: a link
-  that leads to a directory already listed (a loop, or a second way in) is
-  named in a warning and not entered, so a loop cannot make the walk endless.
+  Symbolic links are followed, breadth first in name order. Every directory
+  at the top is listed (in a files dataset each is a class); below the top
+  each directory is listed once: a link that leads to a directory already
+  listed (a loop, or a second way in) is named in a warning and not entered,
+  so a loop cannot make the walk endless, and a link inside one top directory
+  that leads to another never takes that one's place. A file reached by more
+  than one name (a link to a file, or a top directory that leads to another)
+  is listed under each name, said once in a warning.
   """
-  names, listed, pending = [], {}, [root]
+  names, listed, real = [], {}, {}
+  pending = collections.deque([(root, 0)])
   while pending:
-    directory = pending.pop()
+    directory, depth = pending.popleft()
     try:
       status = os.stat(directory)
     except FileNotFoundError:  # No such directory: no files, as tf.io.gfile.
       continue
     key = (status.st_dev, status.st_ino)
-    if key in listed:
+    if key in listed and depth != 1:
       logging.warning(
         "%s leads to %s, a directory already listed; not listed again.",
         directory,
         listed[key],
       )
       continue
-    listed[key] = directory
+    listed.setdefault(key, directory)
     beat(f"listing {directory}")
-    with os.scandir(directory) as entries:
-      for entry in entries:
-        if entry.is_dir():  # Follows a link to a directory.
-          pending.append(entry.path)
-        else:
-          names.append(os.path.relpath(entry.path, root).replace(os.sep, "/"))
+    real_directory = os.path.realpath(directory)
+    with os.scandir(directory) as scan:
+      entries = sorted(scan, key=lambda entry: entry.name)
+    for entry in entries:
+      if entry.is_dir():  # Follows a link to a directory.
+        pending.append((entry.path, depth + 1))
+        continue
+      name = os.path.relpath(entry.path, root).replace(os.sep, "/")
+      names.append(name)
+      target = (
+        os.path.realpath(entry.path)
+        if entry.is_symlink()
+        else os.path.join(real_directory, entry.name)
+      )
+      real.setdefault(target, []).append(name)
+  _say_shared(root, real.values())
   return sorted(names)
+
+
+def _say_shared(root: str, names_by_file) -> None:
+  """One warning for the files under `root` listed by more than one name."""
+  shared = sorted(sorted(names) for names in names_by_file if len(names) > 1)
+  if not shared:
+    return
+  first = shared[0]
+  logging.warning(
+    "%d %s under %s %s reached by more than one name (first: %s is also "
+    "%s); each name is listed.",
+    len(shared),
+    "file" if len(shared) == 1 else "files",
+    root,
+    "is" if len(shared) == 1 else "are",
+    first[0],
+    " and ".join(first[1:]),
+  )
 
 
 def open_files(

@@ -43,3 +43,19 @@ def test_a_manifest_of_another_folder_is_a_user_error(folder, tmp_path):
     UserError, match="lists the files of .*, not of --data_dir=.*elsewhere"
   ):
     datafiles.load_manifest(other, manifest_dir=manifest_dir)
+
+
+def test_every_top_directory_is_listed_and_a_link_inside_one_hides_none(
+  folder, caplog
+):
+  # A link inside `b` to `a`, and `c`, a second way into `a`: a walk that
+  # listed `b` (or `c`) first went into `a` through the link and then left
+  # `a` itself out as "already listed".
+  os.symlink("../a", os.path.join(folder, "b", "a_again"))
+  os.symlink("a", os.path.join(folder, "c"))
+  names = datafiles.open_files(folder).list()
+  assert names == ["a/0.jpg", "a/1.jpg", "b/2.png", "c/0.jpg", "c/1.jpg"]
+  assert f"{folder}/b/a_again leads to {folder}/a" in caplog.text
+  assert f"2 files under {folder} are reached by more than one name" in (
+    caplog.text
+  )
