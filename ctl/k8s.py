@@ -8,7 +8,9 @@ downward API (the `CTL_JOBSET_*` variables of `ctl.cluster`), from which the
 trainer builds the cluster itself. A failed pod fails its Job
 (`restartPolicy: Never`, `backoffLimit: 0`) and JobSet recreates the whole set
 (`failurePolicy.maxRestarts`), which resumes from the last checkpoint; the
-JobSet succeeds when the chief does (`successPolicy`).
+JobSet succeeds when the chief does (`successPolicy`). A user error (exit 2)
+fails the JobSet at once, and a node disruption replaces pods without using up
+`maxRestarts` (`POD_FAILURE_POLICY`, `JOBSET_USER_ERROR_RULE`).
 
 The manifest is checked before anything is applied: against the JobSet CRD's
 OpenAPI schema vendored in `ctl/schemas/` (made strict: an unknown field is an
@@ -31,6 +33,7 @@ Needs the `k8s` extra (jsonschema, kubernetes-validate).
 
 import argparse
 from collections.abc import Mapping, Sequence
+import copy
 import dataclasses
 import functools
 import importlib
@@ -77,8 +80,48 @@ SCHEMA_FILE = os.path.join(
 DEFAULT_GRACE_SECS = 300
 MIN_GRACE_SECS = 30
 FUSE_ROOT = "/gcs"  # The trainer's --fuse_root default: /gcs/BUCKET/...
+# How a failed pod fails its Job (backoffLimit 0: any counted failure does).
+# Rules apply in order, the first match acts (Kubernetes' podFailurePolicy,
+# which needs restartPolicy Never): a trainer that exits with a user error
+# fails its Job at once (reason PodFailurePolicy, which JOBSET_USER_ERROR_RULE
+# turns into a failed JobSet: a restart would repeat the error). A pod taken
+# by a node disruption (preemption, eviction, drain: the DisruptionTarget
+# condition) and its peers, which stop at the agreed save with exit 143, are
+# replaced by their Job without counting, so the set resumes from the
+# checkpoint without using up maxRestarts. Anything else (a crash, a stall)
+# fails the Job (BackoffLimitExceeded) and JobSet recreates the set.
+POD_FAILURE_POLICY = {
+  "rules": [
+    {
+      "action": "FailJob",
+      "onExitCodes": {
+        "containerName": CONTAINER,
+        "operator": "In",
+        "values": [errors.USER_ERROR_EXIT_CODE],
+      },
+    },
+    {
+      "action": "Ignore",
+      "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+    },
+    {
+      "action": "Ignore",
+      "onExitCodes": {
+        "containerName": CONTAINER,
+        "operator": "In",
+        "values": [errors.PREEMPTED_EXIT_CODE],
+      },
+    },
+  ]
+}
+JOBSET_USER_ERROR_RULE = {
+  "name": "userError",
+  "action": "FailJobSet",
+  "onJobFailureReasons": ["PodFailurePolicy"],
+}
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+_POD_FAILURE_ACTIONS = ("FailJob", "FailIndex", "Ignore", "Count")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +196,10 @@ def build_manifest(options: JobSetOptions) -> dict[str, Any]:
     "metadata": metadata,
     "spec": {
       "network": {"enableDNSHostnames": True, "subdomain": options.name},
-      "failurePolicy": {"maxRestarts": options.max_restarts},
+      "failurePolicy": {
+        "maxRestarts": options.max_restarts,
+        "rules": [copy.deepcopy(JOBSET_USER_ERROR_RULE)],
+      },
       "successPolicy": {"operator": "All", "targetReplicatedJobs": [CHIEF]},
       "replicatedJobs": [
         {
@@ -218,6 +264,7 @@ def _job_spec(options: JobSetOptions, *, pods: int, shape: str) -> dict:
     "completions": pods,
     "completionMode": "Indexed",
     "backoffLimit": 0,
+    "podFailurePolicy": copy.deepcopy(POD_FAILURE_POLICY),
     "template": template,
   }
 
@@ -426,6 +473,7 @@ def _check_layout(rjobs: Sequence[Mapping[str, Any]]) -> None:
         f"hostnames carry the index), not {job.get('completionMode')!r}."
       )
     pod = job.get("template", {}).get("spec", {})
+    _check_pod_failure_policy(job, pod, where=f"{where}.template.spec")
     where += ".template.spec.template.spec"
     if pod.get("restartPolicy") != "Never":
       raise errors.UserError(
@@ -440,6 +488,28 @@ def _check_layout(rjobs: Sequence[Mapping[str, Any]]) -> None:
         raise errors.UserError(
           f"{where}.containers[{c}].imagePullPolicy {policy!r} is not one of "
           f"{', '.join(_PULL_POLICIES)}."
+        )
+
+
+def _check_pod_failure_policy(
+  job: Mapping[str, Any], pod: Mapping[str, Any], *, where: str
+) -> None:
+  """What the API server checks of a podFailurePolicy and the core schema
+  does not say: the action and operator names, and exit-code rules that name
+  a container of the pod (the schema requires action and operator)."""
+  names = [container.get("name") for container in pod.get("containers", [])]
+  rules = job.get("podFailurePolicy", {}).get("rules", [])
+  for index, rule in enumerate(rules):
+    at = f"{where}.podFailurePolicy.rules[{index}]"
+    codes = rule.get("onExitCodes", {})
+    for field, value, known in (
+      ("action", rule.get("action"), _POD_FAILURE_ACTIONS),
+      ("onExitCodes.operator", codes.get("operator"), ("In", "NotIn")),
+      ("onExitCodes.containerName", codes.get("containerName"), names),
+    ):
+      if value is not None and value not in known:
+        raise errors.UserError(
+          f"{at}.{field} {value!r} is not one of {', '.join(known)}."
         )
 
 

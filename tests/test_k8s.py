@@ -175,6 +175,85 @@ def test_the_agent_in_a_pod_runs_the_trainer_with_the_cluster(tmp_path):
   assert described["task_type"] == "worker"
 
 
+def _pod_failure_action(job, *, exit_code=None, condition=None):
+  """What the Job controller does with a failed trainer pod of `job`.
+
+  The first rule of the Job's podFailurePolicy that matches the trainer's
+  exit code or a pod condition (status True) acts, as Kubernetes documents;
+  without one the failure counts against backoffLimit ("Count").
+  """
+  for rule in job.get("podFailurePolicy", {}).get("rules", []):
+    codes = rule.get("onExitCodes")
+    if codes and exit_code is not None:
+      if codes.get("containerName", k8s.CONTAINER) != k8s.CONTAINER:
+        continue
+      if (exit_code in codes["values"]) == (codes["operator"] == "In"):
+        return rule["action"]
+    for pod_condition in rule.get("onPodConditions", []):
+      if (pod_condition["type"], pod_condition["status"]) == (
+        condition,
+        "True",
+      ):
+        return rule["action"]
+  return "Count"
+
+
+def _jobset_action(manifest, reason):
+  """What JobSet does when a child Job fails for `reason`: its first matching
+  failurePolicy rule, else RestartJobSet (which uses up maxRestarts)."""
+  for rule in manifest["spec"]["failurePolicy"].get("rules", []):
+    if reason in rule.get("onJobFailureReasons", [reason]):
+      return rule["action"]
+  return "RestartJobSet"
+
+
+def _failure_outcome(manifest, job, **failure):
+  """The JobSet's answer to one failed pod of `job` (backoffLimit 0)."""
+  action = _pod_failure_action(job, **failure)
+  if action == "Ignore":
+    return "the Job replaces the pod"
+  reason = {"FailJob": "PodFailurePolicy", "Count": "BackoffLimitExceeded"}
+  return _jobset_action(manifest, reason[action])
+
+
+@pytest.mark.parametrize("agent_restarts", [0, 2])
+def test_a_user_error_in_a_pod_fails_the_jobset_at_once(agent_restarts):
+  # The container's real command with a bad trainer flag exits 2; JobSet
+  # must fail the set, not recreate it maxRestarts times to repeat it.
+  manifest = _manifest(num_workers=2, agent_restarts=agent_restarts)
+  k8s.validate_manifest(manifest)
+  for rjob in manifest["spec"]["replicatedJobs"]:
+    job = rjob["template"]["spec"]
+    [container] = job["template"]["spec"]["containers"]
+    command = [
+      sys.executable if w == "python" else w for w in container["command"]
+    ]
+    env = trainer_env(**_pod_env(manifest, rjob["name"], 0, 0))
+    result = run_command([*command, "--nosuchflag"], env=env, check=False)
+    assert result.returncode == errors.USER_ERROR_EXIT_CODE, result.stderr
+    outcome = _failure_outcome(manifest, job, exit_code=result.returncode)
+    assert outcome == "FailJobSet", rjob["name"]
+
+
+def test_a_node_disruption_restarts_without_using_max_restarts():
+  manifest = _manifest(num_workers=3)
+  for rjob in manifest["spec"]["replicatedJobs"]:
+    job = rjob["template"]["spec"]
+    assert job["template"]["spec"]["restartPolicy"] == "Never"
+    # The disrupted pod (preempted, evicted, drained) and its peers, which
+    # stop at the agreed save (exit 143): each Job replaces its pods.
+    for failure in (
+      {"condition": "DisruptionTarget", "exit_code": 137},
+      {"exit_code": errors.PREEMPTED_EXIT_CODE},
+    ):
+      assert _failure_outcome(manifest, job, **failure) == (
+        "the Job replaces the pod"
+      ), failure
+    # A crash or a stall still restarts the whole set, within maxRestarts.
+    for code in (1, 137, errors.STALL_EXIT_CODE):
+      assert _failure_outcome(manifest, job, exit_code=code) == "RestartJobSet"
+
+
 def _pod(manifest, index=1):
   return manifest["spec"]["replicatedJobs"][index]["template"]["spec"][
     "template"
@@ -229,6 +308,42 @@ _CONTAINER1 = [*_POD1, "containers", 0]
     (
       _set([*_CONTAINER1, "resources", "limits", "nvidia.com/gpu"], "lots"),
       "'lots' does not match",
+    ),
+    (
+      _set(["spec", "failurePolicy", "rules", 0, "action"], "Explode"),
+      "'Explode' is not one of ['FailJobSet'",
+    ),
+    (
+      _set(
+        [
+          *_RJOB1,
+          "template",
+          "spec",
+          "podFailurePolicy",
+          "rules",
+          0,
+          "onExitCodes",
+          "operator",
+        ],
+        "Maybe",
+      ),
+      "operator 'Maybe' is not one of In, NotIn.",
+    ),
+    (
+      _set(
+        [
+          *_RJOB1,
+          "template",
+          "spec",
+          "podFailurePolicy",
+          "rules",
+          0,
+          "onExitCodes",
+          "containerName",
+        ],
+        "trainr",
+      ),
+      "containerName 'trainr' is not one of trainer.",
     ),
     (_set(["kind"], "Job"), "kind must be 'JobSet'"),
     (_set(["metadata", "name"], "Train"), "must be lowercase letters"),
