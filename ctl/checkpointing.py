@@ -93,6 +93,7 @@ class Checkpointer:
     async_save: bool = False,
     on_saved: Callable[[], None] = lambda: None,
     input_shape: tuple[int, ...] | None = None,
+    partial: bool = False,
   ):
     """Initializes the checkpointer.
 
@@ -107,6 +108,9 @@ class Checkpointer:
         written (e.g. to upload them, state file last).
       input_shape: the shape of one model input, saved with every
         checkpoint; a checkpoint of another shape is not restored.
+      partial: `checkpoint` holds part of what was saved (a side-car
+        evaluator's, without the optimizer): the rest is not restored, and
+        not warned of.
     """
     self._checkpoint = checkpoint
     self._input_shape = input_shape
@@ -122,14 +126,9 @@ class Checkpointer:
     self._on_saved = on_saved if is_chief else lambda: None
     self._unpublished = False
     self._keep = keep
-    self._manager = None  # The chief's is made on first save.
-    if is_chief:
-      self._scratch = None
-    else:
-      self._scratch = tempdirs.scratch_dir("ctl_worker_checkpoint_")
-      self._manager = tf.train.CheckpointManager(
-        checkpoint, self._scratch, max_to_keep=1
-      )
+    self._partial = partial
+    self._manager = None  # Made on first save (see `_writer`).
+    self._scratch = None  # A non-chief's save directory, made with it.
     self._options = tf.train.CheckpointOptions(enable_async=async_save)
     if async_save:
       _let_async_checkpoints_copy_keras_variables()
@@ -219,14 +218,14 @@ class Checkpointer:
       UserError: the checkpoint holds another input shape.
     """
     if self._input_shape is None:
-      self._checkpoint.restore(path).assert_existing_objects_matched()
+      self._read(path)
       return
     reader = tf.train.load_checkpoint(path)
     if not reader.has_tensor(_INPUT_SHAPE_KEY):
       shape = getattr(self._checkpoint, _INPUT_SHAPE)
       delattr(self._checkpoint, _INPUT_SHAPE)
       try:
-        self._checkpoint.restore(path).assert_existing_objects_matched()
+        self._read(path)
       finally:
         setattr(self._checkpoint, _INPUT_SHAPE, shape)
       return
@@ -237,7 +236,13 @@ class Checkpointer:
         f"this run's {tuple(self._input_shape)}; use the input shape it was "
         "trained with, or another --checkpoint_dir or --model_dir."
       )
-    self._checkpoint.restore(path).assert_existing_objects_matched()
+    self._read(path)
+
+  def _read(self, path: str) -> None:
+    """Restores `path` into the checkpoint, every object of it matched."""
+    status = self._checkpoint.restore(path).assert_existing_objects_matched()
+    if self._partial:
+      status.expect_partial()
 
   def save(self, step: int) -> str:
     """Saves at `step` (all workers must call it at the same step).
@@ -264,8 +269,15 @@ class Checkpointer:
 
   def _writer(self) -> tf.train.CheckpointManager:
     """The manager that saves; the chief's reads the state file when made,
-    so it is made after `restore_latest` could repair a damaged one."""
-    if self._manager is None:
+    so it is made after `restore_latest` could repair a damaged one. A
+    non-chief's saves into a scratch directory, made only by a first save
+    (a reader that never saves, such as the evaluator, makes none)."""
+    if self._manager is None and not self._is_chief:
+      self._scratch = tempdirs.scratch_dir("ctl_worker_checkpoint_")
+      self._manager = tf.train.CheckpointManager(
+        self._checkpoint, self._scratch, max_to_keep=1
+      )
+    elif self._manager is None:
       self._manager = tf.train.CheckpointManager(
         self._checkpoint, self._directory, max_to_keep=self._keep
       )
@@ -308,6 +320,21 @@ def _let_async_checkpoints_copy_keras_variables() -> None:
     object_map[variable] = object_map[variable.value]
 
   core.Variable._copy_trackable_to_cpu = copy_to_cpu  # pylint: disable=protected-access
+
+
+def latest_version(directory: str) -> tuple[str, int] | None:
+  """The checkpoint a restore of `directory` tries first, and its index
+  file's modification time (0 when missing); None when there is none.
+
+  Cheap (no checkpoint is read): a follower such as the side-car evaluator
+  restores again only when this changes.
+  """
+  candidates, _ = _candidates(directory)
+  if not candidates:
+    return None
+  index = candidates[-1] + ".index"
+  written = tf.io.gfile.exists(index) and tf.io.gfile.stat(index).mtime_nsec
+  return candidates[-1], int(written)
 
 
 class _DamagedState(Exception):

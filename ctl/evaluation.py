@@ -68,27 +68,65 @@ class Evaluation:
       return
     with self._progress.phase(progress_lib.EVALUATION):
       metrics = self._eval_loop.evaluate(self._eval_data)
-    if not metrics["examples"]:
-      logging.warning(
-        "eval at step %d: the validation data holds no examples: no "
-        "evaluation (nothing written or reported).",
-        step,
-      )
+    if not record(
+      step,
+      metrics,
+      name="eval",
+      writer=self._writer,
+      run=summaries.VALIDATION,
+      publish=self._publish,
+    ):
       return
     self.metrics = metrics
-    logging.info(
-      "eval at step %d: loss %.4f  accuracy %.4f  (%d examples)",
-      step,
-      metrics["loss"],
-      metrics["accuracy"],
-      metrics["examples"],
-    )
-    if self._writer:
-      self._writer.write(
-        step,
-        {"loss": metrics["loss"], "accuracy": metrics["accuracy"]},
-        run=summaries.VALIDATION,
-      )
-      self._publish()
     for callback in self._callbacks:
       callback(step, metrics)
+
+
+def record(
+  step: int,
+  metrics: dict,
+  *,
+  name: str,
+  writer: summaries.ScalarWriter | None,
+  run: str,
+  publish: Callable[[], None],
+) -> bool:
+  """Logs one evaluation and writes its loss and accuracy.
+
+  An evaluation that saw no examples has no metrics: it is warned of once,
+  and nothing is written (a loss of 0 would read as a perfect model).
+
+  Args:
+    step: the step evaluated.
+    metrics: what the eval loop returned (`examples`, `loss`, `accuracy`).
+    name: what the log lines call the evaluation ("eval" in a run, with a
+      prefix in the side-car evaluator).
+    writer: where the scalars go; None: nowhere (an evaluator writes them).
+    run: the writer's run directory for them ("" for its own logdir).
+    publish: makes what the writer wrote visible (a mirrored directory).
+
+  Returns:
+    Whether it was an evaluation (False: no examples).
+  """
+  if not metrics["examples"]:
+    logging.warning(
+      "%s at step %d: the validation data holds no examples: no evaluation "
+      "(nothing written or reported).",
+      name,
+      step,
+    )
+    return False
+  logging.info(
+    "%s at step %d: loss %.4f  accuracy %.4f  (%d examples)",
+    name,
+    step,
+    metrics["loss"],
+    metrics["accuracy"],
+    metrics["examples"],
+  )
+  if writer:
+    writer.write(
+      step, {"loss": metrics["loss"], "accuracy": metrics["accuracy"]}, run=run
+    )
+    publish()
+  return True

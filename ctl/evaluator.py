@@ -7,7 +7,10 @@ polls the checkpoint directory, evaluates each new checkpoint once, writes
 chief's in-loop evaluation writes when there is no evaluator (with one, the
 chief leaves that run dir to it: RunOptions.evaluator_writes_validation), and
 stops after evaluating the final step, or when no new checkpoint appears for
-`timeout_secs`.
+`timeout_secs`. It restores as the trainer does (`Checkpointer.restore_latest`:
+the newest readable checkpoint, a damaged one skipped, the model and input
+shape checked), and logs and writes as the run's own evaluation does
+(`ctl.evaluation.record`).
 """
 
 import posixpath
@@ -16,6 +19,8 @@ import time
 from absl import logging
 import tensorflow as tf
 
+from ctl import checkpointing
+from ctl import evaluation
 from ctl import loop as loop_lib
 from ctl import state as state_lib
 from ctl import storage
@@ -44,28 +49,37 @@ def evaluate_checkpoints(
   Returns:
     {step: metrics} for every checkpoint evaluated (none of a checkpoint
     whose evaluation saw no examples).
+
+  Raises:
+    UserError: no checkpoint in the directory can be read, or one was
+      written by another model or for another input shape.
   """
   checkpoints, board = _locations(options)
-  state = state_lib.build_state(
-    task=task, strategy=strategy, with_optimizer=False
+  follower = _Follower(
+    task=task, strategy=strategy, directory=checkpoints.local_path
   )
-  checkpoint = state.checkpoint()
   loop = loop_lib.EvalLoop(
-    strategy=strategy, model=state.model, loss_fn=task.loss_fn
+    strategy=strategy, model=follower.state.model, loss_fn=task.loss_fn
   )
   data = strategy.distribute_datasets_from_function(task.eval_dataset_fn)
   writer = summaries.ScalarWriter(logdir=board.local_path)
-  results, last_path, waited_since = {}, None, time.monotonic()
+  results, waited_since = {}, time.monotonic()
   try:
     while True:
       checkpoints.fetch()
-      path = tf.train.latest_checkpoint(checkpoints.local_path)
-      if path and path != last_path:
-        checkpoint.restore(path).expect_partial()
-        step = int(state.global_step.numpy())
+      step = follower.restore_new()
+      if step is not None:
         metrics = loop.evaluate(data)
-        _record(step, metrics, results=results, writer=writer, board=board)
-        last_path, waited_since = path, time.monotonic()
+        if evaluation.record(
+          step,
+          metrics,
+          name="evaluator: eval",
+          writer=writer,
+          run="",  # `board` is the validation run dir itself.
+          publish=board.publish,
+        ):
+          results[step] = metrics
+        waited_since = time.monotonic()
         if step >= options.train_steps:
           return results
       elif time.monotonic() - waited_since > timeout_secs:
@@ -76,8 +90,45 @@ def evaluate_checkpoints(
       time.sleep(poll_secs)
   finally:
     writer.close()
+    follower.close()
     board.close()
     checkpoints.close()
+
+
+class _Follower:
+  """Restores each new checkpoint of a directory once, as the trainer does."""
+
+  def __init__(self, *, task: Task, strategy, directory: str):
+    self.state = state_lib.build_state(
+      task=task, strategy=strategy, with_optimizer=False
+    )
+    self._checkpointer = checkpointing.Checkpointer(
+      checkpoint=self.state.checkpoint(),
+      directory=directory,
+      is_chief=False,  # Reads only: never rewrites a damaged state file.
+      keep=1,
+      input_shape=self.state.input_shape,
+      partial=True,  # The optimizer is not restored.
+    )
+    self._directory = directory
+    self._seen = self._restored = None
+
+  def restore_new(self) -> int | None:
+    """Restores the newest readable checkpoint if it is new: its step, or
+    None (no new one)."""
+    latest = checkpointing.latest_version(self._directory)
+    if latest == self._seen:
+      return None
+    self._seen = latest
+    path = self._checkpointer.restore_latest()
+    # A damaged newest one falls back to one restored before: not new.
+    if path is None or path == self._restored:
+      return None
+    self._restored = path
+    return int(self.state.global_step.numpy())
+
+  def close(self) -> None:
+    self._checkpointer.close()
 
 
 def _locations(options: RunOptions):
@@ -92,27 +143,3 @@ def _locations(options: RunOptions):
       **routes,
     ),
   )
-
-
-def _record(step, metrics, *, results, writer, board) -> None:
-  """Logs and writes one evaluation; one of no examples is none."""
-  if not metrics["examples"]:
-    logging.warning(
-      "evaluator: step %d: the validation data holds no examples: no "
-      "evaluation (nothing written).",
-      step,
-    )
-    return
-  results[step] = metrics
-  logging.info(
-    "evaluator: step %d accuracy %.4f loss %.4f",
-    step,
-    metrics["accuracy"],
-    metrics["loss"],
-  )
-  writer.write(
-    step,
-    {"loss": metrics["loss"], "accuracy": metrics["accuracy"]},
-    run="",
-  )  # `board` is the validation run dir itself.
-  board.publish()
