@@ -12,9 +12,10 @@ On start the newest checkpoint that actually reads back is restored; a
 truncated or unreadable one is reported and skipped. A checkpoint written by a
 different model, or for another input shape (saved with it), is a user
 error, not something to skip past. A damaged state
-file (garbage, binary, empty) never means "no checkpoint": the checkpoints are
-then found from their own files (`ckpt-N.index`), the newest readable one is
-restored, and only then is the state file rewritten. A state file that names
+file (garbage, binary, empty), or one whose latest checkpoint is not there
+(e.g. `ckpt-999` beside an intact `ckpt-100`), never means "no checkpoint":
+the checkpoints are then found from their own files (`ckpt-N.index`), the
+newest readable one is restored, and only then is the state file rewritten. A state file that names
 a checkpoint outside its own directory is a user error too.
 """
 
@@ -155,9 +156,10 @@ class Checkpointer:
         continue
       if damaged:
         logging.warning(
-          "The checkpoint state file %s was damaged; restored %s, the "
-          "newest readable checkpoint among the files.",
+          "The checkpoint state file %s %s; restored %s, the newest "
+          "readable checkpoint among the files.",
           state_file,
+          damaged,
           path,
         )
         if self._is_chief:
@@ -168,7 +170,7 @@ class Checkpointer:
       return path
     if damaged:
       raise UserError(
-        f"The checkpoint state file {state_file} is damaged and no "
+        f"The checkpoint state file {state_file} {damaged} and no "
         f"checkpoint file beside it can be read; move the directory away to "
         "start over."
       )
@@ -341,19 +343,28 @@ class _DamagedState(Exception):
   """The state file exists but does not parse as a checkpoint state."""
 
 
-def _candidates(directory: str) -> tuple[list[str], bool]:
-  """(checkpoint paths, oldest first; whether the state file was damaged).
+def _candidates(directory: str) -> tuple[list[str], str | None]:
+  """(checkpoint paths, oldest first; what is wrong with the state file).
 
-  From the state file; when it is damaged, from the files on disk.
+  From the state file; from the files on disk when it is damaged or its
+  latest checkpoint is not there (no index file: a state file copied or
+  edited by hand, or files deleted), since then it is no guide to them.
+  What is wrong is None, "is damaged" or "names ckpt-N, which is not there".
   """
   try:
     state = _read_state(directory)
   except _DamagedState:
-    return _checkpoints_on_disk(directory), True
-  candidates = list(state.all_model_checkpoint_paths) if state else []
-  if state and state.model_checkpoint_path not in candidates:
-    candidates.append(state.model_checkpoint_path)
-  return candidates, False
+    return _checkpoints_on_disk(directory), "is damaged"
+  if state is None:
+    return [], None
+  latest = state.model_checkpoint_path
+  if not tf.io.gfile.exists(latest + ".index"):
+    named = os.path.basename(latest)
+    return _checkpoints_on_disk(directory), f"names {named}, which is not there"
+  candidates = list(state.all_model_checkpoint_paths)
+  if latest not in candidates:
+    candidates.append(latest)
+  return candidates, None
 
 
 def _read_state(directory: str):

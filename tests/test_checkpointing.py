@@ -154,6 +154,29 @@ def test_damaged_state_file_restores_the_newest_checkpoint_file(
   assert list(state.all_model_checkpoint_paths) == [first, second]
 
 
+@pytest.mark.parametrize(
+  "listed", [("ckpt-999",), ("ckpt-10", "ckpt-999")], ids=["alone", "after"]
+)
+def test_state_file_naming_a_missing_checkpoint_restores_the_newest_file(
+  saved, caplog, listed
+):
+  directory, first, second = saved
+  state_file = os.path.join(directory, "checkpoint")
+  with open(state_file, "w") as f:
+    f.write('model_checkpoint_path: "ckpt-999"\n')
+    f.writelines(f'all_model_checkpoint_paths: "{n}"\n' for n in listed)
+  with caplog.at_level(logging.WARNING):
+    path, _, step = _restore_into_new_state(directory)
+  assert path == second and int(step.numpy()) == 20
+  said = [
+    r.getMessage() for r in caplog.records if "ckpt-999" in r.getMessage()
+  ]
+  assert len(said) == 1 and state_file in said[0] and second in said[0], said
+  state = tf.train.get_checkpoint_state(directory)
+  assert state.model_checkpoint_path == second
+  assert list(state.all_model_checkpoint_paths) == [first, second]
+
+
 def test_damaged_state_file_is_not_rewritten_by_a_failed_restore(saved):
   directory, first, second = saved
   state_file = os.path.join(directory, "checkpoint")
