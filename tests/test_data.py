@@ -3,7 +3,9 @@
 import logging
 import os
 import shutil
+import struct
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -350,6 +352,117 @@ def test_files_without_two_classes_of_images_is_a_user_error(tmp_path, layout):
       (root / "dogs").mkdir()
   with pytest.raises(UserError, match="--data_dir="):
     data.load("files", image_size=16, data_dir=str(root))
+
+
+def _names_by_label(source, root):
+  """{label: names relative to `root`} of every record, train and eval."""
+  found = {}
+  for records in (source.train_records, source.eval_records):
+    for path, label in _all_records(records):
+      name = os.path.relpath(path.decode(), root)
+      found.setdefault(int(label), []).append(name)
+  return found
+
+
+def test_a_link_inside_a_class_to_another_class_removes_no_class(
+  image_root, caplog
+):
+  # Each class links to the other from inside it: whichever the walk entered
+  # first, its link led to the other class, which was then "already listed"
+  # and vanished (trained on 2 of 3 classes, exit 0).
+  os.symlink("../b_blue", os.path.join(image_root, "a_red", "blue"))
+  os.symlink("../a_red", os.path.join(image_root, "b_blue", "red"))
+  green = os.path.join(image_root, "c_green")
+  os.mkdir(green)
+  _write_image(os.path.join(green, "0.png"), (0, 255, 0), (8, 8), 3)
+  os.symlink("../a_red/00.jpg", os.path.join(green, "red.jpg"))
+  with caplog.at_level(logging.WARNING):
+    source = data.load("files", image_size=16, data_dir=image_root)
+  found = _names_by_label(source, image_root)
+  assert source.num_classes == 3
+  assert {label: len(names) for label, names in found.items()} == {
+    0: 8,
+    1: 6,
+    2: 2,
+  }
+  # A file in two classes is an image of each, under its own name there.
+  assert "a_red/00.jpg" in found[0] and "c_green/red.jpg" in found[2]
+  assert (
+    f"1 file under {image_root} is reached by more than one name (first: "
+    "a_red/00.jpg is also c_green/red.jpg)" in caplog.text
+  )
+
+
+def _huge_png(path, side):
+  """A valid side x side 1-bit grayscale PNG of zeros: a few KB on disk."""
+
+  def chunk(kind, body):
+    crc = zlib.crc32(kind + body)
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", crc)
+
+  row = bytes(1 + (side + 7) // 8)  # The filter byte, then 8 pixels a byte.
+  packer = zlib.compressobj(9)
+  pixels = b"".join(packer.compress(row) for _ in range(side))
+  with open(path, "wb") as f:
+    f.write(b"\x89PNG\r\n\x1a\n")
+    f.write(chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)))
+    f.write(chunk(b"IDAT", pixels + packer.flush()))
+    f.write(chunk(b"IEND", b""))
+
+
+def test_an_image_over_the_pixel_limit_is_skipped_and_named_once(
+  image_root, caplog
+):
+  # It was decoded: 3.1 GB peak RSS and 11x slower, without a word.
+  huge = os.path.join(image_root, "b_blue", "huge.png")
+  _huge_png(huge, 20000)
+  assert os.path.getsize(huge) < 100_000
+
+  def load(**limit):
+    return data.load("files", image_size=16, data_dir=image_root, **limit)
+
+  with caplog.at_level(logging.WARNING):
+    source = load()
+  [said] = [r.getMessage() for r in caplog.records if "pixel" in r.getMessage()]
+  assert said == (
+    f"Skipped 1 of the 15 files under {image_root}: over the limit of "
+    "89,478,485 pixels an image (--max_image_pixels): b_blue/huge.png "
+    "(400,000,000 pixels)."
+  )
+  found = _names_by_label(source, image_root)
+  assert sum(map(len, found.values())) == 14
+  assert "b_blue/huge.png" not in found[1]
+  # The limit is read from PNG and JPEG headers: 30x30 keeps 20x30 to 30x30.
+  caplog.clear()
+  with caplog.at_level(logging.WARNING):
+    source = load(max_image_pixels=900)
+  assert (
+    "Skipped 3 of the 15 files under " in caplog.text
+    and "(--max_image_pixels): b_blue/11.png (930 pixels) and 2 more"
+    in caplog.text
+  )
+  assert sum(map(len, _names_by_label(source, image_root).values())) == 12
+
+
+@pytest.mark.parametrize("layout", ["nested", "undecodable"])
+def test_a_class_directory_without_a_usable_image_is_a_user_error(
+  image_root, layout
+):
+  # It was left out silently: a class fewer, and every later label shifted.
+  green = os.path.join(image_root, "c_green")
+  os.makedirs(os.path.join(green, "more"))
+  if layout == "nested":
+    _write_image(os.path.join(green, "more", "0.png"), (0, 255, 0), (8, 8), 3)
+  else:
+    with open(os.path.join(green, "0.png"), "wb") as f:
+      f.write(b"\x89PNG not really")
+  with pytest.raises(UserError) as error:
+    data.load("files", image_size=16, data_dir=image_root, skip_bad_images=True)
+  assert str(error.value) == (
+    f"{green} holds no image that can be used directly in it, so its class "
+    "would be left out: add .jpg or .png images to it, or move it out of "
+    f"--data_dir={image_root}."
+  )
 
 
 def _digit_split(seed):

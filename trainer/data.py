@@ -27,6 +27,10 @@ from ctl.errors import UserError
 DATASETS = ("synthetic", "digits", "cassava", "files")
 _IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 _EVAL_EVERY = 10  # files: every 10th file (by sorted name) validates.
+# files: images over this many pixels are skipped, read from their headers.
+# PIL's limit: the float32 RGB copy that resizing makes is 1 GiB.
+MAX_IMAGE_PIXELS = 89_478_485
+_PNG_START = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR"  # Signature, IHDR.
 
 Records = input_lib.IndexedRecords | tf.data.Dataset
 
@@ -88,6 +92,7 @@ def load(
   manifest_dir: str = "",
   is_chief: bool = True,
   skip_bad_images: bool = False,
+  max_image_pixels: int = MAX_IMAGE_PIXELS,
   beat: datafiles.Beat = datafiles.no_beat,
 ) -> Source:
   """Loads a source by name.
@@ -97,14 +102,14 @@ def load(
     image_size: side of the square images the model sees.
     data_dir: TFDS data directory (cassava) or image root (files); local,
       FUSE_ROOT/BUCKET/PATH or gs://.
-    storage: the Cloud Storage route for `data_dir` and `manifest_dir` (see
-      `ctl.storage`).
+    storage: the Cloud Storage route of both directories (`ctl.storage`).
     fuse_root: where buckets are mounted.
     manifest_dir: files only: where the file list is kept across restarts
       (the checkpoint directory); empty lists the files every time.
     is_chief: files only: this process writes the manifest.
     skip_bad_images: files only: leave out files that cannot be decoded
       (counted and logged) rather than stop with a user error.
+    max_image_pixels: files only: skip images over this many pixels; 0: none.
     beat: files only: told of each directory listed and file read (a stall
       watchdog's progress).
 
@@ -131,6 +136,7 @@ def load(
       manifest_dir=manifest_dir,
       is_chief=is_chief,
       skip_bad_images=skip_bad_images,
+      max_image_pixels=max_image_pixels,
       beat=beat,
     )
   raise UserError(
@@ -352,6 +358,7 @@ def _files(
   manifest_dir: str,
   is_chief: bool,
   skip_bad_images: bool,
+  max_image_pixels: int,
   beat: datafiles.Beat,
 ) -> Source:
   """A directory of `class_name/*.jpg|png`; every 10th file validates."""
@@ -370,13 +377,16 @@ def _files(
   names = datafiles.load_manifest(files, manifest_dir=manifest)
   fresh = names is None
   if fresh:
+    listed = files.list(beat)
     names = _decodable(
       files,
-      _image_names(files, beat),
+      _image_names(listed),
       image_size=image_size,
       skip=skip_bad_images,
+      max_pixels=max_image_pixels,
       beat=beat,
     )
+    _check_no_class_left_out(files, listed=listed, names=names)
   classes = _classes(names, data_dir=data_dir, usage=usage)
   if fresh and manifest and is_chief:
     datafiles.save_manifest(files, manifest_dir=manifest, names=names)
@@ -387,54 +397,112 @@ def _files(
 
   def split(mask):
     return _file_records(
-      files,
-      [n for n, m in zip(names, mask) if m],
-      labels[mask],
-      image_size=image_size,
+      files, [n for n, m in zip(names, mask) if m], labels[mask]
     )
 
-  train, decode = split(~is_eval)
+  train, read = split(~is_eval)
   return Source(
     train_records=train,
     num_train=train.size,
     eval_records=split(is_eval)[0],
-    decode_fn=decode,
+    decode_fn=_read_then_decode(read, image_size),
     num_classes=len(classes),
     image_shape=(image_size, image_size, 3),
   )
 
 
-def _image_names(files: datafiles.Files, beat: datafiles.Beat) -> list[str]:
-  """The `class_name/file` names of the images under `files`, listed."""
+def _image_names(listed: list[str]) -> list[str]:
+  """The `class_name/file` names of the images among the `listed` files."""
   return [
     name
-    for name in files.list(beat)
+    for name in listed
     if name.count("/") == 1 and name.lower().endswith(_IMAGE_EXTENSIONS)
   ]
 
 
-def _file_records(
-  files: datafiles.Files,
-  names: list[str],
-  labels: np.ndarray,
-  *,
-  image_size: int,
-):
-  """(records of `names` with `labels`, their decode_fn) for this route."""
-  decode_encoded = _decode_encoded(image_size)
+def _check_no_class_left_out(
+  files: datafiles.Files, *, listed: list[str], names: list[str]
+) -> None:
+  """Every directory at the top of `files` that holds files is a class.
+
+  Args:
+    files: the data directory.
+    listed: every file under it.
+    names: the images the run will use (`class_name/file`).
+
+  Raises:
+    UserError: a top directory keeps no image in `names` (none directly in
+      it, or each one skipped): its class would vanish and every later label
+      would shift.
+  """
+  kept = {name.split("/")[0] for name in names}
+  lost = sorted({name.split("/")[0] for name in listed if "/" in name} - kept)
+  if not lost:
+    return
+  where = posixpath.join(files.url, lost[0])  # As the user named it.
+  if len(lost) == 1:
+    what = f"{where} holds no image that can be used directly in it, so its "
+    what += "class would be left out: add .jpg or .png images to it, or move it"
+  else:
+    what = (
+      f"{where} and {len(lost) - 1} more directories hold no image that can "
+      "be used directly in them, so their classes would be left out: add "
+      ".jpg or .png images to them, or move them"
+    )
+  raise UserError(f"{what} out of --data_dir={files.url}.")
+
+
+def _file_records(files: datafiles.Files, names: list[str], labels: np.ndarray):
+  """(records of `names` with `labels`, record -> (file bytes, label))."""
   if files.in_graph:
     paths = np.array([files.path(name) for name in names], dtype=str)
-
-    def decode(path, label):
-      return decode_encoded(tf.io.read_file(path), label)
-
-    return _in_memory((paths, labels)), decode
+    return _in_memory((paths, labels)), lambda path, label: (
+      tf.io.read_file(path),
+      label,
+    )
   contents = files.records(names)
   chosen = tf.constant(labels)
   return input_lib.IndexedRecords(
     size=contents.size,
     fetch=lambda i: (contents.fetch(i), tf.gather(chosen, i)),
-  ), decode_encoded
+  ), lambda encoded, label: (encoded, label)
+
+
+def _read_then_decode(read: Callable, image_size: int) -> Callable:
+  """record -> (image, label): the bytes `read` gives, decoded and resized."""
+  decode_encoded = _decode_encoded(image_size)
+  return lambda *record: decode_encoded(*read(*record))
+
+
+def _header_pixels(encoded: tf.Tensor) -> tf.Tensor:
+  """Width x height named by a PNG's or JPEG's header; -1 for other content.
+
+  Nothing is decoded: a PNG names its size in its first chunk (IHDR, bytes
+  16-24, big-endian), a JPEG in its frame header (`tf.io.extract_jpeg_shape`
+  reads only the header). A 20000x20000 PNG of one color is a few KB on disk.
+  """
+
+  def png():
+    size = tf.io.decode_raw(
+      tf.strings.substr(encoded, 16, 8), tf.int32, little_endian=False
+    )
+    return tf.cast(size[0], tf.int64) * tf.cast(size[1], tf.int64)
+
+  def jpeg():
+    shape = tf.cast(tf.io.extract_jpeg_shape(encoded), tf.int64)
+    return shape[0] * shape[1]
+
+  is_png = tf.logical_and(
+    tf.strings.length(encoded) >= 24,
+    tf.strings.substr(encoded, 0, 16) == _PNG_START,
+  )
+  return tf.cond(
+    is_png,
+    png,
+    lambda: tf.cond(
+      tf.io.is_jpeg(encoded), jpeg, lambda: tf.constant(-1, tf.int64)
+    ),
+  )
 
 
 def _decodable(
@@ -443,24 +511,33 @@ def _decodable(
   *,
   image_size: int,
   skip: bool,
+  max_pixels: int,
   beat: datafiles.Beat,
 ) -> list[str]:
-  """`names` less the files that cannot be decoded as images.
+  """`names` less the files that cannot be decoded as images or are too big.
 
   One parallel tf.data pass reads and decodes every file, as training will,
   when the file list is made (the first start; the manifest keeps the result
   for restarts; every worker that makes it gets the same), so a bad file
   stops the run before anything is written, or is left out of the fixed
   order that an exact resume depends on. It costs about what one epoch's
-  decoding does.
+  decoding does. An image of more than `max_pixels` pixels (its header says)
+  is not decoded but left out, said in one warning.
 
   Raises:
     UserError: a file cannot be decoded and `skip` is False.
   """
-  good = _decoded_indices(files, names, image_size=image_size, beat=beat)
-  bad = [name for index, name in enumerate(names) if index not in good]
+  good, oversized = _decoded_indices(
+    files, names, image_size=image_size, max_pixels=max_pixels, beat=beat
+  )
+  _say_oversized(files, names, oversized, max_pixels=max_pixels)
+  bad = [
+    name
+    for index, name in enumerate(names)
+    if index not in good and index not in oversized
+  ]
   if not bad:
-    return names
+    return [name for index, name in enumerate(names) if index in good]
   if not skip:
     where = posixpath.join(files.url, bad[0])  # As the user named it.
     what = (
@@ -485,22 +562,77 @@ def _decodable(
   return [name for index, name in enumerate(names) if index in good]
 
 
+def _say_oversized(
+  files: datafiles.Files,
+  names: list[str],
+  oversized: dict[int, int],
+  *,
+  max_pixels: int,
+) -> None:
+  """One warning for the images left out for their size, if any."""
+  if not oversized:
+    return
+  first = min(oversized)
+  more = len(oversized) - 1
+  logging.warning(
+    "Skipped %d of the %d files under %s: over the limit of %s pixels an "
+    "image (--max_image_pixels): %s (%s pixels)%s.",
+    len(oversized),
+    len(names),
+    files.url,
+    f"{max_pixels:,}",
+    names[first],
+    f"{oversized[first]:,}",
+    f" and {more} more" if more else "",
+  )
+
+
+def _check_one(read, decode_encoded, max_pixels: int):
+  """(index, record) -> (index, pixels, decoded maximum), decoding only when
+  the header says the image is within `max_pixels` (0: no limit)."""
+
+  def check(index, record):
+    encoded, label = read(*record)
+    pixels = _header_pixels(encoded)
+    fits = tf.logical_or(max_pixels <= 0, pixels <= max_pixels)
+    decoded = tf.cond(
+      fits,
+      lambda: tf.reduce_max(decode_encoded(encoded, label)[0]),
+      lambda: tf.constant(0.0),
+    )
+    return index, pixels, decoded
+
+  return check
+
+
 def _decoded_indices(
   files: datafiles.Files,
   names: list[str],
   *,
   image_size: int,
+  max_pixels: int,
   beat: datafiles.Beat,
-) -> set[int]:
-  """The indices of `names` whose files decode as images (one tf.data pass).
+) -> tuple[set[int], dict[int, int]]:
+  """Which of `names` decode as images, which are too big (one tf.data pass).
 
   Each file that comes out of the pass is a beat that names the first file
   not out yet: the one a stuck read is on, once every other file is out.
+
+  Returns:
+    The indices of the files that decode within `max_pixels`, and the pixels
+    of each file over it (by index; such a file is not decoded).
   """
-  records, decode = _file_records(
-    files, names, np.zeros(len(names), np.int64), image_size=image_size
-  )
-  decoded = (
+  records, read = _file_records(files, names, np.zeros(len(names), np.int64))
+  check = _check_one(read, _decode_encoded(image_size), max_pixels)
+  good, oversized = set(), {}
+
+  def sort(index, pixels):
+    if 0 < max_pixels < pixels:
+      oversized[int(index)] = int(pixels)
+    else:
+      good.add(int(index))
+
+  checked = (
     tf.data.Dataset.range(len(names))
     .batch(64)
     .map(
@@ -508,30 +640,26 @@ def _decoded_indices(
       num_parallel_calls=tf.data.AUTOTUNE,
     )
     .unbatch()
-    .map(
-      lambda index, record: (index, tf.reduce_max(decode(*record)[0])),
-      num_parallel_calls=tf.data.AUTOTUNE,
-      deterministic=False,
-    )
+    .map(check, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
   )
   waiting = _Waiting(files, names)
-  good = set()
-  for index, _ in decoded.ignore_errors(log_warning=False).as_numpy_iterator():
-    good.add(int(index))
+  for index, pixels, _ in checked.ignore_errors(
+    log_warning=False
+  ).as_numpy_iterator():
+    sort(index, pixels)
     beat(waiting.done(int(index)))
   # ignore_errors also drops a batch whose read failed: each file it dropped
-  # is read again alone and decoded, and only a decode error makes it bad.
-  for index in sorted(set(range(len(names))) - good):
+  # is read again alone and checked, and only a decode error makes it bad.
+  for index in sorted(set(range(len(names))) - good - set(oversized)):
     beat(f"reading {files.path(names[index])}")
     record = tf.nest.map_structure(
       lambda t: t[0], records.fetch(tf.constant([index], tf.int64))
     )
     try:
-      decode(*record)
-      good.add(index)
+      sort(index, check(index, record)[1])
     except tf.errors.InvalidArgumentError:
       pass
-  return good
+  return good, oversized
 
 
 class _Waiting:

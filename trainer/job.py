@@ -159,6 +159,7 @@ def _load_data(
       manifest_dir=manifest_dir,
       is_chief=is_chief,
       skip_bad_images=config.skip_bad_images,
+      max_image_pixels=config.max_image_pixels,
       beat=watchdog.beat if watchdog else datafiles.no_beat,
     )
 

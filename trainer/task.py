@@ -103,6 +103,13 @@ flags.DEFINE_bool(
   "the file list is made) rather than stop with an error.",
 )
 flags.DEFINE_integer(
+  "max_image_pixels",
+  89_478_485,  # trainer.data.MAX_IMAGE_PIXELS, without loading TensorFlow.
+  "files: leave out images of more pixels than this, read from their PNG or "
+  "JPEG headers without decoding (counted and logged); 0: no limit.",
+  lower_bound=0,
+)
+flags.DEFINE_integer(
   "image_size",
   32,
   "Side of the square model input.",
