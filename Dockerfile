@@ -2,10 +2,10 @@
 #
 # Vertex AI's prebuilt TensorFlow training images stop before the TensorFlow
 # this project pins, so the job runs in this custom container. The base image's
-# TensorFlow must be the version pinned in setup.cfg (tests/test_dockerfile.py
-# checks it): then installing the pins keeps the image's GPU build of
-# TensorFlow with the CUDA libraries it was built against instead of replacing
-# it.
+# TensorFlow must be the version pinned in constraints.txt
+# (tests/test_dockerfile.py checks it): then installing the pins keeps the
+# image's GPU build of TensorFlow with the CUDA libraries it was built against
+# instead of replacing it.
 #
 # BASE_IMAGE is the TensorFlow GPU runtime image, tag 2.21.0-gpu (Ubuntu 22.04,
 # Python 3.11). Pin it by digest where Docker Hub can be reached:
@@ -31,13 +31,14 @@ RUN useradd --create-home --uid 1000 --user-group trainer
 # Relative paths such as the default flagfile resolve against this directory.
 WORKDIR /app
 
-# The pinned dependencies first, read from setup.cfg alone: a code change
-# reuses this layer instead of reinstalling TensorFlow.
-COPY setup.cfg /app/
+# The dependencies first, read from setup.cfg (the ranges) and
+# constraints.txt (the exact versions CI tests) alone: a code change reuses
+# this layer instead of reinstalling TensorFlow.
+COPY setup.cfg constraints.txt /app/
 RUN python -c 'import configparser; c = configparser.ConfigParser(); \
 c.read("setup.cfg"); print(c["options"]["install_requires"])' \
       > /tmp/requirements.txt \
- && python -m pip install -r /tmp/requirements.txt \
+ && python -m pip install -c constraints.txt -r /tmp/requirements.txt \
  && rm /tmp/requirements.txt
 
 # Then the code, installed without touching the dependencies.

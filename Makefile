@@ -5,19 +5,20 @@ VENV := .venv
 PY := $(VENV)/bin/python
 MODEL_DIR ?= runs/quickstart
 
-.PHONY: demo test lint format bench bench-quick container-check browser-check clean
+.PHONY: demo test lint format bench bench-quick container-check browser-check wheel-check clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-# Stamp files: reinstall only when the package metadata changes.
-$(VENV)/.installed: $(VENV)/bin/python setup.cfg pyproject.toml
-	$(PY) -m pip install --quiet -e .
+# Stamp files: reinstall only when the package metadata or a pin changes.
+# setup.cfg declares ranges; constraints.txt holds the exact versions.
+$(VENV)/.installed: $(VENV)/bin/python setup.cfg pyproject.toml constraints.txt
+	$(PY) -m pip install --quiet -c constraints.txt -e .
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/bin/python setup.cfg pyproject.toml
-	$(PY) -m pip install --quiet -e ".[test]"
+$(VENV)/.installed-test: $(VENV)/bin/python setup.cfg pyproject.toml constraints.txt
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[test]"
 	touch $(VENV)/.installed $@
 
 demo: $(VENV)/.installed
@@ -54,6 +55,13 @@ container-check:
 # it says so loudly and exits 0 (skipped). See scripts/browser_check.sh.
 browser-check: $(VENV)/.installed-test
 	PY=$(PY) scripts/browser_check.sh
+
+# The package as a user installs it: builds the wheel, installs it (no
+# extras) into a new venv, and runs examples/own_model.py with that venv's
+# python from outside the checkout, so `import ctl` comes from the wheel.
+# pip's cache makes every run after the first download nothing.
+wheel-check: $(VENV)/.installed-test
+	PY=$(PY) scripts/wheel_check.sh
 
 clean:
 	rm -rf $(VENV) runs bench_results .pytest_cache

@@ -8,7 +8,6 @@ The image itself is built and run by `make container-check`
 (scripts/container_check.py), which needs root and minutes, so not here.
 """
 
-import configparser
 import fnmatch
 import json
 import pathlib
@@ -49,16 +48,15 @@ def _exec_form(dockerfile, name):
 
 
 def _pinned_tensorflow_version():
-  parser = configparser.ConfigParser()
-  parser.read(_ROOT / "setup.cfg")
-  for line in parser["options"]["install_requires"].splitlines():
-    if line.strip():
+  text = (_ROOT / "constraints.txt").read_text()
+  for line in text.splitlines():
+    if line.strip() and not line.startswith("#"):
       requirement = requirements.Requirement(line.strip())
       if requirement.name == "tensorflow":
         (specifier,) = requirement.specifier
         assert specifier.operator == "=="
         return specifier.version
-  raise AssertionError("setup.cfg does not pin tensorflow")
+  raise AssertionError("constraints.txt does not pin tensorflow")
 
 
 def test_base_image_has_the_pinned_tensorflow(dockerfile):
@@ -82,9 +80,12 @@ def test_dependencies_are_installed_before_the_code_is_copied(dockerfile):
   ]
   workdir = _instructions(dockerfile, "WORKDIR")[-1]
   copies = [value for instruction, value in steps if instruction == "COPY"]
-  assert copies == [f"setup.cfg {workdir}/", f". {workdir}"]
+  assert copies == [f"setup.cfg constraints.txt {workdir}/", f". {workdir}"]
   code = steps.index(("COPY", f". {workdir}"))
-  assert any("pip install -r" in value for _, value in steps[:code])
+  # The exact versions CI tests (constraints.txt), not just setup.cfg's ranges.
+  assert any(
+    "pip install -c constraints.txt -r" in value for _, value in steps[:code]
+  )
   assert all(
     "--no-deps" in value
     for instruction, value in steps[code:]
@@ -119,6 +120,7 @@ def test_dockerignore_keeps_what_the_image_needs():
   ]
   needed = [
     "setup.cfg",
+    "constraints.txt",
     "pyproject.toml",
     "README.md",
     "ctl/errors.py",

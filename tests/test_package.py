@@ -1,14 +1,20 @@
 """The package's public face: what `import ctl` gives, and what it costs."""
 
+import configparser
+import os
 import subprocess
 import sys
 
+from packaging import requirements
+from packaging import specifiers
+from packaging import utils
 import pytest
 
 import ctl
 from ctl import controller
 from ctl import errors
 from ctl import options
+from trainer.testing import REPO
 from trainer.testing import run_command
 
 
@@ -54,3 +60,58 @@ def test_light_entry_points_do_not_load_tensorflow(args, says):
   assert says in result.stdout, result.stderr[-3000:]
   assert "import time:" in result.stderr  # The import log is there.
   assert "tensorflow" not in result.stderr
+
+
+def _declared_requirements() -> list[requirements.Requirement]:
+  """setup.cfg's install_requires and every extra's, less `ctl[...]`."""
+  parser = configparser.ConfigParser()
+  parser.read(os.path.join(REPO, "setup.cfg"))
+  lines = parser["options"]["install_requires"].splitlines()
+  for extra in parser["options.extras_require"].values():
+    lines += extra.splitlines()
+  declared = [requirements.Requirement(line) for line in lines if line.strip()]
+  return [r for r in declared if r.name != "ctl"]
+
+
+def _pins() -> dict[str, str]:
+  """constraints.txt as {normalized name: exact version}."""
+  pins = {}
+  with open(os.path.join(REPO, "constraints.txt")) as f:
+    for line in f:
+      if line.strip() and not line.startswith("#"):
+        requirement = requirements.Requirement(line.strip())
+        (specifier,) = requirement.specifier
+        assert specifier.operator == "==", line
+        pins[utils.canonicalize_name(requirement.name)] = specifier.version
+  return pins
+
+
+def test_setup_cfg_declares_ranges_and_constraints_pin_inside_them():
+  pins = _pins()
+  declared = _declared_requirements()
+  for requirement in declared:
+    name = utils.canonicalize_name(requirement.name)
+    # A range a user's environment can resolve, not one exact version.
+    assert not any(s.operator == "==" for s in requirement.specifier), name
+    assert name in pins, f"constraints.txt does not pin {name}"
+    assert requirement.specifier.contains(pins[name], prereleases=True), (
+      f"{name}=={pins[name]} is outside setup.cfg's {requirement.specifier}"
+    )
+  names = {utils.canonicalize_name(r.name) for r in declared}
+  assert set(pins) == names, set(pins) ^ names  # No pin of nothing.
+
+
+def test_the_python_versions_claimed_agree():
+  # Verified ones only (README "Install as a package" says how): the
+  # classifiers list exactly the versions python_requires admits.
+  parser = configparser.ConfigParser()
+  parser.read(os.path.join(REPO, "setup.cfg"))
+  admits = specifiers.SpecifierSet(parser["options"]["python_requires"])
+  classifiers = parser["metadata"]["classifiers"].split("\n")
+  listed = {
+    line.rsplit(" :: ", 1)[1]
+    for line in classifiers
+    if line.startswith("Programming Language :: Python :: 3.")
+  }
+  assert listed == set(admits.filter(f"3.{minor}" for minor in range(8, 16)))
+  assert f"{sys.version_info.major}.{sys.version_info.minor}" in listed
