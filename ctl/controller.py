@@ -21,6 +21,7 @@ import tensorflow as tf
 from ctl import checkpointing
 from ctl import evaluation as evaluation_lib
 from ctl import faults as faults_lib
+from ctl import fencing
 from ctl import finishing
 from ctl import lease as lease_lib
 from ctl import ledger as ledger_lib
@@ -82,15 +83,29 @@ def run(
   listeners = tuple(progress_listeners)
   if watchdog:
     listeners = (watchdog, *listeners)
-  run_state = _Run(task, options, strategy, eval_callbacks, listeners, faults)
-  if watchdog and run_state.ledger:
-    watchdog.add_stall_callback(
-      lambda stall: run_state.ledger.record(
-        "stall", **dataclasses.asdict(stall)
-      )
+  with lease_lib.hold(options) as held:  # One writer per run dir.
+    run_state = _Run(
+      task,
+      options,
+      strategy,
+      eval_callbacks,
+      listeners,
+      faults,
+      fence=lease_lib.fence_of(held),
     )
-  with lease_lib.hold(options, watchdog=watchdog):  # One writer per run dir.
+    if watchdog:
+      _on_stall(watchdog, run_state.ledger, held)
     return run_state.run()
+
+
+def _on_stall(watchdog, ledger, held) -> None:
+  """A stall is recorded in the ledger, then the lease is released."""
+  if ledger:
+    watchdog.add_stall_callback(
+      lambda stall: ledger.record("stall", **dataclasses.asdict(stall))
+    )
+  if held:
+    watchdog.add_stall_callback(lambda _: held.release())
 
 
 class _Run:
@@ -102,9 +117,18 @@ class _Run:
   """
 
   def __init__(
-    self, task, options, strategy, eval_callbacks, progress_listeners, faults
+    self,
+    task,
+    options,
+    strategy,
+    eval_callbacks,
+    progress_listeners,
+    faults,
+    *,
+    fence,
   ):
     self._task, self._options, self._strategy = task, options, strategy
+    self._fence = fence  # Checked before every commit (ctl.fencing).
     self._eval_callbacks = eval_callbacks
     self._started = time.monotonic()  # For the summary's wall_seconds.
     # The global step as the host knows it: read from the variable after a
@@ -112,7 +136,11 @@ class _Run:
     # progress marks never wait on a device-to-host copy.
     self._step = 0
     self.ledger, self._faults, self._progress = _observers(
-      options, faults, progress_listeners, current_step=lambda: self._step
+      options,
+      faults,
+      progress_listeners,
+      current_step=lambda: self._step,
+      fence=fence,
     )
     self._parts = None  # _Parts, from the start of start-up.
 
@@ -133,6 +161,7 @@ class _Run:
         ledger=self.ledger,
         faults=self._faults,
         eval_callbacks=self._eval_callbacks,
+        fence=self._fence,
       )
       with self._progress.phase(progress_lib.RESTORE):
         restored, self._step = parts.checkpoints.restore_at_start(
@@ -234,9 +263,10 @@ class _Run:
         step=step,
         trained=trained,
         progress=self._progress,
+        fence=self._fence,
       )
       summary = _summary(parts, step, self._options, self._started, self.ledger)
-      finishing.write_summary(parts.outputs.model, summary)
+      finishing.write_summary(parts.outputs.model, summary, fence=self._fence)
     finally:
       parts.close()
     finishing.log_done(summary, model_dir=self._options.dirs.model_dir)
@@ -275,6 +305,7 @@ def _assemble(
   ledger: ledger_lib.Ledger | None,
   faults: faults_lib.Injector | None,
   eval_callbacks: Sequence[Callable[[int, dict], None]],
+  fence: fencing.Fence,
 ) -> _Parts:
   """Opens the outputs and builds the model, its loops and the duties."""
   outputs = outputs_lib.open_outputs(
@@ -282,16 +313,17 @@ def _assemble(
     is_chief=options.is_chief,
     storage_route=options.storage,
     fuse_root=options.fuse_root,
+    fence=fence,
   )
   state = state_lib.build_state(task=task, strategy=strategy, seed=options.seed)
   writer = summaries.ScalarWriter(
-    logdir=outputs.tensorboard and outputs.tensorboard.local_path
+    logdir=outputs.tensorboard and outputs.tensorboard.local_path, fence=fence
   )
   return _Parts(
     outputs=outputs,
     state=state,
     checkpoints=_checkpoints(
-      options, outputs.checkpoints, state, progress, ledger
+      options, outputs.checkpoints, state, progress, ledger, fence
     ),
     loop=_train_loop(task, options, strategy, state, faults),
     writer=writer,
@@ -329,7 +361,7 @@ def _assemble(
 
 
 def _checkpoints(
-  options, location, state, progress, ledger
+  options, location, state, progress, ledger, fence
 ) -> run_checkpoints.RunCheckpoints:
   """The checkpoint duty: into `location` (fetched first), when the policy
   says."""
@@ -355,6 +387,7 @@ def _checkpoints(
     progress=progress,
     global_step=state.global_step,
     restores=state.restores,
+    fence=fence,
   )
 
 
@@ -375,7 +408,7 @@ def _train_loop(task, options, strategy, state, faults) -> loop_lib.TrainLoop:
   )
 
 
-def _observers(options, faults, listeners, *, current_step):
+def _observers(options, faults, listeners, *, current_step, fence):
   """(the run ledger, a fault injector, the progress that marks phases).
 
   The chief keeps the run ledger (ctl.ledger), a listener of every mark;
@@ -387,6 +420,7 @@ def _observers(options, faults, listeners, *, current_step):
     directory=ledger_lib.ledger_dir(options.dirs.model_dir),
     storage=options.storage,
     fuse_root=options.fuse_root,
+    fence=fence,
   )
   injector = faults_lib.Injector(tuple(faults)) if faults else None
   progress = progress_lib.Progress(

@@ -27,6 +27,11 @@ STALL_EXIT_CODE = 75
 # mid-run); what was saved before is intact, and the same command continues
 # once the space or the permission is back.
 CANNOT_WRITE_EXIT_CODE = 74
+# EX_NOPERM: this trainer lost the run directory's lease (ctl.lease) to
+# another trainer, which now owns it (paused past the lease's staleness, or
+# taken over with --take_over_lease); it stopped without committing anything
+# more. Not worth a restart: the other trainer goes on with the run.
+LEASE_LOST_EXIT_CODE = 77
 # What a failed write says when the storage, not the data, is at fault.
 _WRITE_ERRNOS = (
   errno.ENOSPC,
@@ -88,6 +93,14 @@ def write_failure(what: str, path: str, error: Exception) -> CannotWrite | None:
         "write permission, then run the same command to continue."
       )
   return None
+
+
+class LeaseLost(Exception):
+  """Another trainer took the lease; exit with LEASE_LOST_EXIT_CODE.
+
+  Raised at a commit point (ctl.fencing) before anything is written, so
+  nothing the new holder wrote is touched.
+  """
 
 
 class Preempted(Exception):

@@ -16,6 +16,11 @@ says which step it holds (`MARKER`, read by `exported_step`), or no marker:
   new model is uploaded and written after the last one, so the marker is the
   commit point. TensorFlow's own gs:// route (`storage=tf`) keeps the same
   order in place.
+
+Only the lease holder commits (ctl.fencing: checked before the swap or the
+marker) and removes what killed exports left beside the target: a half-written
+new model, or, after a kill between the swap and its cleanup, the old one
+(`remove_leftovers`, also when the run has nothing to export).
 """
 
 import ctypes
@@ -29,6 +34,7 @@ import uuid
 import keras
 import tensorflow as tf
 
+from ctl import fencing
 from ctl import storage
 
 # The file in an export directory that names the step the SavedModel holds.
@@ -44,6 +50,7 @@ def export_saved_model(
   location: storage.Location | None,
   image_shape: tuple[int, int, int],
   step: int,
+  fence: fencing.Fence = fencing.OPEN,
 ) -> None:
   """Exports `model` with a `serving_default` signature, then commits it.
 
@@ -57,6 +64,10 @@ def export_saved_model(
       temporary directory that is removed.
     image_shape: (height, width, channels) of one input image.
     step: the global step of `model`, recorded in `MARKER`.
+    fence: checked right before the commit (ctl.fencing).
+
+  Raises:
+    LeaseLost: another trainer took the lease; nothing was committed.
   """
   archive = keras.export.ExportArchive()
   archive.track(model)
@@ -80,21 +91,49 @@ def export_saved_model(
       shutil.rmtree(scratch, ignore_errors=True)
     return
   target = location.local_path
+  what = f"the SavedModel of step {step}"
   if "://" in target:  # TensorFlow's own filesystem: no rename, commit last.
+    fence.check(what)
     _remove_marker(target)
     archive.write_out(target, verbose=False)
+    fence.check(what)
     _write_marker(target, step)
     return
-  for stale in glob.glob(glob.escape(target) + _PARTIAL + "*"):
-    shutil.rmtree(stale, ignore_errors=True)  # Left by a killed export.
+  remove_leftovers(location, fence=fence)
   partial = f"{target}{_PARTIAL}{os.getpid()}-{uuid.uuid4().hex[:8]}"
   try:
     archive.write_out(partial, verbose=False)
     _write_marker(partial, step)
+    fence.check(what)
     _swap_into_place(partial, target)
   finally:
     shutil.rmtree(partial, ignore_errors=True)
   location.publish(commit_file=MARKER, replaces=True)
+
+
+def remove_leftovers(
+  location: storage.Location | None, *, fence: fencing.Fence = fencing.OPEN
+) -> None:
+  """Removes what killed exports left beside the export directory.
+
+  `<dir>.partial-<pid>-<id>` (and `.old`) hold a half-written model, or the
+  old one when a kill came after the swap and before its cleanup. Never the
+  export directory itself, and only by the lease holder (`fence`).
+
+  Args:
+    location: the chief's export location, or None (nothing to do).
+    fence: checked first (ctl.fencing).
+
+  Raises:
+    LeaseLost: another trainer took the lease; nothing was removed.
+  """
+  if location is None or "://" in location.local_path:
+    return
+  leftovers = glob.glob(glob.escape(location.local_path) + _PARTIAL + "*")
+  if leftovers:
+    fence.check("the removal of leftover exports")
+  for leftover in leftovers:
+    shutil.rmtree(leftover, ignore_errors=True)
 
 
 def exported_step(location: storage.Location | None) -> int | None:

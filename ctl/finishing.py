@@ -13,6 +13,7 @@ from absl import logging
 import tensorflow as tf
 
 from ctl import export as export_lib
+from ctl import fencing
 from ctl import goodput as goodput_lib
 from ctl import preemption
 from ctl import progress as progress_lib
@@ -31,13 +32,15 @@ def export(
   step: int,
   trained: bool,
   progress: progress_lib.Progress,
+  fence: fencing.Fence = fencing.OPEN,
 ) -> None:
   """Exports the SavedModel unless the committed one already holds `step`.
 
   A run that trained always exports; one that did not exports again when the
   committed SavedModel is missing or holds another step (an export killed
-  before it committed). A stop asked for during the export lets it commit,
-  then stops the run.
+  before it committed), and otherwise still removes what a killed export
+  left beside it. A stop asked for during the export lets it commit, then
+  stops the run.
 
   Args:
     model: the trained model, at `step`.
@@ -46,18 +49,25 @@ def export(
     step: the global step of `model`.
     trained: whether this run trained any step.
     progress: marks the export phase.
+    fence: the lease's fence (ctl.fencing), checked before the commit.
 
   Raises:
     Preempted: a stop was requested during the export (after it committed).
+    LeaseLost: another trainer took the lease; nothing was committed.
     CannotWrite: the export directory refused the files (disk full,
       permission lost); a SavedModel committed before is left in place.
   """
   if not trained and export_lib.exported_step(location) == step:
+    export_lib.remove_leftovers(location, fence=fence)
     return
   with preemption.StopRequest() as stop, progress.phase(progress_lib.EXPORT):
     try:
       export_lib.export_saved_model(
-        model=model, image_shape=image_shape, location=location, step=step
+        model=model,
+        image_shape=image_shape,
+        location=location,
+        step=step,
+        fence=fence,
       )
     except (OSError, tf.errors.OpError) as e:
       failure = location and write_failure(
@@ -70,10 +80,17 @@ def export(
     raise Preempted(step, stop.signal)
 
 
-def write_summary(location, summary: dict) -> None:
-  """Writes `summary` to `<model dir>/train_summary.json` (chief: `location`)."""
+def write_summary(
+  location, summary: dict, *, fence: fencing.Fence = fencing.OPEN
+) -> None:
+  """Writes `summary` to `<model dir>/train_summary.json` (chief: `location`).
+
+  Raises:
+    LeaseLost: another trainer took the lease (`fence`); nothing written.
+  """
   if not location:
     return
+  fence.check("the run summary")
   model_dir = location.local_path
   tf.io.gfile.makedirs(model_dir)
   with tf.io.gfile.GFile(os.path.join(model_dir, SUMMARY_FILE), "w") as f:

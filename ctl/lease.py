@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 from absl import logging
 
 from ctl import errors
+from ctl import fencing
+from ctl import mirror
 from ctl import storage
 from ctl.errors import UserError
 
@@ -64,6 +66,9 @@ class Holder:
     job: its job id ("" when it ran outside a supervisor).
     started: when it took the lease (seconds since the epoch).
     renewed: when it last renewed it (seconds since the epoch).
+    generation: the fencing token: one more than the lease it replaced
+      (1 for a new one), the same across renewals (0: a record written
+      before generations existed).
   """
 
   host: str
@@ -71,13 +76,19 @@ class Holder:
   job: str
   started: float
   renewed: float
+  generation: int = 0
 
   def describe(self) -> str:
     job = f", job {self.job}" if self.job else ""
     return (
-      f"pid {self.pid} on {self.host}{job}, since {_when(self.started)}, "
+      f"pid {self.pid} on {self.host}{job} (lease generation "
+      f"{self.generation}), since {_when(self.started)}, "
       f"last renewed {_when(self.renewed)}"
     )
+
+  def same_holding(self, other: "Holder") -> bool:
+    """Whether `other` is this record, renewed or not (the same taking)."""
+    return dataclasses.replace(other, renewed=self.renewed) == self
 
 
 def job_id(environ) -> str:
@@ -86,15 +97,14 @@ def job_id(environ) -> str:
 
 
 @contextlib.contextmanager
-def hold(options: "RunOptions", *, watchdog=None) -> Iterator["Lease | None"]:
+def hold(options: "RunOptions") -> Iterator["Lease | None"]:
   """Holds the run directory's lease for the block (the chief only).
 
-  Released when the block ends however it ends, and, with a `watchdog`
-  (ctl.watchdog), also just before a stall ends the process.
+  Released when the block ends however it ends (a caller with a stall
+  watchdog also releases it when a stall ends the process).
 
   Args:
     options: the run's options (directory, stale time, job id, take-over).
-    watchdog: the run's stall watchdog, or None.
 
   Yields:
     The held lease, or None on a worker that is not the chief.
@@ -106,8 +116,6 @@ def hold(options: "RunOptions", *, watchdog=None) -> Iterator["Lease | None"]:
     yield None
     return
   held = acquire(**_arguments(options))
-  if watchdog:
-    watchdog.add_stall_callback(lambda _: held.release())
   try:
     yield held
   finally:
@@ -177,8 +185,8 @@ def acquire(
     model_dir, storage_route=storage_route, fuse_root=fuse_root
   )
   for _ in range(_ATTEMPTS):
-    mine = _me(job)
     found = store.read()
+    mine = _me(job, generation=found[0].generation + 1 if found else 1)
     try:
       if found is None:
         token = store.create(_encode(mine))
@@ -200,7 +208,13 @@ def acquire(
         token = store.take_over(_encode(mine), token)
     except FileExistsError:
       continue  # Someone else moved first: judge the new holder.
-    return Lease(store=store, holder=mine, token=token, stale_secs=stale_secs)
+    return Lease(
+      store=store,
+      holder=mine,
+      token=token,
+      stale_secs=stale_secs,
+      model_dir=model_dir,
+    )
   raise LeaseHeld(
     f"The lease on {model_dir} changed hands {_ATTEMPTS} times while this "
     "trainer tried to take it; another trainer is starting there."
@@ -210,12 +224,16 @@ def acquire(
 class Lease:
   """A held lease, renewed by a thread until `release()`."""
 
-  def __init__(self, *, store, holder: Holder, token, stale_secs: float):
+  def __init__(
+    self, *, store, holder: Holder, token, stale_secs: float, model_dir: str
+  ):
     self._store = store
     self._holder = holder
     self._token = token
+    self._model_dir = model_dir
     self._lock = threading.Lock()
     self._released = threading.Event()
+    self._lost = threading.Event()
     self._thread = threading.Thread(
       target=self._renew_until_released,
       args=(stale_secs / 4,),
@@ -240,6 +258,50 @@ class Lease:
           self._store.delete(self._token)
         self._token = None
 
+  def fence(self) -> fencing.Fence:
+    """The fence of this holding (ctl.fencing): `check_held` at each commit."""
+    return _HeldFence(self)
+
+  def check_held(self, what: str) -> None:
+    """Returns if this process still holds the lease; else stops it.
+
+    Held when the renewal thread has not found it taken over and a fresh
+    read finds this holding's record (generation, host, pid, start): after a
+    pause the thread may not have run yet. A read that fails (a hiccup)
+    leaves the thread's finding.
+
+    Args:
+      what: what is about to be written, for the sentence.
+
+    Raises:
+      LeaseLost: another trainer took the lease over (it may have ended
+        and released it since).
+    """
+    try:
+      found = self._store.read()
+      current = found and found[0]
+    except OSError as e:
+      logging.warning("Could not read the run lease: %s", e)
+      current = self._holder
+    if (
+      not self._lost.is_set() and current and current.same_holding(self._holder)
+    ):
+      return
+    with self._lock:
+      self._lost.set()
+      self._token = None  # Nothing of the new holder's is ever deleted.
+    taker = (
+      current.describe()
+      if current
+      else "another trainer, which has since released it"
+    )
+    raise errors.LeaseLost(
+      f"This trainer (pid {os.getpid()}, lease generation "
+      f"{self._holder.generation}) lost the lease on {self._model_dir} to "
+      f"{taker}; it stopped before writing {what} and leaves the run "
+      "directory to that trainer."
+    )
+
   def __enter__(self) -> "Lease":
     return self
 
@@ -257,17 +319,33 @@ class Lease:
         except FileExistsError:
           logging.error(
             "The lease on the run directory was taken over by another "
-            "trainer; this process no longer owns it."
+            "trainer; this process no longer owns it and writes nothing more."
           )
+          self._lost.set()
           self._token = None
           return
         except OSError as e:  # A hiccup: the next renewal tries again.
           logging.warning("Could not renew the run lease: %s", e)
 
 
-def _me(job: str) -> Holder:
+class _HeldFence(fencing.Fence):
+  """A held lease's fence: passes while this process holds the lease."""
+
+  def __init__(self, held: Lease):
+    self._held = held
+
+  def check(self, what: str) -> None:
+    self._held.check_held(what)
+
+
+def fence_of(held: Lease | None) -> fencing.Fence:
+  """The fence of `held`, or one that always passes (no lease: not chief)."""
+  return held.fence() if held else fencing.OPEN
+
+
+def _me(job: str, generation: int = 0) -> Holder:
   now = time.time()
-  return Holder(socket.gethostname(), os.getpid(), job, now, now)
+  return Holder(socket.gethostname(), os.getpid(), job, now, now, generation)
 
 
 def _judge(
@@ -415,20 +493,19 @@ class _GcsStore:
 
   def __init__(self, fs, path: str, *, url: str):
     self._fs = fs
+    self._path = path
     self._bucket, _, self._key = path.partition("/")
     self._url = url  # The run directory as the user named it.
 
   def read(self) -> tuple[Holder, str] | None:
+    # Generation first: content read after it is at least as new, and a
+    # write conditioned on this generation fails if it changed.
+    generation = mirror.object_generation(self._fs, self._path)
     try:
-      # Generation first: content read after it is at least as new, and a
-      # write conditioned on this generation fails if it changed.
-      info = self._fs.call(
-        "GET", "b/{}/o/{}", self._bucket, self._key, json_out=True
-      )
-      data = self._fs.cat_file(f"{self._bucket}/{self._key}")
+      data = None if generation == "0" else self._fs.cat_file(self._path)
     except FileNotFoundError:
-      return None
-    return _decode(data), str(info["generation"])
+      data = None  # Deleted in between.
+    return None if data is None else (_decode(data), generation)
 
   def create(self, data: bytes) -> str:
     return self._write(data, "0")
@@ -457,15 +534,8 @@ class _GcsStore:
       UserError: the bucket does not exist or this job may not write it.
     """
     try:
-      result: Any = self._fs.call(
-        "POST",
-        f"{self._fs._location}/upload/storage/v1/b/{self._bucket}/o",  # pylint: disable=protected-access
-        uploadType="media",
-        name=self._key,
-        ifGenerationMatch=generation,
-        data=data,
-        json_out=True,
+      return mirror.put_if_generation(
+        self._fs, self._path, data, generation=generation
       )
     except (FileNotFoundError, PermissionError) as error:
       raise errors.cannot_write(self._url, error) from error
-    return str(result["generation"])

@@ -42,6 +42,7 @@ import time
 from absl import logging
 
 from ctl import cluster
+from ctl import fencing
 from ctl import goodput
 from ctl import progress as progress_lib
 from ctl import spare
@@ -88,6 +89,7 @@ class Ledger:
     storage: str = "auto",
     fuse_root: str = "/gcs",
     environ: Mapping[str, str] = os.environ,
+    fence: fencing.Fence = fencing.OPEN,
   ):
     """Starts the record of this attempt (written from the end of start-up).
 
@@ -100,8 +102,11 @@ class Ledger:
         start (CTL_RESTART_COUNT, CTL_PREVIOUS_EXIT, CTL_PREVIOUS_EXIT_TIME)
         and, on Kubernetes, how often JobSet restarted the whole job
         (CTL_JOBSET_RESTART_ATTEMPT; recorded only when set).
+      fence: the lease's fence (ctl.fencing): once it fails, nothing more
+        is written.
     """
     self._directory = directory
+    self._fence = fence
     self._storage = storage
     self._fuse_root = fuse_root
     self._location = None
@@ -230,13 +235,21 @@ class Ledger:
         from ctl import storage  # pylint: disable=g-import-not-at-top
 
         self._location = storage.open_location(
-          self._directory, storage=self._storage, fuse_root=self._fuse_root
+          self._directory,
+          storage=self._storage,
+          fuse_root=self._fuse_root,
+          fence=self._fence,
         )
       path = posixpath.join(self._location.local_path, self._name)
-      if upload or "://" not in path:  # The tf route writes the bucket.
+      writes = upload or "://" not in path  # The tf route writes the bucket.
+      if writes and not self._location.mirrored:  # Mirrors check their own.
+        self._fence.check("the run ledger")
+      if writes:
         _write_file(path, text)
       if upload:
         self._location.publish()
+    except fencing.LeaseLost:
+      self.discard()  # A taken-over writer records nothing more.
     except Exception:  # pylint: disable=broad-except
       logging.exception(
         "Could not write the run ledger in %s.", self._directory

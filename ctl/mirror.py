@@ -11,6 +11,13 @@ remotely: new and changed files first, the state file after them, and only
 then the deletion of the files the manager swept. Whenever a publish stops, the
 remote state file names complete checkpoints only, and `fetch` copies exactly
 those.
+
+Fencing (ctl.fencing): a mirror uploads or deletes nothing unless its fence
+passes (this process still holds the run directory's lease). On Cloud Storage
+the state file is uploaded only if its object generation is still the one
+this mirror last fetched or wrote (`put_if_generation`), so a writer taken
+over between its fence check and its upload cannot overwrite the new
+holder's state file.
 """
 
 from collections.abc import Callable
@@ -27,6 +34,7 @@ import fsspec
 from fsspec.implementations import local as local_fs
 
 from ctl import errors
+from ctl import fencing
 from ctl import retry
 from ctl.errors import UserError
 
@@ -58,6 +66,7 @@ class Mirror:
     is_transient: Callable[[Exception], bool],
     read_only: bool = False,
     remove_on_close: bool = False,
+    fence: fencing.Fence = fencing.OPEN,
   ):
     """Checks that the remote is writable, then creates and locks `local_dir`.
 
@@ -77,6 +86,7 @@ class Mirror:
         which must then be private to this mirror.
       remove_on_close: `close` deletes the local directory (and its lock
         file) after the last publish, also when not read-only.
+      fence: checked before anything is uploaded or deleted.
 
     Raises:
       UserError: If the remote directory cannot be written, or another mirror
@@ -88,6 +98,11 @@ class Mirror:
     self._is_transient = is_transient
     self._read_only = read_only
     self._remove_on_close = read_only or remove_on_close
+    self._url = url
+    self._fence = fence
+    # The object generation of each file committed conditionally (the state
+    # file on Cloud Storage): what this mirror last fetched or wrote.
+    self._generations: dict[str, str] = {}
     if not read_only:
       self._check_writable(url)
     self._local_dir = local_dir
@@ -167,6 +182,9 @@ class Mirror:
       for name, stamp in local.items()
       if self._published.get(name) != stamp
     )
+    removed = sorted(self._published.keys() - local.keys())
+    if changed or removed:
+      self._fence.check(f"files in {self._url}")
     if self._commit_file in changed:
       changed.remove(self._commit_file)
       changed.append(self._commit_file)
@@ -175,7 +193,7 @@ class Mirror:
     for name in changed:
       self._upload(name, replacing=name in self._published)
       self._published[name] = local[name]
-    for name in sorted(self._published.keys() - local.keys()):
+    for name in removed:
       self._remove_remote(name)
 
   def _upload(self, name: str, *, replacing: bool) -> None:
@@ -190,6 +208,9 @@ class Mirror:
     name no reader looks for.
     """
     source = os.path.join(self._local_dir, name)
+    if name in self._generations:
+      self._put_if_unchanged(name, source)
+      return
     if not (replacing and isinstance(self._fs, local_fs.LocalFileSystem)):
       self._call(
         "upload " + name, self._fs.put_file, source, self._remote(name)
@@ -199,12 +220,38 @@ class Mirror:
     self._call("upload " + name, self._fs.put_file, source, temporary)
     self._call("replace " + name, self._fs.mv, temporary, self._remote(name))
 
+  def _put_if_unchanged(self, name: str, source: str) -> None:
+    """Uploads `name` if the remote one is the one this mirror last saw.
+
+    Raises:
+      LeaseLost: it is not: another writer replaced it (the one that took
+        the lease, named when the fence says so).
+    """
+    with open(source, "rb") as f:
+      data = f.read()
+    try:
+      self._generations[name] = self._call(
+        "upload " + name,
+        put_if_generation,
+        self._fs,
+        self._remote(name),
+        data,
+        generation=self._generations[name],
+      )
+    except FileExistsError:
+      self._fence.check(f"{name} in {self._url}")
+      raise errors.LeaseLost(
+        f"Another writer replaced {name} in {self._url} since this process "
+        "last wrote it; it stopped without overwriting it."
+      ) from None
+
   def _remove_remote(self, name: str) -> None:
     try:
       self._call("delete " + name, self._fs.rm_file, self._remote(name))
     except FileNotFoundError:
       pass  # Someone else removed it already (or it never was there).
     self._published.pop(name, None)
+    self._generations.pop(name, None)
 
   def close(self) -> None:
     """Publishes a last time and releases (or deletes) the directory."""
@@ -228,6 +275,15 @@ class Mirror:
     return posixpath.join(self._remote_dir, name)
 
   def _remote_state(self) -> bytes | None:
+    if not isinstance(self._fs, local_fs.LocalFileSystem):
+      # Generation first: the content read after it is at least as new, and
+      # an upload conditioned on it fails if it changed.
+      self._generations[STATE_FILE] = self._call(
+        "read " + STATE_FILE,
+        object_generation,
+        self._fs,
+        self._remote(STATE_FILE),
+      )
     try:
       return self._call(
         "read " + STATE_FILE, self._fs.cat_file, self._remote(STATE_FILE)
@@ -258,6 +314,60 @@ class Mirror:
       is_transient=self._is_transient,
       what=what,
     )
+
+
+def object_generation(fs, path: str, *, timeout: float | None = None) -> str:
+  """The generation of Cloud Storage object `path` ("0" when there is none).
+
+  Args:
+    fs: a gcsfs filesystem.
+    path: BUCKET/KEY.
+    timeout: seconds before the call is given up (None: gcsfs's own).
+  """
+  bucket, _, key = path.partition("/")
+  try:
+    info = fs.call(
+      "GET", "b/{}/o/{}", bucket, key, json_out=True, timeout=timeout
+    )
+  except FileNotFoundError:
+    return "0"
+  return str(info["generation"])
+
+
+def put_if_generation(
+  fs, path: str, data: bytes, *, generation: str, timeout: float | None = None
+) -> str:
+  """Uploads `data` to object `path` if its generation is `generation`.
+
+  Cloud Storage checks the precondition (`ifGenerationMatch`) and writes in
+  one step, so of two writers conditioned on one generation exactly one
+  succeeds.
+
+  Args:
+    fs: a gcsfs filesystem.
+    path: BUCKET/KEY.
+    data: the object's new content.
+    generation: the generation it must have now ("0": it must not exist).
+    timeout: seconds before the call is given up (None: gcsfs's own).
+
+  Returns:
+    The generation written.
+
+  Raises:
+    FileExistsError: the precondition failed (HTTP 412).
+  """
+  bucket, _, key = path.partition("/")
+  result = fs.call(
+    "POST",
+    f"{fs._location}/upload/storage/v1/b/{bucket}/o",  # pylint: disable=protected-access
+    uploadType="media",
+    name=key,
+    ifGenerationMatch=generation,
+    data=data,
+    json_out=True,
+    timeout=timeout,
+  )
+  return str(result["generation"])
 
 
 def _lock(directory: str):

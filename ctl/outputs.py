@@ -20,6 +20,7 @@ from collections.abc import Mapping
 import dataclasses
 import posixpath
 
+from ctl import fencing
 from ctl import storage
 from ctl.errors import UserError
 
@@ -178,6 +179,7 @@ def open_outputs(
   is_chief: bool,
   storage_route: str = "auto",
   fuse_root: str = "/gcs",
+  fence: fencing.Fence = fencing.OPEN,
 ) -> OpenedOutputs:
   """Opens the output directories this worker uses.
 
@@ -190,6 +192,7 @@ def open_outputs(
     is_chief: whether this worker owns the outputs.
     storage_route: how gs:// urls are reached (ctl.storage.ROUTES).
     fuse_root: where Cloud Storage FUSE mounts buckets.
+    fence: the chief's lease fence (ctl.fencing), checked before uploads.
 
   Returns:
     The opened locations.
@@ -203,7 +206,11 @@ def open_outputs(
 
   def open_dir(url: str) -> storage.Location:
     return storage.open_location(
-      url, storage=storage_route, fuse_root=fuse_root, read_only=not is_chief
+      url,
+      storage=storage_route,
+      fuse_root=fuse_root,
+      read_only=not is_chief,
+      fence=fence,
     )
 
   checkpoints = open_dir(dirs.checkpoint_dir)

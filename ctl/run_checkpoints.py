@@ -10,6 +10,7 @@ from absl import logging
 import tensorflow as tf
 
 from ctl import checkpointing
+from ctl import fencing
 from ctl import progress as progress_lib
 from ctl import save_policy
 from ctl import storage
@@ -26,6 +27,7 @@ class RunCheckpoints:
     progress: progress_lib.Progress,
     global_step: tf.Variable,
     restores: tf.Variable,
+    fence: fencing.Fence = fencing.OPEN,
   ):
     """Initializes the duty.
 
@@ -35,12 +37,20 @@ class RunCheckpoints:
       progress: marks each save.
       global_step: the step variable a restore sets.
       restores: counts restores (checkpointed, reported in the summary).
+      fence: the chief's lease fence (ctl.fencing), checked before a save.
     """
     self._checkpointer = checkpointer
     self.policy = policy
     self._progress = progress
     self._global_step = global_step
     self._restores = restores
+    self._fence = fence
+
+  @property
+  def data_order_differs_from_step(self) -> int | None:
+    """The first step trained in another data order than an uninterrupted
+    run's (a resume with another global batch size), or None."""
+    return self._checkpointer.data_order_differs_from_step
 
   def restore_latest(self) -> tuple[str | None, int]:
     """Restores the newest readable checkpoint: (its path or None, step)."""
@@ -76,7 +86,12 @@ class RunCheckpoints:
     return True, step
 
   def save(self, step: int) -> None:
-    """Saves the checkpoint of `step` (every worker takes part)."""
+    """Saves the checkpoint of `step` (every worker takes part).
+
+    Raises:
+      LeaseLost: another trainer took the lease; nothing was written.
+    """
+    self._fence.check(f"the checkpoint of step {step}")
     with self._progress.phase(progress_lib.CHECKPOINT_SAVE):
       self._checkpointer.save(step)
     self.policy.saved(step)

@@ -36,6 +36,7 @@ import urllib.parse
 
 from fsspec.implementations import local as fsspec_local
 
+from ctl import fencing
 from ctl import mirror as mirror_lib
 from ctl import retry
 from ctl import tempdirs
@@ -153,6 +154,7 @@ def open_location(
   staging_dir: str | None = None,
   retry_policy: retry.RetryPolicy | None = None,
   read_only: bool = False,
+  fence: fencing.Fence = fencing.OPEN,
 ) -> Location:
   """Opens a local or Cloud Storage directory for TensorFlow to use.
 
@@ -170,6 +172,8 @@ def open_location(
     read_only: This process only reads (a non-chief worker's checkpoints, an
       evaluator): nothing is published, and the staging directory is a fresh
       private one by default.
+    fence: checked before anything is uploaded (ctl.fencing); the state
+      file on gs:// is also uploaded only over the generation last seen.
 
   Returns:
     The opened location.
@@ -203,6 +207,7 @@ def open_location(
       is_transient=is_transient,
       read_only=read_only,
       remove_on_close=not staging_dir,
+      fence=fence,
     ),
   )
 

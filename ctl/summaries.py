@@ -20,6 +20,8 @@ import posixpath
 from tensorboard.plugins.hparams import api as hp
 import tensorflow as tf
 
+from ctl import fencing
+
 TRAIN = "train"
 VALIDATION = "validation"
 
@@ -42,9 +44,16 @@ class ScalarWriter:
   model) leaves the TensorBoard directory as it was.
   """
 
-  def __init__(self, *, logdir: str | None):
-    """Writes event files under `logdir`; pass None on non-chief workers."""
+  def __init__(
+    self, *, logdir: str | None, fence: fencing.Fence = fencing.OPEN
+  ):
+    """Writes event files under `logdir`; pass None on non-chief workers.
+
+    `fence` (ctl.fencing) is checked before each write: a trainer that lost
+    the lease adds nothing to the run's curves.
+    """
     self._logdir = logdir
+    self._fence = fence
     self._writers = {}
 
   def run_dir(self, run: str) -> str | None:
@@ -56,7 +65,13 @@ class ScalarWriter:
   def write(
     self, step: int, scalars: Mapping[str, float], *, run: str = TRAIN
   ) -> None:
-    """Writes the scalars into run `run` and flushes, so readers see them."""
+    """Writes the scalars into run `run` and flushes, so readers see them.
+
+    Raises:
+      LeaseLost: another trainer took the lease; nothing written.
+    """
+    if self._logdir:
+      self._fence.check("TensorBoard summaries")
     with self._writer(run).as_default(step=step):
       for tag, value in scalars.items():
         tf.summary.scalar(tag, value)

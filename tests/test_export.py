@@ -204,3 +204,23 @@ def test_a_kill_during_export_is_not_trusted_by_the_rerun(
   location = storage.open_location(os.path.join(model_dir, "saved_model"))
   assert export.exported_step(location) == 120
   assert sorted(os.listdir(model_dir)) == sorted(os.listdir(run_to_60))
+
+
+def test_a_rerun_removes_the_old_model_a_kill_after_the_swap_left(
+  run_to_60, tmp_path
+):
+  # Killed after the swap, before its cleanup: the old model is left at the
+  # partial name (issue 27, item 14); the re-run has nothing to train or
+  # export, and removes it, never the live export.
+  model_dir = str(tmp_path / "run")
+  shutil.copytree(run_to_60, model_dir)
+  live = os.path.join(model_dir, "saved_model")
+  shutil.copytree(live, live + ".partial-4242-0badf00d")
+  os.mkdir(live + ".partial-4242-0badf00d.old")
+  served = _served_logits(model_dir)
+  rerun = run_trainer(
+    *_EXPORT_FLAGS, "--train_steps=60", f"--model_dir={model_dir}"
+  )
+  assert "nothing to train" in rerun.stderr
+  assert sorted(os.listdir(model_dir)) == sorted(os.listdir(run_to_60))
+  np.testing.assert_array_equal(_served_logits(model_dir), served)

@@ -8,13 +8,19 @@ import time
 
 import pytest
 
+from ctl import errors
+from ctl import fencing
 from ctl import lease
+from ctl import storage
+from ctl.testing.events import wait_for_event
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
 from tests.conftest import read_summary
 from tests.conftest import run_trainer
 from tests.conftest import trainer_command
 from tests.conftest import trainer_env
+from trainer.testing import finish
+from trainer.testing import start
 from trainer.testing import train_to_summary
 
 
@@ -227,3 +233,143 @@ def test_a_sigkilled_trainers_rerun_takes_the_lease_and_ends_as_one_run(
   assert f"pid {proc.pid} is no longer running on this host" in again.stderr
   summary = read_summary(model_dir)
   assert summary["weights_fingerprint"] == single_run_fingerprint
+
+
+# A writer that lost its lease never commits again (issue 27, item 1): the
+# old holder, continued, stops with LEASE_LOST_EXIT_CODE and one sentence,
+# and every file of the run directory is as the new holder left it.
+
+
+def _holder_pid(model_dir):
+  found = lease._FileStore(os.path.join(model_dir, lease.LEASE_FILE)).read()
+  return found and found[0].pid
+
+
+def _files(model_dir):
+  """{relative path: bytes} of every file under `model_dir`."""
+  found = {}
+  for folder, _, names in os.walk(model_dir):
+    for name in names:
+      path = os.path.join(folder, name)
+      with open(path, "rb") as f:
+        found[os.path.relpath(path, model_dir)] = f.read()
+  return found
+
+
+def _paused_in_first_loop(model_dir, events, *flags):
+  """Starts a trainer holding the lease; SIGSTOPs it as its first loop starts."""
+  proc = start(
+    trainer_command(*_RUN, *flags, f"--model_dir={model_dir}"), events=events
+  )
+  wait_for_event(
+    events,
+    lambda e: e["phase"] == "first_loop" and e["seconds"] is None,
+    process=proc,
+  )
+  proc.send_signal(signal.SIGSTOP)
+  return proc
+
+
+def _stopped_for_lost_lease(proc):
+  """Continues a paused old holder; its exit code and last line."""
+  proc.send_signal(signal.SIGCONT)
+  code, output = finish(proc)
+  return code, output.strip().splitlines()[-1]
+
+
+def test_a_paused_holder_taken_over_when_stale_stops_without_writing(
+  single_run_fingerprint, tmp_path
+):
+  model_dir = str(tmp_path / "run")
+  old = _paused_in_first_loop(
+    model_dir, str(tmp_path / "old.jsonl"), "--lease_stale_secs=2"
+  )
+  time.sleep(3.0)  # Past staleness: it renews no more.
+  new = run_trainer(*_RUN, "--lease_stale_secs=2", f"--model_dir={model_dir}")
+  assert "Taking over the lease" in new.stderr
+  assert read_summary(model_dir)["weights_fingerprint"] == (
+    single_run_fingerprint
+  )
+  left = _files(model_dir)
+  code, last = _stopped_for_lost_lease(old)
+  assert code == errors.LEASE_LOST_EXIT_CODE, last
+  assert last.startswith("error: This trainer "), last
+  assert f"lost the lease on {model_dir} to another trainer" in last
+  assert _files(model_dir) == left  # Nothing the new holder wrote changed.
+
+
+def test_take_over_lease_stops_the_live_holder_naming_the_new_one(
+  single_run_fingerprint, tmp_path
+):
+  model_dir = str(tmp_path / "run")
+  old = _paused_in_first_loop(model_dir, str(tmp_path / "old.jsonl"))
+  new = start(
+    trainer_command(*_RUN, "--take_over_lease", f"--model_dir={model_dir}"),
+    events=str(tmp_path / "new.jsonl"),
+  )
+  deadline = time.monotonic() + 300
+  while _holder_pid(model_dir) != new.pid:
+    assert new.poll() is None and time.monotonic() < deadline
+    time.sleep(0.05)
+  new.send_signal(signal.SIGSTOP)  # Holds the lease while the old one goes on.
+  code, last = _stopped_for_lost_lease(old)
+  assert code == errors.LEASE_LOST_EXIT_CODE, last
+  assert f"to pid {new.pid} on " in last, last
+  new.send_signal(signal.SIGCONT)
+  assert finish(new)[0] == 0
+  assert read_summary(model_dir)["weights_fingerprint"] == (
+    single_run_fingerprint
+  )
+
+
+class _TakenOverRightAfterTheCheck(fencing.Fence):
+  """The old holder's fence: it passes, then the new holder moves in."""
+
+  def __init__(self, fence):
+    self._fence = fence
+    self.then = None  # Called once, right after the next check.
+
+  def check(self, what):
+    self._fence.check(what)
+    then, self.then = self.then, None
+    if then:
+      then()
+
+
+def test_a_stale_writers_state_file_commit_is_refused_by_its_generation(
+  gcs_emulator, tmp_path
+):
+  url = f"gs://{gcs_emulator.BUCKET}/run"
+  state_file = f"{gcs_emulator.BUCKET}/run/checkpoints/checkpoint"
+  fs = gcs_emulator.filesystem()
+
+  def writer(name, fence):
+    location = storage.open_location(
+      f"{url}/checkpoints",
+      storage="gcsfs",
+      staging_dir=str(tmp_path / name),
+      fence=fence,
+    )
+    location.fetch()
+    return location
+
+  def commit(location, text):
+    with open(os.path.join(location.local_path, "checkpoint"), "w") as f:
+      f.write(f'model_checkpoint_path: "{text}"\n')
+    location.publish(commit_file="checkpoint")
+
+  old_lease = _take(url)
+  new = []
+
+  def move_in():
+    new_lease = _take(url, take_over=True)
+    new.append(writer("new", new_lease.fence()))
+    commit(new[0], "ckpt-20")
+
+  race = _TakenOverRightAfterTheCheck(old_lease.fence())
+  old = writer("old", race)
+  commit(old, "ckpt-10")
+  race.then = move_in  # The next commit's check passes, then it is taken.
+  with pytest.raises(errors.LeaseLost, match="lost the lease on"):
+    commit(old, "ckpt-30")
+  assert b"ckpt-20" in fs.cat_file(state_file)

@@ -399,6 +399,8 @@ def main(argv):
     _fail(str(e), errors.STALL_EXIT_CODE)
   except errors.CannotWrite as e:
     _fail(str(e), errors.CANNOT_WRITE_EXIT_CODE)
+  except errors.LeaseLost as e:
+    _fail(str(e), errors.LEASE_LOST_EXIT_CODE)
 
 
 def _parse_flags(argv):
