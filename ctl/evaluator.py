@@ -58,10 +58,6 @@ def evaluate_checkpoints(
   follower = _Follower(
     task=task, strategy=strategy, directory=checkpoints.local_path
   )
-  loop = loop_lib.EvalLoop(
-    strategy=strategy, model=follower.state.model, loss_fn=task.loss_fn
-  )
-  data = strategy.distribute_datasets_from_function(task.eval_dataset_fn)
   writer = summaries.ScalarWriter(logdir=board.local_path)
   results, waited_since = {}, time.monotonic()
   try:
@@ -69,7 +65,7 @@ def evaluate_checkpoints(
       checkpoints.fetch()
       step = follower.restore_new()
       if step is not None:
-        metrics = loop.evaluate(data)
+        metrics = follower.evaluate()
         if evaluation.record(
           step,
           metrics,
@@ -96,18 +92,25 @@ def evaluate_checkpoints(
 
 
 class _Follower:
-  """Restores each new checkpoint of a directory once, as the trainer does."""
+  """Restores each new checkpoint of a directory once, as the trainer does,
+  and evaluates it."""
 
   def __init__(self, *, task: Task, strategy, directory: str):
-    self.state = state_lib.build_state(
+    self._state = state_lib.build_state(
       task=task, strategy=strategy, with_optimizer=False
     )
+    self._loop = loop_lib.EvalLoop(
+      strategy=strategy, model=self._state.model, loss_fn=task.loss_fn
+    )
+    self._data = strategy.distribute_datasets_from_function(
+      task.eval_dataset_fn
+    )
     self._checkpointer = checkpointing.Checkpointer(
-      checkpoint=self.state.checkpoint(),
+      checkpoint=self._state.checkpoint(),
       directory=directory,
       is_chief=False,  # Reads only: never rewrites a damaged state file.
       keep=1,
-      input_shape=self.state.input_shape,
+      input_shape=self._state.input_shape,
       partial=True,  # The optimizer is not restored.
     )
     self._directory = directory
@@ -125,7 +128,11 @@ class _Follower:
     if path is None or path == self._restored:
       return None
     self._restored = path
-    return int(self.state.global_step.numpy())
+    return int(self._state.global_step.numpy())
+
+  def evaluate(self) -> dict:
+    """The eval loop's metrics of the model as last restored."""
+    return self._loop.evaluate(self._data)
 
   def close(self) -> None:
     self._checkpointer.close()
