@@ -48,7 +48,12 @@ STATE_FILE = "checkpoint"  # The CheckpointManager's state file.
 # The input shape a checkpoint was trained on (a model whose weights fit any
 # input size, e.g. one that pools globally, restores either way).
 _INPUT_SHAPE = "input_shape"
-_INPUT_SHAPE_KEY = f"{_INPUT_SHAPE}/.ATTRIBUTES/VARIABLE_VALUE"
+# The global batch size a checkpoint was trained with, and the first step
+# from which the run's data order differs from an uninterrupted run's (-1:
+# none), because a resume changed the global batch (ctl.input: the examples
+# of step s are a function of s and the global batch).
+_GLOBAL_BATCH = "global_batch_size"
+_DATA_ORDER_CHANGED = "data_order_differs_from_step"
 _INDEX_FILE = re.compile(r"(?P<prefix>.+-(?P<number>\d+))\.index")
 
 
@@ -94,6 +99,7 @@ class Checkpointer:
     async_save: bool = False,
     on_saved: Callable[[], None] = lambda: None,
     input_shape: tuple[int, ...] | None = None,
+    global_batch_size: int | None = None,
     partial: bool = False,
   ):
     """Initializes the checkpointer.
@@ -109,17 +115,25 @@ class Checkpointer:
         written (e.g. to upload them, state file last).
       input_shape: the shape of one model input, saved with every
         checkpoint; a checkpoint of another shape is not restored.
+      global_batch_size: examples per step, saved with every checkpoint; a
+        restore of another says once that the data order from there differs
+        from an uninterrupted run's (`data_order_differs_from_step`).
       partial: `checkpoint` holds part of what was saved (a side-car
         evaluator's, without the optimizer): the rest is not restored, and
         not warned of.
     """
     self._checkpoint = checkpoint
-    self._input_shape = input_shape
+    # What every checkpoint records beside the state, as {name: this run's
+    # value}; a checkpoint from before a record was added restores without.
+    self._records = {}
     if input_shape is not None:
+      self._records[_INPUT_SHAPE] = tuple(input_shape)
+    if global_batch_size is not None:
+      self._records[_GLOBAL_BATCH] = global_batch_size
+      self._records[_DATA_ORDER_CHANGED] = -1
+    for name, value in self._records.items():
       setattr(
-        checkpoint,
-        _INPUT_SHAPE,
-        tf.Variable(input_shape, dtype=tf.int64, trainable=False),
+        checkpoint, name, tf.Variable(value, dtype=tf.int64, trainable=False)
       )
     self._directory = directory
     self._is_chief = is_chief
@@ -137,6 +151,15 @@ class Checkpointer:
   @property
   def directory(self) -> str:
     return self._directory
+
+  @property
+  def data_order_differs_from_step(self) -> int | None:
+    """The first step trained in another data order than an uninterrupted
+    run's (a resume with another global batch size); None: none known."""
+    if _DATA_ORDER_CHANGED not in self._records:
+      return None
+    step = int(getattr(self._checkpoint, _DATA_ORDER_CHANGED).numpy())
+    return None if step < 0 else step
 
   def restore_latest(self) -> str | None:
     """Restores the newest readable checkpoint in the real directory.
@@ -211,34 +234,65 @@ class Checkpointer:
     return True
 
   def _restore_same_input(self, path: str) -> None:
-    """Restores `path` if it was trained on this run's input shape.
+    """Restores `path` if it was trained on this run's input shape, then
+    notes a change of the global batch.
 
-    A checkpoint written before the shape was recorded is restored without
-    it (nothing to compare).
+    A checkpoint written before a record (the shape, the batch) was added is
+    restored without it (nothing to compare).
 
     Raises:
       UserError: the checkpoint holds another input shape.
     """
-    if self._input_shape is None:
-      self._read(path)
-      return
-    reader = tf.train.load_checkpoint(path)
-    if not reader.has_tensor(_INPUT_SHAPE_KEY):
-      shape = getattr(self._checkpoint, _INPUT_SHAPE)
-      delattr(self._checkpoint, _INPUT_SHAPE)
-      try:
-        self._read(path)
-      finally:
-        setattr(self._checkpoint, _INPUT_SHAPE, shape)
-      return
-    stored = tuple(int(n) for n in reader.get_tensor(_INPUT_SHAPE_KEY))
-    if stored != tuple(self._input_shape):
+    stored = {}
+    if self._records:
+      reader = tf.train.load_checkpoint(path)
+      for name in self._records:
+        key = f"{name}/.ATTRIBUTES/VARIABLE_VALUE"
+        if reader.has_tensor(key):
+          stored[name] = tuple(int(n) for n in reader.get_tensor(key).flat)
+    shape = stored.get(_INPUT_SHAPE, self._records.get(_INPUT_SHAPE))
+    if shape != self._records.get(_INPUT_SHAPE):
       raise UserError(
-        f"The checkpoint {path} was trained on inputs of shape {stored}, not "
-        f"this run's {tuple(self._input_shape)}; use the input shape it was "
-        "trained with, or another --checkpoint_dir or --model_dir."
+        f"The checkpoint {path} was trained on inputs of shape {shape}, not "
+        f"this run's {self._records[_INPUT_SHAPE]}; use the input shape it "
+        "was trained with, or another --checkpoint_dir or --model_dir."
       )
-    self._read(path)
+    absent = {
+      name: getattr(self._checkpoint, name)
+      for name in self._records
+      if name not in stored
+    }
+    for name in absent:
+      delattr(self._checkpoint, name)
+    try:
+      self._read(path)
+    finally:
+      for name, variable in absent.items():
+        setattr(self._checkpoint, name, variable)
+    if _GLOBAL_BATCH in self._records:
+      self._note_global_batch(path, stored)
+
+  def _note_global_batch(self, path: str, stored: dict) -> None:
+    """Says once when `path` was trained with another global batch, and
+    records this run's batch and the first step of another data order."""
+    (changed,) = stored.get(_DATA_ORDER_CHANGED, (-1,))
+    (trained,) = stored.get(_GLOBAL_BATCH, (None,))
+    current = self._records[_GLOBAL_BATCH]
+    if trained is not None and trained != current:
+      # Saves name each checkpoint `ckpt-<step>`; a hand-named one: -1.
+      named = _INDEX_FILE.fullmatch(os.path.basename(path) + ".index")
+      step = int(named.group("number")) if named else -1
+      logging.warning(
+        "The checkpoint %s was trained with a global batch of %d, this run "
+        "with %d: the data order from here on differs from an "
+        "uninterrupted run's.",
+        path,
+        trained,
+        current,
+      )
+      changed = step if changed < 0 else changed
+    getattr(self._checkpoint, _GLOBAL_BATCH).assign(current)
+    getattr(self._checkpoint, _DATA_ORDER_CHANGED).assign(changed)
 
   def _read(self, path: str) -> None:
     """Restores `path` into the checkpoint, every object of it matched."""

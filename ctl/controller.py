@@ -375,6 +375,7 @@ def _checkpoints(
       async_save=options.async_checkpoint,
       on_saved=lambda: run_checkpoints.upload(location, progress),
       input_shape=state.input_shape,
+      global_batch_size=state.global_batch_size,
     ),
     policy=save_policy.SavePolicy(
       every_steps=options.checkpoint_every_steps,
@@ -461,6 +462,9 @@ def _summary(
       parts.state.model, parts.state.optimizer
     ),
     **parts.checkpoints.policy.summary(),
+    "data_order_differs_from_step": (
+      parts.checkpoints.data_order_differs_from_step
+    ),
   }
   if ledger:
     summary["goodput"] = finishing.goodput(

@@ -28,6 +28,8 @@ class TrainState:
     restores: int64, how many times the run was restored.
     input_shape: (height, width, channels) of one model input (the task's
       image shape), saved with every checkpoint (see ctl.checkpointing).
+    global_batch_size: examples per step over all replicas (the task's),
+      saved with every checkpoint: the data order is a function of it.
   """
 
   model: keras.Model
@@ -36,6 +38,7 @@ class TrainState:
   data_seed: tf.Variable
   restores: tf.Variable
   input_shape: tuple[int, int, int]
+  global_batch_size: int
 
   def checkpoint(self) -> tf.train.Checkpoint:
     """A checkpoint of everything that decides the next step."""
@@ -88,4 +91,5 @@ def build_state(
       data_seed=tf.Variable(seed, name="data_seed", **counter),
       restores=tf.Variable(0, name="restores", **counter),
       input_shape=tuple(task.image_shape),
+      global_batch_size=task.global_batch_size,
     )

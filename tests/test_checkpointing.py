@@ -11,6 +11,9 @@ import tensorflow as tf
 from ctl import checkpointing
 from ctl.errors import UserError
 from trainer import model as model_lib
+from trainer.testing import FAST_FLAGS
+from trainer.testing import read_summary
+from trainer.testing import run_trainer
 
 IMAGE_SHAPE = (8, 8, 3)
 
@@ -348,3 +351,66 @@ def test_each_chief_save_is_published_after_it_is_written(tmp_path):
   assert published == paths
   # keep=1: only the newest checkpoint is left.
   assert tf.io.gfile.glob(os.path.join(directory, "ckpt-1*")) == []
+
+
+def _batch_checkpointer(directory, global_batch_size, with_batch=True):
+  """A chief's Checkpointer of a fresh state that records its global batch
+  (`with_batch`; False: as before checkpoints recorded it)."""
+  model, _, step, checkpoint = _state()
+  checkpointer = checkpointing.Checkpointer(
+    checkpoint=checkpoint,
+    directory=directory,
+    is_chief=True,
+    keep=5,
+    global_batch_size=global_batch_size if with_batch else None,
+  )
+  return checkpointer, step
+
+
+def test_a_resume_with_another_global_batch_says_the_data_order_differs(
+  tmp_path, caplog
+):
+  directory = str(tmp_path / "checkpoints")
+  old, step = _batch_checkpointer(directory, 64, with_batch=False)
+  step.assign(10)
+  old.save(10)  # From before the batch was recorded: nothing to compare.
+  first, step = _batch_checkpointer(directory, 64)
+  with caplog.at_level(logging.WARNING):
+    first.restore_latest()
+  assert first.data_order_differs_from_step is None
+  step.assign(20)
+  first.save(20)
+
+  second, step = _batch_checkpointer(directory, 32)
+  with caplog.at_level(logging.WARNING):
+    second.restore_latest()
+  said = [
+    r.getMessage() for r in caplog.records if "data order" in r.getMessage()
+  ]
+  assert len(said) == 1, said
+  assert "global batch of 64" in said[0] and "32" in said[0]
+  assert "ckpt-20" in said[0]
+  assert second.data_order_differs_from_step == 20
+  step.assign(30)
+  second.save(30)
+
+  # A later resume with the same batch still knows, from the checkpoint.
+  third, _ = _batch_checkpointer(directory, 32)
+  third.restore_latest()
+  assert third.data_order_differs_from_step == 20
+  assert len([r for r in caplog.records if "data order" in r.getMessage()]) == 1
+
+
+def test_a_run_resumed_with_another_batch_size_says_so_in_log_and_summary(
+  tmp_path,
+):
+  model_dir = str(tmp_path / "run")
+  flags = (*FAST_FLAGS, "--eval_every_steps=0", f"--model_dir={model_dir}")
+  run_trainer(*flags, "--train_steps=20")
+  assert read_summary(model_dir)["data_order_differs_from_step"] is None
+  resumed = run_trainer(
+    *flags, "--train_steps=40", "--per_replica_batch_size=16"
+  )
+  said = [line for line in resumed.stderr.splitlines() if "data order" in line]
+  assert len(said) == 1 and "global batch of 32" in said[0], said
+  assert read_summary(model_dir)["data_order_differs_from_step"] == 20
