@@ -1,0 +1,160 @@
+"""The local checkpoint tier, its copy to the bucket, and the peer service.
+
+Real files, a real `tf.train.Checkpoint`, a real HTTP service on loopback.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from ctl import checkpointing
+from ctl import local_tier
+from ctl import tier_restore
+from ctl import tier_service
+
+
+def _checkpoint(value: float) -> tf.train.Checkpoint:
+  return tf.train.Checkpoint(weights=tf.Variable(np.full(1000, value)))
+
+
+def _value(prefix: str) -> float:
+  return float(
+    tf.train.load_checkpoint(prefix).get_tensor(
+      "weights/.ATTRIBUTES/VARIABLE_VALUE"
+    )[0]
+  )
+
+
+def _cut_short(tier: local_tier.LocalTier, step: int) -> None:
+  (data,) = tf.io.gfile.glob(tier.prefix(step) + ".data-*")
+  with open(data, "r+b") as f:
+    f.truncate(os.path.getsize(data) // 2)
+
+
+def test_the_tier_keeps_the_newest_complete_steps(tmp_path):
+  tier = local_tier.LocalTier(str(tmp_path / "worker-0"), keep=2)
+  for step in (5, 10, 15):
+    tier.save(_checkpoint(step), step)
+  assert tier.steps() == [10, 15]
+  assert not tf.io.gfile.glob(tier.prefix(5) + "*")  # Removed, not only hidden.
+  _cut_short(tier, 15)
+  assert tier.steps() == [10]
+  assert _value(tier.prefix(10)) == 10
+
+
+def test_a_save_that_died_before_its_commit_is_not_listed(tmp_path):
+  tier = local_tier.LocalTier(str(tmp_path / "worker-0"))
+  tier.save(_checkpoint(5), 5)
+  # The files of step 10 written, the state file not (killed in between).
+  _checkpoint(10).write(tier.prefix(10))
+  assert tier.steps() == [5]
+  tier.save(_checkpoint(15), 15)  # The strays go with the next commit.
+  assert tier.steps() == [5, 15]
+  assert not tf.io.gfile.glob(tier.prefix(10) + "*")
+
+
+def test_a_copy_to_the_bucket_is_what_a_checkpointer_restores(tmp_path):
+  tier = local_tier.LocalTier(str(tmp_path / "tier"))
+  bucket = str(tmp_path / "bucket")
+  for step in (10, 20, 30):
+    tier.save(_checkpoint(step), step)
+    snapshot = tier.snapshot(step)
+    local_tier.copy_to_bucket(snapshot, step=step, bucket_dir=bucket, keep=2)
+  assert local_tier.newest_in_bucket(bucket) == 30
+  assert sorted(os.listdir(bucket)) == [
+    "checkpoint",
+    "ckpt-20.data-00000-of-00001",
+    "ckpt-20.index",
+    "ckpt-30.data-00000-of-00001",
+    "ckpt-30.index",
+  ]
+  restored = _checkpoint(0)
+  checkpointer = checkpointing.Checkpointer(
+    checkpoint=restored, directory=bucket, is_chief=True, keep=2
+  )
+  assert checkpointer.restore_latest() == os.path.join(bucket, "ckpt-30")
+  assert restored.weights.numpy()[0] == 30
+
+
+def test_an_agent_persists_only_a_step_newer_than_the_buckets(tmp_path):
+  tier = local_tier.LocalTier(str(tmp_path / "tier"))
+  bucket = str(tmp_path / "bucket")
+  pointer = {"directory": tier.directory, "bucket_dir": bucket, "keep": 3}
+  tier.save(_checkpoint(10), 10)
+  assert local_tier.persist_newest(pointer) == 10
+  assert local_tier.persist_newest(pointer) is None  # The bucket has it.
+  tier.save(_checkpoint(15), 15)
+  _cut_short(tier, 15)
+  assert local_tier.persist_newest(pointer) is None  # Cut short: not copied.
+  assert local_tier.newest_in_bucket(bucket) == 10
+
+
+@pytest.fixture
+def service():
+  served = tier_service.TierService()
+  yield served
+  served.close(remove_tier=True)
+
+
+def test_a_peer_fetches_a_step_from_the_service(service, tmp_path):
+  theirs = local_tier.LocalTier(str(tmp_path / "node1"))
+  local_tier.write_pointer(
+    service.pointer, directory=theirs.directory, bucket_dir="", keep=2
+  )
+  theirs.save(_checkpoint(20), 20)
+  mine = local_tier.LocalTier(str(tmp_path / "node0"))
+  address = f"127.0.0.1:{service.port}"
+  assert tier_restore.fetch_from_peer(mine, 20, address=address)
+  assert mine.steps() == [20] and _value(mine.prefix(20)) == 20
+  assert not tier_restore.fetch_from_peer(mine, 25, address=address)
+  _cut_short(theirs, 20)
+  assert not tier_restore.fetch_from_peer(
+    local_tier.LocalTier(str(tmp_path / "node2")), 20, address=address
+  )
+
+
+def test_the_service_serves_nothing_outside_the_tier(service, tmp_path):
+  tier = local_tier.LocalTier(str(tmp_path / "tier"))
+  local_tier.write_pointer(
+    service.pointer, directory=tier.directory, bucket_dir="", keep=2
+  )
+  (tmp_path / "secret").write_text("no")
+  for name in ("../secret", "%2e%2e/secret", "secret", ""):
+    with pytest.raises(OSError, match="404"):
+      tier_restore._open(f"http://127.0.0.1:{service.port}/{name}")
+
+
+def _restore_into(checkpoint):
+  def restore(prefix):
+    checkpoint.read(prefix).assert_existing_objects_matched()
+    return True
+
+  return restore
+
+
+def test_one_worker_restores_its_local_step_before_the_buckets(tmp_path):
+  tier = local_tier.LocalTier(str(tmp_path / "tier"))
+  bucket = str(tmp_path / "bucket")
+  tier.save(_checkpoint(10), 10)
+  local_tier.copy_to_bucket(tier.directory, step=10, bucket_dir=bucket, keep=2)
+  tier.save(_checkpoint(15), 15)
+  restored = _checkpoint(0)
+  kwargs = dict(
+    bucket_dir=bucket,
+    hosts=["localhost"],
+    service_port=0,
+    gather=lambda row: np.asarray([row], dtype=float),
+    restore=_restore_into(restored),
+  )
+  result = tier_restore.restore_agreed(tier=tier, **kwargs)
+  assert (result.step, result.tier) == (15, "local")
+  assert restored.weights.numpy()[0] == 15
+  _cut_short(tier, 15)
+  tier.remove()  # And the tier wiped: the bucket's step.
+  result = tier_restore.restore_agreed(
+    tier=local_tier.LocalTier(tier.directory), **kwargs
+  )
+  assert (result.step, result.tier) == (10, "bucket")
+  assert restored.weights.numpy()[0] == 10
