@@ -2,8 +2,9 @@
 
 Detection latency runs the real command line under the launcher,
 
-  CTL_FAULTS=stall@S[:input]:attempt=0 python -m ctl.launch --num_workers=1 \
-      --max_restarts=1 -- python -m trainer.task --stall_timeout_secs=T ...
+  CTL_FAULTS_ENABLED=1 CTL_FAULTS=stall@S[:input]:attempt=0 \
+    python -m ctl.launch --num_workers=1 --max_restarts=1 -- \
+    python -m trainer.task --stall_timeout_secs=T ...
 
 and times, as the lines arrive, the fault (`fault: injecting ...`), the
 watchdog's stall line, and the first step logged after the restart. The
@@ -22,6 +23,7 @@ import time
 
 from benchmarks import report as report_lib
 from benchmarks import stats
+from ctl import env as ctl_env
 from ctl import progress
 from ctl import watchdog
 from ctl.testing import events as events_lib
@@ -74,7 +76,7 @@ def detection(config: Config, place: str, model_dir: str) -> dict:
   )
   fault = f"stall@{config.stall_step}:{place}:attempt=0"
   events = f"{model_dir}.events.jsonl"
-  env = trainer_env(CTL_FAULTS=fault, **{progress.EVENTS_ENV: events})
+  env = trainer_env(faults=fault, **{ctl_env.EVENTS: events})
   times = {}
   process = subprocess.Popen(
     command,

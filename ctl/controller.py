@@ -421,9 +421,13 @@ def _observers(options, faults, listeners, *, current_step, fence):
     directory=ledger_lib.ledger_dir(options.dirs.model_dir),
     storage=options.storage,
     fuse_root=options.fuse_root,
+    restart=options.restarts,
     fence=fence,
   )
-  injector = faults_lib.Injector(tuple(faults)) if faults else None
+  record = ledger.record if ledger else None  # Each fault that fires.
+  injector = (
+    faults_lib.Injector(tuple(faults), record=record) if faults else None
+  )
   progress = progress_lib.Progress(
     current_step=current_step,
     listeners=tuple(filter(None, (ledger, *listeners, injector))),

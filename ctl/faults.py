@@ -20,11 +20,16 @@ fires; `secs=S` makes a stall end after S seconds (forever otherwise) and is
 the delay of `slow`; `worker=N` and `attempt=N` restrict a fault to one worker
 (TF_CONFIG task index) or one restart of the job.
 
-The switch is the environment variable `CTL_FAULTS`, read by the trainer
+The faults are the environment variable `CTL_FAULTS`, read by the trainer
 (`from_environ`), so one setting reaches every worker a launcher starts and no
-test machinery appears in flags or `RunOptions`. `ctl.controller.run` takes
-the parsed faults; with none, nothing of this module runs: the compiled step
-holds no fault op and no progress listener is added.
+test machinery appears in flags or `RunOptions`. They act only with a second
+switch, `CTL_FAULTS_ENABLED=1`, which tests and benchmarks set
+(`ctl.env.faults_environment`): a `CTL_FAULTS` left in a shell or a container
+spec is ignored with one warning, never breaking a real job.
+`ctl.controller.run` takes the parsed faults; with none, nothing of this
+module runs: the compiled step holds no fault op and no progress listener is
+added. Every fault that fires says so: a `fault:` line in the log and a
+`fault` event in the run ledger.
 
 Host faults fire from a progress listener at the start of the phase they name
 (a stall there is seen by the watchdog as a stall of that phase); an input
@@ -40,13 +45,14 @@ import sys
 import threading
 import time
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from ctl import env
 from ctl import progress
 from ctl.errors import UserError
 
-ENV_VAR = "CTL_FAULTS"
 KINDS = ("nan", "stall", "crash", "slow")
 INPUT = "input"
 LOOP = "loop"  # FIRST_LOOP or TRAIN_LOOP.
@@ -92,10 +98,24 @@ def parse(spec: str) -> tuple[Fault, ...]:
 def from_environ(
   environ: Mapping[str, str] = os.environ, *, worker: int, attempt: int
 ) -> tuple[Fault, ...]:
-  """The faults in `CTL_FAULTS` that apply to this worker and attempt."""
+  """The faults in `CTL_FAULTS` that apply to this worker and attempt.
+
+  None unless `CTL_FAULTS_ENABLED=1` allows them: a `CTL_FAULTS` without it
+  is ignored, with one warning line.
+  """
+  spec = env.faults(environ)
+  if spec and not env.faults_enabled(environ):
+    logging.warning(
+      "%s=%s is ignored: fault injection is for tests and benchmarks, which"
+      " also set %s=1.",
+      env.FAULTS,
+      spec,
+      env.FAULTS_ENABLED,
+    )
+    return ()
   return tuple(
     f
-    for f in parse(environ.get(ENV_VAR, ""))
+    for f in parse(spec)
     if f.worker in (None, worker) and f.attempt in (None, attempt)
   )
 
@@ -103,7 +123,7 @@ def from_environ(
 def _parse_one(text: str) -> Fault:
   def bad(why):
     return UserError(
-      f"{ENV_VAR} fault {text!r} {why}; expected "
+      f"{env.FAULTS} fault {text!r} {why}; expected "
       "KIND@STEP[:OPTION]..., e.g. stall@40:input:worker=1."
     )
 
@@ -146,13 +166,29 @@ class Injector:
   once per process; one with `*` fires every time.
   """
 
-  def __init__(self, faults: tuple[Fault, ...]):
+  def __init__(
+    self,
+    faults: tuple[Fault, ...],
+    *,
+    record: Callable[..., None] | None = None,
+  ):
+    """Arms `faults`.
+
+    Args:
+      faults: the faults of this worker and attempt.
+      record: `record(kind, **fields)` of the run ledger (the chief's), told
+        of every fault that fires; None: the log line only.
+
+    Raises:
+      UserError: for more than one NaN fault.
+    """
+    self._record = record
     self._host = [f for f in faults if f.where not in (INPUT, "step")]
     self._input = [f for f in faults if f.where == INPUT]
     self._nan = [f for f in faults if f.kind == "nan"]
     if len(self._nan) > 1:
       raise UserError(
-        f"{ENV_VAR} has {len(self._nan)} NaN faults for this "
+        f"{env.FAULTS} has {len(self._nan)} NaN faults for this "
         "worker; one at a time is supported."
       )
     self._fired = set()
@@ -233,28 +269,35 @@ class Injector:
   def _end_nan(self, step: int) -> None:
     """A NaN at step S fires once: disarmed once a loop has run past S."""
     fault = self._nan[0]
-    if (
-      fault.step is not None
-      and step > fault.step
-      and (fault not in self._fired)
-    ):
+    if fault.step is None:  # Every step: said once, at the first loop's end.
+      self._announce(fault, "the step", step)
+    elif step > fault.step and (fault not in self._fired):
       self._fired.add(fault)
       self._nan_target.assign(_NEVER)
+      self._announce(fault, "the step", fault.step)
 
   def _fire(self, fault: Fault, mark: progress.Mark) -> None:
     self._fired.add(fault)
-    if fault not in self._announced:  # `*` faults: once, not every loop.
-      self._announced.add(fault)
-      secs = "" if fault.secs is None else f" ({fault.secs:g} s)"
-      print(
-        f"fault: injecting {fault.kind} in {mark.phase} at step "
-        f"{mark.step}{secs}",
-        file=sys.stderr,
-        flush=True,
-      )
+    self._announce(fault, mark.phase, mark.step)
     if fault.kind == "crash":
       os.kill(os.getpid(), signal.SIGKILL)
     elif fault.kind == "stall" and fault.secs is None:
       threading.Event().wait()  # Forever, like a read that never returns.
     else:
       time.sleep(fault.secs or 0)
+
+  def _announce(self, fault: Fault, where: str, step: int) -> None:
+    """Says in the log and the ledger that `fault` fires; `*` faults once."""
+    if fault in self._announced:
+      return
+    self._announced.add(fault)
+    secs = "" if fault.secs is None else f" ({fault.secs:g} s)"
+    print(
+      f"fault: injecting {fault.kind} in {where} at step {step}{secs}",
+      file=sys.stderr,
+      flush=True,
+    )
+    if self._record:  # Written at once: a crash follows.
+      self._record(
+        "fault", fault=fault.kind, where=where, at_step=step, secs=fault.secs
+      )

@@ -172,9 +172,11 @@ def run(options: LaunchOptions) -> int:
     128 + N when the launcher itself got signal N.
 
   Raises:
-    UserError: If the command cannot be started, or (agent) the cluster in
-      the environment is malformed.
+    UserError: If the command cannot be started, a port of `port_base` is in
+      use, or (agent) the cluster in the environment is malformed.
   """
+  if options.port_base is not None:
+    workers.check_ports_free(options.port_base, options.num_workers)
   events = queue.SimpleQueue()  # Its put() is safe in a signal handler.
   previous = {
     signum: signal.signal(signum, lambda s, _: events.put(("signal", s)))

@@ -48,7 +48,6 @@ if TYPE_CHECKING:
   from ctl.options import RunOptions  # pylint: disable=g-import-not-at-top
 
 LEASE_FILE = "run.lease"
-JOB_ID_ENVS = ("CTL_JOB_ID", "CLOUD_ML_JOB_ID")
 _ATTEMPTS = 3
 
 
@@ -89,11 +88,6 @@ class Holder:
   def same_holding(self, other: "Holder") -> bool:
     """Whether `other` is this record, renewed or not (the same taking)."""
     return dataclasses.replace(other, renewed=self.renewed) == self
-
-
-def job_id(environ) -> str:
-  """The supervisor's job id from the environment, or ""."""
-  return next((environ[n] for n in JOB_ID_ENVS if environ.get(n)), "")
 
 
 @contextlib.contextmanager

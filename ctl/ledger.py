@@ -42,11 +42,10 @@ import time
 from absl import logging
 
 from ctl import cluster
+from ctl import env
 from ctl import fencing
 from ctl import goodput
 from ctl import progress as progress_lib
-from ctl import spare
-from ctl import workers
 
 SUBDIR = "ledger"
 _SUFFIX = ".jsonl"
@@ -60,8 +59,9 @@ def process_start_time() -> float:
   imported. A warm spare (ctl.spare) was started long before its attempt:
   for it, the moment it was handed the restart.
   """
-  if os.environ.get(spare.ATTEMPT_START_ENV):
-    return float(os.environ[spare.ATTEMPT_START_ENV])
+  handed = env.attempt_start()
+  if handed is not None:
+    return handed
   try:
     with open("/proc/self/stat") as f:
       stat = f.read()
@@ -88,6 +88,7 @@ class Ledger:
     directory: str,
     storage: str = "auto",
     fuse_root: str = "/gcs",
+    restart: int = 0,
     environ: Mapping[str, str] = os.environ,
     fence: fencing.Fence = fencing.OPEN,
   ):
@@ -98,9 +99,11 @@ class Ledger:
         path, gs:// or a FUSE path).
       storage: the route for gs:// urls (ctl.storage.ROUTES).
       fuse_root: where Cloud Storage FUSE mounts buckets.
+      restart: how many times a supervisor restarted the job before this
+        start (`RunOptions.restarts`).
       environ: the environment, for what ctl.launch says of the previous
-        start (CTL_RESTART_COUNT, CTL_PREVIOUS_EXIT, CTL_PREVIOUS_EXIT_TIME)
-        and, on Kubernetes, how often JobSet restarted the whole job
+        start (ctl.env: CTL_PREVIOUS_EXIT, CTL_PREVIOUS_EXIT_TIME) and, on
+        Kubernetes, how often JobSet restarted the whole job
         (CTL_JOBSET_RESTART_ATTEMPT; recorded only when set).
       fence: the lease's fence (ctl.fencing): once it fails, nothing more
         is written.
@@ -118,17 +121,15 @@ class Ledger:
       + f"-{int(started * 1000) % 1000:03d}-{os.getpid()}"
       + _SUFFIX
     )
-    previous_exit = environ.get(workers.PREVIOUS_EXIT_ENV)
-    previous_time = environ.get(workers.PREVIOUS_EXIT_TIME_ENV)
     self._events = [
       {
         "event": "start",
         "time": round(started, 3),
         "pid": os.getpid(),
         "host": socket.gethostname(),
-        "restart": int(environ.get(workers.RESTART_COUNT_ENV, "0") or 0),
-        "previous_exit": int(previous_exit) if previous_exit else None,
-        "previous_exit_time": float(previous_time) if previous_time else None,
+        "restart": restart,
+        "previous_exit": env.previous_exit(environ),
+        "previous_exit_time": env.previous_exit_time(environ),
       }
     ]
     jobset_restart = environ.get(cluster.JOBSET_RESTART_ATTEMPT_ENV, "")

@@ -35,6 +35,8 @@ import time
 
 from absl import logging
 
+from ctl import env
+
 # The phases a run goes through, in the order a run meets them.
 # Before `ctl.run`: the trainer lists and checks its data files, marking each
 # directory listed and file read (Progress.beat) so that a stuck read is a
@@ -154,10 +156,6 @@ class Progress:
         logging.exception("Progress listener %r failed on %s.", listener, mark)
 
 
-# The environment variable that names the JSON-lines file of `EventsFile`.
-EVENTS_ENV = "CTL_EVENTS"
-
-
 class EventsFile:
   """A listener that appends each mark to a file as one JSON line.
 
@@ -190,7 +188,7 @@ def events_from_environ(
   environ: Mapping[str, str] = os.environ, *, worker: int, attempt: int
 ) -> tuple[Listener, ...]:
   """An `EventsFile` listener when `CTL_EVENTS` names a file, else none."""
-  path = environ.get(EVENTS_ENV)
+  path = env.events_path(environ)
   if not path:
     return ()
   return (EventsFile(path=path, worker=worker, attempt=attempt),)

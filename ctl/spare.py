@@ -17,7 +17,7 @@ TensorFlow runtime or strategy is made).
 Then it blocks on its stdin. The agent hands a restart over by writing one
 JSON line, the worker's whole environment for that start (restart count,
 previous exit, heartbeat directory, ...); the spare takes it, notes the
-hand-over time in `ATTEMPT_START_ENV` (so the run ledger counts this
+hand-over time in `CTL_ATTEMPT_START` (so the run ledger counts this
 attempt's start-up from there, not from when the spare was made), and runs
 MODULE as `__main__` with ARGS, as `python -m` would. End of its stdin
 without a line (the agent finished or died) ends it quietly with 0.
@@ -36,7 +36,8 @@ import runpy
 import sys
 import time
 
-ATTEMPT_START_ENV = "CTL_ATTEMPT_START"
+from ctl import env
+
 READY_LINE = "ctl.spare: warm, waiting for a restart"
 
 
@@ -90,7 +91,7 @@ def main(argv: list[str]) -> int:
     return 0
   os.environ.clear()
   os.environ.update(environment)
-  os.environ[ATTEMPT_START_ENV] = f"{time.time():.3f}"
+  os.environ[env.ATTEMPT_START] = f"{time.time():.3f}"
   sys.argv = [module, *args]
   runpy.run_module(module, run_name="__main__", alter_sys=True)
   return 0

@@ -18,6 +18,7 @@ import tempfile
 import time
 import uuid
 
+from ctl import env
 from ctl import heartbeats as heartbeats_lib
 from ctl import output_relay
 from ctl import reaper
@@ -116,8 +117,7 @@ class _Starts:
   # directory's lease its killed predecessor held (ctl.lease).
   job: dict[str, str] = dataclasses.field(
     default_factory=lambda: {
-      workers_lib.JOB_ID_ENV: os.environ.get(workers_lib.JOB_ID_ENV)
-      or uuid.uuid4().hex
+      env.JOB_ID: os.environ.get(env.JOB_ID) or uuid.uuid4().hex
     }
   )
   previous_exit: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -131,7 +131,7 @@ class _Starts:
       env={
         **self.job,
         **self.previous_exit,
-        workers_lib.RESTART_COUNT_ENV: str(self.count),
+        env.RESTART_COUNT: str(self.count),
       },
       generation=self.count,
       events=self.events,
@@ -161,8 +161,8 @@ class _Starts:
   def ended(self, code: int) -> None:
     """Records how the last start ended (its failed worker's code, or 0)."""
     self.previous_exit = {
-      workers_lib.PREVIOUS_EXIT_ENV: str(code),
-      workers_lib.PREVIOUS_EXIT_TIME_ENV: f"{time.time():.3f}",
+      env.PREVIOUS_EXIT: str(code),
+      env.PREVIOUS_EXIT_TIME: f"{time.time():.3f}",
     }
 
 

@@ -52,7 +52,6 @@ from ctl import progress
 from ctl.errors import STALL_EXIT_CODE
 from ctl.errors import UserError
 
-HEARTBEAT_DIR_ENV = "CTL_HEARTBEAT_DIR"
 BACKSTOP_GRACE_SECS = 10.0
 _STARTUP_PHASES = (progress.STARTUP, progress.FIRST_LOOP)
 # Phases that beat for each item of work (`Watchdog.beat`): the steady limit

@@ -16,28 +16,20 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 
 from ctl import cluster
+from ctl import env as env_lib
 from ctl import heartbeats as heartbeats_lib
-from ctl import lease
 from ctl import output_relay
 from ctl import reaper
-from ctl import watchdog
 from ctl.errors import STALL_EXIT_CODE
 from ctl.errors import UserError
 
-# What the launcher tells every worker, besides its TF_CONFIG: the restart
-# number, how the previous start ended (the failed worker's exit code, or -N
-# when signal N killed it, and when, in seconds since the epoch) and the job
-# id every start shares (ctl.lease).
-RESTART_COUNT_ENV = "CTL_RESTART_COUNT"
-PREVIOUS_EXIT_ENV = "CTL_PREVIOUS_EXIT"
-PREVIOUS_EXIT_TIME_ENV = "CTL_PREVIOUS_EXIT_TIME"
-JOB_ID_ENV = lease.JOB_ID_ENVS[0]
 _HEARTBEAT_POLL_SECS = 1.0
 _SPARE_EXIT_SECS = 5.0  # For an unused spare to leave on end of its stdin.
 
@@ -80,6 +72,29 @@ def loopback_tasks(num_workers: int, port_base: int | None) -> list[Task]:
     )
     for index in range(num_workers)
   ]
+
+
+def check_ports_free(port_base: int, count: int) -> None:
+  """Refuses ports of a loopback cluster that a process here listens on.
+
+  Checked before any worker starts: a worker whose port is taken fails only
+  after its cluster's start-up timeout, with a gRPC traceback.
+
+  Raises:
+    UserError: naming the first port in use.
+  """
+  for port in range(port_base, port_base + count):
+    with socket.socket() as probe:
+      # As a server binds it: a port only in TIME_WAIT is free.
+      probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+      try:
+        probe.bind(("", port))
+      except OSError as e:
+        raise UserError(
+          f"--port_base={port_base}: port {port} is in use on this machine"
+          f" ({e.strerror}); pick another --port_base or leave it out to use"
+          " free ports."
+        ) from None
 
 
 class Workers:
@@ -126,7 +141,7 @@ class Workers:
     self._running = set()
     for task in tasks:
       worker_env = base_environment(env)
-      worker_env[watchdog.HEARTBEAT_DIR_ENV] = heartbeats.directory
+      worker_env[env_lib.HEARTBEAT_DIR] = heartbeats.directory
       worker_env.update(task.env)
       self._start(command, task.rank, worker_env, relay_output, spare)
       spare = None  # A spare serves one worker.

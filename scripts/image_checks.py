@@ -46,6 +46,7 @@ from podman_sandbox import CheckFailed
 
 sys.path.insert(0, str(REPO))
 # Standard library only, like this module, so the system Python can import it.
+from ctl import env as ctl_env  # noqa: E402  # pylint: disable=g-import-not-at-top
 from ctl.testing import events as events_lib  # noqa: E402  # pylint: disable=g-import-not-at-top
 from trainer import testing  # noqa: E402  # pylint: disable=g-import-not-at-top
 
@@ -54,8 +55,7 @@ from trainer import testing  # noqa: E402  # pylint: disable=g-import-not-at-top
 ALLOWED_WRITABLE = ("/tmp", "/var/tmp", "/run/lock", "/var/lock", "/app/runs")
 # The shipped Vertex AI configs' placeholder bucket, served at /gcs/BUCKET.
 BUCKET = "your-bucket"
-# `ctl.progress.EVENTS_ENV`, which imports absl: not on the system Python.
-EVENTS_ENV = "CTL_EVENTS"
+EVENTS_ENV = ctl_env.EVENTS
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

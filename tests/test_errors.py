@@ -546,11 +546,16 @@ BAD_INPUT = [
     "out of range for its 1x2 pods",
     True,
   ),
+  # "env": the trainer with these variables of ctl.launch set (ctl.env).
+  ("env", ["CTL_RESTART_COUNT=abc"], "CTL_RESTART_COUNT must be", True),
+  ("env", ["CTL_RESTART_COUNT=-5"], "a whole number 0 or more", True),
+  ("env", ["CTL_PREVIOUS_EXIT=killed"], "CTL_PREVIOUS_EXIT must be", True),
+  ("env", ["CTL_PREVIOUS_EXIT_TIME=nan"], "CTL_PREVIOUS_EXIT_TIME", True),
 ]
 
 
 def _command(tool, args, model_dir):
-  if tool == "jobset":
+  if tool in ("jobset", "env"):
     return _command("trainer", [], model_dir)
   if tool == "trainer":
     return [
@@ -589,7 +594,7 @@ def test_bad_input(
   ]
   before = checksum(model_dir)
   env = trainer_env()
-  if tool == "jobset":
+  if tool in ("jobset", "env"):
     env.update(arg.split("=", 1) for arg in args)
   result = run_command(_command(tool, args, model_dir), env=env, check=False)
   assert result.returncode == USER_ERROR_EXIT_CODE, result.stderr[-3000:]
@@ -602,7 +607,7 @@ def test_bad_input(
   assert words in errors[0] and errors[0].endswith("."), errors[0]
   if before_tf:
     assert lines == errors, result.stderr[-3000:]
-    if tool in ("trainer", "jobset"):
+    if tool in ("trainer", "jobset", "env"):
       assert "TF_IMPORTED False" in result.stdout, result.stdout[-3000:]
 
 

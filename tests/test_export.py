@@ -158,7 +158,7 @@ def _continue_killed_in_export(model_dir, kill):
       *_EXPORT_FLAGS,
       "--train_steps=120",
       f"--model_dir={model_dir}",
-      env=trainer_env(CTL_FAULTS="crash@120:export"),
+      env=trainer_env(faults="crash@120:export"),
       check=False,
     )
     assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
@@ -169,7 +169,7 @@ def _continue_killed_in_export(model_dir, kill):
       *_EXPORT_FLAGS, "--train_steps=120", f"--model_dir={model_dir}"
     ),
     cwd=REPO,
-    env=trainer_env(CTL_FAULTS="stall@120:export:secs=8"),
+    env=trainer_env(faults="stall@120:export:secs=8"),
     stderr=subprocess.PIPE,
     text=True,
   )

@@ -15,6 +15,7 @@ import time
 import psutil
 import pytest
 
+from ctl import ledger
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
 from tests.conftest import free_ports
@@ -89,13 +90,28 @@ def test_truncated_latest_checkpoint_restores_the_previous(model_dir):
 
 def test_nan_at_one_step_rolls_back_and_ends_identical(reference, model_dir):
   result = run_trainer(
-    *FLAGS, f"--model_dir={model_dir}", env=trainer_env(CTL_FAULTS="nan@23")
+    *FLAGS, f"--model_dir={model_dir}", env=trainer_env(faults="nan@23")
   )
   assert "Loss not finite at step 23" in result.stderr
+  assert "fault: injecting nan in the step at step 23" in result.stderr
+  (attempt,) = ledger.read(ledger.ledger_dir(model_dir))
+  assert [
+    (e["fault"], e["at_step"]) for e in attempt if e["event"] == "fault"
+  ] == [("nan", 23)]
   summary = read_summary(model_dir)
   assert summary["nan_recoveries"] == 1
   assert summary["final_step"] == STEPS
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
+
+
+def test_faults_without_their_switch_are_ignored_with_one_warning(model_dir):
+  """A CTL_FAULTS left in a shell or a container spec breaks no real job."""
+  env = trainer_env(CTL_FAULTS="crash@10")
+  result = run_trainer(*FLAGS, f"--model_dir={model_dir}", env=env)
+  assert read_summary(model_dir)["final_step"] == STEPS
+  said = [line for line in result.stderr.splitlines() if "CTL_FAULTS" in line]
+  assert len(said) == 1 and "CTL_FAULTS=crash@10 is ignored" in said[0], said
+  assert "fault:" not in result.stderr
 
 
 def test_nan_at_every_step_stops_without_saving_it(model_dir):
@@ -104,7 +120,7 @@ def test_nan_at_every_step_stops_without_saving_it(model_dir):
     "--max_nan_recoveries=2",
     f"--model_dir={model_dir}",
     check=False,
-    env=trainer_env(CTL_FAULTS="nan@*"),
+    env=trainer_env(faults="nan@*"),
   )
   assert result.returncode == 1
   last = result.stderr.strip().splitlines()[-1]
@@ -224,7 +240,7 @@ def _ctrl_c_at_step_10(
     ),
     events=events,
     step=10,
-    env=trainer_env(CTL_FAULTS=faults),
+    env=trainer_env(faults=faults),
   )
   process.send_signal(signal.SIGINT)
   return process, events

@@ -7,6 +7,7 @@ in test_loop.py.
 
 import pytest
 
+from ctl import env
 from ctl import faults
 from ctl.errors import UserError
 
@@ -25,12 +26,22 @@ def test_faults_parse_with_their_places_and_filters():
 
 
 def test_only_this_workers_and_attempts_faults_apply():
-  environ = {faults.ENV_VAR: "crash@5:worker=1,stall@9:attempt=2,nan@3"}
+  environ = env.faults_environment("crash@5:worker=1,stall@9:attempt=2,nan@3")
   kinds = lambda **who: [f.kind for f in faults.from_environ(environ, **who)]
   assert kinds(worker=0, attempt=0) == ["nan"]
   assert kinds(worker=1, attempt=0) == ["crash", "nan"]
   assert kinds(worker=0, attempt=2) == ["stall", "nan"]
   assert faults.from_environ({}, worker=0, attempt=0) == ()
+
+
+def test_faults_act_only_with_their_switch():
+  for switch in ({}, {env.FAULTS_ENABLED: "0"}):
+    environ = {env.FAULTS: "crash@5", **switch}
+    assert faults.from_environ(environ, worker=0, attempt=0) == ()
+  with pytest.raises(UserError, match="CTL_FAULTS_ENABLED must be 1 or 0"):
+    faults.from_environ(
+      {env.FAULTS: "crash@5", env.FAULTS_ENABLED: "yes"}, worker=0, attempt=0
+    )
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ import json
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -11,8 +12,8 @@ import time
 import psutil
 import pytest
 
+from ctl import env
 from ctl import supervisor
-from ctl import watchdog
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
@@ -282,6 +283,28 @@ time.sleep(600)
   _assert_all_gone(pids)
 
 
+def test_a_port_base_already_in_use_is_named_before_any_worker_starts(
+  tmp_path,
+):
+  taken = socket.socket()
+  taken.bind(("localhost", 0))
+  taken.listen()
+  port = taken.getsockname()[1]
+  with taken:
+    result = _launch(
+      ["--num_workers=2", f"--port_base={port - 1}"],
+      'note("started", index)',
+      tmp_path,
+    )
+  assert result.returncode == 2, result.stderr
+  assert result.stderr.startswith("error: ") and "Traceback" not in (
+    result.stderr
+  )
+  assert f"port {port} " in result.stderr, result.stderr
+  assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+  assert not (tmp_path / "started").exists()
+
+
 @pytest.mark.parametrize(
   "argv, words",
   [
@@ -378,7 +401,7 @@ def _launcher_tree(launcher_pid):
   )
   for process in tree:
     try:
-      beats = process.environ().get(watchdog.HEARTBEAT_DIR_ENV)
+      beats = process.environ().get(env.HEARTBEAT_DIR)
     except psutil.Error:
       continue
     if beats:  # The launcher's directory holds one per start.

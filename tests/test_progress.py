@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from ctl import env
 from ctl import progress
 from ctl.testing import events as events_lib
 
@@ -61,7 +62,7 @@ def test_events_file_appends_one_json_line_per_mark_with_who_marked_it(
 ):
   path = str(tmp_path / "events.jsonl")
   (listener,) = progress.events_from_environ(
-    {progress.EVENTS_ENV: path}, worker=1, attempt=2
+    {env.EVENTS: path}, worker=1, attempt=2
   )
   steps = [0]
   tracker = progress.Progress(

@@ -59,7 +59,7 @@ def launch(model_dir, *, faults="", workers=2, max_restarts=3):
       trainer_flags=(*FLAGS, f"--model_dir={model_dir}"),
     ),
     events=f"{model_dir}.events.jsonl",
-    env=trainer_env(CTL_FAULTS=faults),
+    env=trainer_env(faults=faults),
   )
 
 
@@ -118,9 +118,7 @@ def test_one_worker_stall_exits_75_repeats_are_reported_rerun_continues(
 ):
   model_dir = str(tmp_path / "run")
   flags = (*FLAGS, "--stall_timeout_secs=8", f"--model_dir={model_dir}")
-  stalled = run_trainer(
-    *flags, env=trainer_env(CTL_FAULTS="stall@15"), check=False
-  )
+  stalled = run_trainer(*flags, env=trainer_env(faults="stall@15"), check=False)
   assert stalled.returncode == STALL, stalled.stderr[-3000:]
   assert re.search(
     r"stall: worker 0 made no progress for \d+ s in train_loop "
@@ -138,7 +136,7 @@ def test_one_worker_stall_exits_75_repeats_are_reported_rerun_continues(
       "--restart_backoff_secs=0",
       trainer_flags=flags,
     ),
-    env=trainer_env(CTL_FAULTS="stall@15"),
+    env=trainer_env(faults="stall@15"),
     check=False,
   )
   assert repeated.returncode == STALL, repeated.stderr[-3000:]

@@ -82,7 +82,7 @@ def test_two_workers_name_the_slow_one(tmp_path):
     ),
   )
   result = run_command(
-    command, env=trainer_env(CTL_FAULTS="slow@*:secs=0.3:worker=1"), check=False
+    command, env=trainer_env(faults="slow@*:secs=0.3:worker=1"), check=False
   )
   output = result.stdout + result.stderr
   assert result.returncode == 0, output[-4000:]

@@ -67,7 +67,7 @@ def _run_with_a_jump(
   wall = clock.WallClock(str(tmp_path))
   events = str(tmp_path / "events.jsonl")
   process = start(
-    command, events=events, env=trainer_env(CTL_FAULTS=faults, **wall.env())
+    command, events=events, env=trainer_env(faults=faults, **wall.env())
   )
   events_lib.wait_for_event(
     events,

@@ -157,7 +157,7 @@ def test_write_permission_lost_mid_run(tmp_path):
   process = testing.start(
     trainer_command(*_FLAGS, "--train_steps=20", f"--model_dir={model_dir}"),
     events=events,
-    env=trainer_env(CTL_FAULTS="stall@10:checkpoint_save:secs=8"),
+    env=trainer_env(faults="stall@10:checkpoint_save:secs=8"),
   )
   immutable = False
   try:

@@ -14,6 +14,7 @@ from typing import Any
 from absl import logging
 
 from ctl import cluster as cluster_lib
+from ctl import env
 from ctl import lease
 from ctl import outputs
 from ctl import storage
@@ -33,6 +34,7 @@ def check(config: Any, environ: Mapping[str, str]) -> None:
     environ: the process environment (TF_CONFIG, AIP_*, ...).
   """
   check_flags(config)
+  env.check(environ)
   cluster = cluster_lib.resolve(environ=environ)
   dirs = output_dirs(config, environ)
   for url in (
@@ -218,11 +220,11 @@ def run_options(
     is_chief=cluster.is_chief,
     storage=config.storage,
     fuse_root=config.fuse_root,
-    restarts=int(environ.get("CTL_RESTART_COUNT", "0")),
+    restarts=env.restart_count(environ),
     profile_steps=profile_steps(config.profile_steps),
     hparams=hparams(config, global_batch=global_batch, train_steps=train_steps),
     evaluator_writes_validation=cluster.has_evaluator,
     lease_stale_secs=config.lease_stale_secs,
     take_over_lease=config.take_over_lease,
-    job_id=lease.job_id(environ),
+    job_id=env.job_id(environ),
   )

@@ -18,6 +18,7 @@ import tensorflow as tf
 from ctl import cluster as cluster_lib
 from ctl import controller
 from ctl import datafiles
+from ctl import env
 from ctl import evaluator
 from ctl import faults as faults_lib
 from ctl import hypertune
@@ -93,7 +94,7 @@ def build_job(config: Any, environ=os.environ) -> Job:
   if config.data_dir:  # Not in `checks`: --dry_run accepts placeholders.
     storage.check_url(config.data_dir, fuse_root=config.fuse_root)
   cluster = cluster_lib.resolve(environ=environ)
-  restarts = int(environ.get("CTL_RESTART_COUNT", "0"))
+  restarts = env.restart_count(environ)
   rank = cluster.rank
   faults = faults_lib.from_environ(environ, worker=rank, attempt=restarts)
   dirs = checks.output_dirs(config, environ)
@@ -181,7 +182,7 @@ def _await_peers(
   return watchdog_lib.Watchdog(
     limits=limits,
     worker=rank,
-    heartbeat_dir=environ.get(watchdog_lib.HEARTBEAT_DIR_ENV),
+    heartbeat_dir=env.heartbeat_dir(environ),
   ).start()
 
 

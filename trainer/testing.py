@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 
+from ctl import env as ctl_env
 from ctl.testing import events as events_lib
 from ctl.testing.run_files import read_summary
 
@@ -72,24 +73,13 @@ RUN_DIR_OUTPUTS = (
 VERTEX_JOB_OUTPUTS = ("checkpoints", "logs", "model", "train_summary.json")
 
 
-def _events_env() -> str:
-  """The variable that asks a run for its progress events (`CTL_EVENTS`).
-
-  Imported when needed: `make container-check` imports this module on the
-  system Python (scripts/image_checks.py), which has no absl for
-  `ctl.progress`.
-  """
-  from ctl import progress  # pylint: disable=g-import-not-at-top
-
-  return progress.EVENTS_ENV
-
-
-def trainer_env(**extra: str) -> dict[str, str]:
+def trainer_env(*, faults: str | None = None, **extra: str) -> dict[str, str]:
   """The environment for a trainer subprocess.
 
   This process's environment without a cluster (no TF_CONFIG or CLUSTER_SPEC
   leaks in), with the checkout first on PYTHONPATH and TensorFlow's C++ log
-  quiet; `extra` variables are set last.
+  quiet; `faults` (a `CTL_FAULTS` value) are injected, with the switch that
+  lets them act (`ctl.env.faults_environment`); `extra` variables are set last.
   """
   env = {
     k: v
@@ -101,6 +91,7 @@ def trainer_env(**extra: str) -> dict[str, str]:
       p for p in (REPO, os.environ.get("PYTHONPATH")) if p
     ),
     TF_CPP_MIN_LOG_LEVEL="2",
+    **({} if faults is None else ctl_env.faults_environment(faults)),
     **extra,
   )
   return env
@@ -185,7 +176,7 @@ def run_trainer(
   """
   env = env or trainer_env()
   if events:
-    env = {**env, _events_env(): events}
+    env = {**env, ctl_env.EVENTS: events}
   return run_command(
     trainer_command(*flags), env=env, timeout=timeout, check=check
   )
@@ -204,7 +195,7 @@ def start(
   process = subprocess.Popen(
     command,
     cwd=REPO,
-    env={**(env or trainer_env()), _events_env(): events},
+    env={**(env or trainer_env()), ctl_env.EVENTS: events},
     stdout=output,
     stderr=subprocess.STDOUT,
     text=True,

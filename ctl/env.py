@@ -1,0 +1,164 @@
+"""The `CTL_*` environment: what a worker is told besides its flags, in one place.
+
+`ctl.launch` hands every worker it starts a few facts it cannot learn
+otherwise, and tests and benchmarks ask a run for their machinery, through
+these variables. Every name lives here and every reader goes through the
+functions below, which check a value and say what is wrong with it in one
+sentence (`UserError`, exit 2) rather than a traceback:
+
+  CTL_RESTART_COUNT       restarts of the job before this start (0, 1, ...)
+  CTL_PREVIOUS_EXIT       how the previous start ended: the failed worker's
+                          exit code, or -N when signal N killed it
+  CTL_PREVIOUS_EXIT_TIME  when it ended, in seconds since the epoch
+  CTL_JOB_ID              one id for every start of a job (ctl.lease)
+  CTL_HEARTBEAT_DIR       where the workers' watchdogs beat (ctl.heartbeats)
+  CTL_ATTEMPT_START       when a warm spare was handed its start (ctl.spare)
+  CTL_EVENTS              a file for the run's progress events (ctl.progress)
+  CTL_FAULTS              faults to inject (ctl.faults), tests and benchmarks
+  CTL_FAULTS_ENABLED      1 lets CTL_FAULTS act; without it a set CTL_FAULTS
+                          is ignored with one warning, so a variable left in
+                          a shell or a container spec never breaks a real job
+
+A Kubernetes pod's `CTL_JOBSET_*` variables come from its manifest, not from
+the launcher; `ctl.cluster` reads them. This module imports nothing else of
+`ctl` but its errors (nor absl), so every layer, and the system Python
+of `make container-check`, may use it.
+"""
+
+from collections.abc import Callable, Mapping
+import math
+import os
+
+from ctl.errors import UserError
+
+RESTART_COUNT = "CTL_RESTART_COUNT"
+PREVIOUS_EXIT = "CTL_PREVIOUS_EXIT"
+PREVIOUS_EXIT_TIME = "CTL_PREVIOUS_EXIT_TIME"
+JOB_ID = "CTL_JOB_ID"
+VERTEX_JOB_ID = "CLOUD_ML_JOB_ID"  # Vertex AI's, read when CTL_JOB_ID is not.
+HEARTBEAT_DIR = "CTL_HEARTBEAT_DIR"
+ATTEMPT_START = "CTL_ATTEMPT_START"
+EVENTS = "CTL_EVENTS"
+FAULTS = "CTL_FAULTS"
+FAULTS_ENABLED = "CTL_FAULTS_ENABLED"
+
+
+def restart_count(environ: Mapping[str, str] = os.environ) -> int:
+  """The launcher's restart count of this start; 0 when unset.
+
+  Raises:
+    UserError: for a value that is not a whole number 0 or more.
+  """
+  count = _read(environ, RESTART_COUNT, int, lambda n: n >= 0)
+  return 0 if count is None else count
+
+
+def previous_exit(environ: Mapping[str, str] = os.environ) -> int | None:
+  """How the previous start ended (an exit code, -N for signal N), or None.
+
+  Raises:
+    UserError: for a value that is not an integer.
+  """
+  return _read(environ, PREVIOUS_EXIT, int, lambda _: True)
+
+
+def previous_exit_time(environ: Mapping[str, str] = os.environ) -> float | None:
+  """When the previous start ended (seconds since the epoch), or None.
+
+  Raises:
+    UserError: for a value that is not a time.
+  """
+  return _read(environ, PREVIOUS_EXIT_TIME, float, _is_time)
+
+
+def attempt_start(environ: Mapping[str, str] = os.environ) -> float | None:
+  """When a warm spare was handed this start (seconds since the epoch).
+
+  Raises:
+    UserError: for a value that is not a time.
+  """
+  return _read(environ, ATTEMPT_START, float, _is_time)
+
+
+def job_id(environ: Mapping[str, str] = os.environ) -> str:
+  """The supervisor's job id (CTL_JOB_ID, else Vertex AI's), or ""."""
+  return environ.get(JOB_ID) or environ.get(VERTEX_JOB_ID) or ""
+
+
+def heartbeat_dir(environ: Mapping[str, str] = os.environ) -> str | None:
+  """The directory the launcher reads this worker's heartbeats from."""
+  return environ.get(HEARTBEAT_DIR) or None
+
+
+def events_path(environ: Mapping[str, str] = os.environ) -> str | None:
+  """The file a test or benchmark follows the run's progress events in."""
+  return environ.get(EVENTS) or None
+
+
+def faults(environ: Mapping[str, str] = os.environ) -> str:
+  """The faults asked for (CTL_FAULTS), "" for none; see `faults_enabled`."""
+  return environ.get(FAULTS, "").strip()
+
+
+def faults_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+  """Whether CTL_FAULTS_ENABLED=1 lets CTL_FAULTS act (tests, benchmarks).
+
+  Raises:
+    UserError: for a value other than 1 or 0.
+  """
+  switch = environ.get(FAULTS_ENABLED, "").strip()
+  if switch not in ("", "0", "1"):
+    raise UserError(f"{FAULTS_ENABLED} must be 1 or 0, not {switch!r}.")
+  return switch == "1"
+
+
+def faults_environment(spec: str) -> dict[str, str]:
+  """The variables that make a run inject the faults `spec` (tests, benches)."""
+  return {FAULTS: spec, FAULTS_ENABLED: "1"}
+
+
+def check(environ: Mapping[str, str] = os.environ) -> None:
+  """Reads every checked variable once, so a bad one fails before training.
+
+  Raises:
+    UserError: for the first malformed value, in one sentence.
+  """
+  for reader in (
+    restart_count,
+    previous_exit,
+    previous_exit_time,
+    attempt_start,
+    faults_enabled,
+  ):
+    reader(environ)
+
+
+def _is_time(seconds: float) -> bool:
+  return math.isfinite(seconds) and seconds >= 0
+
+
+_WHAT = {
+  RESTART_COUNT: "a whole number 0 or more (the launcher's restart count)",
+  PREVIOUS_EXIT: "an exit code (an integer; -N for signal N)",
+  PREVIOUS_EXIT_TIME: "a time in seconds since the epoch",
+  ATTEMPT_START: "a time in seconds since the epoch",
+}
+
+
+def _read(
+  environ: Mapping[str, str],
+  name: str,
+  parse: Callable[[str], int | float],
+  valid: Callable[[int | float], bool],
+):
+  """`parse` of variable `name`, None when unset or empty."""
+  text = environ.get(name, "").strip()
+  if not text:
+    return None
+  try:
+    value = parse(text)
+  except ValueError:
+    value = None
+  if value is None or not valid(value):
+    raise UserError(f"{name} must be {_WHAT[name]}, not {text!r}.")
+  return value
