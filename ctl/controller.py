@@ -308,13 +308,7 @@ def _assemble(
   fence: fencing.Fence,
 ) -> _Parts:
   """Opens the outputs and builds the model, its loops and the duties."""
-  outputs = outputs_lib.open_outputs(
-    options.dirs,
-    is_chief=options.is_chief,
-    storage_route=options.storage,
-    fuse_root=options.fuse_root,
-    fence=fence,
-  )
+  outputs = _open_outputs(options, fence)
   state = state_lib.build_state(task=task, strategy=strategy, seed=options.seed)
   writer = summaries.ScalarWriter(
     logdir=outputs.tensorboard and outputs.tensorboard.local_path, fence=fence
@@ -357,6 +351,17 @@ def _assemble(
     ),
     stragglers=stragglers_lib.Watch() if options.is_chief else None,
     divergence=DivergenceGuard(max_recoveries=options.max_nan_recoveries),
+  )
+
+
+def _open_outputs(options, fence) -> outputs_lib.OpenedOutputs:
+  """The run's output directories (the chief's commit through `fence`)."""
+  return outputs_lib.open_outputs(
+    options.dirs,
+    is_chief=options.is_chief,
+    storage_route=options.storage,
+    fuse_root=options.fuse_root,
+    fence=fence,
   )
 
 

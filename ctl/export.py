@@ -69,20 +69,7 @@ def export_saved_model(
   Raises:
     LeaseLost: another trainer took the lease; nothing was committed.
   """
-  archive = keras.export.ExportArchive()
-  archive.track(model)
-
-  def serve(images):
-    logits = tf.cast(model(images, training=False), tf.float32)
-    return {"logits": logits, "probabilities": tf.nn.softmax(logits)}
-
-  archive.add_endpoint(
-    name="serving_default",
-    fn=serve,
-    input_signature=[
-      tf.TensorSpec([None, *image_shape], tf.float32, name="images")
-    ],
-  )
+  archive = _serving_archive(model, image_shape)
   if location is None:
     scratch = tempfile.mkdtemp(prefix="ctl_export_")
     try:
@@ -109,6 +96,27 @@ def export_saved_model(
   finally:
     shutil.rmtree(partial, ignore_errors=True)
   location.publish(commit_file=MARKER, replaces=True)
+
+
+def _serving_archive(
+  model: keras.Model, image_shape: tuple[int, int, int]
+) -> keras.export.ExportArchive:
+  """`model` with its `serving_default` endpoint, ready to write out."""
+  archive = keras.export.ExportArchive()
+  archive.track(model)
+
+  def serve(images):
+    logits = tf.cast(model(images, training=False), tf.float32)
+    return {"logits": logits, "probabilities": tf.nn.softmax(logits)}
+
+  archive.add_endpoint(
+    name="serving_default",
+    fn=serve,
+    input_signature=[
+      tf.TensorSpec([None, *image_shape], tf.float32, name="images")
+    ],
+  )
+  return archive
 
 
 def remove_leftovers(

@@ -202,13 +202,7 @@ def acquire(
         token = store.take_over(_encode(mine), token)
     except FileExistsError:
       continue  # Someone else moved first: judge the new holder.
-    return Lease(
-      store=store,
-      holder=mine,
-      token=token,
-      stale_secs=stale_secs,
-      model_dir=model_dir,
-    )
+    return Lease(store, mine, token, stale_secs, model_dir)
   raise LeaseHeld(
     f"The lease on {model_dir} changed hands {_ATTEMPTS} times while this "
     "trainer tried to take it; another trainer is starting there."
@@ -219,7 +213,7 @@ class Lease:
   """A held lease, renewed by a thread until `release()`."""
 
   def __init__(
-    self, *, store, holder: Holder, token, stale_secs: float, model_dir: str
+    self, store, holder: Holder, token, stale_secs: float, model_dir: str
   ):
     self._store = store
     self._holder = holder

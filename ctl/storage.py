@@ -172,8 +172,7 @@ def open_location(
     read_only: This process only reads (a non-chief worker's checkpoints, an
       evaluator): nothing is published, and the staging directory is a fresh
       private one by default.
-    fence: checked before anything is uploaded (ctl.fencing); the state
-      file on gs:// is also uploaded only over the generation last seen.
+    fence: checked before anything is uploaded (ctl.fencing).
 
   Returns:
     The opened location.
@@ -182,10 +181,7 @@ def open_location(
     UserError: If `storage` is unknown, the bucket is not mounted on the fuse
       route, the bucket cannot be written, or the staging directory is in use.
   """
-  if storage not in ROUTES:
-    raise UserError(
-      f"storage must be one of {', '.join(ROUTES)}, not {storage!r}."
-    )
+  _check_route(storage)
   parsed = _parse_cloud_url(url, fuse_root=fuse_root)
   if parsed is None:
     return Location(url=url, local_path=url)
@@ -313,10 +309,7 @@ def read_route(
     UserError: If `storage` is unknown, or the fuse route is asked for and the
       bucket is not mounted.
   """
-  if storage not in ROUTES:
-    raise UserError(
-      f"storage must be one of {', '.join(ROUTES)}, not {storage!r}."
-    )
+  _check_route(storage)
   parsed = _parse_cloud_url(url, fuse_root=fuse_root)
   if parsed is None:
     return url, None
@@ -333,6 +326,13 @@ def read_route(
       )
     return posixpath.join(mount, path).rstrip("/"), None
   return posixpath.join(bucket, path).rstrip("/"), _gcs_filesystem()
+
+
+def _check_route(storage: str) -> None:
+  if storage not in ROUTES:
+    raise UserError(
+      f"storage must be one of {', '.join(ROUTES)}, not {storage!r}."
+    )
 
 
 def _parse_cloud_url(url: str, *, fuse_root: str) -> tuple[str, str] | None:
