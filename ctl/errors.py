@@ -83,15 +83,32 @@ def write_failure(what: str, path: str, error: Exception) -> CannotWrite | None:
     is intact; None when `error` is not one of a full disk, a quota, a file
     size limit or a missing permission (so the caller re-raises it).
   """
+  reason = refused_write(error)
+  if reason is None:
+    return None
+  return CannotWrite(
+    f"Cannot write {what} in {path}: {reason}; "
+    "the checkpoints saved before are intact: free space or restore "
+    "write permission, then run the same command to continue."
+  )
+
+
+def refused_write(error: Exception) -> str | None:
+  """Why the storage refused a write ("no space left on device"), or None.
+
+  Args:
+    error: what the write raised: an OSError, or a TensorFlow error whose
+      message names the operating system's reason.
+
+  Returns:
+    The reason, for a full disk, a quota, a file size limit or a missing
+    permission; None for any other error.
+  """
   text = str(getattr(error, "message", error))
   code = getattr(error, "errno", None)
   for known in _WRITE_ERRNOS:
     if code == known or os.strerror(known) in text:
-      return CannotWrite(
-        f"Cannot write {what} in {path}: {os.strerror(known).lower()}; "
-        "the checkpoints saved before are intact: free space or restore "
-        "write permission, then run the same command to continue."
-      )
+      return os.strerror(known).lower()
   return None
 
 

@@ -133,6 +133,8 @@ def goodput(
     len(accounting.attempts),
     model_dir,
   )
+  for note in accounting.notes:
+    logging.warning("Goodput: %s", note)
   return accounting.summary()
 
 

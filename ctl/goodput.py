@@ -24,6 +24,13 @@ to the total:
 
 Input waits are not split out: the compiled loop reads its input inside the
 same `tf.function` call, so its time is part of the loop's.
+
+Clocks: within an attempt, every event is placed by the attempt's start plus
+its seconds on the monotonic clock (the ledger's `m`, `m0`, `m1`), so a step
+of the wall clock during a run changes no duration. Wall time only places the
+attempts: one that begins before the one before it ended (a clock set back
+between them, or two machines' clocks that disagree) is counted as if it
+followed at once, and the accounting says so in its notes.
 """
 
 from collections.abc import Sequence
@@ -165,6 +172,7 @@ class Accounting:
     checkpoint_saves: checkpoint saves recorded.
     attempts: per attempt.
     segments: the timeline, in time order.
+    notes: what could not be placed on the wall clock, one sentence each.
   """
 
   total_seconds: float
@@ -176,10 +184,12 @@ class Accounting:
   checkpoint_saves: int
   attempts: tuple[Attempt, ...]
   segments: tuple[Segment, ...]
+  notes: tuple[str, ...] = ()
 
   def summary(self) -> dict:
     """A JSON-ready digest (no timeline) for train_summary.json."""
     return {
+      **({"notes": list(self.notes)} if self.notes else {}),
       "total_seconds": round(self.total_seconds, 3),
       "goodput_percent": round(self.goodput_percent, 2),
       "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
@@ -216,6 +226,7 @@ def account(
   """
   if not attempts:
     raise ValueError("the ledger has no attempts.")
+  attempts, notes, now = _placed(attempts, now)
   step_seconds = _median_step_seconds(attempts)
   infos = [
     _attempt(i, events, attempts[i + 1 :], now)
@@ -254,6 +265,7 @@ def account(
     ),
     attempts=tuple(infos),
     segments=tuple(segments),
+    notes=tuple(notes),
   )
 
 
@@ -303,6 +315,69 @@ def checkpoint_interval(
   )
 
 
+def _on_its_own_clock(events: Sequence[dict], shift: float) -> list[dict]:
+  """The attempt's events placed by its start (moved by `shift`) plus their
+  monotonic seconds since it (`m`, `m0`, `m1`; older ledgers have none)."""
+  start = events[0]["time"] + shift
+  placed = [{**events[0], "time": start}]
+  for event in events[1:]:
+    event = dict(event)
+    if "m" in event:
+      event["time"] = start + event["m"]
+    elif "time" in event:
+      event["time"] += shift
+    if "m0" in event and "m1" in event:
+      event["t0"], event["t1"] = start + event["m0"], start + event["m1"]
+    elif "t0" in event:
+      event["t0"], event["t1"] = event["t0"] + shift, event["t1"] + shift
+    placed.append(event)
+  return placed
+
+
+def _placed(
+  attempts: Sequence[Sequence[dict]], now: float | None
+) -> tuple[list[list[dict]], list[str], float | None]:
+  """The attempts on one timeline, a note for each moved one, and `now`
+  moved with the last.
+
+  An attempt that begins before the one before it ended (by their wall
+  clocks) cannot be placed: it is moved to begin where that one ended.
+  """
+  since_start = None if now is None else now - attempts[-1][0]["time"]
+  placed, notes, floor = [], [], None
+  for index, events in enumerate(attempts):
+    shift = 0.0
+    if floor is not None and events[0]["time"] < floor:
+      shift = floor - events[0]["time"]
+      if shift > 1.0:  # /proc gives process starts to about 10 ms.
+        notes.append(
+          f"Start {index + 1} began {shift:.1f} s before start {index} "
+          "ended by the wall clock (a clock stepped back, or clocks that "
+          "disagree): counted as if it followed at once."
+        )
+    events = _on_its_own_clock(events, shift)
+    if any(
+      e.get(field, math.inf) < events[0]["time"]
+      for e in events[1:]
+      for field in ("time", "t0", "t1")
+    ):
+      notes.append(
+        f"Start {index + 1} has events before its own start (a wall clock "
+        "stepped back during it, in a ledger without monotonic times): its "
+        "seconds are a lower bound."
+      )
+    placed.append(events)
+    floor = _last_time(events)
+  if since_start is not None:
+    now = placed[-1][0]["time"] + since_start
+  return placed, notes, now
+
+
+def _last_time(events: Sequence[dict]) -> float:
+  start = events[0]["time"]
+  return max([start] + [e.get("t1", e.get("time", start)) for e in events[1:]])
+
+
 def _phases(events: Sequence[dict]) -> list[dict]:
   return [e for e in events if e["event"] == "phase"]
 
@@ -325,22 +400,24 @@ def _attempt(
 ) -> Attempt:
   """What one attempt did and how it ended."""
   start = events[0]["time"]
-  last_time = max(
-    [start] + [e.get("t1", e.get("time", start)) for e in events[1:]]
-  )
+  last_time = _last_time(events)
   phases = _phases(events)
   restored = _restored_step(events)
   last_step = max([e["step"] for e in phases] + [restored or 0])
   end_event = next((e for e in events if e["event"] == "end"), None)
   following = later[0][0] if later else None
   if end_event:
-    end, outcome = end_event["time"], end_event["outcome"]
+    # At least its last event: an older ledger's wall clock may run back.
+    end, outcome = max(end_event["time"], last_time), end_event["outcome"]
     outcome = {"done": "done", "Preempted": "preempted (saved)"}.get(
       outcome, f"failed: {outcome}"
     )
   else:
+    # The launcher's clock: believed only between this end and the next.
     exit_time = following and following.get("previous_exit_time")
-    end = max(last_time, exit_time or 0.0)
+    end = last_time
+    if exit_time and last_time <= exit_time <= following["time"]:
+      end = exit_time
     if not later and now is not None:
       end = max(end, now)
     outcome = _unrecorded_end(events, following, last=not later)

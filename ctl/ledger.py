@@ -5,9 +5,10 @@ in `<model_dir>/ledger/`, next to the checkpoints (`<model_dir>/checkpoints`
 by default) and `train_summary.json`:
 
   {"event": "start", "time": ..., "pid": ..., "restart": 1,
-   "previous_exit": -9, "previous_exit_time": ..., "jobset_restart": 2}
-  {"event": "phase", "phase": "startup", "t0": ..., "t1": ..., "step0": 0,
-   "step": 40, "ok": true}
+   "previous_exit": -9, "previous_exit_time": ..., "jobset_restart": 2,
+   "sequence": 3}
+  {"event": "phase", "phase": "startup", "t0": ..., "t1": ..., "m0": 5.2,
+   "m1": 6.0, "step0": 0, "step": 40, "ok": true}
   {"event": "phase", "phase": "train_loop", ..., "loops": 12, "busy": 3.1}
   {"event": "end", "time": ..., "step": 60, "outcome": "done"}
 
@@ -15,6 +16,18 @@ Events come from the `ctl.progress` marks (the ledger is a listener; it adds
 no timing of its own) plus `start`, whose time is when the process started
 (from /proc, so interpreter and TensorFlow imports count as start-up), and
 events other modules add with `record` (e.g. a stall).
+
+Clocks: `time`, `t0` and `t1` are wall-clock times, for people; `m`, `m0`
+and `m1` are the same moments in seconds since the attempt began, on the
+monotonic clock, which a stepped wall clock (NTP, a VM migration) does not
+move: readers (ctl.goodput) place events by these. `sequence` numbers the
+attempts of a run (1 + the largest in the directory when the attempt first
+writes); a reader orders attempts by it, not by their wall-clock starts.
+Every attempt has its own file, also two in one process (a notebook).
+
+The ledger is an observation, not a result: when its storage refuses a
+write (a full disk, a lost permission) it says so once, leaves no temporary
+file, and writes nothing more; training goes on.
 
 Why a file per attempt: Cloud Storage objects cannot be appended to, and a
 restarted job may run on a fresh machine. Each attempt rewrites only its own
@@ -24,13 +37,14 @@ paths directly; the gcsfs and FUSE routes through a staging directory
 uploaded after each checkpoint save and at the end (a restart on the same
 machine uploads what a crash left there); the tf route writes the bucket at
 those moments only. A reader
-concatenates all attempts in start order. Consecutive train loops are merged
+concatenates all attempts in sequence order. Consecutive train loops are merged
 into one event, so a file grows with checkpoints and evaluations, not with
 steps. A file damaged by a crash in the middle of a write loses only its
 unreadable lines (a truncated last line is skipped).
 """
 
 from collections.abc import Mapping
+import contextlib
 import json
 import math
 import os
@@ -43,25 +57,27 @@ from absl import logging
 
 from ctl import cluster
 from ctl import env
+from ctl import errors
 from ctl import fencing
 from ctl import goodput
 from ctl import progress as progress_lib
 
 SUBDIR = "ledger"
 _SUFFIX = ".jsonl"
-_IMPORTED = time.time()
+_IMPORTED = time.monotonic()
+_attempts_in_this_process = 0
 
 
-def process_start_time() -> float:
-  """When this attempt's process started (seconds since the epoch).
+def process_age() -> float:
+  """Seconds since this attempt's process started, whatever the wall clock.
 
-  Read from /proc (Linux), to about 10 ms; elsewhere, when this module was
-  imported. A warm spare (ctl.spare) was started long before its attempt:
-  for it, the moment it was handed the restart.
+  Read from /proc (Linux: the boot clock, to about 10 ms); elsewhere, since
+  this module was imported. A warm spare (ctl.spare) was started long before
+  its attempt: for it, since it was handed the restart.
   """
   handed = env.attempt_start()
   if handed is not None:
-    return handed
+    return max(0.0, time.time() - handed)
   try:
     with open("/proc/self/stat") as f:
       stat = f.read()
@@ -70,16 +86,38 @@ def process_start_time() -> float:
     # Field 22 (starttime, in clock ticks after boot); the command name in
     # field 2 may hold spaces, so count from its closing parenthesis.
     ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
-    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
   except (OSError, ValueError, IndexError):
-    return _IMPORTED
+    return time.monotonic() - _IMPORTED
+
+
+def _begin_attempt() -> tuple[float, float, str]:
+  """(when this attempt began, the same on the monotonic clock, its file).
+
+  The first attempt of a process began with the process (its imports
+  count); a later one (a notebook's second run) begins now. Every event's
+  place in the attempt is on the monotonic clock, in seconds since then: a
+  step of the wall clock changes none. The file name holds the process and
+  the attempt's number in it, so no two attempts share a file.
+  """
+  global _attempts_in_this_process
+  _attempts_in_this_process += 1
+  age = process_age() if _attempts_in_this_process == 1 else 0.0
+  started = time.time() - age
+  name = (
+    time.strftime("attempt-%Y%m%dT%H%M%S", time.gmtime(started))
+    + f"-{int(started * 1000) % 1000:03d}-{os.getpid()}"
+    + f"-{_attempts_in_this_process}"
+    + _SUFFIX
+  )
+  return started, time.monotonic() - age, name
 
 
 class Ledger:
   """The chief's record of this attempt; a `ctl.progress` listener.
 
   Never raises into training: a write that fails is logged and retried at the
-  next event.
+  next event, except one the storage refuses (a full disk), said once.
   """
 
   def __init__(
@@ -115,12 +153,7 @@ class Ledger:
     self._location = None
     self._writing = False  # Until start-up ends: see __call__.
     self._discarded = False
-    started = process_start_time()
-    self._name = (
-      time.strftime("attempt-%Y%m%dT%H%M%S", time.gmtime(started))
-      + f"-{int(started * 1000) % 1000:03d}-{os.getpid()}"
-      + _SUFFIX
-    )
+    started, self._origin, self._name = _begin_attempt()
     self._events = [
       {
         "event": "start",
@@ -140,7 +173,9 @@ class Ledger:
     """Records a phase's end (the listener interface)."""
     if mark.started:
       if mark.phase == progress_lib.RUN:  # Imports end here.
-        self._events.append({"event": "run", "time": round(mark.time, 3)})
+        self._events.append(
+          {"event": "run", "time": round(mark.time, 3), **self._since(mark)}
+        )
       return
     if mark.phase == progress_lib.STARTUP:
       # Nothing is written before start-up ends, and nothing at all when it
@@ -165,12 +200,17 @@ class Ledger:
       "step": mark.step,
       "ok": mark.ok,
     }
+    if mark.monotonic is not None:
+      m1 = self._since(mark)["m"]
+      event.update(m0=round(m1 - mark.seconds, 3), m1=m1)
     last = self._events[-1]
     if (
       mark.phase == progress_lib.TRAIN_LOOP
       and last.get("phase") == progress_lib.TRAIN_LOOP
       and last["step"] == event["step0"]
     ):
+      if "m1" in event:
+        last["m1"] = event["m1"]
       last.update(
         t1=event["t1"],
         step=event["step"],
@@ -192,9 +232,20 @@ class Ledger:
     """
     self._writing = not self._discarded
     self._events.append(
-      {"event": kind, "time": round(time.time(), 3), **fields}
+      {
+        "event": kind,
+        "time": round(time.time(), 3),
+        "m": round(time.monotonic() - self._origin, 3),
+        **fields,
+      }
     )
     self._write(upload=True)
+
+  def _since(self, mark: progress_lib.Mark) -> dict:
+    """{"m": the mark's seconds since the attempt began}, if it has them."""
+    if mark.monotonic is None:
+      return {}
+    return {"m": round(mark.monotonic - self._origin, 3)}
 
   def discard(self) -> None:
     """Writes nothing from now on (a run that turned out to do nothing)."""
@@ -203,18 +254,16 @@ class Ledger:
 
   def attempts(self) -> list[list[dict]]:
     """Every attempt's events so far, this one as it is in memory."""
-    others = [
-      events
-      for name, events in _read_files(
-        self._directory, storage_route=self._storage, fuse_root=self._fuse_root
-      )
-      if name != self._name
-    ]
-    return sorted([*others, list(self._events)], key=_start_time)
+    others = [events for _, events in self._others()]
+    self._number(others)
+    return sorted([*others, list(self._events)], key=_order)
 
   def accounting(self) -> goodput.Accounting:
-    """Where the job's time went so far, until now."""
-    return goodput.account(self.attempts(), now=time.time())
+    """Where the job's time went so far, until now (on this attempt's
+    monotonic clock)."""
+    attempts = self.attempts()
+    since_start = time.monotonic() - self._origin
+    return goodput.account(attempts, now=self._events[0]["time"] + since_start)
 
   def close(self) -> None:
     """Uploads the file a last time and releases the staging directory."""
@@ -226,9 +275,40 @@ class Ledger:
         logging.exception("Could not upload the run ledger.")
       self._location = None
 
+  def _number(self, others: list[list[dict]] | None = None) -> None:
+    """Numbers this attempt after those in the directory (`sequence`).
+
+    Attempts are read back in this order, not by their wall clock start
+    times, which a stepped clock can put in any order. One writer holds the
+    run directory (ctl.lease), so no two attempts take the same number.
+    """
+    if "sequence" in self._events[0]:
+      return
+    if others is None:
+      try:
+        others = [events for _, events in self._others()]
+      except Exception:  # pylint: disable=broad-except
+        logging.exception(
+          "Could not read the run ledger in %s.", self._directory
+        )
+        return
+    self._events[0]["sequence"] = 1 + max(
+      (events[0].get("sequence", 0) for events in others), default=0
+    )
+
+  def _others(self) -> list[tuple[str, list[dict]]]:
+    return [
+      (name, events)
+      for name, events in _read_files(
+        self._directory, storage_route=self._storage, fuse_root=self._fuse_root
+      )
+      if name != self._name
+    ]
+
   def _write(self, *, upload: bool) -> None:
     if not self._writing:
       return
+    self._number()
     text = "".join(json.dumps(event) + "\n" for event in self._events)
     try:
       if self._location is None:
@@ -251,10 +331,21 @@ class Ledger:
         self._location.publish()
     except fencing.LeaseLost:
       self.discard()  # A taken-over writer records nothing more.
-    except Exception:  # pylint: disable=broad-except
-      logging.exception(
-        "Could not write the run ledger in %s.", self._directory
+    except Exception as e:  # pylint: disable=broad-except
+      reason = errors.refused_write(e)
+      if reason is None:
+        logging.exception(
+          "Could not write the run ledger in %s.", self._directory
+        )
+        return
+      # An observation, not a result: said once, and training goes on.
+      logging.warning(
+        "Cannot write the run ledger in %s: %s; training goes on without "
+        "it (this start's goodput is not recorded).",
+        self._directory,
+        reason,
       )
+      self.discard()
 
 
 def ledger_dir(model_dir: str) -> str:
@@ -281,7 +372,7 @@ def read(
         directory, storage_route=storage_route, fuse_root=fuse_root
       )
     ),
-    key=_start_time,
+    key=_order,
   )
 
 
@@ -330,6 +421,10 @@ _FIELD_TYPES = {
     "a number or null",
     lambda v: v is None or _is_number(v),
   ),
+  "m": ("a number", _is_number),
+  "m0": ("a number", _is_number),
+  "m1": ("a number", _is_number),
+  "sequence": ("an integer", _is_int),
   "step0": ("an integer", _is_int),
   "step": ("an integer", _is_int),
   "loops": ("an integer", _is_int),
@@ -393,8 +488,10 @@ def _read_files(
   return found
 
 
-def _start_time(events: list[dict]) -> float:
-  return events[0]["time"]
+def _order(events: list[dict]) -> tuple[int, float]:
+  """Attempts in the order they were numbered; unnumbered ones (written
+  before attempts were numbered) first, by start time."""
+  return events[0].get("sequence", 0), events[0]["time"]
 
 
 def _write_file(path: str, text: str) -> None:
@@ -407,8 +504,14 @@ def _write_file(path: str, text: str) -> None:
     return
   directory = os.path.dirname(path)
   os.makedirs(directory, exist_ok=True)
-  with tempfile.NamedTemporaryFile(
+  temporary = tempfile.NamedTemporaryFile(
     "w", dir=directory, suffix=".tmp", delete=False
-  ) as f:
-    f.write(text)
-  os.replace(f.name, path)
+  )
+  try:
+    with temporary:
+      temporary.write(text)
+    os.replace(temporary.name, path)
+  except BaseException:
+    with contextlib.suppress(OSError):  # A full disk leaves no .tmp file.
+      os.remove(temporary.name)
+    raise

@@ -79,6 +79,9 @@ class Mark:
     steps: training steps the phase ran (train loops; 0 otherwise).
     ok: False when the phase ended by an exception.
     error: the name of that exception's type (e.g. "Preempted"), else None.
+    monotonic: this process's `time.monotonic()` at the mark, which places
+      it within the process whatever the wall clock does (None: a mark made
+      by hand, placed by `time` alone).
   """
 
   phase: str
@@ -88,6 +91,7 @@ class Mark:
   steps: int = 0
   ok: bool = True
   error: str | None = None
+  monotonic: float | None = None
 
   @property
   def started(self) -> bool:
@@ -125,7 +129,7 @@ class Progress:
       raise ValueError(f"unknown phase {name!r}; expected one of {PHASES}.")
     start_step = self._current_step()
     started, clock = time.time(), time.monotonic()
-    self._emit(Mark(phase=name, step=start_step, time=started))
+    self._emit(Mark(phase=name, step=start_step, time=started, monotonic=clock))
     ok, error = False, None
     try:
       yield
@@ -134,17 +138,18 @@ class Progress:
       error = type(e).__name__
       raise
     finally:
-      ended, seconds = time.time(), time.monotonic() - clock
+      ended, now = time.time(), time.monotonic()
       end_step = self._current_step()
       self._emit(
         Mark(
           phase=name,
           step=end_step,
           time=ended,
-          seconds=seconds,
+          seconds=now - clock,
           steps=end_step - start_step,
           ok=ok,
           error=error,
+          monotonic=now,
         )
       )
 
@@ -179,7 +184,13 @@ class EventsFile:
 
   def __call__(self, mark: Mark) -> None:
     line = json.dumps(
-      {**dataclasses.asdict(mark), **self._who, "monotonic": time.monotonic()}
+      {
+        **dataclasses.asdict(mark),
+        **self._who,
+        "monotonic": time.monotonic()
+        if mark.monotonic is None
+        else mark.monotonic,
+      }
     )
     os.write(self._fd, (line + "\n").encode())
 

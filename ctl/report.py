@@ -59,6 +59,7 @@ def table(accounting: goodput.Accounting) -> str:
     f"time; {len(accounting.attempts)} start(s), "
     f"{accounting.failures} failure(s), {accounting.lost_steps} "
     f"step(s) trained twice; final step {accounting.final_step}.",
+    *accounting.notes,
     "",
     f"{'category':<36} {'seconds':>9} {'share':>7}",
   ]
@@ -152,8 +153,8 @@ def _draw_rows(axes, accounting: goodput.Accounting) -> None:
     ]
   )
   axes.set_ylim(-0.7, len(attempts) - 0.3)
-  span = max(segment.end for segment in accounting.segments) - origin
-  axes.set_xlim(0, span * 1.3)
+  span = max((s.end for s in accounting.segments), default=origin) - origin
+  axes.set_xlim(0, max(span, 1.0) * 1.3)
   axes.set_xlabel("seconds since the job's first process started")
   axes.grid(axis="x", alpha=0.3)
 

@@ -12,14 +12,23 @@ TensorBoard draws train and validation curves of a tag in one chart:
 
 Other workers get no logdir, so they never put event files in the run
 directories (which would show up as duplicate runs in TensorBoard).
+
+Summaries are observations, not results: when the storage refuses a write
+(a full disk, a quota, a lost permission), the writer says so once, in one
+warning line, and writes nothing more; training goes on, and checkpoints and
+the export are not affected (on the same full disk, the next checkpoint save
+stops the run with exit 74, as it would without summaries).
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+import contextlib
 import posixpath
 
+from absl import logging
 from tensorboard.plugins.hparams import api as hp
 import tensorflow as tf
 
+from ctl import errors
 from ctl import fencing
 
 TRAIN = "train"
@@ -72,10 +81,11 @@ class ScalarWriter:
     """
     if self._logdir:
       self._fence.check("TensorBoard summaries")
-    with self._writer(run).as_default(step=step):
-      for tag, value in scalars.items():
-        tf.summary.scalar(tag, value)
-    self._writers[run].flush()
+    with self._refusals():
+      with self._writer(run).as_default(step=step):
+        for tag, value in scalars.items():
+          tf.summary.scalar(tag, value)
+      self._writers[run].flush()
 
   def write_hparams(self, hparams: Mapping[str, HParamValue]) -> None:
     """Records the hyperparameters of this run for the HParams dashboard.
@@ -90,7 +100,7 @@ class ScalarWriter:
     """
     if not hparams:
       return
-    with self._writer("").as_default(step=0):
+    with self._refusals(), self._writer("").as_default(step=0):
       hp.hparams_config(
         hparams=[hp.HParam(name) for name in hparams],
         metrics=[
@@ -99,7 +109,7 @@ class ScalarWriter:
         ],
       )
       hp.hparams(dict(hparams))
-    self._writers[""].flush()
+      self._writers[""].flush()
 
   def _writer(self, run: str):
     if run not in self._writers:
@@ -110,6 +120,33 @@ class ScalarWriter:
       )
     return self._writers[run]
 
+  @contextlib.contextmanager
+  def _refusals(self) -> Iterator[None]:
+    """Turns a write the storage refuses into one warning and no more writes.
+
+    Raises:
+      tf.errors.OpError: any other TensorFlow error.
+    """
+    try:
+      yield
+    except tf.errors.OpError as e:
+      reason = errors.refused_write(e)
+      if reason is None:
+        raise
+      logging.warning(
+        "Cannot write the TensorBoard summaries in %s: %s; training goes on "
+        "without them (checkpoints and the export are not affected).",
+        self._logdir,
+        reason,
+      )
+      self._logdir = None
+      self.close()
+      self._writers = {}
+
   def close(self) -> None:
     for writer in self._writers.values():
-      writer.close()
+      try:
+        writer.close()
+      except tf.errors.OpError as e:
+        if errors.refused_write(e) is None:
+          raise

@@ -693,7 +693,7 @@ def test_damaged_state_file_resumes_from_the_newest_checkpoint(model_dir):
   )
   assert events_lib.restored_steps(events) == [10], result.stderr[-3000:]
   damaged = [
-    line for line in result.stderr.splitlines() if "was damaged" in line
+    line for line in result.stderr.splitlines() if "is damaged" in line
   ]
   assert len(damaged) == 1 and "ckpt-10" in damaged[0], damaged
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -74,12 +74,28 @@ def test_the_jobset_restart_attempt_is_recorded_with_the_start(tmp_path):
     record(_mark("run", 0, at=1.0))
     record(_mark("startup", 0, at=2.0, seconds=1.0))
     record(_mark("run", 0, at=3.0, seconds=2.0))
-  # Both attempts are this process (same start time, same pid): one file.
+  # Both attempts are this process: each has its own record.
   starts = [
     e for a in ledger.read(directory) for e in a if e["event"] == "start"
   ]
   assert ["jobset_restart" in e for e in starts].count(True) == 1
   assert [e["jobset_restart"] for e in starts if "jobset_restart" in e] == [2]
+
+
+def test_every_attempt_of_one_process_gets_its_own_record(tmp_path):
+  # A notebook trains to 10, then to 20, ... on one directory: the records
+  # had one name (from the process's start time) and overwrote each other.
+  directory = str(tmp_path / "ledger")
+  for restored in range(0, 50, 10):
+    record = ledger.Ledger(directory=directory, environ={})
+    record(_mark("run", restored, at=1.0))
+    record(_mark("startup", restored, at=2.0, seconds=1.0))
+    record(_mark("train_loop", restored + 10, at=3.0, seconds=1.0, steps=10))
+    record(_mark("run", restored + 10, at=3.0, seconds=2.0))
+  accounting = goodput.account(ledger.read(directory))
+  assert [a.restored_step for a in accounting.attempts] == [0, 10, 20, 30, 40]
+  assert accounting.final_step == 50 and accounting.lost_steps == 0
+  assert [a.outcome for a in accounting.attempts] == ["done"] * 5
 
 
 # Well-formed JSON, wrong for the ledger: each crashed the goodput accounting

@@ -6,6 +6,7 @@ are known exactly;
 test_goodput.py runs the report on ledgers of real killed jobs.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -189,3 +190,76 @@ def test_a_reader_that_stops_reading_ends_the_report_quietly(model_dir):
     os.close(write_end)
   assert result.stderr == ""
   assert result.returncode == 128 + signal.SIGPIPE
+
+
+_TEN_YEARS = 10 * 365 * 86400
+
+
+def test_a_start_whose_clock_was_years_ahead_is_placed_and_named(model_dir):
+  # The first start ran on a clock ten years ahead: the report said
+  # "Goodput 0.0% of 315359233.0 s", the wrong final step and the wrong
+  # steps trained twice.
+  directory = ledger.ledger_dir(model_dir)
+  first = min(
+    (os.path.join(directory, name) for name in os.listdir(directory)),
+    key=lambda path: ledger.parse(open(path).read())[0]["time"],
+  )
+  with open(first) as f:
+    events = ledger.parse(f.read())
+  for event in events:
+    for field in ("time", "t0", "t1"):
+      if field in event:
+        event[field] += _TEN_YEARS
+  with open(first, "w") as f:
+    f.write("".join(json.dumps(event) + "\n" for event in events))
+  result = run_command(
+    [sys.executable, "-m", "ctl.report", model_dir], check=False
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  headline, note = result.stdout.splitlines()[:2]
+  assert headline.endswith(
+    "2 start(s), 1 failure(s), 10 step(s) trained twice; final step 30."
+  ), headline
+  assert note.startswith("Start 2 began 31536") and note.endswith(
+    "counted as if it followed at once."
+  ), note
+  accounting = goodput.account(ledger.read(directory))
+  assert 0 < accounting.total_seconds < 3600
+  assert min(accounting.seconds.values()) >= 0
+
+
+# A ledger of an older ctl (wall times only) whose clock stepped back an hour
+# after step 10: the report failed with a ValueError, and with --png= said
+# "Goodput 0.0% of 0.0 s" and negative seconds.
+_STEPPED_BACK = [
+  {"event": "start", "time": 1000.0, "pid": 1, "restart": 0},
+  {"event": "run", "time": 1005.0},
+  *(
+    {"event": "phase", "phase": phase, "t0": t0, "t1": t1, "step0": step0}
+    | {"step": step, "ok": True, **extra}
+    for phase, t0, t1, step0, step, extra in (
+      ("startup", 1005.0, 1006.0, 0, 0, {}),
+      ("first_loop", 1006.0, 1008.0, 0, 10, {}),
+      ("train_loop", 1008.0, -2590.0, 10, 20, {"loops": 1, "busy": 2.0}),
+      ("checkpoint_save", -2590.0, -2589.0, 20, 20, {}),
+    )
+  ),
+  {"event": "end", "time": -2589.0, "step": 20, "outcome": "done"},
+]
+
+
+def test_an_older_ledger_whose_clock_stepped_back_is_reported(tmp_path):
+  model_dir = str(tmp_path / "run")
+  os.makedirs(ledger.ledger_dir(model_dir))
+  with open(os.path.join(ledger.ledger_dir(model_dir), "a.jsonl"), "w") as f:
+    f.write("".join(json.dumps(event) + "\n" for event in _STEPPED_BACK))
+  for png in ("--png=", f"--png={tmp_path}/timeline.png"):
+    result = run_command(
+      [sys.executable, "-m", "ctl.report", model_dir, png], check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    headline, note = result.stdout.splitlines()[:2]
+    assert headline.startswith("Goodput 25.0% of 8.0 s wall time;"), headline
+    assert note.endswith("its seconds are a lower bound."), note
+    assert " -" not in result.stdout

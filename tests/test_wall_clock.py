@@ -8,7 +8,11 @@ step for a frozen worker: every interval and deadline is on the monotonic
 clock.
 """
 
+import re
+import sys
 import time
+
+import pytest
 
 from ctl.testing import clock
 from ctl.testing import events as events_lib
@@ -18,6 +22,7 @@ from tests.conftest import trainer_command
 from tests.conftest import trainer_env
 from trainer.testing import finish
 from trainer.testing import launch_command
+from trainer.testing import run_command
 from trainer.testing import start
 
 HOUR = 3600
@@ -93,21 +98,63 @@ def _run_with_a_jump(
   return events, output
 
 
-def test_time_based_saves_keep_their_cadence_when_the_clock_steps_back(
-  tmp_path,
-):
+@pytest.fixture(scope="module")
+def stepped_back(tmp_path_factory):
+  """A run whose wall clock steps back an hour mid-run and is set right.
+
+  Returns:
+    (model_dir, events file, the seconds the test saw the run take on its
+    own monotonic clock).
+  """
+  tmp_path = tmp_path_factory.mktemp("stepped_back")
   model_dir = tmp_path / "run"
+  started = time.monotonic()
   events, _ = _run_with_a_jump(
     trainer_command(*FLAGS, f"--model_dir={model_dir}"),
     tmp_path=tmp_path,
     seconds=-HOUR,
   )
+  return model_dir, events, time.monotonic() - started
+
+
+def test_time_based_saves_keep_their_cadence_when_the_clock_steps_back(
+  stepped_back,
+):
+  model_dir, events, _ = stepped_back
   saves = _saves(events)
   # At least 45 loops of 0.2 s after the step back: 9 s, 2 s apart. A wall
   # clock interval would wait an hour and save only at the final step.
   after_the_step = [s for s in saves if JUMP_AT < s < STEPS]
   assert len(after_the_step) >= 2, saves
   assert read_summary(model_dir)["final_step"] == STEPS
+
+
+def test_the_run_record_stays_true_when_the_clock_steps_back(stepped_back):
+  # It said "Goodput 49.3% of 10.1 s" for a 37 s run; ctl-report failed
+  # with a ValueError, and with --png= printed negative seconds.
+  model_dir, events, seen = stepped_back
+  ended = [e for e in events_lib.read_events(events) if e["seconds"]]
+  [run] = [e for e in ended if e["phase"] == "run"]
+  loops = sum(e["seconds"] for e in ended if e["phase"] == "train_loop")
+  accounting = read_summary(model_dir)["goodput"]
+  # The ledger counts from the process start, before ctl.run began.
+  assert run["seconds"] <= accounting["total_seconds"] <= seen
+  assert min(accounting["seconds"].values()) >= 0
+  # Train loops are goodput, and so is the bookkeeping between two of them
+  # (the ledger rounds each time to 1 ms).
+  assert accounting["seconds"]["goodput"] >= loops - 0.01
+  for png in ("--png=", f"--png={model_dir}/timeline.png"):
+    result = run_command(
+      [sys.executable, "-m", "ctl.report", str(model_dir), png], check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    first = result.stdout.splitlines()[0]
+    assert first.startswith(
+      f"Goodput {accounting['goodput_percent']:.1f}% of "
+      f"{accounting['total_seconds']:.1f} s wall time; 1 start(s), "
+      "0 failure(s), 0 step(s) trained twice; final step 60."
+    ), first
+    assert not re.search(r" -\d", result.stdout), result.stdout
 
 
 def test_the_launcher_does_not_take_a_forward_step_for_a_frozen_worker(

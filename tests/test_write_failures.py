@@ -7,6 +7,7 @@ save. Each test then continues the run on a healthy disk to show that what was
 saved before the failure is intact.
 """
 
+import errno
 import os
 import shutil
 import subprocess
@@ -189,3 +190,54 @@ def test_write_permission_lost_mid_run(tmp_path):
     "not permitted",
   )
   assert _continues_on_a_healthy_disk(model_dir, tmp_path, 20) == [0]
+
+
+def _fill(directory: str) -> None:
+  """Writes into `directory` until its disk has no byte left."""
+  with open(os.path.join(directory, "filler"), "wb", buffering=0) as f:
+    try:
+      while True:
+        f.write(b"\0" * 4096)
+    except OSError as e:
+      assert e.errno == errno.ENOSPC, e
+
+
+@needs_root
+def test_full_disks_of_summaries_and_ledger_stop_no_training(
+  small_disk, tmp_path
+):
+  # Summaries and the ledger are observations: on main a full TensorBoard
+  # disk stopped training with a traceback (exit 1, the steps lost), and a
+  # full ledger disk gave a traceback and an empty *.tmp file per event.
+  tensorboard, ledger_disk = small_disk(64 * 1024), small_disk(64 * 1024)
+  _fill(tensorboard)
+  _fill(ledger_disk)
+  model_dir = tmp_path / "run"
+  model_dir.mkdir()
+  (model_dir / "ledger").symlink_to(ledger_disk)
+  result = run_trainer(
+    *_FLAGS,
+    "--train_steps=20",
+    f"--model_dir={model_dir}",
+    f"--tensorboard_dir={tensorboard}",
+    check=False,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "Traceback" not in result.stderr, result.stderr[-3000:]
+  assert read_summary(model_dir)["final_step"] == 20
+  said = [
+    line
+    for line in result.stderr.splitlines()
+    if "Cannot write the " in line and "no space left on device" in line
+  ]
+  assert len(said) == 2, said
+  assert f"TensorBoard summaries in {tensorboard}: " in said[0]
+  assert f"run ledger in {model_dir / 'ledger'}: " in said[1]
+  for disk in (tensorboard, ledger_disk):
+    left = [
+      name
+      for _, _, names in os.walk(disk)
+      for name in names
+      if name.endswith(".tmp")
+    ]
+    assert not left, left
