@@ -6,8 +6,8 @@ bucket (`STORAGE_EMULATOR_HOST`). Two sections:
 
 `checkpointing`: checkpoint I/O of the trainer's ResNet50 (model and Adam
   state, as the trainer saves them), on local disk and on gs:// through
-  gcsfs, with the framework's own code: a `ctl.checkpointing.Checkpointer`
-  saving into a `ctl.storage` location that `publish(commit_file=
+  gcsfs, with the framework's own code: a `ctl.checkpoint.checkpointing.Checkpointer`
+  saving into a `ctl.io.storage` location that `publish(commit_file=
   "checkpoint")` uploads after each save (as the controller does), and, to
   restore, a fresh location's `fetch()` followed by `restore_latest()`.
 
@@ -48,9 +48,9 @@ import tensorflow as tf
 from benchmarks import device as device_lib
 from benchmarks import report as report_lib
 from benchmarks import stats
-from ctl import checkpointing
-from ctl import progress as progress_lib
-from ctl import storage
+from ctl.checkpoint import checkpointing
+from ctl.io import storage
+from ctl.telemetry import progress as progress_lib
 from ctl.testing import events as events_lib
 from ctl.testing import gcs_emulator
 from trainer import model as model_lib

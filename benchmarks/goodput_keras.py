@@ -36,8 +36,8 @@ def main(argv):
   import keras
   import tensorflow as tf
 
-  from ctl import checkpointing
-  from ctl import input as input_lib
+  from ctl.checkpoint import checkpointing
+  from ctl.data import input as input_lib
   from trainer import data as data_lib
   from trainer import model as model_lib
 

@@ -16,7 +16,7 @@ For each: wall time, goodput (the time the final model's steps take at the
 system's median step time, over the wall time), steps run twice, and whether
 the final weights equal the uninterrupted run's (SHA-256 over every model and
 optimizer variable). The ctl row also gives the run ledger's own goodput
-split (ctl.goodput). The app is `benchmarks/goodput.py`.
+split (ctl.telemetry.goodput). The app is `benchmarks/goodput.py`.
 """
 
 import dataclasses
@@ -33,8 +33,8 @@ import time
 from absl import logging
 
 from benchmarks import report as report_lib
-from ctl import goodput
-from ctl import ledger
+from ctl.telemetry import goodput
+from ctl.telemetry import ledger
 from trainer import testing as trainer_testing
 
 _POLL_SECS = 0.02
@@ -321,7 +321,7 @@ def _row(name: str, faulty: dict, clean: dict) -> dict:
 
 def run(config: Config) -> dict:
   """Runs both systems with and without the kills; returns {section}."""
-  from ctl import input as input_lib  # pylint: disable=g-import-not-at-top
+  from ctl.data import input as input_lib  # pylint: disable=g-import-not-at-top
   from trainer import data as data_lib  # pylint: disable=g-import-not-at-top
 
   source = data_lib.load("digits", image_size=config.image_size)

@@ -3,7 +3,7 @@
 Writes JPEGs like cassava's (about 500x400, photo-like: smooth colour with
 noise) into a temporary directory, then reads them the way the trainer does:
 `trainer.data.load("files", ...)` (JPEG decode, resize, scale) through
-`ctl.input.train_dataset` (deterministic shuffle, shard, batch, prefetch),
+`ctl.data.input.train_dataset` (deterministic shuffle, shard, batch, prefetch),
 without a model. The rate is compared with what the model consumes, if given
 (`run_all` passes the ResNet50 engine rate from the throughput section).
 The app is `benchmarks/input_pipeline.py`.
@@ -109,7 +109,7 @@ def run(config: Config) -> dict:
     [
       f"{config.num_jpegs} JPEGs of {config.jpeg_width}x{config.jpeg_height}"
       f" (mean {total_bytes / config.num_jpegs / 1024:.0f} KiB), read by "
-      "trainer.data.load('files') through ctl.input.train_dataset, batch "
+      "trainer.data.load('files') through ctl.data.input.train_dataset, batch "
       f"{config.batch_size}; {config.batches} batches timed per round after "
       f"{config.warmup_batches} warm-up batches.",
       f"Parallelism: tf.data AUTOTUNE on {os.cpu_count()} logical cores. In "

@@ -2,7 +2,7 @@
 
 On a generated TFDS dataset of small JPEGs (`benchmarks/tfds_jpegs.py`, built
 once into a cache in both formats), read the way the trainer reads cassava
-(`trainer.data.load("cassava")` through `ctl.input.train_dataset`):
+(`trainer.data.load("cassava")` through `ctl.data.input.train_dataset`):
 
 - records read per input pipeline in one epoch with N = 1, 2, 4 pipelines
   (counted, not timed; target: total / N);
@@ -33,7 +33,7 @@ import tensorflow_datasets as tfds
 from benchmarks import report as report_lib
 from benchmarks import stats
 from benchmarks import tfds_jpegs
-from ctl import input as input_lib
+from ctl.data import input as input_lib
 from trainer import data as data_lib
 
 INDEXED, STREAMED = "ArrayRecord, by index", "TFRecord, streamed"

@@ -13,7 +13,7 @@ measured in interleaved rounds (same machine, same moment):
            one worker's TF_CONFIG as a platform gives each node its own: the
            killed worker's agent restarts it in place; the other worker fails
            when its peer goes and its agent restarts it.
-  spare    the same agents with `--warm_spare` (ctl.spare): each restart
+  spare    the same agents with `--warm_spare` (ctl.launch.spare): each restart
            runs in a process started before the kill, its imports done;
            the kill waits until both agents' spares say they are warm.
 
@@ -40,9 +40,9 @@ import psutil
 
 from benchmarks import report as report_lib
 from benchmarks import stats
-from ctl import cluster
-from ctl import progress
-from ctl import spare
+from ctl.distributed import cluster
+from ctl.launch import spare
+from ctl.telemetry import progress
 from ctl.testing import events as events_lib
 from trainer.testing import finish
 from trainer.testing import output_so_far
@@ -123,7 +123,7 @@ def _trainer_process(launchers: list, index: int) -> psutil.Process:
         tf_config
         and json.loads(tf_config)["task"]["index"] == index
         and "trainer.task" in child.cmdline()
-        and "ctl.spare" not in child.cmdline()
+        and "ctl.launch.spare" not in child.cmdline()
       ):
         return child
   raise RuntimeError(f"no worker {index} running")
@@ -162,7 +162,7 @@ def one_restart(mode: str, config: Config, model_dir: str) -> dict:
 
 
 def _wait_until_warm(agents: list, *, timeout: float) -> None:
-  """Waits until every agent's spare has said it is warm (ctl.spare)."""
+  """Waits until every agent's spare has said it is warm (ctl.launch.spare)."""
   deadline = time.monotonic() + timeout
   while not all(spare.READY_LINE in output_so_far(a) for a in agents):
     if time.monotonic() > deadline or any(a.poll() is not None for a in agents):

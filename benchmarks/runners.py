@@ -1,6 +1,6 @@
 """The three ways to train that the throughput benchmark compares.
 
-- `EngineRunner`: our engine, `ctl.loop.TrainLoop`, `steps_per_loop` steps
+- `EngineRunner`: our engine, `ctl.train.loop.TrainLoop`, `steps_per_loop` steps
   per call (the host is touched once per call).
 - `BareRunner`: a bare `tf.function` GradientTape step called once per step,
   no framework around it: the overhead floor a hand-written loop reaches;
@@ -21,8 +21,8 @@ import keras
 import tensorflow as tf
 
 from benchmarks import device as device_lib
-from ctl import input as input_lib
-from ctl import loop as loop_lib
+from ctl.data import input as input_lib
+from ctl.train import loop as loop_lib
 from trainer import data as data_lib
 from trainer import model as model_lib
 
@@ -137,7 +137,7 @@ def train_loop(
 
 
 class EngineRunner:
-  """`ctl.loop.TrainLoop`: `steps_per_loop` steps per `tf.function` call.
+  """`ctl.train.loop.TrainLoop`: `steps_per_loop` steps per `tf.function` call.
 
   Runners that differ only in `steps_per_loop` (more than 1) may share one
   `TrainLoop` built for the largest: the step count of a call is a tensor

@@ -24,8 +24,8 @@ import time
 from benchmarks import report as report_lib
 from benchmarks import stats
 from ctl import env as ctl_env
-from ctl import progress
-from ctl import watchdog
+from ctl.resilience import watchdog
+from ctl.telemetry import progress
 from ctl.testing import events as events_lib
 from ctl.testing.run_files import read_summary
 from trainer.testing import launch_command

@@ -457,7 +457,7 @@ def _standard_notes(
   if any(variant.xla for variant in measured):
     notes.append(
       "XLA variants compile the forward and backward pass (as "
-      "ctl.loop.TrainLoop(jit_compile=True) does); Keras compiles "
+      "ctl.train.loop.TrainLoop(jit_compile=True) does); Keras compiles "
       "the whole fit step."
     )
   if device.kind == "gpu":

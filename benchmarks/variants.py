@@ -2,7 +2,7 @@
 
 A spec is `kind[:steps][+modifier...]`:
 
-  engine:1        ctl.loop.TrainLoop, 1 step per call
+  engine:1        ctl.train.loop.TrainLoop, 1 step per call
   engine:N        the same, --steps_per_loop steps per call
   bare            a bare tf.function GradientTape step, called per step
   bare:N          the same step in a tf.range loop of N steps per call

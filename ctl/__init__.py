@@ -9,8 +9,9 @@ which raises `ctl.UserError` (a mistake to fix), `ctl.Preempted` (stopped on
 request after saving; run again) or `ctl.TrainingDiverged`; entry points exit
 with `ctl.USER_ERROR_EXIT_CODE` and `ctl.PREEMPTED_EXIT_CODE` for the first
 two, and with `ctl.STALL_EXIT_CODE` for `ctl.Stalled` (start-up gave up
-waiting; a stall watchdog, ctl.watchdog, exits with it too). The modules (`ctl.controller`, `ctl.options`, ...) stay importable by
-name.
+waiting; a stall watchdog, ctl.resilience.watchdog, exits with it too). The
+modules live in folders by role (`ctl.train.controller`, `ctl.train.options`,
+...; docs/design.md, "Layers").
 
 `run`, `Task` and `RunOptions` are loaded on first use: they import
 TensorFlow, which `import ctl` (and the command-line tools' `--help`) need not
@@ -28,9 +29,9 @@ from ctl.errors import TrainingDiverged
 from ctl.errors import UserError
 
 _LAZY = {
-  "run": "ctl.controller",
-  "Task": "ctl.options",
-  "RunOptions": "ctl.options",
+  "run": "ctl.train.controller",
+  "Task": "ctl.train.options",
+  "RunOptions": "ctl.train.options",
 }
 
 __all__ = [

@@ -10,17 +10,17 @@ sentence (`UserError`, exit 2) rather than a traceback:
   CTL_PREVIOUS_EXIT       how the previous start ended: the failed worker's
                           exit code, or -N when signal N killed it
   CTL_PREVIOUS_EXIT_TIME  when it ended, in seconds since the epoch
-  CTL_JOB_ID              one id for every start of a job (ctl.lease)
-  CTL_HEARTBEAT_DIR       where the workers' watchdogs beat (ctl.heartbeats)
-  CTL_ATTEMPT_START       when a warm spare was handed its start (ctl.spare)
-  CTL_EVENTS              a file for the run's progress events (ctl.progress)
-  CTL_FAULTS              faults to inject (ctl.faults), tests and benchmarks
+  CTL_JOB_ID              one id for every start of a job (ctl.resilience.lease)
+  CTL_HEARTBEAT_DIR       where the workers' watchdogs beat (ctl.launch.heartbeats)
+  CTL_ATTEMPT_START       when a warm spare was handed its start (ctl.launch.spare)
+  CTL_EVENTS              a file for the run's progress events (ctl.telemetry.progress)
+  CTL_FAULTS              faults to inject (ctl.resilience.faults), tests and benchmarks
   CTL_FAULTS_ENABLED      1 lets CTL_FAULTS act; without it a set CTL_FAULTS
                           is ignored with one warning, so a variable left in
                           a shell or a container spec never breaks a real job
 
 A Kubernetes pod's `CTL_JOBSET_*` variables come from its manifest, not from
-the launcher; `ctl.cluster` reads them. This module imports nothing else of
+the launcher; `ctl.distributed.cluster` reads them. This module imports nothing else of
 `ctl` but its errors (nor absl), so every layer, and the system Python
 of `make container-check`, may use it.
 """

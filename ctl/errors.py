@@ -1,6 +1,6 @@
 """The exceptions a run can end with, and the exit code each one maps to.
 
-Entry points (`trainer/task.py`, `ctl.launch`, `ctl.vertex`) catch these and
+Entry points (`trainer/task.py`, `ctl.launch`, `ctl.cloud.vertex`) catch these and
 exit with the code given here; a supervisor (Vertex AI, `ctl.launch`) reads
 the code to decide whether to restart. Also the argument parser of ctl's own
 command lines, whose mistakes are reported the same way: one `error: ...`
@@ -20,14 +20,14 @@ USER_ERROR_EXIT_CODE = 2
 # a non-zero code tells the platform the job is not done. Ctrl-C (SIGINT)
 # gives 130 the same way.
 PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
-# EX_TEMPFAIL: a stall (ctl.watchdog) or a peer that never came; not done,
+# EX_TEMPFAIL: a stall (ctl.resilience.watchdog) or a peer that never came; not done,
 # and worth a restart: the same command continues from the last checkpoint.
 STALL_EXIT_CODE = 75
 # EX_IOERR: an output could not be written (disk full, write permission lost
 # mid-run); what was saved before is intact, and the same command continues
 # once the space or the permission is back.
 CANNOT_WRITE_EXIT_CODE = 74
-# EX_NOPERM: this trainer lost the run directory's lease (ctl.lease) to
+# EX_NOPERM: this trainer lost the run directory's lease (ctl.resilience.lease) to
 # another trainer, which now owns it (paused past the lease's staleness, or
 # taken over with --take_over_lease); it stopped without committing anything
 # more. Not worth a restart: the other trainer goes on with the run.
@@ -115,7 +115,7 @@ def refused_write(error: Exception) -> str | None:
 class LeaseLost(Exception):
   """Another trainer took the lease; exit with LEASE_LOST_EXIT_CODE.
 
-  Raised at a commit point (ctl.fencing) before anything is written, so
+  Raised at a commit point (ctl.io.fencing) before anything is written, so
   nothing the new holder wrote is touched.
   """
 

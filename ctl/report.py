@@ -3,8 +3,8 @@
   ctl-report runs/quickstart              # or python -m ctl.report ...
   ctl-report gs://bucket/run --png=run.png
 
-reads the run ledger (`<MODEL_DIR>/ledger`, see ctl.ledger) of a finished or
-running job, prints the goodput accounting (ctl.goodput) and each start of
+reads the run ledger (`<MODEL_DIR>/ledger`, see ctl.telemetry.ledger) of a finished or
+running job, prints the goodput accounting (ctl.telemetry.goodput) and each start of
 the job, and draws the timeline: one row per start, colored by category,
 failures marked. The picture goes to `<MODEL_DIR>/goodput_timeline.png`
 (for gs:// directories, `goodput_timeline.png` here) unless --png says where;
@@ -17,9 +17,9 @@ import signal
 import sys
 
 from ctl import errors
-from ctl import goodput
-from ctl import ledger as ledger_lib
 from ctl.errors import USER_ERROR_EXIT_CODE
+from ctl.telemetry import goodput
+from ctl.telemetry import ledger as ledger_lib
 
 PNG_NAME = "goodput_timeline.png"
 

@@ -30,8 +30,8 @@ import numpy as np
 import tensorflow as tf
 
 import ctl
-from ctl import input as ctl_input
-from ctl.outputs import OutputDirs
+from ctl.data import input as ctl_input
+from ctl.io.outputs import OutputDirs
 
 IMAGE_SHAPE = (8, 8, 1)
 NUM_CLASSES = 3
@@ -81,7 +81,7 @@ def make_task() -> ctl.Task:
 
   def train_dataset_fn(input_context, start_step, seed):
     # The first batch is that of `start_step`: on resume the data continues
-    # where the checkpoint is, in a seeded order (ctl.input).
+    # where the checkpoint is, in a seeded order (ctl.data.input).
     return ctl_input.train_dataset(
       records=train,
       decode_fn=as_is,

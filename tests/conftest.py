@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from ctl.cluster import free_ports
+from ctl.distributed.cluster import free_ports
 from ctl.testing import gcs_emulator as gcs_emulator_lib
 from ctl.testing.run_files import read_scalars
 from ctl.testing.run_files import read_summary
@@ -57,7 +57,7 @@ def gcs_emulator(tmp_path):
 
 _HOLD_LEASE = """
 import sys
-from ctl import lease
+from ctl.resilience import lease
 held = lease.acquire(model_dir=sys.argv[1], job=sys.argv[2],
                      stale_secs=float(sys.argv[3]), storage_route="gcsfs")
 print("held", flush=True)
@@ -70,7 +70,7 @@ held.release()
 def lease_holder():
   """`start(model_dir, job=, stale_secs=)`: a process holding its lease.
 
-  The process takes the lease on `model_dir` (ctl.lease) and holds it,
+  The process takes the lease on `model_dir` (ctl.resilience.lease) and holds it,
   renewing it, until its stdin is closed; the fixture kills what is left.
   """
   procs = []

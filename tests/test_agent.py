@@ -18,7 +18,7 @@ import time
 import psutil
 import pytest
 
-from ctl import spare
+from ctl.launch import spare
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
@@ -101,11 +101,11 @@ def trainer_of(events, worker):
 
 
 def spares_of(agent):
-  """The agent's children started as spares (ctl.spare), used or not."""
+  """The agent's children started as spares (ctl.launch.spare), used or not."""
   return [
     p
     for p in psutil.Process(agent.pid).children()
-    if "ctl.spare" in p.cmdline()
+    if "ctl.launch.spare" in p.cmdline()
   ]
 
 

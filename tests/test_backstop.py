@@ -1,4 +1,4 @@
-"""ctl.backstop alone, in real processes (its use by the stall watchdog, a
+"""ctl.resilience.backstop alone, in real processes (its use by the stall watchdog, a
 call that holds the GIL, is in test_watchdog.py)."""
 
 import signal
@@ -10,7 +10,7 @@ from tests.conftest import REPO
 
 _ARMED = """
 import sys, time
-from ctl import backstop
+from ctl.resilience import backstop
 stop = backstop.Backstop()
 stop.arm(float(sys.argv[1]))
 print("armed", flush=True)

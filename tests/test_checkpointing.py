@@ -1,4 +1,4 @@
-"""ctl.checkpointing: what is saved, where, and which checkpoint comes back."""
+"""ctl.checkpoint.checkpointing: what is saved, where, and which checkpoint comes back."""
 
 import logging
 import os
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from ctl import checkpointing
+from ctl.checkpoint import checkpointing
 from ctl.errors import UserError
 from trainer import model as model_lib
 from trainer.testing import FAST_FLAGS

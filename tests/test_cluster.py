@@ -1,10 +1,10 @@
-"""Tests for ctl.cluster: every TF_CONFIG dialect and every error."""
+"""Tests for ctl.distributed.cluster: every TF_CONFIG dialect and every error."""
 
 import json
 
 import pytest
 
-from ctl import cluster
+from ctl.distributed import cluster
 from ctl.errors import UserError
 
 VERTEX_CHIEF = "cmle-training-workerpool0-ab-0:2222"

@@ -1,4 +1,4 @@
-"""ctl.controller.run: checks its options before it builds or writes anything.
+"""ctl.train.controller.run: checks its options before it builds or writes anything.
 
 What `run` does once it starts (restore, train, evaluate, checkpoint, roll
 back, stop, export) is tested end to end through the command line in
@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from ctl import controller
-from ctl import options
 from ctl.errors import UserError
+from ctl.train import controller
+from ctl.train import options
 from tests.conftest import read_scalars
 from tests.test_options import make_options
 

@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 from benchmarks import tfds_jpegs
-from ctl import datafiles
-from ctl import input as input_lib
+from ctl.data import datafiles
+from ctl.data import input as input_lib
 from ctl.errors import UserError
 from ctl.testing.gcs_emulator import GcsEmulator
 from trainer import data

@@ -1,10 +1,10 @@
-"""ctl.datafiles: a folder's file list is saved once and reused on restarts."""
+"""ctl.data.datafiles: a folder's file list is saved once and reused on restarts."""
 
 import os
 
 import pytest
 
-from ctl import datafiles
+from ctl.data import datafiles
 from ctl.errors import UserError
 
 

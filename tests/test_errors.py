@@ -569,9 +569,9 @@ def _command(tool, args, model_dir):
     ]
   module = {
     "launch": "ctl.launch",
-    "vertex": "ctl.vertex",
+    "vertex": "ctl.cloud.vertex",
     "report": "ctl.report",
-    "k8s": "ctl.k8s",
+    "k8s": "ctl.cloud.k8s",
   }[tool]
   return [sys.executable, "-m", module, *args]
 

@@ -1,14 +1,14 @@
-"""Tests for ctl.evaluation: when a run evaluates, and where metrics go."""
+"""Tests for ctl.train.evaluation: when a run evaluates, and where metrics go."""
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from ctl import evaluation
-from ctl import loop as loop_lib
-from ctl import progress as progress_lib
-from ctl import summaries
+from ctl.telemetry import progress as progress_lib
+from ctl.telemetry import summaries
 from ctl.testing.run_files import read_scalars
+from ctl.train import evaluation
+from ctl.train import loop as loop_lib
 
 
 def _evaluation(tmp_path, *, writes=True, data=True, every_steps=10):

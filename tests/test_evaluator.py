@@ -65,7 +65,7 @@ def test_evaluator_given_a_damaged_newest_checkpoint_restores_the_one_before(
 ):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  from ctl import evaluator  # pylint: disable=g-import-not-at-top
+  from ctl.train import evaluator  # pylint: disable=g-import-not-at-top
 
   trained_alone = dataclasses.replace(_tiny_task(), eval_dataset_fn=None)
   _run_tiny(tmp_path, trained_alone, train_steps=4, checkpoint_every_steps=2)

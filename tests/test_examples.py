@@ -4,7 +4,7 @@ import os
 import re
 import sys
 
-from ctl import ledger
+from ctl.telemetry import ledger
 from tests.conftest import REPO
 from tests.conftest import read_summary
 from trainer.testing import run_command

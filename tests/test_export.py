@@ -1,4 +1,4 @@
-"""ctl.export: a SavedModel that serves what the model computes."""
+"""ctl.checkpoint.export: a SavedModel that serves what the model computes."""
 
 import os
 import shutil
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from ctl import export
-from ctl import storage
+from ctl.checkpoint import export
+from ctl.io import storage
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
 from tests.conftest import run_trainer

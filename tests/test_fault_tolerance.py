@@ -15,7 +15,7 @@ import time
 import psutil
 import pytest
 
-from ctl import ledger
+from ctl.telemetry import ledger
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
 from tests.conftest import free_ports

@@ -1,4 +1,4 @@
-"""ctl.faults: the CTL_FAULTS grammar, and who a fault applies to.
+"""ctl.resilience.faults: the CTL_FAULTS grammar, and who a fault applies to.
 
 What the faults do to a run is tested where it matters: NaN rollbacks in
 test_fault_tolerance.py, stalls in test_stalls.py, the step without faults
@@ -8,8 +8,8 @@ in test_loop.py.
 import pytest
 
 from ctl import env
-from ctl import faults
 from ctl.errors import UserError
+from ctl.resilience import faults
 
 
 def test_faults_parse_with_their_places_and_filters():

@@ -1,14 +1,14 @@
-"""Tests for ctl.finishing: the export and the summary at the end of a run."""
+"""Tests for ctl.checkpoint.finishing: the export and the summary at the end of a run."""
 
 import json
 import os
 
 import keras
 
-from ctl import export
-from ctl import finishing
-from ctl import outputs as outputs_lib
-from ctl import progress as progress_lib
+from ctl.checkpoint import export
+from ctl.checkpoint import finishing
+from ctl.io import outputs as outputs_lib
+from ctl.telemetry import progress as progress_lib
 
 
 def _outputs(path):

@@ -18,10 +18,10 @@ import time
 import pytest
 
 from benchmarks import goodput_lib
-from ctl import goodput
-from ctl import ledger
 from ctl import report
-from ctl import storage
+from ctl.io import storage
+from ctl.telemetry import goodput
+from ctl.telemetry import ledger
 from ctl.testing.gcs_emulator import GcsEmulator
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO

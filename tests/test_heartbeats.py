@@ -1,4 +1,4 @@
-"""ctl.heartbeats: the launcher reads the workers' watchdog heartbeats."""
+"""ctl.launch.heartbeats: the launcher reads the workers' watchdog heartbeats."""
 
 import json
 import os
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from ctl import heartbeats
+from ctl.launch import heartbeats
 
 
 def _beat(directory, rank, *, deadline, phase="train_loop", step=40):

@@ -1,4 +1,4 @@
-"""Tests for ctl.hypertune: the file Vertex AI reads back, written for real."""
+"""Tests for ctl.telemetry.hypertune: the file Vertex AI reads back, written for real."""
 
 import json
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ctl import errors
-from ctl import hypertune
+from ctl.telemetry import hypertune
 
 
 @pytest.fixture(name="metric_file")

@@ -1,5 +1,5 @@
 """The layers hold: `ctl/` never imports `trainer/`, and no modules import
-each other in a loop (DESIGN.md, "Layers": imports only point down).
+each other in a loop (docs/design.md, "Layers": imports only point down).
 
 Read statically from the source (every import statement, also those inside
 functions), so the test needs nothing installed and cannot be fooled by an
@@ -85,5 +85,58 @@ def test_no_module_imports_itself_through_others():
 
 
 def test_the_check_sees_imports():
-  """The graph is not empty: `ctl.controller` imports `ctl.loop`."""
-  assert "ctl.loop" in _graph()["ctl.controller"]
+  """The graph is not empty: `ctl.train.controller` imports `ctl.train.loop`."""
+  assert "ctl.train.loop" in _graph()["ctl.train.controller"]
+
+
+# The folders of ctl/, lowest first (docs/design.md, "Layers"): a module may
+# import its own folder and the folders below it, never one above.
+LAYERS = (
+  ("ctl.errors", "ctl.env"),
+  ("ctl.io",),
+  ("ctl.distributed",),
+  ("ctl.telemetry",),
+  ("ctl.data",),
+  ("ctl.resilience",),
+  ("ctl.checkpoint",),
+  ("ctl.train",),
+  ("ctl.launch",),
+  ("ctl.cloud",),
+  ("ctl", "ctl.report", "ctl.testing"),
+)
+
+
+def _layer(module: str) -> int:
+  """The index in LAYERS of the folder (or top-level module) `module` is in."""
+  best = None
+  for index, prefixes in enumerate(LAYERS):
+    for prefix in prefixes:
+      if module == prefix or module.startswith(prefix + "."):
+        if best is None or len(prefix) > best[1]:
+          best = (index, len(prefix))
+  assert best is not None, f"{module} is in no layer of LAYERS"
+  return best[0]
+
+
+def test_ctl_folders_import_only_their_own_layer_or_lower():
+  upward = sorted(
+    f"{name} -> {target}"
+    for name, targets in _graph(("ctl",)).items()
+    for target in targets
+    if _layer(target) > _layer(name)
+  )
+  assert not upward
+
+
+def test_every_ctl_module_is_in_a_layer():
+  for name in _graph(("ctl",)):
+    _layer(name)
+
+
+def test_no_ctl_folder_holds_more_than_twelve_modules():
+  crowded = {}
+  for folder, _, files in os.walk(os.path.join(REPO, "ctl")):
+    modules = [f for f in files if f.endswith(".py") and f[0] != "_"]
+    if len(modules) > 12:
+      crowded[os.path.relpath(folder, REPO)] = len(modules)
+  assert not crowded

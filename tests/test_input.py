@@ -1,4 +1,4 @@
-"""ctl.input: the data position is a pure function of (seed, step).
+"""ctl.data.input: the data position is a pure function of (seed, step).
 
 Every property is checked for three kinds of records: in-memory arrays and a
 real ArrayRecord file (both read by index) and a streamed dataset.
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from ctl import input as input_lib
+from ctl.data import input as input_lib
 
 NUM_RECORDS = 22  # Not a multiple of the batch: each epoch drops 2 records.
 GLOBAL_BATCH = 4

@@ -1,11 +1,11 @@
-"""ctl.jobspecs: what ctl-vertex and ctl-k8s share."""
+"""ctl.cloud.jobspecs: what ctl-vertex and ctl-k8s share."""
 
 import json
 
 import yaml
 
 from ctl import errors
-from ctl import jobspecs
+from ctl.cloud import jobspecs
 
 
 def test_trainer_args_follow_the_first_double_dash():

@@ -1,4 +1,4 @@
-"""ctl.k8s: the JobSet manifest ctl-k8s writes, checked offline, and its pods.
+"""ctl.cloud.k8s: the JobSet manifest ctl-k8s writes, checked offline, and its pods.
 
 The pods' environment is made the way Kubernetes makes it: each `fieldRef` of
 the manifest is read from the labels and annotations JobSet and the Job
@@ -15,9 +15,9 @@ import sys
 import pytest
 import yaml
 
-from ctl import cluster
 from ctl import errors
-from ctl import k8s
+from ctl.cloud import k8s
+from ctl.distributed import cluster
 from tests.conftest import REPO
 from tests.conftest import run_trainer
 from tests.conftest import trainer_env
@@ -412,7 +412,7 @@ def test_the_cli_writes_the_example(capsys):
 
 
 def test_the_vendored_schema_is_the_pinned_release():
-  with open(os.path.join(REPO, "ctl", "schemas", "README.md")) as f:
+  with open(os.path.join(REPO, "ctl", "cloud", "schemas", "README.md")) as f:
     readme = f.read()
   with open(k8s.SCHEMA_FILE, "rb") as f:
     digest = hashlib.sha256(f.read()).hexdigest()

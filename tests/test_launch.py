@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from ctl import env
-from ctl import supervisor
+from ctl.launch import supervisor
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO

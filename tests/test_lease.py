@@ -1,4 +1,4 @@
-"""ctl.lease against real holder processes, real files and the GCS emulator."""
+"""ctl.resilience.lease against real holder processes, real files and the GCS emulator."""
 
 import json
 import os
@@ -9,9 +9,9 @@ import time
 import pytest
 
 from ctl import errors
-from ctl import fencing
-from ctl import lease
-from ctl import storage
+from ctl.io import fencing
+from ctl.io import storage
+from ctl.resilience import lease
 from ctl.testing.events import wait_for_event
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
@@ -136,7 +136,7 @@ def test_the_lease_on_cloud_storage_is_exclusive(lease_holder, gcs_emulator):
 
 
 def test_the_emulator_honours_generation_preconditions(gcs_emulator):
-  # ctl.lease relies on it; gcp-storage-emulator alone ignores it.
+  # ctl.resilience.lease relies on it; gcp-storage-emulator alone ignores it.
   store = lease._GcsStore(
     gcs_emulator.filesystem(),
     f"{gcs_emulator.BUCKET}/x/{lease.LEASE_FILE}",

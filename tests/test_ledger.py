@@ -1,4 +1,4 @@
-"""ctl.ledger: the run record, one file per attempt, written from the marks."""
+"""ctl.telemetry.ledger: the run record, one file per attempt, written from the marks."""
 
 import json
 import logging
@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from ctl import goodput
-from ctl import ledger
-from ctl import progress
+from ctl.telemetry import goodput
+from ctl.telemetry import ledger
+from ctl.telemetry import progress
 
 
 def _mark(phase, step, *, at, seconds=None, steps=0, error=None):

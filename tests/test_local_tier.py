@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from ctl import checkpointing
-from ctl import local_tier
-from ctl import tier_restore
-from ctl import tier_service
+from ctl.checkpoint import checkpointing
+from ctl.checkpoint import local_tier
+from ctl.checkpoint import tier_restore
+from ctl.launch import tier_service
 
 
 def _checkpoint(value: float) -> tf.train.Checkpoint:

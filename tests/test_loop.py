@@ -1,4 +1,4 @@
-"""ctl.loop: the step computes the global-batch loss, and replicas agree."""
+"""ctl.train.loop: the step computes the global-batch loss, and replicas agree."""
 
 import json
 import sys
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from ctl import faults
-from ctl import loop as loop_lib
+from ctl.resilience import faults
+from ctl.train import loop as loop_lib
 from trainer.testing import run_command
 
 IMAGE_SHAPE = (6, 6, 3)
@@ -254,9 +254,9 @@ tf.config.set_logical_device_configuration(
     [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
 import numpy as np
-from ctl import input as input_lib
-from ctl import faults
-from ctl import loop as loop_lib
+from ctl.data import input as input_lib
+from ctl.resilience import faults
+from ctl.train import loop as loop_lib
 from trainer import data as data_lib
 from trainer import model as model_lib
 

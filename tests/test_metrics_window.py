@@ -1,11 +1,11 @@
-"""Tests for ctl.metrics_window: means over a window, its log line, scalars."""
+"""Tests for ctl.train.metrics_window: means over a window, its log line, scalars."""
 
 import numpy as np
 
-from ctl import loop as loop_lib
-from ctl import metrics_window
-from ctl import summaries
+from ctl.telemetry import summaries
 from ctl.testing.run_files import read_scalars
+from ctl.train import loop as loop_lib
+from ctl.train import metrics_window
 
 
 def _output(losses, accuracy=None):

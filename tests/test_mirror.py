@@ -1,7 +1,7 @@
-"""ctl.mirror: read-only mode, and a publish that replaces a whole.
+"""ctl.io.mirror: read-only mode, and a publish that replaces a whole.
 
 The publishing side (commit order, retries, deletions) is tested through
-ctl.storage in test_storage.py, against a real emulator and a FUSE root.
+ctl.io.storage in test_storage.py, against a real emulator and a FUSE root.
 """
 
 import os
@@ -10,8 +10,8 @@ import sys
 
 from fsspec.implementations import local as fsspec_local
 
-from ctl import mirror
-from ctl import retry
+from ctl.io import mirror
+from ctl.io import retry
 
 
 def _mirror(remote, local, *, read_only):
@@ -108,7 +108,7 @@ def test_a_replacing_publish_withdraws_the_commit_before_it_uploads(tmp_path):
 _PUBLISHER = """
 import itertools, sys
 from fsspec.implementations import local as fsspec_local
-from ctl import mirror, retry
+from ctl.io import mirror, retry
 remote, local, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 m = mirror.Mirror(fs=fsspec_local.LocalFileSystem(auto_mkdir=True),
                   remote_dir=remote, url=remote, local_dir=local,

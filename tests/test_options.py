@@ -1,12 +1,12 @@
-"""ctl.options: every bad option fails early with one sentence."""
+"""ctl.train.options: every bad option fails early with one sentence."""
 
 import dataclasses
 
 import pytest
 
-from ctl import options
 from ctl.errors import UserError
-from ctl.outputs import OutputDirs
+from ctl.io.outputs import OutputDirs
+from ctl.train import options
 
 
 def make_options(tmp_path, **overrides):

@@ -1,9 +1,9 @@
-"""ctl.output_relay: workers' lines reach the launcher's output whole."""
+"""ctl.launch.output_relay: workers' lines reach the launcher's output whole."""
 
 import os
 import threading
 
-from ctl import output_relay
+from ctl.launch import output_relay
 
 
 def test_lines_of_two_workers_arrive_whole_and_prefixed(tmp_path):

@@ -1,12 +1,12 @@
-"""Tests for ctl.outputs: which flag or variable decides each directory."""
+"""Tests for ctl.io.outputs: which flag or variable decides each directory."""
 
 import os
 import tempfile
 
 import pytest
 
-from ctl import outputs
 from ctl.errors import UserError
+from ctl.io import outputs
 
 _VERTEX = {
   "AIP_MODEL_DIR": "gs://bkt/out/model/",

@@ -11,9 +11,9 @@ from packaging import utils
 import pytest
 
 import ctl
-from ctl import controller
 from ctl import errors
-from ctl import options
+from ctl.train import controller
+from ctl.train import options
 from trainer.testing import REPO
 from trainer.testing import run_command
 

@@ -1,4 +1,4 @@
-"""ctl.peers: a worker waits for its peers in Python, with a limit.
+"""ctl.distributed.peers: a worker waits for its peers in Python, with a limit.
 
 Real sockets on loopback: a peer that listens is found at once; one that
 never starts is named every so often and given up on with one sentence.
@@ -8,8 +8,8 @@ import socket
 
 import pytest
 
-from ctl import cluster
-from ctl import peers
+from ctl.distributed import cluster
+from ctl.distributed import peers
 from ctl.errors import Stalled
 
 

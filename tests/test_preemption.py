@@ -1,4 +1,4 @@
-"""ctl.preemption: SIGTERM becomes a flag, and only inside the block."""
+"""ctl.resilience.preemption: SIGTERM becomes a flag, and only inside the block."""
 
 import os
 import signal
@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from ctl import errors
-from ctl import preemption
+from ctl.resilience import preemption
 
 
 def _wait_for(predicate):

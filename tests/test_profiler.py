@@ -1,11 +1,11 @@
-"""ctl.profiler: a trace of the loop calls that overlap --profile_steps."""
+"""ctl.telemetry.profiler: a trace of the loop calls that overlap --profile_steps."""
 
 import glob
 import os
 
 import tensorflow as tf
 
-from ctl import profiler
+from ctl.telemetry import profiler
 
 
 def _traces(logdir):

@@ -1,11 +1,11 @@
-"""Tests for ctl.progress: every listener sees each phase start and end."""
+"""Tests for ctl.telemetry.progress: every listener sees each phase start and end."""
 
 import os
 
 import pytest
 
 from ctl import env
-from ctl import progress
+from ctl.telemetry import progress
 from ctl.testing import events as events_lib
 
 

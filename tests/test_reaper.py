@@ -1,8 +1,8 @@
-"""ctl.reaper alone: real processes, no TensorFlow (the launcher's use of it
+"""ctl.launch.reaper alone: real processes, no TensorFlow (the launcher's use of it
 is in test_launch.py and test_agent.py).
 
 A stand-in launcher starts a sleeper in a process group of its own, as
-ctl.workers starts a worker, and is then SIGKILLed or exits cleanly.
+ctl.launch.workers starts a worker, and is then SIGKILLed or exits cleanly.
 """
 
 import os
@@ -15,7 +15,7 @@ from tests.conftest import REPO
 
 _LAUNCHER = """
 import os, subprocess, sys, time
-from ctl import reaper
+from ctl.launch import reaper
 mode, directory = sys.argv[1], sys.argv[2]
 if mode == "pdeathsig":  # The kernel's parent-death signal only.
   sleeper = subprocess.Popen(["sleep", "600"], preexec_fn=reaper.die_with_parent())

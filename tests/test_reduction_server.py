@@ -1,4 +1,4 @@
-"""ctl.reduction_server: the reducer pool ctl-vertex adds, and when it refuses.
+"""ctl.cloud.reduction_server: the reducer pool ctl-vertex adds, and when it refuses.
 
 Every spec here goes through `vertex_check.validate_job_spec`, the offline check of
 the Vertex AI client library's own CustomJobSpec types.
@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from ctl import errors
-from ctl import reduction_server
-from ctl import vertex
-from ctl import vertex_check
+from ctl.cloud import reduction_server
+from ctl.cloud import vertex
+from ctl.cloud import vertex_check
 from tests.conftest import run_trainer
 from tests.conftest import trainer_env
 from trainer.testing import vertex_output_env

@@ -1,6 +1,6 @@
 """ctl.report: the goodput table and the timeline PNG from a run ledger.
 
-The ledgers here are written by `ctl.ledger.Ledger` from hand-made phase
+The ledgers here are written by `ctl.telemetry.ledger.Ledger` from hand-made phase
 marks, one process per start (two starts, the first killed), so the steps
 are known exactly;
 test_goodput.py runs the report on ledgers of real killed jobs.
@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from ctl import goodput
-from ctl import ledger
 from ctl import report
 from ctl.errors import USER_ERROR_EXIT_CODE
+from ctl.telemetry import goodput
+from ctl.telemetry import ledger
 from tests.conftest import REPO
 from tests.conftest import trainer_env
 from trainer.testing import run_command
@@ -28,7 +28,7 @@ from trainer.testing import run_command
 # it is to be "killed" (then it just exits without an end mark).
 _ATTEMPT = """
 import sys, time
-from ctl import ledger, progress
+from ctl.telemetry import ledger, progress
 directory, restored, end_ok = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 record = ledger.Ledger(directory=directory)
 start = time.time()

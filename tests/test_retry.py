@@ -1,8 +1,8 @@
-"""Tests for ctl.retry: what is retried and when retrying stops."""
+"""Tests for ctl.io.retry: what is retried and when retrying stops."""
 
 import pytest
 
-from ctl import retry
+from ctl.io import retry
 
 _QUICK = retry.RetryPolicy(
   deadline_s=60.0, initial_backoff_s=0.01, max_backoff_s=0.01

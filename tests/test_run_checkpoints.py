@@ -1,13 +1,13 @@
-"""Tests for ctl.run_checkpoints: the restore of start-up, marked saves."""
+"""Tests for ctl.checkpoint.run_checkpoints: the restore of start-up, marked saves."""
 
 import os
 
 import tensorflow as tf
 
-from ctl import checkpointing
-from ctl import progress as progress_lib
-from ctl import run_checkpoints
-from ctl import save_policy
+from ctl.checkpoint import checkpointing
+from ctl.checkpoint import run_checkpoints
+from ctl.checkpoint import save_policy
+from ctl.telemetry import progress as progress_lib
 
 
 def _checkpoints(directory, marks):

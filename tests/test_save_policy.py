@@ -1,6 +1,6 @@
-"""Tests for ctl.save_policy: saves by steps, by time, "auto", requested."""
+"""Tests for ctl.checkpoint.save_policy: saves by steps, by time, "auto", requested."""
 
-from ctl import save_policy
+from ctl.checkpoint import save_policy
 
 
 def _policy(**kwargs):

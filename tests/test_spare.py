@@ -1,11 +1,11 @@
-"""ctl.spare: a process that imports ahead, waits, then runs the worker."""
+"""ctl.launch.spare: a process that imports ahead, waits, then runs the worker."""
 
 import json
 import os
 import subprocess
 import sys
 
-from ctl import spare
+from ctl.launch import spare
 from trainer.testing import REPO
 
 _PROBE = '''
@@ -40,7 +40,7 @@ def _spare(tmp_path) -> subprocess.Popen:
     "NOT_HANDED_OVER": "from the agent's own start",
   }
   return subprocess.Popen(
-    [sys.executable, "-m", "ctl.spare", "probe_worker", "--a", "b"],
+    [sys.executable, "-m", "ctl.launch.spare", "probe_worker", "--a", "b"],
     env=env,
     stdin=subprocess.PIPE,
     stdout=subprocess.PIPE,

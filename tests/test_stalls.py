@@ -1,7 +1,7 @@
 """Stalls: a worker that is alive but stuck never hangs the job.
 
 Real trainer processes, real launcher, real signals; stalls come from
-ctl.faults (`CTL_FAULTS`): a read that never returns in a worker's input
+ctl.resilience.faults (`CTL_FAULTS`): a read that never returns in a worker's input
 pipeline, a train loop that never ends, a frozen (SIGSTOP) process, a peer
 that never starts.
 """
@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 
-from ctl import ledger
+from ctl.telemetry import ledger
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
 from tests.conftest import free_ports

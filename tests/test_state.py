@@ -1,11 +1,11 @@
-"""ctl.state: the trainer and the evaluator build and restore the same state."""
+"""ctl.train.state: the trainer and the evaluator build and restore the same state."""
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from ctl import options
-from ctl import state
+from ctl.train import options
+from ctl.train import state
 
 
 def _task():

@@ -1,4 +1,4 @@
-"""Tests for ctl.storage against a real emulator process and a stand-in mount.
+"""Tests for ctl.io.storage against a real emulator process and a stand-in mount.
 
 gcsfs routes talk to gcp-storage-emulator over HTTP (see
 ctl/testing/gcs_emulator.py); the fuse route's mount is a local directory, as
@@ -18,10 +18,10 @@ from fsspec.implementations import local as fsspec_local
 import pytest
 import tensorflow as tf
 
-from ctl import mirror
-from ctl import retry
-from ctl import storage
 from ctl.errors import UserError
+from ctl.io import mirror
+from ctl.io import retry
+from ctl.io import storage
 
 # Give up quickly while the emulator is down; attempts on a dead server are
 # cut off after 2 s (gcsfs alone would keep retrying for about 30 s).

@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from ctl import stragglers
+from ctl.resilience import stragglers
 from tests.conftest import read_scalars
 from tests.conftest import trainer_env
 from trainer.testing import launch_command
@@ -63,7 +63,7 @@ def test_watch_says_when_a_straggler_comes_and_goes(caplog):
 
 
 def test_two_workers_name_the_slow_one(tmp_path):
-  """Worker 1 starts every loop 0.3 s late (ctl.faults `slow`)."""
+  """Worker 1 starts every loop 0.3 s late (ctl.resilience.faults `slow`)."""
   model_dir = tmp_path / "run"
   command = launch_command(
     "--num_workers=2",

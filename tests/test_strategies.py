@@ -1,4 +1,4 @@
-"""Tests for ctl.strategies: real strategies on CPU, in and out of process."""
+"""Tests for ctl.distributed.strategies: real strategies on CPU, in and out of process."""
 
 import json
 import os
@@ -8,8 +8,8 @@ import sys
 import pytest
 import tensorflow as tf
 
-from ctl import cluster
-from ctl import strategies
+from ctl.distributed import cluster
+from ctl.distributed import strategies
 from ctl.errors import UserError
 from tests.conftest import REPO
 
@@ -24,7 +24,7 @@ TWO_WORKERS = cluster.ClusterInfo(
 REPLICA_SUM = """
 import json, sys
 import tensorflow as tf
-from ctl import cluster, strategies
+from ctl.distributed import cluster, strategies
 {setup}
 strategy = strategies.make_strategy(name=sys.argv[1], collective=sys.argv[2],
                                     cluster=cluster.resolve())

@@ -1,4 +1,4 @@
-"""ctl.summaries: one run dir per role, the chief's scalars only, HParams."""
+"""ctl.telemetry.summaries: one run dir per role, the chief's scalars only, HParams."""
 
 import os
 
@@ -6,7 +6,7 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 
-from ctl import summaries
+from ctl.telemetry import summaries
 from tests.conftest import read_scalars
 
 

@@ -1,6 +1,6 @@
-"""ctl.supervisor: the pause between restarts (the loop: tests/test_launch.py)."""
+"""ctl.launch.supervisor: the pause between restarts (the loop: tests/test_launch.py)."""
 
-from ctl import supervisor
+from ctl.launch import supervisor
 
 
 def test_the_pause_doubles_from_the_base_up_to_the_cap():

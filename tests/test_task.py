@@ -1,7 +1,7 @@
 """trainer.task: each option is declared once, and the flags follow it.
 
 Flag defaults come from the dataclasses that declare the options
-(`ctl.RunOptions`, `ctl.watchdog.Limits`); choice lists must name exactly what
+(`ctl.RunOptions`, `ctl.resilience.watchdog.Limits`); choice lists must name exactly what
 the registries hold, so adding a dataset, model, strategy or storage route
 without its flag (or the other way round) fails here.
 """
@@ -11,10 +11,10 @@ import dataclasses
 from absl import flags
 import pytest
 
-from ctl import options
-from ctl import storage
-from ctl import strategies
-from ctl import watchdog
+from ctl.distributed import strategies
+from ctl.io import storage
+from ctl.resilience import watchdog
+from ctl.train import options
 from trainer import data
 from trainer import job
 from trainer import model

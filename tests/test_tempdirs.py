@@ -1,4 +1,4 @@
-"""ctl.tempdirs: private temporary directories, stale ones of dead processes
+"""ctl.io.tempdirs: private temporary directories, stale ones of dead processes
 removed."""
 
 import os
@@ -9,8 +9,8 @@ import tempfile
 
 import pytest
 
-from ctl import tempdirs
 from ctl.errors import UserError
+from ctl.io import tempdirs
 
 
 @pytest.fixture

@@ -309,7 +309,7 @@ def test_a_browser_draws_train_and_validation_in_one_chart(
 def test_saved_model_predicts_what_the_model_predicts(short_run):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  from ctl import input as input_lib  # pylint: disable=g-import-not-at-top
+  from ctl.data import input as input_lib  # pylint: disable=g-import-not-at-top
   from trainer import data  # pylint: disable=g-import-not-at-top
   from trainer import model  # pylint: disable=g-import-not-at-top
 

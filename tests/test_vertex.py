@@ -1,4 +1,4 @@
-"""Tests for ctl.vertex and configs/vertex/ against the library's protos."""
+"""Tests for ctl.cloud.vertex and configs/vertex/ against the library's protos."""
 
 import copy
 import http.server
@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from ctl import errors
-from ctl import vertex
-from ctl import vertex_check
+from ctl.cloud import vertex
+from ctl.cloud import vertex_check
 from tests.conftest import REPO
 from tests.conftest import run_trainer
 from tests.conftest import trainer_env
@@ -29,7 +29,7 @@ _IMAGE = "us-docker.pkg.dev/PROJECT/ctl/trainer:latest"
 
 def _run_cli(*args, env=None):
   return subprocess.run(
-    [sys.executable, "-m", "ctl.vertex", *args],
+    [sys.executable, "-m", "ctl.cloud.vertex", *args],
     cwd=_ROOT,
     capture_output=True,
     text=True,

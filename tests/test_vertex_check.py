@@ -1,4 +1,4 @@
-"""ctl.vertex_check: the offline check of a CustomJobSpec, on specs as dicts.
+"""ctl.cloud.vertex_check: the offline check of a CustomJobSpec, on specs as dicts.
 
 tests/test_vertex.py checks it through job config files, field by field.
 """
@@ -6,7 +6,7 @@ tests/test_vertex.py checks it through job config files, field by field.
 import pytest
 
 from ctl import errors
-from ctl import vertex_check
+from ctl.cloud import vertex_check
 
 
 def _pool(replicas):

@@ -27,7 +27,7 @@ from trainer.testing import start
 
 HOUR = 3600
 STEPS = 60
-# One step per loop, each loop at least 0.2 s late (ctl.faults `slow`): the
+# One step per loop, each loop at least 0.2 s late (ctl.resilience.faults `slow`): the
 # run trains for 12 s or more, whatever the machine.
 FLAGS = (
   *FAST_FLAGS,

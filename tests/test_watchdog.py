@@ -1,4 +1,4 @@
-"""ctl.watchdog in a real process: a stuck main thread ends it, and says where.
+"""ctl.resilience.watchdog in a real process: a stuck main thread ends it, and says where.
 
 No TensorFlow here: the watchdog is fed marks by hand, so these run in a
 second or two each. End-to-end stalls of the trainer are in test_stalls.py.
@@ -9,12 +9,12 @@ import subprocess
 import sys
 import time
 
-from ctl import watchdog
+from ctl.resilience import watchdog
 from tests.conftest import REPO
 
 PRELUDE = """
 import sys, time
-from ctl import progress, watchdog
+from ctl.telemetry import progress, watchdog
 dog = watchdog.Watchdog(limits=watchdog.Limits(stall_timeout_secs=1,
                                                startup_timeout_secs=60),
                         worker=3, poll_secs=0.1,

@@ -1,10 +1,10 @@
-"""ctl.workers: the local cluster a launcher starts, and its warm spare."""
+"""ctl.launch.workers: the local cluster a launcher starts, and its warm spare."""
 
 import pytest
 
-from ctl import cluster
-from ctl import workers
+from ctl.distributed import cluster
 from ctl.errors import UserError
+from ctl.launch import workers
 
 
 def test_loopback_tasks_form_one_cluster_with_a_rank_each():
@@ -29,7 +29,7 @@ def test_the_spare_runs_the_same_module_and_arguments():
   ) == [
     "/usr/bin/python3",
     "-m",
-    "ctl.spare",
+    "ctl.launch.spare",
     "trainer.task",
     "--flagfile=x.cfg",
   ]

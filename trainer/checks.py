@@ -13,14 +13,14 @@ from typing import Any
 
 from absl import logging
 
-from ctl import cluster as cluster_lib
 from ctl import env
-from ctl import lease
-from ctl import outputs
-from ctl import storage
-from ctl import watchdog
+from ctl.distributed import cluster as cluster_lib
 from ctl.errors import UserError
-from ctl.options import RunOptions
+from ctl.io import outputs
+from ctl.io import storage
+from ctl.resilience import lease
+from ctl.resilience import watchdog
+from ctl.train.options import RunOptions
 
 # The log line that says `check` passed (once per start of the trainer).
 PASSED = "Start-up checks passed"
@@ -61,7 +61,7 @@ def check(config: Any, environ: Mapping[str, str]) -> None:
   )
   options.validate()
   if not config.dry_run:  # Before TensorFlow loads: refused in a second.
-    lease.check_free(options)
+    lease.check_free(options.lease_terms())
   logging.info("%s: flags, cluster, output directories, lease.", PASSED)
 
 

@@ -2,10 +2,10 @@
 
 Each source is a finite set of cheap records (an index, a file name, the
 encoded JPEG bytes) plus a `decode_fn` that turns a record into
-`(image, label)` with float32 images in [0, 1]. `ctl.input` picks each
+`(image, label)` with float32 images in [0, 1]. `ctl.data.input` picks each
 worker's records for a step deterministically and only then decodes, which is
 what makes an exact, cheap resume possible. Every source is read by index
-(`ctl.input.IndexedRecords`) except a TFDS dataset prepared only as TFRecord,
+(`ctl.data.input.IndexedRecords`) except a TFDS dataset prepared only as TFRecord,
 which is streamed.
 """
 
@@ -20,8 +20,8 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from ctl import datafiles
-from ctl import input as input_lib
+from ctl.data import datafiles
+from ctl.data import input as input_lib
 from ctl.errors import UserError
 
 DATASETS = ("synthetic", "digits", "cassava", "files")
@@ -66,7 +66,7 @@ class Source:
     seed: int = 0,
     start_step: int = 0,
   ) -> tf.data.Dataset:
-    """`ctl.input.train_dataset` of these records, as the trainer reads them.
+    """`ctl.data.input.train_dataset` of these records, as the trainer reads them.
 
     `input_context`: whose share to read; None reads it all (one worker).
     """
@@ -102,7 +102,7 @@ def load(
     image_size: side of the square images the model sees.
     data_dir: TFDS data directory (cassava) or image root (files); local,
       FUSE_ROOT/BUCKET/PATH or gs://.
-    storage: the Cloud Storage route of both directories (`ctl.storage`).
+    storage: the Cloud Storage route of both directories (`ctl.io.storage`).
     fuse_root: where buckets are mounted.
     manifest_dir: files only: where the file list is kept across restarts
       (the checkpoint directory); empty lists the files every time.

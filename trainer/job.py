@@ -15,22 +15,22 @@ from absl import logging
 import keras
 import tensorflow as tf
 
-from ctl import cluster as cluster_lib
-from ctl import controller
-from ctl import datafiles
 from ctl import env
-from ctl import evaluator
-from ctl import faults as faults_lib
-from ctl import hypertune
-from ctl import input as input_lib
-from ctl import peers
-from ctl import progress
-from ctl import storage
-from ctl import strategies
-from ctl import watchdog as watchdog_lib
+from ctl.data import datafiles
+from ctl.data import input as input_lib
+from ctl.distributed import cluster as cluster_lib
+from ctl.distributed import peers
+from ctl.distributed import strategies
 from ctl.errors import UserError
-from ctl.options import RunOptions
-from ctl.options import Task
+from ctl.io import storage
+from ctl.resilience import faults as faults_lib
+from ctl.resilience import watchdog as watchdog_lib
+from ctl.telemetry import hypertune
+from ctl.telemetry import progress
+from ctl.train import controller
+from ctl.train import evaluator
+from ctl.train.options import RunOptions
+from ctl.train.options import Task
 from trainer import checks
 from trainer import data as data_lib
 from trainer import model as model_lib

@@ -96,7 +96,7 @@ def _classifier(features, num_classes, dropout):
   """Optional Dropout, then float32 logits (whatever the dtype policy).
 
   Dropout draws from a Keras SeedGenerator whose state the checkpoint saves
-  (ctl.checkpointing), so a resumed run draws the same masks.
+  (ctl.checkpoint.checkpointing), so a resumed run draws the same masks.
   """
   if dropout:
     features = keras.layers.Dropout(dropout)(features)

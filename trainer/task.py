@@ -1,4 +1,4 @@
-"""The trainer: absl flags -> ctl.Task + ctl.RunOptions -> ctl.controller.run.
+"""The trainer: absl flags -> ctl.Task + ctl.RunOptions -> ctl.train.controller.run.
 
 The only module that reads FLAGS. The same command runs on a laptop, in the
 container (`python -m trainer.task --flagfile=...`) and as a Vertex AI job:
@@ -26,8 +26,8 @@ from absl import logging
 
 # Light imports (no TensorFlow): the defaults below are declared once, on the
 # options they set; tests/test_task.py ties the choice lists to the registries.
-from ctl import options as options_lib
-from ctl import watchdog as watchdog_lib
+from ctl.resilience import watchdog as watchdog_lib
+from ctl.train import options as options_lib
 
 
 def _run(name):

@@ -1,7 +1,7 @@
 """Following a run through its progress events (`CTL_EVENTS`), not its logs.
 
 A run started with `CTL_EVENTS=path` appends one JSON line per progress mark
-to `path` (`ctl.progress.EventsFile`): the phase, the step, the worker, the
+to `path` (`ctl.telemetry.progress.EventsFile`): the phase, the step, the worker, the
 attempt, the pid and the times. Tests and benchmarks wait on and read these
 events, so a changed log message breaks only tests about logging.
 """

@@ -39,7 +39,7 @@ import threading
 import time
 import urllib.request
 
-from ctl import cluster
+from ctl.distributed import cluster
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
@@ -182,7 +182,7 @@ class GcsEmulator:
 def serve(*, data_dir: str, bucket: str) -> Iterator[GcsEmulator]:
   """Runs a `GcsEmulator` with `bucket` for the `with` block.
 
-  `STORAGE_EMULATOR_HOST` points at it meanwhile (ctl.storage and gcsfs read
+  `STORAGE_EMULATOR_HOST` points at it meanwhile (ctl.io.storage and gcsfs read
   it, in this process and in the processes it starts), and is put back after.
 
   Args:
@@ -254,7 +254,7 @@ def _serve(
 def _honour_generation_preconditions(server) -> None:
   """Makes uploads and deletes honour `ifGenerationMatch`, as Cloud Storage does.
 
-  gcp-storage-emulator ignores the precondition (ctl.lease relies on it: 0
+  gcp-storage-emulator ignores the precondition (ctl.resilience.lease relies on it: 0
   creates only a new object, N replaces or deletes only generation N). The
   server answers one request at a time, so the check and the write are one
   step, as on Cloud Storage.

@@ -1,0 +1,206 @@
+"""Checkpoints in two tiers: every worker's local tier, the bucket behind it.
+
+`TieredCheckpointer` has the `Checkpointer`'s interface (restore, save,
+sync, close) for a run whose local tier is on (ctl.checkpoint.local_tier): every save
+is a local save on every worker (its own node's copy, also on the workers
+that used to throw theirs away); a save that is due for the bucket is then
+copied from the chief's committed local checkpoint into the checkpoint
+directory on a background thread, state file last, so the step waits only
+for the local write. A restore agrees with the other workers on the
+newest step any of them, or the bucket, holds (ctl.checkpoint.tier_restore).
+
+A local tier that cannot be written (full, gone) is turned off with one
+warning line: the run goes on with bucket saves, as without the tier.
+"""
+
+from collections.abc import Callable
+import functools
+import shutil
+import threading
+
+from absl import logging
+import tensorflow as tf
+
+from ctl.checkpoint import checkpointing
+from ctl.checkpoint import local_tier
+from ctl.checkpoint import tier_restore
+from ctl.distributed import worker_exchange
+
+
+class TieredCheckpointer:
+  """A `Checkpointer` with a local tier in front of the bucket."""
+
+  def __init__(
+    self,
+    *,
+    bucket: checkpointing.Checkpointer,
+    tier: local_tier.LocalTier | None,
+    keep: int,
+    is_chief: bool,
+    on_saved: Callable[[], None],
+    agreement: Callable[..., tier_restore.Restored | None] | None,
+  ):
+    """Initializes the checkpointer.
+
+    Args:
+      bucket: the checkpointer of the checkpoint directory (its restore is
+        the fallback; its saves serve when the tier is off).
+      tier: this worker's local tier; None when it could not be made (it
+        still takes part in the agreement, which every worker makes).
+      keep: how many checkpoints the bucket keeps.
+      is_chief: whether this worker copies its saves to the bucket.
+      on_saved: called (chief, copy thread) once a copy is in the bucket's
+        directory (e.g. to upload it).
+      agreement: `agreement(tier=..., bucket_dir=..., restore=...)`, the
+        tiered restore with the cluster bound in (`tier_restore`); None
+        when tiers are off (the bucket's own restore).
+    """
+    self._bucket = bucket
+    self._tier = tier
+    self._keep = keep
+    self._is_chief = is_chief
+    self._on_saved = on_saved
+    self._agreement = agreement
+    self._copy = None  # The running copy to the bucket: (thread, errors).
+    self.restored = None  # The last tier_restore.Restored.
+
+  @property
+  def directory(self) -> str:
+    return self._bucket.directory
+
+  def restore_latest(self) -> str | None:
+    """Restores the agreed newest step (every worker alike); the path."""
+    self.sync(wait=True)
+    if self._agreement:
+      self.restored = self._agreement(
+        tier=self._tier,
+        bucket_dir=self.directory,
+        restore=self._bucket.restore,
+      )
+      if self.restored:
+        return self.restored.path
+    return self._bucket.restore_latest()
+
+  def save(self, step: int, *, to_bucket: bool = True) -> str:
+    """Saves `step` locally; when `to_bucket`, the chief copies it there.
+
+    Raises:
+      CannotWrite: the tier is off and the bucket refused the files.
+    """
+    if not self._tier:
+      return self._bucket.save(step)
+    try:
+      path = self._tier.save(self._bucket.checkpoint, step)
+    except (OSError, tf.errors.OpError) as e:
+      logging.warning(
+        "The local checkpoint tier %s cannot be written (%s); it is turned "
+        "off and checkpoints go to the bucket only.",
+        self._tier.directory,
+        e,
+      )
+      self._tier = None
+      return self._bucket.save(step)
+    if to_bucket and self._is_chief:
+      self._start_copy(step)
+    logging.info("Saved checkpoint %s (local tier).", path)
+    return path
+
+  def _start_copy(self, step: int) -> None:
+    """Copies committed `step` to the bucket on a thread (one at a time)."""
+    self.sync(wait=True)
+    snapshot = self._tier.snapshot(step)
+    errors = []
+
+    def copy():
+      try:
+        local_tier.copy_to_bucket(
+          snapshot, step=step, bucket_dir=self.directory, keep=self._keep
+        )
+        self._on_saved()
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(e)
+      finally:
+        shutil.rmtree(snapshot, ignore_errors=True)
+
+    thread = threading.Thread(target=copy, name=f"bucket-copy-{step}")
+    thread.start()
+    self._copy = (thread, errors)
+
+  def sync(self, *, wait: bool = False) -> None:
+    """Ends a finished copy to the bucket (all of one with `wait`).
+
+    Raises:
+      The copy's error (a refused write), once.
+    """
+    self._bucket.sync()
+    if self._copy is None:
+      return
+    thread, errors = self._copy
+    if wait:
+      thread.join()
+    if not thread.is_alive():
+      self._copy = None
+      if errors:
+        raise errors[0]
+
+  def close(self) -> None:
+    """Waits for the copy to the bucket."""
+    try:
+      self.sync(wait=True)
+    finally:
+      self._bucket.close()
+
+  def remove_tier(self) -> None:
+    """Removes this worker's local tier (the run has ended)."""
+    if self._tier:
+      self._tier.remove()
+
+
+def build(
+  *,
+  bucket: checkpointing.Checkpointer,
+  strategy: tf.distribute.Strategy,
+  setting: str,
+  job_id: str,
+  keep: int,
+  is_chief: bool,
+  on_saved: Callable[[], None],
+  need_bytes: int,
+) -> TieredCheckpointer:
+  """The run's checkpointer for `--local_checkpoints=setting`.
+
+  Args:
+    bucket: the checkpointer of the checkpoint directory.
+    strategy: the strategy the workers agree through.
+    setting: see `local_tier.choose_root`; "off": the bucket alone.
+    job_id: the job's id (the tier is private to it).
+    keep: how many checkpoints the bucket keeps.
+    is_chief: whether this worker copies saves to the bucket.
+    on_saved: called once a copy is in the bucket's directory.
+    need_bytes: the size of one checkpoint.
+  """
+  if setting == "off":
+    tier, agreement = None, None
+  else:
+    tier = local_tier.open_tier(
+      setting,
+      job_id=job_id,
+      checkpoint_dir=bucket.directory,
+      rank=worker_exchange.worker_index(strategy),
+      need_bytes=need_bytes,
+      keep_in_bucket=keep,
+    )
+    agreement = functools.partial(
+      tier_restore.restore_agreed,
+      hosts=worker_exchange.worker_hosts(strategy),
+      service_port=local_tier.service_port(),
+      gather=lambda row: worker_exchange.gather_rows(strategy, row),
+    )
+  return TieredCheckpointer(
+    bucket=bucket,
+    tier=tier,
+    keep=keep,
+    is_chief=is_chief,
+    on_saved=on_saved,
+    agreement=agreement,
+  )

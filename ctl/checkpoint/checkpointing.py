@@ -1,0 +1,516 @@
+"""Checkpoints: what they hold, how they are saved, and which one is restored.
+
+A checkpoint holds everything that decides the next step: model, optimizer
+(including a loss-scale state), the global step, the data seed, and the
+state of every Keras `SeedGenerator` (Dropout and random layers keep it in a
+variable that `tf.train.Checkpoint(model=...)` does not save). The data
+position is not saved: it is derived from the global step (see ctl.data.input).
+
+Integrity: `tf.train.CheckpointManager` writes the data and index files first
+and its state file ("checkpoint") last, so the state file is the commit point.
+On start the newest checkpoint that actually reads back is restored; a
+truncated or unreadable one is reported and skipped. A checkpoint written by a
+different model, or for another input shape (saved with it), is a user
+error, not something to skip past. A damaged state
+file (garbage, binary, empty), or one whose latest checkpoint is not there
+(e.g. `ckpt-999` beside an intact `ckpt-100`), never means "no checkpoint":
+the checkpoints are then found from their own files (`ckpt-N.index`), the
+newest readable one is restored, and only then is the state file rewritten. A state file that names
+a checkpoint outside its own directory is a user error too.
+"""
+
+from collections.abc import Callable
+import hashlib
+import os
+import re
+import shutil
+import time
+
+from absl import logging
+from google.protobuf import text_format
+import keras
+import tensorflow as tf
+
+# The state file's parser and writer; the public ones log and raise
+# differently for each kind of damage, and write absolute paths only.
+from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=g-direct-tensorflow-import
+
+from ctl.errors import UserError
+from ctl.errors import write_failure
+from ctl.io import tempdirs
+
+# Errors that mean "these files are damaged", as opposed to "wrong model"
+# (ValueError / AssertionError). The reader raises IndexError ("Read less
+# bytes than requested") for a truncated file.
+_DAMAGED = (tf.errors.OpError, IndexError)
+
+STATE_FILE = "checkpoint"  # The CheckpointManager's state file.
+# The input shape a checkpoint was trained on (a model whose weights fit any
+# input size, e.g. one that pools globally, restores either way).
+_INPUT_SHAPE = "input_shape"
+# The global batch size a checkpoint was trained with, and the first step
+# from which the run's data order differs from an uninterrupted run's (-1:
+# none), because a resume changed the global batch (ctl.data.input: the examples
+# of step s are a function of s and the global batch).
+_GLOBAL_BATCH = "global_batch_size"
+_DATA_ORDER_CHANGED = "data_order_differs_from_step"
+_INDEX_FILE = re.compile(r"(?P<prefix>.+-(?P<number>\d+))\.index")
+
+
+def seed_generator_states(model: keras.Model) -> list:
+  """The RNG state variables of the model's random layers, in a fixed order."""
+  return [v for v in model.variables if "seed_generator_state" in v.path]
+
+
+def weights_fingerprint(
+  model: keras.Model, optimizer: keras.optimizers.Optimizer
+) -> str:
+  """SHA-256 over every model and optimizer variable value, in a fixed order.
+
+  Two runs that end with the same fingerprint ended bit-for-bit identical.
+  """
+  digest = hashlib.sha256()
+  for prefix, variables in (
+    ("model", model.variables),
+    ("optimizer", optimizer.variables),
+  ):
+    for index, variable in enumerate(variables):
+      value = variable.numpy()
+      digest.update(f"{prefix}/{index}/{value.dtype}/{value.shape}".encode())
+      digest.update(value.tobytes())
+  return digest.hexdigest()
+
+
+class Checkpointer:
+  """Saves and restores one run's state through a CheckpointManager.
+
+  Every worker saves (a save may contain collective reads), but only the chief
+  saves into `directory`; the others save into a private temporary directory
+  that is removed on `close()`, so no `workertemp_*` is left in user outputs.
+  """
+
+  def __init__(
+    self,
+    *,
+    checkpoint: tf.train.Checkpoint,
+    directory: str,
+    is_chief: bool,
+    keep: int,
+    async_save: bool = False,
+    on_saved: Callable[[], None] = lambda: None,
+    input_shape: tuple[int, ...] | None = None,
+    global_batch_size: int | None = None,
+    partial: bool = False,
+  ):
+    """Initializes the checkpointer.
+
+    Args:
+      checkpoint: the `tf.train.Checkpoint` of everything to save.
+      directory: the real checkpoint directory (read by every worker).
+      is_chief: whether this worker writes into `directory`.
+      keep: how many checkpoints the manager keeps.
+      async_save: write in the background; synced before the next save,
+        before a restore and on close.
+      on_saved: called on the chief once a checkpoint's files are all
+        written (e.g. to upload them, state file last).
+      input_shape: the shape of one model input, saved with every
+        checkpoint; a checkpoint of another shape is not restored.
+      global_batch_size: examples per step, saved with every checkpoint; a
+        restore of another says once that the data order from there differs
+        from an uninterrupted run's (`data_order_differs_from_step`).
+      partial: `checkpoint` holds part of what was saved (a side-car
+        evaluator's, without the optimizer): the rest is not restored, and
+        not warned of.
+    """
+    self._checkpoint = checkpoint
+    # What every checkpoint records beside the state, as {name: this run's
+    # value}; a checkpoint from before a record was added restores without.
+    self._records = {}
+    if input_shape is not None:
+      self._records[_INPUT_SHAPE] = tuple(input_shape)
+    if global_batch_size is not None:
+      self._records[_GLOBAL_BATCH] = global_batch_size
+      self._records[_DATA_ORDER_CHANGED] = -1
+    for name, value in self._records.items():
+      setattr(
+        checkpoint, name, tf.Variable(value, dtype=tf.int64, trainable=False)
+      )
+    self._directory = directory
+    self._is_chief = is_chief
+    self._async_save = async_save
+    self._on_saved = on_saved if is_chief else lambda: None
+    self._unpublished = False
+    self._keep = keep
+    self._partial = partial
+    self._manager = None  # Made on first save (see `_writer`).
+    self._scratch = None  # A non-chief's save directory, made with it.
+    self._options = tf.train.CheckpointOptions(enable_async=async_save)
+    if async_save:
+      _let_async_checkpoints_copy_keras_variables()
+
+  @property
+  def directory(self) -> str:
+    return self._directory
+
+  @property
+  def data_order_differs_from_step(self) -> int | None:
+    """The first step trained in another data order than an uninterrupted
+    run's (a resume with another global batch size); None: none known."""
+    if _DATA_ORDER_CHANGED not in self._records:
+      return None
+    step = int(getattr(self._checkpoint, _DATA_ORDER_CHANGED).numpy())
+    return None if step < 0 else step
+
+  def restore_latest(self) -> str | None:
+    """Restores the newest readable checkpoint in the real directory.
+
+    Returns:
+      The path restored, or None when the directory holds no checkpoint.
+
+    Raises:
+      UserError: the checkpoint was written by a different model, or no
+        checkpoint in the directory can be read.
+    """
+    self.sync()
+    state_file = os.path.join(self._directory, STATE_FILE)
+    candidates, damaged = _candidates(self._directory)
+    for path in reversed(candidates):
+      if not self._restore(path):
+        continue
+      if damaged:
+        logging.warning(
+          "The checkpoint state file %s %s; restored %s, the newest "
+          "readable checkpoint among the files.",
+          state_file,
+          damaged,
+          path,
+        )
+        if self._is_chief:
+          _rewrite_state(
+            self._directory, candidates[: candidates.index(path) + 1]
+          )
+      logging.info("Restored checkpoint %s.", path)
+      return path
+    if damaged:
+      raise UserError(
+        f"The checkpoint state file {state_file} {damaged} and no "
+        f"checkpoint file beside it can be read; move the directory away to "
+        "start over."
+      )
+    if candidates:
+      raise UserError(
+        f"No checkpoint in {self._directory} can be read; "
+        "move the directory away to start over."
+      )
+    return None
+
+  def _restore(self, path: str) -> bool:
+    """Restores `path`; False (said why) when it is incomplete or damaged.
+
+    Raises:
+      UserError: it was written by a different model.
+    """
+    if not _files_present(path):
+      logging.warning(
+        "Checkpoint %s is incomplete (files missing); trying the previous one.",
+        path,
+      )
+      return False
+    try:
+      self._restore_same_input(path)
+    except _DAMAGED as e:
+      logging.warning(
+        "Checkpoint %s is unreadable (%s); trying the previous one.",
+        path,
+        type(e).__name__,
+      )
+      return False
+    except (AssertionError, ValueError) as e:
+      raise UserError(
+        f"The checkpoint {path} was written by a different model or "
+        f"configuration ({_first_line(e)}); use another --checkpoint_dir "
+        "or --model_dir."
+      ) from None
+    return True
+
+  def _restore_same_input(self, path: str) -> None:
+    """Restores `path` if it was trained on this run's input shape, then
+    notes a change of the global batch.
+
+    A checkpoint written before a record (the shape, the batch) was added is
+    restored without it (nothing to compare).
+
+    Raises:
+      UserError: the checkpoint holds another input shape.
+    """
+    stored = {}
+    if self._records:
+      reader = tf.train.load_checkpoint(path)
+      for name in self._records:
+        key = f"{name}/.ATTRIBUTES/VARIABLE_VALUE"
+        if reader.has_tensor(key):
+          stored[name] = tuple(int(n) for n in reader.get_tensor(key).flat)
+    shape = stored.get(_INPUT_SHAPE, self._records.get(_INPUT_SHAPE))
+    if shape != self._records.get(_INPUT_SHAPE):
+      raise UserError(
+        f"The checkpoint {path} was trained on inputs of shape {shape}, not "
+        f"this run's {self._records[_INPUT_SHAPE]}; use the input shape it "
+        "was trained with, or another --checkpoint_dir or --model_dir."
+      )
+    absent = {
+      name: getattr(self._checkpoint, name)
+      for name in self._records
+      if name not in stored
+    }
+    for name in absent:
+      delattr(self._checkpoint, name)
+    try:
+      self._read(path)
+    finally:
+      for name, variable in absent.items():
+        setattr(self._checkpoint, name, variable)
+    if _GLOBAL_BATCH in self._records:
+      self._note_global_batch(path, stored)
+
+  def _note_global_batch(self, path: str, stored: dict) -> None:
+    """Says once when `path` was trained with another global batch, and
+    records this run's batch and the first step of another data order."""
+    (changed,) = stored.get(_DATA_ORDER_CHANGED, (-1,))
+    (trained,) = stored.get(_GLOBAL_BATCH, (None,))
+    current = self._records[_GLOBAL_BATCH]
+    if trained is not None and trained != current:
+      # Saves name each checkpoint `ckpt-<step>`; a hand-named one: -1.
+      named = _INDEX_FILE.fullmatch(os.path.basename(path) + ".index")
+      step = int(named.group("number")) if named else -1
+      logging.warning(
+        "The checkpoint %s was trained with a global batch of %d, this run "
+        "with %d: the data order from here on differs from an "
+        "uninterrupted run's.",
+        path,
+        trained,
+        current,
+      )
+      changed = step if changed < 0 else changed
+    getattr(self._checkpoint, _GLOBAL_BATCH).assign(current)
+    getattr(self._checkpoint, _DATA_ORDER_CHANGED).assign(changed)
+
+  def _read(self, path: str) -> None:
+    """Restores `path` into the checkpoint, every object of it matched."""
+    status = self._checkpoint.restore(path).assert_existing_objects_matched()
+    if self._partial:
+      status.expect_partial()
+
+  def save(self, step: int) -> str:
+    """Saves at `step` (all workers must call it at the same step).
+
+    Raises:
+      CannotWrite: the directory refused the files (disk full, permission
+        lost); the checkpoints saved before are left as they were.
+    """
+    self.sync()
+    try:
+      path = self._writer().save(checkpoint_number=step, options=self._options)
+    except (OSError, tf.errors.OpError) as e:
+      _raise_if_refused(f"the checkpoint of step {step}", self._directory, e)
+      raise
+    self._unpublished = True
+    if not self._async_save:
+      self.sync()
+    logging.info(
+      "Saved checkpoint %s%s.",
+      path,
+      " (writing in the background)" if self._async_save else "",
+    )
+    return path
+
+  def _writer(self) -> tf.train.CheckpointManager:
+    """The manager that saves; the chief's reads the state file when made,
+    so it is made after `restore_latest` could repair a damaged one. A
+    non-chief's saves into a scratch directory, made only by a first save
+    (a reader that never saves, such as the evaluator, makes none)."""
+    if self._manager is None and not self._is_chief:
+      self._scratch = tempdirs.scratch_dir("ctl_worker_checkpoint_")
+      self._manager = tf.train.CheckpointManager(
+        self._checkpoint, self._scratch, max_to_keep=1
+      )
+    elif self._manager is None:
+      self._manager = tf.train.CheckpointManager(
+        self._checkpoint, self._directory, max_to_keep=self._keep
+      )
+    return self._manager
+
+  def sync(self) -> None:
+    """Waits until the last save is written, then hands it to `on_saved`."""
+    if self._async_save:
+      try:
+        self._checkpoint.sync()
+      except (OSError, tf.errors.OpError) as e:
+        _raise_if_refused("a checkpoint", self._directory, e)
+        raise
+    if self._unpublished:
+      self._unpublished = False
+      self._on_saved()
+
+  def close(self) -> None:
+    """Finishes pending writes and removes a non-chief's scratch directory."""
+    self.sync()
+    if self._scratch:
+      shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def _let_async_checkpoints_copy_keras_variables() -> None:
+  """Works around Keras 3 variables breaking TF's async checkpoints.
+
+  TF's async checkpoint copies every saved variable to the host inside a
+  `tf.function`, through `_copy_trackable_to_cpu`. Keras 3 (3.15) implements
+  it for its variables by creating a new `tf.Variable` on every call, which a
+  `tf.function` rejects ("only supports singleton tf.Variables"), so the
+  first async save fails. The Keras variable only wraps a `tf.Variable`
+  (`.value`) whose host copy TF refreshes on every save, so the Keras
+  variable's copy can simply be that same host copy.
+  """
+  from keras.src.backend.tensorflow import core  # pylint: disable=g-import-not-at-top
+
+  def copy_to_cpu(variable, object_map):
+    variable.value._copy_trackable_to_cpu(object_map)  # pylint: disable=protected-access
+    object_map[variable] = object_map[variable.value]
+
+  core.Variable._copy_trackable_to_cpu = copy_to_cpu  # pylint: disable=protected-access
+
+
+def latest_version(directory: str) -> tuple[str, int] | None:
+  """The checkpoint a restore of `directory` tries first, and its index
+  file's modification time (0 when missing); None when there is none.
+
+  Cheap (no checkpoint is read): a follower such as the side-car evaluator
+  restores again only when this changes.
+  """
+  candidates, _ = _candidates(directory)
+  if not candidates:
+    return None
+  index = candidates[-1] + ".index"
+  written = tf.io.gfile.exists(index) and tf.io.gfile.stat(index).mtime_nsec
+  return candidates[-1], int(written)
+
+
+class _DamagedState(Exception):
+  """The state file exists but does not parse as a checkpoint state."""
+
+
+def _candidates(directory: str) -> tuple[list[str], str | None]:
+  """(checkpoint paths, oldest first; what is wrong with the state file).
+
+  From the state file; from the files on disk when it is damaged or its
+  latest checkpoint is not there (no index file: a state file copied or
+  edited by hand, or files deleted), since then it is no guide to them.
+  What is wrong is None, "is damaged" or "names ckpt-N, which is not there".
+  """
+  try:
+    state = _read_state(directory)
+  except _DamagedState:
+    return _checkpoints_on_disk(directory), "is damaged"
+  if state is None:
+    return [], None
+  latest = state.model_checkpoint_path
+  if not tf.io.gfile.exists(latest + ".index"):
+    named = os.path.basename(latest)
+    return _checkpoints_on_disk(directory), f"names {named}, which is not there"
+  candidates = list(state.all_model_checkpoint_paths)
+  if latest not in candidates:
+    candidates.append(latest)
+  return candidates, None
+
+
+def _read_state(directory: str):
+  """The directory's CheckpointState; None without a state file.
+
+  Raises:
+    _DamagedState: the state file holds no valid checkpoint state.
+  """
+  path = os.path.join(directory, STATE_FILE)
+  if not tf.io.gfile.exists(path):
+    return None
+  try:
+    with tf.io.gfile.GFile(path, "rb") as f:
+      text = f.read().decode("utf-8")
+    state = text_format.Parse(text, checkpoint_management.CheckpointState())
+  except (UnicodeDecodeError, text_format.ParseError) as e:
+    raise _DamagedState() from e
+  if not state.model_checkpoint_path:
+    raise _DamagedState()
+  _check_inside(directory, path, state)
+  return tf.train.get_checkpoint_state(directory)
+
+
+def _check_inside(directory: str, state_file: str, state) -> None:
+  """Refuses a state file that names a checkpoint outside `directory`.
+
+  TensorFlow restores any path the state file names (absolute, or `../`
+  relative to it); an edited or foreign state file must not make a run
+  continue from another run's checkpoint unnoticed.
+
+  Raises:
+    UserError: a named checkpoint is not directly in `directory`.
+  """
+  inside = os.path.normpath(directory)
+  for named in (state.model_checkpoint_path, *state.all_model_checkpoint_paths):
+    path = named if os.path.isabs(named) else os.path.join(directory, named)
+    if os.path.dirname(os.path.normpath(path)) != inside:
+      raise UserError(
+        f"The checkpoint state file {state_file} names {named}, outside "
+        f"{directory}; a run restores only checkpoints in its own directory: "
+        "correct that line, or move the directory away to start over."
+      )
+
+
+def _checkpoints_on_disk(directory: str) -> list[str]:
+  """The checkpoint prefixes that have an index file, oldest first."""
+  found = []
+  for index in tf.io.gfile.glob(os.path.join(directory, "*.index")):
+    match = _INDEX_FILE.fullmatch(os.path.basename(index))
+    if match:
+      found.append(
+        (
+          int(match.group("number")),
+          os.path.join(directory, match.group("prefix")),
+        )
+      )
+  return [prefix for _, prefix in sorted(found)]
+
+
+def _rewrite_state(directory: str, prefixes: list[str]) -> None:
+  """Writes a state file that lists `prefixes`, the last one the latest."""
+  stamps = [
+    tf.io.gfile.stat(prefix + ".index").mtime_nsec / 1e9 for prefix in prefixes
+  ]
+  checkpoint_management.update_checkpoint_state_internal(
+    save_dir=directory,
+    model_checkpoint_path=prefixes[-1],
+    all_model_checkpoint_paths=prefixes,
+    save_relative_paths=True,
+    all_model_checkpoint_timestamps=stamps,
+    last_preserved_timestamp=min(min(stamps), time.time()) - 1,
+  )
+
+
+def _files_present(prefix: str) -> bool:
+  """Whether the index and every data shard of a checkpoint exist."""
+  if not tf.io.gfile.exists(prefix + ".index"):
+    return False
+  shards = tf.io.gfile.glob(prefix + ".data-*")
+  if not shards:
+    return False
+  expected = int(shards[0].rsplit("-of-", 1)[1])
+  return len(shards) == expected
+
+
+def _raise_if_refused(what: str, directory: str, error: Exception) -> None:
+  """Raises CannotWrite when `error` is a write the storage refused."""
+  failure = write_failure(what, directory, error)
+  if failure is not None:
+    raise failure from error
+
+
+def _first_line(error: Exception) -> str:
+  text = str(error).strip().splitlines()
+  return text[0][:200] if text else type(error).__name__

@@ -1,0 +1,203 @@
+"""SavedModel export with a serving signature that takes a batch of images.
+
+Every worker exports (saving may read synchronized variables collectively),
+but only the chief writes to the real directory; the others write to a
+temporary directory that is removed at once.
+
+What a reader finds in the export directory is always a whole SavedModel that
+says which step it holds (`MARKER`, read by `exported_step`), or no marker:
+
+- A local directory is written beside the target (`<dir>.partial-<pid>`),
+  marker included, and swapped into place with one atomic rename (Linux
+  `renameat2(RENAME_EXCHANGE)`; elsewhere the old one is moved aside first,
+  so a reader finds the old model, none, or the new one).
+- A directory on Cloud Storage (gcsfs or FUSE, staged by ctl.io.storage) cannot
+  be renamed atomically: the remote marker is removed before any file of the
+  new model is uploaded and written after the last one, so the marker is the
+  commit point. TensorFlow's own gs:// route (`storage=tf`) keeps the same
+  order in place.
+
+Only the lease holder commits (ctl.io.fencing: checked before the swap or the
+marker) and removes what killed exports left beside the target: a half-written
+new model, or, after a kill between the swap and its cleanup, the old one
+(`remove_leftovers`, also when the run has nothing to export).
+"""
+
+import ctypes
+import glob
+import json
+import os
+import shutil
+import tempfile
+import uuid
+
+import keras
+import tensorflow as tf
+
+from ctl.io import fencing
+from ctl.io import storage
+
+# The file in an export directory that names the step the SavedModel holds.
+MARKER = "ctl_export.json"
+_PARTIAL = ".partial-"
+_RENAME_EXCHANGE = 2  # <linux/fs.h>
+_AT_FDCWD = -100
+
+
+def export_saved_model(
+  *,
+  model: keras.Model,
+  location: storage.Location | None,
+  image_shape: tuple[int, int, int],
+  step: int,
+  fence: fencing.Fence = fencing.OPEN,
+) -> None:
+  """Exports `model` with a `serving_default` signature, then commits it.
+
+  The signature takes float32 images `[batch, height, width, channels]` with
+  values in [0, 1] and returns float32 `logits` and `probabilities`.
+
+  Args:
+    model: the trained model.
+    location: where the chief's SavedModel goes (published to Cloud Storage
+      when it lives there); None on the other workers, which write to a
+      temporary directory that is removed.
+    image_shape: (height, width, channels) of one input image.
+    step: the global step of `model`, recorded in `MARKER`.
+    fence: checked right before the commit (ctl.io.fencing).
+
+  Raises:
+    LeaseLost: another trainer took the lease; nothing was committed.
+  """
+  archive = _serving_archive(model, image_shape)
+  if location is None:
+    scratch = tempfile.mkdtemp(prefix="ctl_export_")
+    try:
+      archive.write_out(scratch, verbose=False)
+    finally:
+      shutil.rmtree(scratch, ignore_errors=True)
+    return
+  target = location.local_path
+  what = f"the SavedModel of step {step}"
+  if "://" in target:  # TensorFlow's own filesystem: no rename, commit last.
+    fence.check(what)
+    _remove_marker(target)
+    archive.write_out(target, verbose=False)
+    fence.check(what)
+    _write_marker(target, step)
+    return
+  remove_leftovers(location, fence=fence)
+  partial = f"{target}{_PARTIAL}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+  try:
+    archive.write_out(partial, verbose=False)
+    _write_marker(partial, step)
+    fence.check(what)
+    _swap_into_place(partial, target)
+  finally:
+    shutil.rmtree(partial, ignore_errors=True)
+  location.publish(commit_file=MARKER, replaces=True)
+
+
+def _serving_archive(
+  model: keras.Model, image_shape: tuple[int, int, int]
+) -> keras.export.ExportArchive:
+  """`model` with its `serving_default` endpoint, ready to write out."""
+  archive = keras.export.ExportArchive()
+  archive.track(model)
+
+  def serve(images):
+    logits = tf.cast(model(images, training=False), tf.float32)
+    return {"logits": logits, "probabilities": tf.nn.softmax(logits)}
+
+  archive.add_endpoint(
+    name="serving_default",
+    fn=serve,
+    input_signature=[
+      tf.TensorSpec([None, *image_shape], tf.float32, name="images")
+    ],
+  )
+  return archive
+
+
+def remove_leftovers(
+  location: storage.Location | None, *, fence: fencing.Fence = fencing.OPEN
+) -> None:
+  """Removes what killed exports left beside the export directory.
+
+  `<dir>.partial-<pid>-<id>` (and `.old`) hold a half-written model, or the
+  old one when a kill came after the swap and before its cleanup. Never the
+  export directory itself, and only by the lease holder (`fence`).
+
+  Args:
+    location: the chief's export location, or None (nothing to do).
+    fence: checked first (ctl.io.fencing).
+
+  Raises:
+    LeaseLost: another trainer took the lease; nothing was removed.
+  """
+  if location is None or "://" in location.local_path:
+    return
+  leftovers = glob.glob(glob.escape(location.local_path) + _PARTIAL + "*")
+  if leftovers:
+    fence.check("the removal of leftover exports")
+  for leftover in leftovers:
+    shutil.rmtree(leftover, ignore_errors=True)
+
+
+def exported_step(location: storage.Location | None) -> int | None:
+  """The step of the committed SavedModel at `location`, or None.
+
+  None when there is none, it has no marker (an export that never finished
+  committing, or one written before markers existed), or the location is
+  mirrored to Cloud Storage: a restarted process does not trust a staging
+  copy that may not have reached the bucket, so it exports again.
+  """
+  if location is None or location.mirrored:
+    return None
+  path = os.path.join(location.local_path, MARKER)
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      return int(json.load(f)["step"])
+  except (tf.errors.NotFoundError, ValueError, KeyError, TypeError):
+    return None
+
+
+def _write_marker(directory: str, step: int) -> None:
+  with tf.io.gfile.GFile(os.path.join(directory, MARKER), "w") as f:
+    json.dump({"step": step}, f)
+
+
+def _remove_marker(directory: str) -> None:
+  path = os.path.join(directory, MARKER)
+  if tf.io.gfile.exists(path):
+    tf.io.gfile.remove(path)
+
+
+def _swap_into_place(partial: str, target: str) -> None:
+  """Puts directory `partial` at `target`; the old target ends at `partial`.
+
+  A reader of `target` sees the old directory or the new one, never a mix:
+  an atomic exchange where the kernel offers one, else two renames (between
+  them `target` is briefly absent).
+  """
+  if not os.path.lexists(target):
+    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+    os.rename(partial, target)
+    return
+  libc = ctypes.CDLL(None, use_errno=True)
+  renameat2 = getattr(libc, "renameat2", None)
+  if renameat2 and (
+    renameat2(
+      _AT_FDCWD,
+      os.fsencode(partial),
+      _AT_FDCWD,
+      os.fsencode(target),
+      _RENAME_EXCHANGE,
+    )
+    == 0
+  ):
+    return
+  aside = partial + ".old"
+  os.rename(target, aside)
+  os.rename(partial, target)
+  os.rename(aside, partial)

@@ -1,0 +1,109 @@
+"""The controller's checkpoint duty: restore at start-up, save when due.
+
+Joins the `Checkpointer` (what a checkpoint holds, where it goes) and the
+`SavePolicy` (when) to the run's progress marks: each save is a
+`checkpoint_save` phase and each upload of a mirrored directory a
+`checkpoint_upload` phase, and the global step is read back after a restore.
+"""
+
+from absl import logging
+import tensorflow as tf
+
+from ctl.checkpoint import checkpointing
+from ctl.checkpoint import save_policy
+from ctl.io import fencing
+from ctl.io import storage
+from ctl.telemetry import progress as progress_lib
+
+
+class RunCheckpoints:
+  """Restores and saves one run's checkpoints."""
+
+  def __init__(
+    self,
+    *,
+    checkpointer: checkpointing.Checkpointer,
+    policy: save_policy.SavePolicy,
+    progress: progress_lib.Progress,
+    global_step: tf.Variable,
+    restores: tf.Variable,
+    fence: fencing.Fence = fencing.OPEN,
+  ):
+    """Initializes the duty.
+
+    Args:
+      checkpointer: writes and reads the checkpoints.
+      policy: when to save; told of every save and restore.
+      progress: marks each save.
+      global_step: the step variable a restore sets.
+      restores: counts restores (checkpointed, reported in the summary).
+      fence: the chief's lease fence (ctl.io.fencing), checked before a save.
+    """
+    self._checkpointer = checkpointer
+    self.policy = policy
+    self._progress = progress
+    self._global_step = global_step
+    self._restores = restores
+    self._fence = fence
+
+  @property
+  def data_order_differs_from_step(self) -> int | None:
+    """The first step trained in another data order than an uninterrupted
+    run's (a resume with another global batch size), or None."""
+    return self._checkpointer.data_order_differs_from_step
+
+  def restore_latest(self) -> tuple[str | None, int]:
+    """Restores the newest readable checkpoint: (its path or None, step)."""
+    path = self._checkpointer.restore_latest()
+    return path, int(self._global_step.numpy())
+
+  def restore_at_start(
+    self, *, directory: str, train_steps: int, save_if_none: bool
+  ) -> tuple[bool, int]:
+    """The restore of start-up: (whether a checkpoint was restored, step).
+
+    Args:
+      directory: the checkpoint directory (for the log line).
+      train_steps: the run's target step (0: a missing checkpoint is not
+        worth a line, nothing will be trained).
+      save_if_none: save step 0 when there is no checkpoint and the run will
+        train (a rollback target for the divergence guard, a fixed start).
+    """
+    path, step = self.restore_latest()
+    if path is None:
+      if train_steps:
+        logging.info("No checkpoint in %s; starting at step 0.", directory)
+        if save_if_none:
+          self.save(step)
+      return False, step
+    self._restores.assign_add(1)
+    self.policy.restored(step)
+    logging.info("Restored step %d from %s.", step, path)
+    if step >= train_steps:
+      logging.info(
+        "Step %d reaches --train_steps=%d: nothing to train.", step, train_steps
+      )
+    return True, step
+
+  def save(self, step: int) -> None:
+    """Saves the checkpoint of `step` (every worker takes part).
+
+    Raises:
+      LeaseLost: another trainer took the lease; nothing was written.
+    """
+    self._fence.check(f"the checkpoint of step {step}")
+    with self._progress.phase(progress_lib.CHECKPOINT_SAVE):
+      self._checkpointer.save(step)
+    self.policy.saved(step)
+
+  def close(self) -> None:
+    """Waits for an asynchronous save, uploads what is left."""
+    self._checkpointer.close()
+
+
+def upload(location: storage.Location, progress: progress_lib.Progress):
+  """Publishes a mirrored checkpoint directory, as a `checkpoint_upload`."""
+  if not location.mirrored:
+    return
+  with progress.phase(progress_lib.CHECKPOINT_UPLOAD):
+    location.publish(commit_file="checkpoint")

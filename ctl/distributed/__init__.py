@@ -1,0 +1,12 @@
+"""Who is in the cluster and how its workers meet: TF_CONFIG, strategies,
+waiting for peers.
+
+Modules (lowest first):
+  cluster: Who am I in the cluster: TF_CONFIG (or CLUSTER_SPEC) as a value
+    object.
+  strategies: A strategy name and the cluster -> a `tf.distribute.Strategy`.
+  peers: Waiting for the cluster's other workers, in Python, before TensorFlow
+    does.
+  worker_exchange: A small exchange among the workers: every worker's row, to
+    every worker.
+"""

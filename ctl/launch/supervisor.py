@@ -1,0 +1,251 @@
+"""Supervision: start the workers, and start them again when one fails.
+
+When a worker fails, the others stop (MultiWorkerMirroredStrategy cannot go
+on without it) and, if restarts are left, all start again after an
+exponential backoff; the trainer resumes from its checkpoint. A user error
+(exit 2) is never restarted: a restart cannot fix it. A stall (exit 75, or a
+heartbeat past its deadline) is restarted like a crash and reported with its
+place; one that comes back at the same place is said not to be transient.
+"""
+
+import collections
+from collections.abc import Callable, Sequence
+import dataclasses
+import os
+import queue
+import signal
+import tempfile
+import time
+import uuid
+
+from ctl import env
+from ctl.errors import STALL_EXIT_CODE
+from ctl.errors import USER_ERROR_EXIT_CODE
+from ctl.launch import heartbeats as heartbeats_lib
+from ctl.launch import output_relay
+from ctl.launch import reaper
+from ctl.launch import workers as workers_lib
+
+MAX_BACKOFF_SECS = 300.0
+# The shortest pause between restarts, whatever --restart_backoff_secs says:
+# a worker that fails at once must not make the launcher spin.
+MIN_PAUSE_SECS = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+  """How failures are handled; fields match the launcher's flags.
+
+  Attributes:
+    max_restarts: Restarts after a worker exits abnormally.
+    restart_backoff_secs: Wait before the first restart; doubles every restart.
+    grace_secs: How long stopped workers may take to exit before SIGKILL.
+    heartbeat_grace_secs: How long past its watchdog's deadline a worker's
+      heartbeat may be before the worker is treated as stalled.
+  """
+
+  max_restarts: int = 0
+  restart_backoff_secs: float = 1.0
+  grace_secs: float = 10.0
+  heartbeat_grace_secs: float = 30.0
+
+
+def restart_pause_secs(*, base_secs: float, restart: int) -> float:
+  """The pause before restart number `restart` (1, 2, ...).
+
+  `base_secs` doubles with every restart up to `MAX_BACKOFF_SECS`, and is
+  never below `MIN_PAUSE_SECS`; the exponent is capped, so any restart count
+  is fine.
+  """
+  doublings = min(restart - 1, 32)  # 2**32 times any base > 0 is past the cap.
+  return max(MIN_PAUSE_SECS, min(base_secs * 2**doublings, MAX_BACKOFF_SECS))
+
+
+def supervise(
+  command: Sequence[str],
+  tasks: Callable[[], Sequence[workers_lib.Task]],
+  *,
+  policy: Policy,
+  events: queue.SimpleQueue,
+  relay_output: bool = True,
+  warm_spare: bool = False,
+) -> int:
+  """Runs the workers until all succeed, one fails for good, or a signal comes.
+
+  Args:
+    command: The worker command line.
+    tasks: The workers of each start (called once per start).
+    policy: How failures are handled.
+    events: Where the caller posts ("signal", signum) for SIGINT and SIGTERM.
+    relay_output: Prefix the workers' output lines (`workers.Workers`).
+    warm_spare: Keep the next start's worker process started and warm
+      (`workers.Spare`, one worker a start: the node agent's).
+
+  Returns:
+    0 when every worker exited 0; the code of the worker that failed last
+    (128 + N for a worker killed by signal N); 128 + N when the launcher
+    itself got signal N.
+  """
+  with (
+    reaper.Reaper() as guard,
+    tempfile.TemporaryDirectory(prefix="ctl-heartbeats-") as heartbeats,
+  ):
+    guard.remove_dir(heartbeats)
+    starts = _Starts(
+      command, tasks, events, heartbeats, guard, relay_output, warm_spare
+    )
+    try:
+      return _Supervisor(starts, policy, events).run()
+    finally:
+      starts.discard_spare()
+
+
+@dataclasses.dataclass
+class _Starts:
+  """Starts the workers again and again, each start told how the last ended."""
+
+  command: Sequence[str]
+  tasks: Callable[[], Sequence[workers_lib.Task]]
+  events: queue.SimpleQueue
+  heartbeat_root: str
+  guard: reaper.Reaper
+  relay_output: bool
+  warm_spare: bool = False
+  count: int = 0
+  spare: workers_lib.Spare | None = None  # For the next start.
+  # One id for every start: a restarted chief takes over the run
+  # directory's lease its killed predecessor held (ctl.resilience.lease).
+  job: dict[str, str] = dataclasses.field(
+    default_factory=lambda: {
+      env.JOB_ID: os.environ.get(env.JOB_ID) or uuid.uuid4().hex
+    }
+  )
+  previous_exit: dict[str, str] = dataclasses.field(default_factory=dict)
+
+  def start(self, policy: Policy) -> workers_lib.Workers:
+    """Start number `count` (0 is the first), then the next one's spare."""
+    spare, self.spare = self.spare, None
+    started = workers_lib.Workers(
+      self.command,
+      self.tasks(),
+      env={
+        **self.job,
+        **self.previous_exit,
+        env.RESTART_COUNT: str(self.count),
+      },
+      generation=self.count,
+      events=self.events,
+      heartbeats=heartbeats_lib.Heartbeats(
+        os.path.join(self.heartbeat_root, str(self.count)),
+        grace_secs=policy.heartbeat_grace_secs,
+      ),
+      guard=self.guard,
+      relay_output=self.relay_output,
+      spare=spare,
+    )
+    if self.warm_spare and self.count < policy.max_restarts:
+      self.spare = workers_lib.Spare(
+        self.command,
+        env=self.job,
+        guard=self.guard,
+        relay_output=self.relay_output,
+      )
+    return started
+
+  def discard_spare(self) -> None:
+    """Ends the spare no start will use."""
+    if self.spare is not None:
+      self.spare.discard()
+      self.spare = None
+
+  def ended(self, code: int) -> None:
+    """Records how the last start ended (its failed worker's code, or 0)."""
+    self.previous_exit = {
+      env.PREVIOUS_EXIT: str(code),
+      env.PREVIOUS_EXIT_TIME: f"{time.time():.3f}",
+    }
+
+
+class _Supervisor:
+  """The restart loop: start, wait for a failure, stop, decide, pause."""
+
+  def __init__(self, starts: _Starts, policy: Policy, events):
+    self._starts = starts
+    self._policy = policy
+    self._events = events
+    self._stalls = collections.Counter()  # "at step S in PHASE" -> times.
+
+  def run(self) -> int:
+    """Restarts the workers until the end; the launcher's exit status."""
+    while True:
+      workers = self._starts.start(self._policy)
+      rank, code, signum = workers.wait_for_failure()
+      self._starts.ended(code)
+      signum = (
+        workers.stop(signum or signal.SIGTERM, self._policy.grace_secs)
+        or signum
+      )
+      if signum:
+        return 128 + signum
+      if rank is None:
+        return 0
+      final = self._final_code(workers, rank, code)
+      if final is not None:
+        return final
+      signum = self._pause(rank, code)
+      if signum:
+        return 128 + signum
+
+  def _final_code(
+    self, workers: workers_lib.Workers, rank: int, code: int
+  ) -> int | None:
+    """The exit status if worker `rank`'s failure ends the job, else None."""
+    if code == USER_ERROR_EXIT_CODE:
+      output_relay.log(
+        f"not restarting: worker {rank} exited with code {code}, a user "
+        "error (bad flag, environment or files) that a restart cannot fix"
+      )
+      return code
+    failure = f"exited with code {code}"
+    if code == STALL_EXIT_CODE:
+      failure = self._stalled(workers, rank, code)
+    if self._starts.count == self._policy.max_restarts:
+      output_relay.log(
+        f"giving up: worker {rank} {failure} and all"
+        f" {self._policy.max_restarts} restart(s) (--max_restarts) are used"
+      )
+      return code if code > 0 else 128 - code
+    return None
+
+  def _stalled(self, workers: workers_lib.Workers, rank: int, code: int) -> str:
+    """Says where worker `rank` stalled and how often; its failure, worded."""
+    where = workers.stalled_at(rank)
+    self._stalls[where] += 1
+    times = self._stalls[where]
+    failure = "stalled" + {1: "", 2: " twice"}.get(times, f" {times} times")
+    output_relay.log(
+      f"worker {rank} {failure}{where} (exit code {code})"
+      + ("; the stall is not transient" if times > 1 else "")
+    )
+    return failure + where
+
+  def _pause(self, rank: int, code: int) -> int | None:
+    """Counts a restart and waits its backoff; a signal got meanwhile."""
+    self._starts.count += 1
+    restart = self._starts.count
+    backoff = restart_pause_secs(
+      base_secs=self._policy.restart_backoff_secs, restart=restart
+    )
+    output_relay.log(
+      f"restart {restart}/{self._policy.max_restarts} after worker {rank}"
+      f" exited with code {code}; starting again in {backoff:g}s"
+    )
+    deadline = time.monotonic() + backoff
+    while (left := deadline - time.monotonic()) > 0:
+      try:
+        event = self._events.get(timeout=left)
+      except queue.Empty:
+        return None
+      if event[0] == "signal":
+        return event[1]
+    return None

@@ -1,0 +1,543 @@
+"""One writer per run directory: the chief's lease on `model_dir`.
+
+While it trains, the chief holds `<model_dir>/run.lease`, a small JSON
+record of who holds it (host, pid, job id, when it was taken and last
+renewed). A second process that finds a live lease there is refused at once
+with a `LeaseHeld` error (a `UserError`: exit 2) that names the holder and
+says how to take over; it never restores, trains or writes beside the first.
+
+How it is made exclusive:
+  local directories and the Cloud Storage FUSE mount: the file is created
+    with O_CREAT|O_EXCL; renewals replace it after checking that it still
+    holds this process's last record; a take-over first renames the old
+    record away (one rename wins) and checks it was the one judged.
+  gs:// (gcsfs and tf routes): an object written with the generation
+    precondition `ifGenerationMatch` (0 to create, the generation read to
+    renew, take over or delete), so of two writers exactly one succeeds.
+
+A lease may be taken over when it is stale (not renewed for `stale_secs`,
+judged on the wall clock of the record, the only clock two hosts share),
+when it belongs to the same job (a restart by `ctl.launch`, which sets
+`CTL_JOB_ID`, or by Vertex AI, `CLOUD_ML_JOB_ID`), when its pid on this
+same host is gone (a SIGKILLed run on a laptop is reclaimed at once), or
+with `take_over=True` (`--take_over_lease`: an operator who knows the holder
+is dead). A renewal thread rewrites the record every `stale_secs / 4` on a
+monotonic clock. A holder that finds its lease taken over says so and stops
+renewing; it never deletes another's lease.
+"""
+
+from collections.abc import Iterator
+import contextlib
+import dataclasses
+import json
+import os
+import socket
+import threading
+import time
+
+from absl import logging
+
+from ctl import errors
+from ctl.errors import UserError
+from ctl.io import fencing
+from ctl.io import mirror
+from ctl.io import storage
+
+LEASE_FILE = "run.lease"
+_ATTEMPTS = 3
+
+
+class LeaseHeld(UserError):
+  """Another live process holds the run directory."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+  """Who holds a lease (the record in the lease file).
+
+  Attributes:
+    host: the holder's host name.
+    pid: its process id on that host.
+    job: its job id ("" when it ran outside a supervisor).
+    started: when it took the lease (seconds since the epoch).
+    renewed: when it last renewed it (seconds since the epoch).
+    generation: the fencing token: one more than the lease it replaced
+      (1 for a new one), the same across renewals (0: a record written
+      before generations existed).
+  """
+
+  host: str
+  pid: int
+  job: str
+  started: float
+  renewed: float
+  generation: int = 0
+
+  def describe(self) -> str:
+    job = f", job {self.job}" if self.job else ""
+    return (
+      f"pid {self.pid} on {self.host}{job} (lease generation "
+      f"{self.generation}), since {_when(self.started)}, "
+      f"last renewed {_when(self.renewed)}"
+    )
+
+  def same_holding(self, other: "Holder") -> bool:
+    """Whether `other` is this record, renewed or not (the same taking)."""
+    return dataclasses.replace(other, renewed=self.renewed) == self
+
+
+@dataclasses.dataclass(frozen=True)
+class Terms:
+  """What taking a run directory's lease needs, as plain values.
+
+  `RunOptions.lease_terms()` makes them; the lease knows nothing else of a
+  run's options (docs/design.md, "Layers").
+
+  Attributes:
+    model_dir: the run directory (local, FUSE path or gs://).
+    job: this process's job id ("" for none); a lease of the same job is
+      taken over at once (a supervised restart).
+    stale_secs: a lease not renewed for this long may be taken over.
+    take_over: take the lease whoever holds it (the operator knows the
+      holder is dead).
+    storage_route: how gs:// is reached (ctl.io.storage.ROUTES).
+    fuse_root: where Cloud Storage FUSE mounts buckets.
+  """
+
+  model_dir: str
+  job: str
+  stale_secs: float
+  take_over: bool = False
+  storage_route: str = "auto"
+  fuse_root: str = "/gcs"
+
+
+@contextlib.contextmanager
+def hold(terms: Terms | None) -> Iterator["Lease | None"]:
+  """Holds the run directory's lease for the block (the chief only).
+
+  Released when the block ends however it ends (a caller with a stall
+  watchdog also releases it when a stall ends the process).
+
+  Args:
+    terms: the lease's terms; None on a worker that is not the chief.
+
+  Yields:
+    The held lease, or None on a worker that is not the chief.
+
+  Raises:
+    LeaseHeld: another live process holds it.
+  """
+  if terms is None:
+    yield None
+    return
+  held = acquire(**dataclasses.asdict(terms))
+  try:
+    yield held
+  finally:
+    held.release()
+
+
+def check_free(terms: Terms | None) -> None:
+  """Refuses now, writing nothing, if a live process holds the run directory.
+
+  A command line calls it before it loads TensorFlow, so a second trainer is
+  refused within a second or two; `hold` still decides when it takes the
+  lease.
+
+  Args:
+    terms: the lease's terms; None on a worker that is not the chief.
+
+  Raises:
+    LeaseHeld: another live process holds it.
+  """
+  if terms is None:
+    return
+  found = _open_store(
+    terms.model_dir,
+    storage_route=terms.storage_route,
+    fuse_root=terms.fuse_root,
+  ).read()
+  if found is not None:
+    _judge(found[0], _me(terms.job), **dataclasses.asdict(terms))
+
+
+def acquire(
+  *,
+  model_dir: str,
+  job: str,
+  stale_secs: float,
+  take_over: bool = False,
+  storage_route: str = "auto",
+  fuse_root: str = "/gcs",
+) -> "Lease":
+  """Takes the lease on `model_dir` and starts renewing it.
+
+  Args:
+    model_dir: the run directory (local, FUSE path or gs://).
+    job: this process's job id ("" for none); a lease of the same job is
+      taken over at once (a supervised restart).
+    stale_secs: a lease not renewed for this long may be taken over.
+    take_over: take the lease whoever holds it (the operator knows the
+      holder is dead).
+    storage_route: how gs:// is reached (ctl.io.storage.ROUTES).
+    fuse_root: where Cloud Storage FUSE mounts buckets.
+
+  Returns:
+    The held lease; `release()` it (or use it as a context manager).
+
+  Raises:
+    LeaseHeld: a live process holds it.
+  """
+  store = _open_store(
+    model_dir, storage_route=storage_route, fuse_root=fuse_root
+  )
+  for _ in range(_ATTEMPTS):
+    found = store.read()
+    mine = _me(job, generation=found[0].generation + 1 if found else 1)
+    try:
+      if found is None:
+        token = store.create(_encode(mine))
+      else:
+        holder, token = found
+        why = _judge(
+          holder,
+          mine,
+          model_dir=model_dir,
+          stale_secs=stale_secs,
+          take_over=take_over,
+        )
+        logging.warning(
+          "Taking over the lease on %s from %s: %s.",
+          model_dir,
+          holder.describe(),
+          why,
+        )
+        token = store.take_over(_encode(mine), token)
+    except FileExistsError:
+      continue  # Someone else moved first: judge the new holder.
+    return Lease(store, mine, token, stale_secs, model_dir)
+  raise LeaseHeld(
+    f"The lease on {model_dir} changed hands {_ATTEMPTS} times while this "
+    "trainer tried to take it; another trainer is starting there."
+  )
+
+
+class Lease:
+  """A held lease, renewed by a thread until `release()`."""
+
+  def __init__(
+    self, store, holder: Holder, token, stale_secs: float, model_dir: str
+  ):
+    self._store = store
+    self._holder = holder
+    self._token = token
+    self._model_dir = model_dir
+    self._lock = threading.Lock()
+    self._released = threading.Event()
+    self._lost = threading.Event()
+    self._thread = threading.Thread(
+      target=self._renew_until_released,
+      args=(stale_secs / 4,),
+      daemon=True,
+      name="ctl-lease",
+    )
+    self._thread.start()
+
+  @property
+  def holder(self) -> Holder:
+    return self._holder
+
+  def release(self) -> None:
+    """Stops renewing and removes the lease if it is still this process's.
+
+    Safe to call more than once and from any thread (a stall callback).
+    """
+    self._released.set()
+    with self._lock:
+      if self._token is not None:
+        with contextlib.suppress(OSError):
+          self._store.delete(self._token)
+        self._token = None
+
+  def fence(self) -> fencing.Fence:
+    """The fence of this holding (ctl.io.fencing): `check_held` at each commit."""
+    return _HeldFence(self)
+
+  def check_held(self, what: str) -> None:
+    """Returns if this process still holds the lease; else stops it.
+
+    Held when the renewal thread has not found it taken over and a fresh
+    read finds this holding's record (generation, host, pid, start): after a
+    pause the thread may not have run yet. A read that fails (a hiccup)
+    leaves the thread's finding.
+
+    Args:
+      what: what is about to be written, for the sentence.
+
+    Raises:
+      LeaseLost: another trainer took the lease over (it may have ended
+        and released it since).
+    """
+    try:
+      found = self._store.read()
+      current = found and found[0]
+    except OSError as e:
+      logging.warning("Could not read the run lease: %s", e)
+      current = self._holder
+    if (
+      not self._lost.is_set() and current and current.same_holding(self._holder)
+    ):
+      return
+    with self._lock:
+      self._lost.set()
+      self._token = None  # Nothing of the new holder's is ever deleted.
+    taker = (
+      current.describe()
+      if current
+      else "another trainer, which has since released it"
+    )
+    raise errors.LeaseLost(
+      f"This trainer (pid {os.getpid()}, lease generation "
+      f"{self._holder.generation}) lost the lease on {self._model_dir} to "
+      f"{taker}; it stopped before writing {what} and leaves the run "
+      "directory to that trainer."
+    )
+
+  def __enter__(self) -> "Lease":
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.release()
+
+  def _renew_until_released(self, interval: float) -> None:
+    while not self._released.wait(interval):
+      with self._lock:
+        if self._token is None:
+          return
+        self._holder = dataclasses.replace(self._holder, renewed=time.time())
+        try:
+          self._token = self._store.replace(_encode(self._holder), self._token)
+        except FileExistsError:
+          logging.error(
+            "The lease on the run directory was taken over by another "
+            "trainer; this process no longer owns it and writes nothing more."
+          )
+          self._lost.set()
+          self._token = None
+          return
+        except OSError as e:  # A hiccup: the next renewal tries again.
+          logging.warning("Could not renew the run lease: %s", e)
+
+
+class _HeldFence(fencing.Fence):
+  """A held lease's fence: passes while this process holds the lease."""
+
+  def __init__(self, held: Lease):
+    self._held = held
+
+  def check(self, what: str) -> None:
+    self._held.check_held(what)
+
+
+def fence_of(held: Lease | None) -> fencing.Fence:
+  """The fence of `held`, or one that always passes (no lease: not chief)."""
+  return held.fence() if held else fencing.OPEN
+
+
+def _me(job: str, generation: int = 0) -> Holder:
+  now = time.time()
+  return Holder(socket.gethostname(), os.getpid(), job, now, now, generation)
+
+
+def _judge(
+  holder: Holder,
+  mine: Holder,
+  *,
+  model_dir: str,
+  stale_secs: float,
+  take_over: bool,
+  **unused,
+) -> str:
+  """Why `holder`'s lease may be taken over by `mine`.
+
+  Raises:
+    LeaseHeld: it may not.
+  """
+  del unused  # The other terms.
+  why = _reclaimable(holder, mine, stale_secs, take_over)
+  if why is None:
+    raise LeaseHeld(
+      f"{model_dir} is in use by another trainer ({holder.describe()}; "
+      f"stale after {stale_secs:g} s without renewal): wait for it to "
+      "end, use another --model_dir, or pass --take_over_lease if you "
+      "know that process is dead."
+    )
+  return why
+
+
+def _reclaimable(
+  holder: Holder, mine: Holder, stale_secs: float, take_over: bool
+) -> str | None:
+  """Why `holder`'s lease may be taken over, or None when it may not."""
+  if take_over:
+    return "--take_over_lease"
+  if holder.job and holder.job == mine.job:
+    return f"it belongs to this job ({holder.job}), restarted"
+  if holder.host == mine.host and not _alive(holder.pid):
+    return f"pid {holder.pid} is no longer running on this host"
+  age = mine.renewed - holder.renewed
+  if age > stale_secs:
+    return f"not renewed for {age:.0f} s (stale after {stale_secs:g} s)"
+  return None
+
+
+def _alive(pid: int) -> bool:
+  if pid == os.getpid():
+    return False  # A lease this process left behind (an earlier run call).
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+def _when(seconds: float) -> str:
+  return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
+def _encode(holder: Holder) -> bytes:
+  return json.dumps(dataclasses.asdict(holder)).encode()
+
+
+def _decode(data: bytes) -> Holder:
+  """The record, or a stale stand-in for an unreadable one (half written)."""
+  try:
+    return Holder(**json.loads(data))
+  except (ValueError, TypeError):
+    return Holder("?", 0, "", 0.0, 0.0)
+
+
+def _open_store(model_dir: str, *, storage_route: str, fuse_root: str):
+  root, fs = storage.read_route(
+    model_dir,
+    storage="gcsfs" if storage_route == "tf" else storage_route,
+    fuse_root=fuse_root,
+  )
+  if fs is None:
+    return _FileStore(os.path.join(root, LEASE_FILE))
+  return _GcsStore(fs, f"{root}/{LEASE_FILE}", url=model_dir)
+
+
+class _FileStore:
+  """The lease as a local (or FUSE) file; the token is the bytes written."""
+
+  def __init__(self, path: str):
+    self._path = path
+    self._made_dir = None
+
+  def read(self) -> tuple[Holder, bytes] | None:
+    try:
+      with open(self._path, "rb") as f:
+        data = f.read()
+    except FileNotFoundError:
+      return None
+    return _decode(data), data
+
+  def create(self, data: bytes) -> bytes:
+    directory = os.path.dirname(self._path)
+    if not os.path.isdir(directory):
+      os.makedirs(directory)
+      self._made_dir = directory
+    fd = os.open(self._path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+    return data
+
+  def replace(self, data: bytes, token: bytes) -> bytes:
+    found = self.read()
+    if found is None or found[1] != token:
+      raise FileExistsError(self._path)
+    temporary = f"{self._path}.{os.getpid()}.tmp"
+    with open(temporary, "wb") as f:
+      f.write(data)
+    os.replace(temporary, self._path)
+    return data
+
+  def take_over(self, data: bytes, token: bytes) -> bytes:
+    aside = f"{self._path}.{os.getpid()}.old"
+    try:
+      os.rename(self._path, aside)
+    except FileNotFoundError:
+      raise FileExistsError(self._path) from None
+    with open(aside, "rb") as f:
+      moved = f.read()
+    if moved != token:  # Renewed or replaced since it was judged.
+      with contextlib.suppress(OSError):
+        os.rename(aside, self._path)
+      raise FileExistsError(self._path)
+    os.remove(aside)
+    return self.create(data)
+
+  def delete(self, token: bytes) -> None:
+    found = self.read()
+    if found is not None and found[1] == token:
+      os.remove(self._path)
+    if self._made_dir:  # Leave no empty run directory the lease made.
+      with contextlib.suppress(OSError):
+        os.rmdir(self._made_dir)
+
+
+class _GcsStore:
+  """The lease as a Cloud Storage object; the token is its generation."""
+
+  def __init__(self, fs, path: str, *, url: str):
+    self._fs = fs
+    self._path = path
+    self._bucket, _, self._key = path.partition("/")
+    self._url = url  # The run directory as the user named it.
+
+  def read(self) -> tuple[Holder, str] | None:
+    # Generation first: content read after it is at least as new, and a
+    # write conditioned on this generation fails if it changed.
+    generation = mirror.object_generation(self._fs, self._path)
+    try:
+      data = None if generation == "0" else self._fs.cat_file(self._path)
+    except FileNotFoundError:
+      data = None  # Deleted in between.
+    return None if data is None else (_decode(data), generation)
+
+  def create(self, data: bytes) -> str:
+    return self._write(data, "0")
+
+  def replace(self, data: bytes, token: str) -> str:
+    return self._write(data, token)
+
+  def take_over(self, data: bytes, token: str) -> str:
+    return self._write(data, token)
+
+  def delete(self, token: str) -> None:
+    with contextlib.suppress(FileNotFoundError, FileExistsError):
+      self._fs.call(
+        "DELETE",
+        "b/{}/o/{}",
+        self._bucket,
+        self._key,
+        ifGenerationMatch=token,
+      )
+
+  def _write(self, data: bytes, generation: str) -> str:
+    """Uploads `data` if the object's generation is `generation` (0: none).
+
+    Raises:
+      FileExistsError: the precondition failed (HTTP 412).
+      UserError: the bucket does not exist or this job may not write it.
+    """
+    try:
+      return mirror.put_if_generation(
+        self._fs, self._path, data, generation=generation
+      )
+    except (FileNotFoundError, PermissionError) as error:
+      raise errors.cannot_write(self._url, error) from error

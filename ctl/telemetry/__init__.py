@@ -1,0 +1,14 @@
+"""What a run observes and records: progress, TensorBoard summaries, the run
+ledger and goodput, profiles, tuning metrics.
+
+Modules (lowest first):
+  progress: Where a run is: the phase it is in and the step it has reached.
+  summaries: TensorBoard summaries, written by the chief only, one run dir per
+    role.
+  goodput: Goodput: where a job's wall time went, from its run ledger
+    (ctl.telemetry.ledger).
+  ledger: The run ledger: what each start of a job did and when, across
+    restarts.
+  profiler: A TensorFlow profiler trace of a range of training steps.
+  hypertune: Reports the tuning metric to Vertex AI hyperparameter tuning.
+"""

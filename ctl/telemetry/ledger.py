@@ -1,0 +1,517 @@
+"""The run ledger: what each start of a job did and when, across restarts.
+
+The chief keeps one small JSON-lines file per start of the job ("attempt")
+in `<model_dir>/ledger/`, next to the checkpoints (`<model_dir>/checkpoints`
+by default) and `train_summary.json`:
+
+  {"event": "start", "time": ..., "pid": ..., "restart": 1,
+   "previous_exit": -9, "previous_exit_time": ..., "jobset_restart": 2,
+   "sequence": 3}
+  {"event": "phase", "phase": "startup", "t0": ..., "t1": ..., "m0": 5.2,
+   "m1": 6.0, "step0": 0, "step": 40, "ok": true}
+  {"event": "phase", "phase": "train_loop", ..., "loops": 12, "busy": 3.1}
+  {"event": "end", "time": ..., "step": 60, "outcome": "done"}
+
+Events come from the `ctl.telemetry.progress` marks (the ledger is a listener; it adds
+no timing of its own) plus `start`, whose time is when the process started
+(from /proc, so interpreter and TensorFlow imports count as start-up), and
+events other modules add with `record` (e.g. a stall).
+
+Clocks: `time`, `t0` and `t1` are wall-clock times, for people; `m`, `m0`
+and `m1` are the same moments in seconds since the attempt began, on the
+monotonic clock, which a stepped wall clock (NTP, a VM migration) does not
+move: readers (ctl.telemetry.goodput) place events by these. `sequence` numbers the
+attempts of a run (1 + the largest in the directory when the attempt first
+writes); a reader orders attempts by it, not by their wall-clock starts.
+Every attempt has its own file, also two in one process (a notebook).
+
+The ledger is an observation, not a result: when its storage refuses a
+write (a full disk, a lost permission) it says so once, leaves no temporary
+file, and writes nothing more; training goes on.
+
+Why a file per attempt: Cloud Storage objects cannot be appended to, and a
+restarted job may run on a fresh machine. Each attempt rewrites only its own
+file (atomically where the filesystem allows: a temporary file and a rename),
+after every phase, through the same storage routes as the checkpoints: local
+paths directly; the gcsfs and FUSE routes through a staging directory
+uploaded after each checkpoint save and at the end (a restart on the same
+machine uploads what a crash left there); the tf route writes the bucket at
+those moments only. A reader
+concatenates all attempts in sequence order. Consecutive train loops are merged
+into one event, so a file grows with checkpoints and evaluations, not with
+steps. A file damaged by a crash in the middle of a write loses only its
+unreadable lines (a truncated last line is skipped).
+"""
+
+from collections.abc import Mapping
+import contextlib
+import json
+import math
+import os
+import posixpath
+import socket
+import tempfile
+import time
+
+from absl import logging
+
+from ctl import env
+from ctl import errors
+from ctl.distributed import cluster
+from ctl.io import fencing
+from ctl.telemetry import goodput
+from ctl.telemetry import progress as progress_lib
+
+SUBDIR = "ledger"
+_SUFFIX = ".jsonl"
+_IMPORTED = time.monotonic()
+_attempts_in_this_process = 0
+
+
+def process_age() -> float:
+  """Seconds since this attempt's process started, whatever the wall clock.
+
+  Read from /proc (Linux: the boot clock, to about 10 ms); elsewhere, since
+  this module was imported. A warm spare (ctl.launch.spare) was started long before
+  its attempt: for it, since it was handed the restart.
+  """
+  handed = env.attempt_start()
+  if handed is not None:
+    return max(0.0, time.time() - handed)
+  try:
+    with open("/proc/self/stat") as f:
+      stat = f.read()
+    with open("/proc/uptime") as f:
+      uptime = float(f.read().split()[0])
+    # Field 22 (starttime, in clock ticks after boot); the command name in
+    # field 2 may hold spaces, so count from its closing parenthesis.
+    ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
+    return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+  except (OSError, ValueError, IndexError):
+    return time.monotonic() - _IMPORTED
+
+
+def _begin_attempt() -> tuple[float, float, str]:
+  """(when this attempt began, the same on the monotonic clock, its file).
+
+  The first attempt of a process began with the process (its imports
+  count); a later one (a notebook's second run) begins now. Every event's
+  place in the attempt is on the monotonic clock, in seconds since then: a
+  step of the wall clock changes none. The file name holds the process and
+  the attempt's number in it, so no two attempts share a file.
+  """
+  global _attempts_in_this_process
+  _attempts_in_this_process += 1
+  age = process_age() if _attempts_in_this_process == 1 else 0.0
+  started = time.time() - age
+  name = (
+    time.strftime("attempt-%Y%m%dT%H%M%S", time.gmtime(started))
+    + f"-{int(started * 1000) % 1000:03d}-{os.getpid()}"
+    + f"-{_attempts_in_this_process}"
+    + _SUFFIX
+  )
+  return started, time.monotonic() - age, name
+
+
+class Ledger:
+  """The chief's record of this attempt; a `ctl.telemetry.progress` listener.
+
+  Never raises into training: a write that fails is logged and retried at the
+  next event, except one the storage refuses (a full disk), said once.
+  """
+
+  def __init__(
+    self,
+    *,
+    directory: str,
+    storage: str = "auto",
+    fuse_root: str = "/gcs",
+    restart: int = 0,
+    environ: Mapping[str, str] = os.environ,
+    fence: fencing.Fence = fencing.OPEN,
+  ):
+    """Starts the record of this attempt (written from the end of start-up).
+
+    Args:
+      directory: the ledger directory, `ledger_dir(model_dir)` (a local
+        path, gs:// or a FUSE path).
+      storage: the route for gs:// urls (ctl.io.storage.ROUTES).
+      fuse_root: where Cloud Storage FUSE mounts buckets.
+      restart: how many times a supervisor restarted the job before this
+        start (`RunOptions.restarts`).
+      environ: the environment, for what ctl.launch says of the previous
+        start (ctl.env: CTL_PREVIOUS_EXIT, CTL_PREVIOUS_EXIT_TIME) and, on
+        Kubernetes, how often JobSet restarted the whole job
+        (CTL_JOBSET_RESTART_ATTEMPT; recorded only when set).
+      fence: the lease's fence (ctl.io.fencing): once it fails, nothing more
+        is written.
+    """
+    self._directory = directory
+    self._fence = fence
+    self._storage = storage
+    self._fuse_root = fuse_root
+    self._location = None
+    self._writing = False  # Until start-up ends: see __call__.
+    self._discarded = False
+    started, self._origin, self._name = _begin_attempt()
+    self._events = [
+      {
+        "event": "start",
+        "time": round(started, 3),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "restart": restart,
+        "previous_exit": env.previous_exit(environ),
+        "previous_exit_time": env.previous_exit_time(environ),
+      }
+    ]
+    jobset_restart = environ.get(cluster.JOBSET_RESTART_ATTEMPT_ENV, "")
+    if jobset_restart.strip().isdigit():
+      self._events[0]["jobset_restart"] = int(jobset_restart)
+
+  def __call__(self, mark: progress_lib.Mark) -> None:
+    """Records a phase's end (the listener interface)."""
+    if mark.started:
+      if mark.phase == progress_lib.RUN:  # Imports end here.
+        self._events.append(
+          {"event": "run", "time": round(mark.time, 3), **self._since(mark)}
+        )
+      return
+    if mark.phase == progress_lib.STARTUP:
+      # Nothing is written before start-up ends, and nothing at all when it
+      # ends by a user error (a bad checkpoint, an unreachable bucket): such
+      # a command must leave the run's files as they were.
+      self._discarded = self._discarded or mark.error == "UserError"
+      self._writing = not self._discarded
+    if mark.phase == progress_lib.RUN:
+      self.record(
+        "end",
+        step=mark.step,
+        outcome="done" if mark.ok else mark.error or "error",
+      )
+      self.close()
+      return
+    event = {
+      "event": "phase",
+      "phase": mark.phase,
+      "t0": round(mark.time - mark.seconds, 3),
+      "t1": round(mark.time, 3),
+      "step0": mark.step - mark.steps,
+      "step": mark.step,
+      "ok": mark.ok,
+    }
+    if mark.monotonic is not None:
+      m1 = self._since(mark)["m"]
+      event.update(m0=round(m1 - mark.seconds, 3), m1=m1)
+    last = self._events[-1]
+    if (
+      mark.phase == progress_lib.TRAIN_LOOP
+      and last.get("phase") == progress_lib.TRAIN_LOOP
+      and last["step"] == event["step0"]
+    ):
+      if "m1" in event:
+        last["m1"] = event["m1"]
+      last.update(
+        t1=event["t1"],
+        step=event["step"],
+        ok=event["ok"],
+        loops=last["loops"] + 1,
+        busy=round(last["busy"] + mark.seconds, 3),
+      )
+    else:
+      if mark.phase == progress_lib.TRAIN_LOOP:
+        event.update(loops=1, busy=round(mark.seconds, 3))
+      self._events.append(event)
+    self._write(upload=mark.phase == progress_lib.CHECKPOINT_SAVE)
+
+  def record(self, kind: str, **fields) -> None:
+    """Adds an event now, e.g. `record("stall", phase=..., step=...)`.
+
+    Written and uploaded at once, even during start-up: such events often
+    come right before the process exits.
+    """
+    self._writing = not self._discarded
+    self._events.append(
+      {
+        "event": kind,
+        "time": round(time.time(), 3),
+        "m": round(time.monotonic() - self._origin, 3),
+        **fields,
+      }
+    )
+    self._write(upload=True)
+
+  def _since(self, mark: progress_lib.Mark) -> dict:
+    """{"m": the mark's seconds since the attempt began}, if it has them."""
+    if mark.monotonic is None:
+      return {}
+    return {"m": round(mark.monotonic - self._origin, 3)}
+
+  def discard(self) -> None:
+    """Writes nothing from now on (a run that turned out to do nothing)."""
+    self._discarded = True
+    self._writing = False
+
+  def attempts(self) -> list[list[dict]]:
+    """Every attempt's events so far, this one as it is in memory."""
+    others = [events for _, events in self._others()]
+    self._number(others)
+    return sorted([*others, list(self._events)], key=_order)
+
+  def accounting(self) -> goodput.Accounting:
+    """Where the job's time went so far, until now (on this attempt's
+    monotonic clock)."""
+    attempts = self.attempts()
+    since_start = time.monotonic() - self._origin
+    return goodput.account(attempts, now=self._events[0]["time"] + since_start)
+
+  def close(self) -> None:
+    """Uploads the file a last time and releases the staging directory."""
+    self._write(upload=True)
+    if self._location is not None:
+      try:
+        self._location.close()
+      except Exception:  # pylint: disable=broad-except
+        logging.exception("Could not upload the run ledger.")
+      self._location = None
+
+  def _number(self, others: list[list[dict]] | None = None) -> None:
+    """Numbers this attempt after those in the directory (`sequence`).
+
+    Attempts are read back in this order, not by their wall clock start
+    times, which a stepped clock can put in any order. One writer holds the
+    run directory (ctl.resilience.lease), so no two attempts take the same number.
+    """
+    if "sequence" in self._events[0]:
+      return
+    if others is None:
+      try:
+        others = [events for _, events in self._others()]
+      except Exception:  # pylint: disable=broad-except
+        logging.exception(
+          "Could not read the run ledger in %s.", self._directory
+        )
+        return
+    self._events[0]["sequence"] = 1 + max(
+      (events[0].get("sequence", 0) for events in others), default=0
+    )
+
+  def _others(self) -> list[tuple[str, list[dict]]]:
+    return [
+      (name, events)
+      for name, events in _read_files(
+        self._directory, storage_route=self._storage, fuse_root=self._fuse_root
+      )
+      if name != self._name
+    ]
+
+  def _write(self, *, upload: bool) -> None:
+    if not self._writing:
+      return
+    self._number()
+    text = "".join(json.dumps(event) + "\n" for event in self._events)
+    try:
+      if self._location is None:
+        # Imported here: ctl.io.storage loads TensorFlow; readers need not.
+        from ctl.io import storage  # pylint: disable=g-import-not-at-top
+
+        self._location = storage.open_location(
+          self._directory,
+          storage=self._storage,
+          fuse_root=self._fuse_root,
+          fence=self._fence,
+        )
+      path = posixpath.join(self._location.local_path, self._name)
+      writes = upload or "://" not in path  # The tf route writes the bucket.
+      if writes and not self._location.mirrored:  # Mirrors check their own.
+        self._fence.check("the run ledger")
+      if writes:
+        _write_file(path, text)
+      if upload:
+        self._location.publish()
+    except fencing.LeaseLost:
+      self.discard()  # A taken-over writer records nothing more.
+    except Exception as e:  # pylint: disable=broad-except
+      reason = errors.refused_write(e)
+      if reason is None:
+        logging.exception(
+          "Could not write the run ledger in %s.", self._directory
+        )
+        return
+      # An observation, not a result: said once, and training goes on.
+      logging.warning(
+        "Cannot write the run ledger in %s: %s; training goes on without "
+        "it (this start's goodput is not recorded).",
+        self._directory,
+        reason,
+      )
+      self.discard()
+
+
+def ledger_dir(model_dir: str) -> str:
+  return posixpath.join(model_dir.rstrip("/"), SUBDIR)
+
+
+def read(
+  directory: str, *, storage_route: str = "auto", fuse_root: str = "/gcs"
+) -> list[list[dict]]:
+  """Every attempt's events from a ledger directory, in start order.
+
+  Args:
+    directory: a ledger directory (local, FUSE or gs://).
+    storage_route: how a gs:// directory is read (ctl.io.storage.ROUTES).
+    fuse_root: where Cloud Storage FUSE mounts buckets.
+
+  Returns:
+    One list of events per attempt; empty when there is no ledger.
+  """
+  return sorted(
+    (
+      events
+      for _, events in _read_files(
+        directory, storage_route=storage_route, fuse_root=fuse_root
+      )
+    ),
+    key=_order,
+  )
+
+
+def parse(text: str, *, source: str = "the ledger") -> list[dict]:
+  """The events of one attempt's file; unreadable lines are skipped.
+
+  A line that is not JSON (e.g. the last line of a write a crash cut short)
+  is skipped silently; a JSON line that is not a ledger event of the right
+  field types (a hand edit, another tool) is skipped with a warning naming
+  `source` and the line, so that no line can fail a run or a report.
+  """
+  events = []
+  for number, line in enumerate(text.splitlines(), start=1):
+    try:
+      event = json.loads(line)
+    except ValueError:
+      continue
+    problem = _problem(event)
+    if problem:
+      logging.warning("Skipped line %d of %s: %s.", number, source, problem)
+    else:
+      events.append(event)
+  return events
+
+
+def _is_number(value) -> bool:
+  return (
+    isinstance(value, (int, float))
+    and not isinstance(value, bool)
+    and math.isfinite(value)
+  )
+
+
+def _is_int(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+# What a reader (ctl.telemetry.goodput) relies on: each field's type wherever it
+# appears, and the fields each kind of event must have.
+_FIELD_TYPES = {
+  "time": ("a number", _is_number),
+  "t0": ("a number", _is_number),
+  "t1": ("a number", _is_number),
+  "busy": ("a number", _is_number),
+  "previous_exit_time": (
+    "a number or null",
+    lambda v: v is None or _is_number(v),
+  ),
+  "m": ("a number", _is_number),
+  "m0": ("a number", _is_number),
+  "m1": ("a number", _is_number),
+  "sequence": ("an integer", _is_int),
+  "step0": ("an integer", _is_int),
+  "step": ("an integer", _is_int),
+  "loops": ("an integer", _is_int),
+  "restart": ("an integer", _is_int),
+  "previous_exit": ("an integer or null", lambda v: v is None or _is_int(v)),
+  "phase": ("a string", lambda v: isinstance(v, str)),
+  "outcome": ("a string", lambda v: isinstance(v, str)),
+  "ok": ("true or false", lambda v: isinstance(v, bool)),
+}
+_REQUIRED = {
+  "phase": ("phase", "t0", "t1", "step0", "step", "ok"),
+  "end": ("time", "step", "outcome"),
+}
+
+
+def _problem(event) -> str | None:
+  """What makes `event` unusable as a ledger event; None if nothing."""
+  if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+    return "not an event (a JSON object with a string field 'event')"
+  required = _REQUIRED.get(event["event"], ("time",))
+  if (
+    event["event"] == "phase" and event.get("phase") == progress_lib.TRAIN_LOOP
+  ):
+    required += ("busy",)  # Only the loops' phase events carry it.
+  for name in required:
+    if name not in event:
+      return f"a {event['event']} event needs '{name}'"
+  for name, (kind, check) in _FIELD_TYPES.items():
+    if name in event and not check(event[name]):
+      return f"'{name}' is {json.dumps(event[name])}, not {kind}"
+  return None
+
+
+def _read_files(
+  directory: str, *, storage_route: str, fuse_root: str
+) -> list[tuple[str, list[dict]]]:
+  from ctl.io import storage  # pylint: disable=g-import-not-at-top
+
+  if storage_route == "tf":  # Read the bucket directly, without TensorFlow.
+    storage_route = "gcsfs"
+  path, fs = storage.read_route(
+    directory, storage=storage_route, fuse_root=fuse_root
+  )
+  if fs is None:  # A local directory or the FUSE mount of the bucket.
+    import fsspec  # pylint: disable=g-import-not-at-top
+
+    fs = fsspec.filesystem("file")
+  try:
+    names = fs.ls(path, detail=False)
+  except FileNotFoundError:
+    return []
+  found = []
+  for name in sorted(names):
+    if name.endswith(_SUFFIX):
+      events = parse(
+        fs.cat_file(name).decode("utf-8", errors="replace"),
+        source=posixpath.join(directory, posixpath.basename(name)),
+      )
+      if events and events[0]["event"] == "start":
+        found.append((posixpath.basename(name), events))
+  return found
+
+
+def _order(events: list[dict]) -> tuple[int, float]:
+  """Attempts in the order they were numbered; unnumbered ones (written
+  before attempts were numbered) first, by start time."""
+  return events[0].get("sequence", 0), events[0]["time"]
+
+
+def _write_file(path: str, text: str) -> None:
+  """Replaces `path` with `text`: atomically on local disks."""
+  if "://" in path:  # TensorFlow's own filesystem (the tf route).
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    with tf.io.gfile.GFile(path, "w") as f:
+      f.write(text)
+    return
+  directory = os.path.dirname(path)
+  os.makedirs(directory, exist_ok=True)
+  temporary = tempfile.NamedTemporaryFile(
+    "w", dir=directory, suffix=".tmp", delete=False
+  )
+  try:
+    with temporary:
+      temporary.write(text)
+    os.replace(temporary.name, path)
+  except BaseException:
+    with contextlib.suppress(OSError):  # A full disk leaves no .tmp file.
+      os.remove(temporary.name)
+    raise

@@ -1,0 +1,520 @@
+"""The outer loop: bookkeeping between calls of the compiled train loop.
+
+`run` restores the newest readable checkpoint, then repeatedly runs up to
+`steps_per_loop` steps in one `tf.function` call and, at loop boundaries only,
+logs, writes summaries, evaluates, checkpoints, rolls back a non-finite loss,
+and stops when any worker was asked to (SIGTERM). At the end it evaluates,
+saves, exports a SavedModel and writes `train_summary.json`.
+
+Steps are targets: `train_steps=N` means "until the global step is N", so the
+same call after any interruption continues and ends at the same place.
+"""
+
+from collections.abc import Callable, Sequence
+import dataclasses
+import time
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from ctl.checkpoint import checkpointing
+from ctl.checkpoint import finishing
+from ctl.checkpoint import run_checkpoints
+from ctl.checkpoint import save_policy
+from ctl.errors import Preempted
+from ctl.errors import TrainingDiverged
+from ctl.io import fencing
+from ctl.io import outputs as outputs_lib
+from ctl.resilience import faults as faults_lib
+from ctl.resilience import lease as lease_lib
+from ctl.resilience import preemption
+from ctl.resilience import stragglers as stragglers_lib
+from ctl.resilience import watchdog as watchdog_lib
+from ctl.telemetry import ledger as ledger_lib
+from ctl.telemetry import profiler
+from ctl.telemetry import progress as progress_lib
+from ctl.telemetry import summaries
+from ctl.train import evaluation as evaluation_lib
+from ctl.train import loop as loop_lib
+from ctl.train import metrics_window
+from ctl.train import state as state_lib
+from ctl.train.options import RunOptions
+from ctl.train.options import Task
+
+
+def run(
+  *,
+  task: Task,
+  options: RunOptions,
+  strategy: tf.distribute.Strategy,
+  eval_callbacks: Sequence[Callable[[int, dict], None]] = (),
+  progress_listeners: Sequence[progress_lib.Listener] = (),
+  faults: Sequence[faults_lib.Fault] = (),
+  watchdog: watchdog_lib.Watchdog | None = None,
+) -> dict:
+  """Trains to `options.train_steps`, resuming from the latest checkpoint.
+
+  Args:
+    task: what to train.
+    options: how to train.
+    strategy: the distribution strategy (one device, mirrored, multi-worker).
+    eval_callbacks: called as `fn(step, eval_metrics)` after each evaluation
+      (e.g. to report a hyperparameter-tuning metric).
+    progress_listeners: called with every `ctl.telemetry.progress.Mark` (each phase's
+      start and end), after the controller's own listeners.
+    faults: faults to inject (tests and benchmarks; see ctl.resilience.faults).
+    watchdog: a started stall watchdog (ctl.resilience.watchdog), or None. It sees every
+      phase first, and a stall it ends the process for is recorded in the
+      run ledger.
+
+  Returns:
+    The summary also written to `<model_dir>/train_summary.json` (chief);
+    `{"final_step": 0}` when train_steps is 0 and there is no checkpoint
+    (nothing is trained or written).
+
+  Raises:
+    UserError: bad options or an incompatible checkpoint.
+    Preempted: a stop was requested; the checkpoint at the agreed step was
+      written before raising.
+    TrainingDiverged: the loss stayed non-finite; nothing bad was saved.
+  """
+  options.validate()
+  listeners = tuple(progress_listeners)
+  if watchdog:
+    listeners = (watchdog, *listeners)
+  with lease_lib.hold(options.lease_terms()) as held:  # One writer per run dir.
+    run_state = _Run(
+      task,
+      options,
+      strategy,
+      eval_callbacks,
+      listeners,
+      faults,
+      fence=lease_lib.fence_of(held),
+    )
+    if watchdog:
+      _on_stall(watchdog, run_state.ledger, held)
+    return run_state.run()
+
+
+def _on_stall(watchdog, ledger, held) -> None:
+  """A stall is recorded in the ledger, then the lease is released."""
+  if ledger:
+    watchdog.add_stall_callback(
+      lambda stall: ledger.record("stall", **dataclasses.asdict(stall))
+    )
+  if held:
+    watchdog.add_stall_callback(lambda _: held.release())
+
+
+class _Run:
+  """One `run` call: the outer loop over the run's collaborators (`_Parts`).
+
+  Each duty is its own unit, called at loop boundaries only: checkpoints and
+  their policy, the metrics window and its log line, evaluation, stragglers,
+  the divergence guard, and the finishing steps (`ctl.checkpoint.finishing`).
+  """
+
+  def __init__(
+    self,
+    task,
+    options,
+    strategy,
+    eval_callbacks,
+    progress_listeners,
+    faults,
+    *,
+    fence,
+  ):
+    self._task, self._options, self._strategy = task, options, strategy
+    self._fence = fence  # Checked before every commit (ctl.io.fencing).
+    self._eval_callbacks = eval_callbacks
+    self._started = time.monotonic()  # For the summary's wall_seconds.
+    # The global step as the host knows it: read from the variable after a
+    # restore, then advanced by the steps each loop runs, so bookkeeping and
+    # progress marks never wait on a device-to-host copy.
+    self._step = 0
+    self.ledger, self._faults, self._progress = _observers(
+      options,
+      faults,
+      progress_listeners,
+      current_step=lambda: self._step,
+      fence=fence,
+    )
+    self._parts = None  # _Parts, from the start of start-up.
+
+  def run(self) -> dict:
+    """The whole run, from start-up to the summary: the one place a run is
+    entered and left (what must hold for all of it wraps this)."""
+    with self._progress.phase(progress_lib.RUN):
+      return self._train()
+
+  def _train(self) -> dict:
+    options = self._options
+    with self._progress.phase(progress_lib.STARTUP):
+      self._parts = parts = _assemble(
+        task=self._task,
+        options=options,
+        strategy=self._strategy,
+        progress=self._progress,
+        ledger=self.ledger,
+        faults=self._faults,
+        eval_callbacks=self._eval_callbacks,
+        fence=self._fence,
+      )
+      with self._progress.phase(progress_lib.RESTORE):
+        restored, self._step = parts.checkpoints.restore_at_start(
+          directory=options.dirs.checkpoint_dir,
+          train_steps=options.train_steps,
+          save_if_none=bool(options.max_nan_recoveries),
+        )
+      if not restored and not options.train_steps:
+        summary = finishing.nothing_to_train(
+          checkpoint_dir=options.dirs.checkpoint_dir, ledger=self.ledger
+        )
+        parts.close()
+        return summary
+      parts.writer.write_hparams(options.hparams)
+    parts.checkpoints.policy.start()
+    start_step = self._step
+    with preemption.StopRequest() as stop:
+      self._loop_until(options.train_steps, stop)
+    return self._finish(trained=self._step > start_step)
+
+  def _loop_until(self, train_steps: int, stop) -> None:
+    """Runs train loops to `train_steps`, the duties between them."""
+    parts, iterator = self._parts, self._iterator()
+    saves = parts.checkpoints.policy
+    returned, first = time.perf_counter(), True
+    while self._step < train_steps:
+      num_steps = min(self._options.steps_per_loop, train_steps - self._step)
+      started = time.monotonic()
+      phase = progress_lib.FIRST_LOOP if first else progress_lib.TRAIN_LOOP
+      with (
+        self._progress.phase(phase),
+        parts.profiler.loop(
+          first_step=self._step + 1, last_step=self._step + num_steps
+        ),
+      ):
+        # Host time since the previous loop returned: what the others
+        # wait for in this loop's all-reduce if this worker is the slowest.
+        output = parts.loop.train(
+          iterator,
+          num_steps,
+          stop_requested=stop.requested,
+          save_requested=saves.due_by_time(),
+          host_seconds=time.perf_counter() - returned,
+        )
+        returned = time.perf_counter()
+        self._step += num_steps
+      first = False
+      if not np.all(np.isfinite(output.step_losses)):
+        self._roll_back(output.step_losses)
+        iterator = self._iterator()
+        continue
+      self._after_loop(output, num_steps, time.monotonic() - started)
+      if output.stop_requested:
+        parts.checkpoints.save(self._step)
+        parts.close()
+        raise Preempted(self._step, stop.signal)
+
+  def _after_loop(self, output, num_steps: int, seconds: float) -> None:
+    parts, step, options = self._parts, self._step, self._options
+    parts.window.add(output, num_steps, seconds)
+    if parts.stragglers:
+      parts.stragglers.add(output.host_seconds, step=step)
+    if step % options.log_every_steps == 0 or step == options.train_steps:
+      parts.window.log(step, parts.stragglers and parts.stragglers.scalars())
+    if parts.evaluation.due(step):
+      parts.evaluation.run(step)
+    saves = parts.checkpoints.policy
+    if saves.due_after_loop(step, requested=output.save_requested):
+      parts.checkpoints.save(step)
+
+  def _iterator(self):
+    seed = int(self._parts.state.data_seed.numpy())
+    return _train_iterator(
+      self._task, self._strategy, self._step, seed, self._faults
+    )
+
+  def _roll_back(self, losses: np.ndarray) -> None:
+    """Returns to the last checkpoint after a non-finite loss."""
+    try:
+      self._parts.divergence.record(losses, last_step=self._step)
+    except TrainingDiverged:
+      self._parts.close()
+      raise
+    _, self._step = self._parts.checkpoints.restore_latest()
+    if self._options.reshuffle_on_nan:
+      self._parts.state.data_seed.assign_add(1)
+
+  def _finish(self, *, trained: bool) -> dict:
+    """The finishing steps: evaluate, save, export, write the summary."""
+    parts, step = self._parts, self._step
+    parts.evaluation.run(step)
+    if parts.checkpoints.policy.last_step != step:
+      parts.checkpoints.save(step)
+    try:  # A stop asked for during the export raises Preempted after it.
+      finishing.export(
+        model=parts.state.model,
+        image_shape=self._task.image_shape,
+        location=parts.outputs.export,
+        step=step,
+        trained=trained,
+        progress=self._progress,
+        fence=self._fence,
+      )
+      summary = _summary(parts, step, self._options, self._started, self.ledger)
+      finishing.write_summary(parts.outputs.model, summary, fence=self._fence)
+    finally:
+      parts.close()
+    finishing.log_done(summary, model_dir=self._options.dirs.model_dir)
+    return summary
+
+
+@dataclasses.dataclass(frozen=True)
+class _Parts:
+  """What a run is made of, built once at start-up (`_assemble`)."""
+
+  outputs: outputs_lib.OpenedOutputs
+  state: state_lib.TrainState
+  checkpoints: run_checkpoints.RunCheckpoints
+  loop: loop_lib.TrainLoop
+  writer: summaries.ScalarWriter
+  profiler: profiler.StepProfiler
+  window: metrics_window.MetricsWindow
+  evaluation: evaluation_lib.Evaluation
+  stragglers: stragglers_lib.Watch | None  # The chief's only.
+  divergence: "DivergenceGuard"
+
+  def close(self) -> None:
+    """Finishes checkpoint writes, then publishes and releases outputs."""
+    self.checkpoints.close()
+    self.profiler.stop()
+    self.writer.close()
+    self.outputs.close()
+
+
+def _assemble(
+  *,
+  task: Task,
+  options: RunOptions,
+  strategy: tf.distribute.Strategy,
+  progress: progress_lib.Progress,
+  ledger: ledger_lib.Ledger | None,
+  faults: faults_lib.Injector | None,
+  eval_callbacks: Sequence[Callable[[int, dict], None]],
+  fence: fencing.Fence,
+) -> _Parts:
+  """Opens the outputs and builds the model, its loops and the duties."""
+  outputs = _open_outputs(options, fence)
+  state = state_lib.build_state(task=task, strategy=strategy, seed=options.seed)
+  writer = summaries.ScalarWriter(
+    logdir=outputs.tensorboard and outputs.tensorboard.local_path, fence=fence
+  )
+  return _Parts(
+    outputs=outputs,
+    state=state,
+    checkpoints=_checkpoints(
+      options, outputs.checkpoints, state, progress, ledger, fence
+    ),
+    loop=_train_loop(task, options, strategy, state, faults),
+    writer=writer,
+    profiler=profiler.StepProfiler(
+      steps=options.profile_steps, logdir=writer.run_dir(summaries.TRAIN)
+    ),
+    window=metrics_window.MetricsWindow(
+      train_steps=options.train_steps,
+      global_batch_size=task.global_batch_size,
+      writer=writer,
+      publish=lambda: _publish(outputs.tensorboard),
+      learning_rate=lambda: float(
+        tf.convert_to_tensor(state.optimizer.learning_rate)
+      ),
+    ),
+    evaluation=evaluation_lib.Evaluation(
+      eval_loop=loop_lib.EvalLoop(
+        strategy=strategy, model=state.model, loss_fn=task.loss_fn
+      ),
+      eval_data=(
+        strategy.distribute_datasets_from_function(task.eval_dataset_fn)
+        if task.eval_dataset_fn
+        else None
+      ),
+      every_steps=options.eval_every_steps,
+      train_steps=options.train_steps,
+      writer=None if options.evaluator_writes_validation else writer,
+      publish=lambda: _publish(outputs.tensorboard),
+      callbacks=eval_callbacks,
+      progress=progress,
+    ),
+    stragglers=stragglers_lib.Watch() if options.is_chief else None,
+    divergence=DivergenceGuard(max_recoveries=options.max_nan_recoveries),
+  )
+
+
+def _open_outputs(options, fence) -> outputs_lib.OpenedOutputs:
+  """The run's output directories (the chief's commit through `fence`)."""
+  return outputs_lib.open_outputs(
+    options.dirs,
+    is_chief=options.is_chief,
+    storage_route=options.storage,
+    fuse_root=options.fuse_root,
+    fence=fence,
+  )
+
+
+def _checkpoints(
+  options, location, state, progress, ledger, fence
+) -> run_checkpoints.RunCheckpoints:
+  """The checkpoint duty: into `location` (fetched first), when the policy
+  says."""
+  location.fetch()
+  return run_checkpoints.RunCheckpoints(
+    checkpointer=checkpointing.Checkpointer(
+      checkpoint=state.checkpoint(),
+      directory=location.local_path,
+      is_chief=options.is_chief,
+      keep=options.keep_checkpoints,
+      async_save=options.async_checkpoint,
+      on_saved=lambda: run_checkpoints.upload(location, progress),
+      input_shape=state.input_shape,
+      global_batch_size=state.global_batch_size,
+    ),
+    policy=save_policy.SavePolicy(
+      every_steps=options.checkpoint_every_steps,
+      every_secs=options.checkpoint_every_secs,
+      expected_mtbf_secs=options.expected_mtbf_secs,
+      train_steps=options.train_steps,
+      is_chief=options.is_chief,
+      accounting=lambda: ledger and ledger.accounting(),
+    ),
+    progress=progress,
+    global_step=state.global_step,
+    restores=state.restores,
+    fence=fence,
+  )
+
+
+def _train_loop(task, options, strategy, state, faults) -> loop_lib.TrainLoop:
+  with strategy.scope():
+    loss_hook = faults and faults.loss_hook()
+  return loop_lib.TrainLoop(
+    strategy=strategy,
+    model=state.model,
+    optimizer=state.optimizer,
+    global_step=state.global_step,
+    global_batch_size=task.global_batch_size,
+    steps_per_loop=options.steps_per_loop,
+    loss_fn=task.loss_fn,
+    jit_compile=options.xla,
+    train_accuracy=options.train_accuracy,
+    loss_hook=loss_hook,
+  )
+
+
+def _observers(options, faults, listeners, *, current_step, fence):
+  """(the run ledger, a fault injector, the progress that marks phases).
+
+  The chief keeps the run ledger (ctl.telemetry.ledger), a listener of every mark;
+  other workers None. Test machinery only when asked for: no injector,
+  listener, hook or wrapper else; it listens after a watchdog (among
+  `listeners`), so the watchdog sees the phase a fault stalls.
+  """
+  ledger = options.is_chief and ledger_lib.Ledger(
+    directory=ledger_lib.ledger_dir(options.dirs.model_dir),
+    storage=options.storage,
+    fuse_root=options.fuse_root,
+    restart=options.restarts,
+    fence=fence,
+  )
+  record = ledger.record if ledger else None  # Each fault that fires.
+  injector = (
+    faults_lib.Injector(tuple(faults), record=record) if faults else None
+  )
+  progress = progress_lib.Progress(
+    current_step=current_step,
+    listeners=tuple(filter(None, (ledger, *listeners, injector))),
+  )
+  return ledger or None, injector, progress
+
+
+def _train_iterator(task, strategy, step: int, seed: int, faults):
+  """The distributed train data from `step` on (the position is the step)."""
+  dataset_fn = lambda context: task.train_dataset_fn(context, step, seed)
+  if faults:
+    dataset_fn = faults.wrap_dataset_fn(dataset_fn, start_step=step)
+  return iter(strategy.distribute_datasets_from_function(dataset_fn))
+
+
+def _summary(
+  parts: _Parts,
+  step: int,
+  options: RunOptions,
+  started: float,
+  ledger: ledger_lib.Ledger | None,
+) -> dict:
+  """The run summary (`train_summary.json`) at `step`."""
+  summary = {
+    "final_step": step,
+    "train_loss": parts.window.metrics.get("loss"),
+    "train_accuracy": parts.window.metrics.get("accuracy"),
+    "eval_loss": parts.evaluation.metrics.get("loss"),
+    "eval_accuracy": parts.evaluation.metrics.get("accuracy"),
+    "examples_per_second": parts.window.median_throughput(),
+    "wall_seconds": round(time.monotonic() - started, 3),
+    "restores": int(parts.state.restores.numpy()),
+    "restarts": options.restarts,
+    "nan_recoveries": parts.divergence.recoveries,
+    "weights_fingerprint": checkpointing.weights_fingerprint(
+      parts.state.model, parts.state.optimizer
+    ),
+    **parts.checkpoints.policy.summary(),
+    "data_order_differs_from_step": (
+      parts.checkpoints.data_order_differs_from_step
+    ),
+  }
+  if ledger:
+    summary["goodput"] = finishing.goodput(
+      ledger.accounting(),
+      step=step,
+      writer=parts.writer,
+      model_dir=options.dirs.model_dir,
+    )
+  return summary
+
+
+def _publish(location) -> None:
+  if location:
+    location.publish()
+
+
+class DivergenceGuard:
+  """Counts rollbacks after non-finite losses and says when to give up."""
+
+  def __init__(self, *, max_recoveries: int):
+    self._max_recoveries = max_recoveries
+    self.recoveries = 0
+
+  def record(self, losses: np.ndarray, *, last_step: int) -> None:
+    """Records a loop whose `losses` (ending at `last_step`) were not finite.
+
+    Raises:
+      TrainingDiverged: when no rollback is left.
+    """
+    first_bad = last_step - len(losses) + int(np.argmin(np.isfinite(losses)))
+    self.recoveries += 1
+    if self.recoveries > self._max_recoveries:
+      raise TrainingDiverged(
+        f"The loss was not finite at step {first_bad} after "
+        f"{self._max_recoveries} rollbacks; stopping without saving it. "
+        "Lower the learning rate or check the data."
+      )
+    logging.warning(
+      "Loss not finite at step %d; rolling back to the last "
+      "checkpoint (recovery %d of %d).",
+      first_bad,
+      self.recoveries,
+      self._max_recoveries,
+    )
