@@ -215,6 +215,13 @@ elif restart == 1:
       ["0"],
       id="a_user_error_is_not_restarted",
     ),
+    pytest.param(
+      3,
+      77,
+      ("not restarting: worker 1 exited with code 77",),
+      ["0"],
+      id="a_writer_whose_lease_was_taken_over_is_not_restarted",
+    ),
   ],
 )
 def test_a_failing_worker_ends_the_job(

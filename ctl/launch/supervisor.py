@@ -3,7 +3,8 @@
 When a worker fails, the others stop (MultiWorkerMirroredStrategy cannot go
 on without it) and, if restarts are left, all start again after an
 exponential backoff; the trainer resumes from its checkpoint. A user error
-(exit 2) is never restarted: a restart cannot fix it. A stall (exit 75, or a
+(exit 2) is never restarted: a restart cannot fix it; nor is a writer
+whose lease another trainer took over (exit 77). A stall (exit 75, or a
 heartbeat past its deadline) is restarted like a crash and reported with its
 place; one that comes back at the same place is said not to be transient.
 """
@@ -19,6 +20,7 @@ import time
 import uuid
 
 from ctl import env
+from ctl.errors import LEASE_LOST_EXIT_CODE
 from ctl.errors import STALL_EXIT_CODE
 from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.launch import heartbeats as heartbeats_lib
@@ -27,6 +29,16 @@ from ctl.launch import reaper
 from ctl.launch import workers as workers_lib
 
 MAX_BACKOFF_SECS = 300.0
+# Exit codes a restart cannot fix, and why: they end the job at once.
+_FINAL_CODES = {
+  USER_ERROR_EXIT_CODE: (
+    "a user error (bad flag, environment or files) that a restart cannot fix"
+  ),
+  LEASE_LOST_EXIT_CODE: (
+    "its run directory's lease was taken over by another trainer, which now "
+    "owns it"
+  ),
+}
 # The shortest pause between restarts, whatever --restart_backoff_secs says:
 # a worker that fails at once must not make the launcher spin.
 MIN_PAUSE_SECS = 0.5
@@ -200,10 +212,10 @@ class _Supervisor:
     self, workers: workers_lib.Workers, rank: int, code: int
   ) -> int | None:
     """The exit status if worker `rank`'s failure ends the job, else None."""
-    if code == USER_ERROR_EXIT_CODE:
+    why_final = _FINAL_CODES.get(code)
+    if why_final:
       output_relay.log(
-        f"not restarting: worker {rank} exited with code {code}, a user "
-        "error (bad flag, environment or files) that a restart cannot fix"
+        f"not restarting: worker {rank} exited with code {code}, {why_final}"
       )
       return code
     failure = f"exited with code {code}"
