@@ -1,5 +1,6 @@
 """ctl.train.options: every bad option fails early with one sentence."""
 
+import argparse
 import dataclasses
 
 import pytest
@@ -140,3 +141,12 @@ def test_each_rule_names_the_option(tmp_path, bad, good, expected):
 def test_options_are_frozen(tmp_path):
   with pytest.raises(dataclasses.FrozenInstanceError):
     make_options(tmp_path).train_steps = 5
+
+
+def test_from_flags_takes_each_field_from_the_flag_of_its_name(tmp_path):
+  dirs = make_options(tmp_path).dirs
+  flags = argparse.Namespace(seed=7, xla=True, train_steps=1, unrelated="x")
+  built = options.from_flags(options.RunOptions, flags, dirs=dirs, seed=8)
+  assert (built.xla, built.train_steps) == (True, 1)  # From the flags.
+  assert built.seed == 8  # A value given wins over the flag of its name.
+  assert built.keep_checkpoints == 3  # Neither: the declared default.

@@ -6,9 +6,7 @@ print the spec they built as YAML (what `gcloud --config` and `kubectl apply
 exit 2.
 """
 
-import argparse
 from collections.abc import Callable, Mapping, Sequence
-import inspect
 import json
 import sys
 from typing import Any
@@ -25,19 +23,6 @@ def split_trainer_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return argv, []
   split = argv.index("--")
   return argv[:split], argv[split + 1 :]
-
-
-def from_args(build: Callable, args: argparse.Namespace, **values) -> Any:
-  """Calls `build` with each keyword it takes from the flag of that name.
-
-  The flags of both generators are named after the keywords of what builds
-  the spec, so neither spells out `name=args.name` for each; `values` gives
-  the keywords that are not flags (the trainer arguments), and a keyword
-  with neither keeps its default.
-  """
-  parameters = inspect.signature(build).parameters
-  flags = {name: getattr(args, name) for name in parameters if name in args}
-  return build(**(flags | values))
 
 
 def format_spec(spec: Mapping[str, Any], output_format: str) -> str:

@@ -48,6 +48,7 @@ from ctl import errors
 from ctl.cloud import jobspecs
 from ctl.distributed import cluster
 from ctl.io import storage
+from ctl.train import options as options_lib
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 # The container's command; the trainer flags become its args. With
@@ -565,7 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = _parser().parse_args(argv)
 
   def build() -> str:
-    options = jobspecs.from_args(
+    options = options_lib.from_flags(
       JobSetOptions, args, trainer_args=tuple(trainer_args)
     )
     manifest = build_manifest(options)

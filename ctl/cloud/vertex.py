@@ -33,6 +33,7 @@ from ctl.cloud import jobspecs
 from ctl.cloud import reduction_server
 from ctl.cloud import vertex_check
 from ctl.io import storage
+from ctl.train import options
 
 if TYPE_CHECKING:
   pass
@@ -290,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _build_and_send(args: argparse.Namespace, trainer_args: list[str]) -> str:
   """Builds the spec from the command line; returns it, or the job's name."""
-  spec = jobspecs.from_args(build_job_spec, args, trainer_args=trainer_args)
+  spec = options.from_flags(build_job_spec, args, trainer_args=trainer_args)
   if not args.submit:
     vertex_check.validate_job_spec(spec)
     return jobspecs.format_spec(spec, args.format)

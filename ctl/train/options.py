@@ -9,7 +9,8 @@ options in a fraction of a second.
 
 from collections.abc import Callable, Mapping
 import dataclasses
-from typing import TYPE_CHECKING
+import inspect
+from typing import TYPE_CHECKING, Any
 
 from ctl.errors import UserError
 from ctl.io.outputs import OutputDirs
@@ -201,3 +202,28 @@ def default(options_class: type, name: str):
         raise ValueError(f"{options_class.__name__}.{name} has no default.")
       return field.default
   raise ValueError(f"{options_class.__name__} has no field {name!r}.")
+
+
+def from_flags(build: Callable, flags: Any, **values) -> Any:
+  """Calls `build` with each keyword it takes from the flag of that name.
+
+  Command lines name their flags after the keywords (or dataclass fields) of
+  what they build, so none spells out `name=flags.name` for each: the
+  trainer's flags give `RunOptions`, ctl-vertex's and ctl-k8s's give their
+  job specs.
+
+  Args:
+    build: a callable or a dataclass.
+    flags: an object with one attribute per flag (an argparse or absl
+      namespace, the trainer's configuration).
+    **values: the keywords whose values are not a flag of their name, or not
+      its value as it stands; they win over a flag of the same name.
+
+  Returns:
+    What `build` returns; a keyword with neither keeps its default.
+  """
+  parameters = inspect.signature(build).parameters
+  taken = {
+    name: getattr(flags, name) for name in parameters if hasattr(flags, name)
+  }
+  return build(**(taken | values))
