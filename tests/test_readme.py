@@ -127,6 +127,29 @@ def test_every_block_is_run_or_marked():
     ), f"{page.name}: a ```sh block with an info string this test does not know"
 
 
+def test_the_readme_ctl_run_example_is_the_examples_code():
+  """The README's ```python excerpt is lines of the example the suite runs
+  (tests/test_examples.py), so the front page's code cannot drift from it."""
+  (excerpt,) = re.findall(
+    r"^```python\n(.*?)^```$",
+    pathlib.Path(REPO, "README.md").read_text(),
+    re.S | re.M,
+  )
+  example = {
+    line.strip()
+    for line in pathlib.Path(REPO, "examples", "own_model.py")
+    .read_text()
+    .splitlines()
+  }
+  code = [
+    line.strip()
+    for line in excerpt.splitlines()
+    if line.strip() not in ("", "...") and not line.lstrip().startswith("#")
+  ]
+  assert len(code) > 10
+  assert [line for line in code if line not in example] == []
+
+
 def test_every_relative_link_resolves():
   assert not _broken_links(_pages())
 
