@@ -45,7 +45,7 @@ bench-quick: $(VENV)/.installed-test
 	$(PY) -m benchmarks.run_all --results_dir=bench_results/quick --quick $(BENCH_FLAGS)
 
 # Builds the Dockerfile with podman and checks the image in real containers
-# (as root on Debian; see README "Build and test the image locally").
+# (as root on Debian; see docs/container.md).
 # CONTAINER_CHECK_FLAGS=--keep keeps the images and the store.
 container-check:
 	$(PYTHON) scripts/container_check.py $(CONTAINER_CHECK_FLAGS)

@@ -287,7 +287,7 @@ def test_hparams_dashboard_lists_the_run_with_its_final_metric(
 def test_a_browser_draws_train_and_validation_in_one_chart(
   continued_run, tmp_path
 ):
-  """Headless Chromium on TensorBoard's time-series page (the README's PNG)."""
+  """Headless Chromium on TensorBoard's time-series page (docs/tensorboard.png)."""
   out = tmp_path / "tensorboard.png"
   run_command(
     [
