@@ -5,7 +5,9 @@ Python objects and a strategy. What a user calls:
 
   ctl.run(task=ctl.Task(...), options=ctl.RunOptions(...), strategy=...)
 
-which raises `ctl.UserError` (a mistake to fix), `ctl.Preempted` (stopped on
+or with `loop_actions=[fn]`, each `fn(step, ctl.LoopResult)` called after
+every train loop (one may raise `ctl.StopTraining` to end the run there,
+cleanly; ctl.train.actions), which raises `ctl.UserError` (a mistake to fix), `ctl.Preempted` (stopped on
 request after saving; run again) or `ctl.TrainingDiverged`; entry points exit
 with `ctl.USER_ERROR_EXIT_CODE` and `ctl.PREEMPTED_EXIT_CODE` for the first
 two, and with `ctl.STALL_EXIT_CODE` for `ctl.Stalled` (start-up gave up
@@ -32,15 +34,19 @@ _LAZY = {
   "run": "ctl.train.controller",
   "Task": "ctl.train.options",
   "RunOptions": "ctl.train.options",
+  "LoopResult": "ctl.train.actions",
+  "StopTraining": "ctl.train.actions",
 }
 
 __all__ = [
   "PREEMPTED_EXIT_CODE",
   "STALL_EXIT_CODE",
   "USER_ERROR_EXIT_CODE",
+  "LoopResult",
   "Preempted",
   "RunOptions",
   "Stalled",
+  "StopTraining",
   "Task",
   "TrainingDiverged",
   "UserError",

@@ -63,7 +63,13 @@ def _tiny_task():
 
 
 def _run_tiny(
-  model_dir, task=None, *, eval_callbacks=(), progress_listeners=(), **options
+  model_dir,
+  task=None,
+  *,
+  eval_callbacks=(),
+  progress_listeners=(),
+  loop_actions=(),
+  **options,
 ) -> dict:
   """`controller.run` of `task` (default: `_tiny_task()`) in loops of 2
   steps, each logged, with the default strategy; `options` override."""
@@ -77,6 +83,7 @@ def _run_tiny(
     strategy=tf.distribute.get_strategy(),
     eval_callbacks=eval_callbacks,
     progress_listeners=progress_listeners,
+    loop_actions=loop_actions,
   )
 
 
@@ -155,6 +162,47 @@ def test_progress_listeners_see_every_phase_of_a_run_in_order(tmp_path):
   assert [
     m.steps for m in marks if m.phase.endswith("loop") and not m.started
   ] == [2, 2, 2]
+
+
+def test_a_loop_action_stops_the_run_cleanly_at_the_step_it_chose(tmp_path):
+  import ctl  # pylint: disable=g-import-not-at-top
+  from ctl.telemetry import ledger  # pylint: disable=g-import-not-at-top
+
+  seen, evaluated, marks = [], [], []
+
+  def stop_at_4(step, result):
+    seen.append((step, sorted(result.eval_metrics), result.is_chief))
+    if step == 4:
+      raise ctl.StopTraining("enough at 4")
+
+  summary = _run_tiny(
+    tmp_path,
+    loop_actions=[stop_at_4],
+    eval_callbacks=[lambda step, metrics: evaluated.append(step)],
+    progress_listeners=(marks.append,),
+    train_steps=10,
+    eval_every_steps=4,
+    checkpoint_every_steps=0,
+  )
+  # After the built-in duties: loop 4's evaluation is in its result.
+  assert seen == [(2, [], True), (4, ["accuracy", "examples", "loss"], True)]
+  assert evaluated == [4]  # The finishing steps do not evaluate step 4 again.
+  assert summary["final_step"] == 4
+  assert summary["stopped_early"] == {"step": 4, "reason": "enough at 4"}
+  ends = [(m.phase, m.step) for m in marks if not m.started]
+  assert ends[-3:] == [("checkpoint_save", 4), ("export", 4), ("run", 4)]
+  assert (tmp_path / "run" / "saved_model" / "saved_model.pb").is_file()
+  (attempt,) = ledger.read(str(tmp_path / "run" / "ledger"))
+  (stopped,) = [e for e in attempt if e["event"] == "stopped_early"]
+  assert (stopped["step"], stopped["reason"]) == (4, "enough at 4")
+  assert attempt[-1]["outcome"] == "done"
+
+
+def test_without_loop_actions_the_summary_has_no_early_stop(tmp_path):
+  summary = _run_tiny(
+    tmp_path, train_steps=2, eval_every_steps=0, checkpoint_every_steps=0
+  )
+  assert summary["final_step"] == 2 and "stopped_early" not in summary
 
 
 def test_the_divergence_guard_names_the_first_bad_step_and_gives_up():

@@ -68,3 +68,26 @@ def test_nothing_to_train_and_no_checkpoint_saves_nothing(tmp_path):
   ) == (False, 0)
   duty.close()
   assert marks == [] and not os.listdir(tmp_path)
+
+
+def test_maybe_save_saves_when_the_policy_says_and_the_end_once(tmp_path):
+  marks = []
+  duty, step, _ = _checkpoints(tmp_path, marks)
+  duty.restore_at_start(
+    directory=str(tmp_path), train_steps=40, save_if_none=False
+  )
+  saved = []
+  for at, requested in ((5, False), (10, False), (15, True), (40, False)):
+    step.assign(at)
+    saved.append(duty.maybe_save(at, requested=requested))
+  # Every 10 steps, or when the loop agreed on a save by time; never the
+  # last step, which belongs to the finishing steps (`save_final`).
+  assert saved == [False, True, True, False]
+  assert duty.save_final(40) and not duty.save_final(40)
+  duty.close()
+  assert sorted(f for f in os.listdir(tmp_path) if f.endswith(".index")) == [
+    "ckpt-10.index",
+    "ckpt-15.index",
+    "ckpt-40.index",
+  ]
+  assert duty.summary() == {}  # No "auto" interval to report.

@@ -96,6 +96,46 @@ class RunCheckpoints:
       self._checkpointer.save(step)
     self.policy.saved(step)
 
+  def start(self) -> None:
+    """Starts the save schedule (after the restore of start-up)."""
+    self.policy.start()
+
+  def due_by_time(self) -> bool:
+    """Whether a save by time is due: the chief's answer, asked before a
+    loop, which the loop makes every worker's (`maybe_save`'s `requested`)."""
+    return self.policy.due_by_time()
+
+  def maybe_save(self, step: int, *, requested: bool) -> bool:
+    """Saves after a loop that ended at `step`, when the policy says.
+
+    Args:
+      step: the step the loop reached.
+      requested: the loop's agreed answer to `due_by_time`.
+
+    Returns:
+      Whether the checkpoint of `step` was saved (never the last step's,
+      which belongs to `save_final`).
+    """
+    if not self.policy.due_after_loop(step, requested=requested):
+      return False
+    self.save(step)
+    return True
+
+  def save_final(self, step: int) -> bool:
+    """Saves `step` at the end of a run unless it is saved already.
+
+    Returns:
+      Whether it saved.
+    """
+    if self.policy.last_step == step:
+      return False
+    self.save(step)
+    return True
+
+  def summary(self) -> dict:
+    """The save schedule's part of the run summary (`SavePolicy.summary`)."""
+    return self.policy.summary()
+
   def close(self) -> None:
     """Waits for an asynchronous save, uploads what is left."""
     self._checkpointer.close()

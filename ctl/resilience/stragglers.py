@@ -91,12 +91,22 @@ class Watch:
   and gives the current straggler's scalars for the train summaries.
   """
 
-  def __init__(self, detector: Detector | None = None):
+  def __init__(self, detector: Detector | None = None, *, enabled=True):
+    """Initializes the watch.
+
+    Args:
+      detector: the rule (default: `Detector()`).
+      enabled: False on the other workers: `add` does nothing, so the
+        controller calls it everywhere.
+    """
     self._detector = detector or Detector()
+    self._enabled = enabled
     self.straggler = None
 
   def add(self, host_seconds: np.ndarray, *, step: int) -> None:
     """Adds the loop that ended at `step`; logs a change of straggler."""
+    if not self._enabled:
+      return
     before, straggler = self.straggler, self._detector.add(host_seconds)
     self.straggler = straggler
     if straggler and (not before or before.worker != straggler.worker):

@@ -11,6 +11,7 @@ Modules (lowest first):
     itself.
   evaluation: Evaluation during a run: when, the eval loop, and where its
     metrics go.
+  actions: Loop actions: the user's own duties after each train loop.
   evaluator: Side-car evaluation: an `evaluator` task follows the chief's
     checkpoints.
   controller: The outer loop: bookkeeping between calls of the compiled train

@@ -53,6 +53,7 @@ class Evaluation:
     self._progress = progress
     self._publish = publish
     self.metrics = {}  # The latest evaluation's.
+    self.step = None  # The step `metrics` are of.
 
   def due(self, step: int) -> bool:
     """Whether to evaluate after a train loop that ended at `step`."""
@@ -77,7 +78,7 @@ class Evaluation:
       publish=self._publish,
     ):
       return
-    self.metrics = metrics
+    self.metrics, self.step = metrics, step
     for callback in self._callbacks:
       callback(step, metrics)
 
