@@ -18,6 +18,11 @@ sentence (`UserError`, exit 2) rather than a traceback:
   CTL_FAULTS_ENABLED      1 lets CTL_FAULTS act; without it a set CTL_FAULTS
                           is ignored with one warning, so a variable left in
                           a shell or a container spec never breaks a real job
+  CTL_TIER_POINTER        the node agent's file in which its worker says
+                          where its local checkpoint tier is
+                          (ctl.checkpoint.local_tier)
+  CTL_TIER_PORT           the port of the node agent's checkpoint file
+                          service (ctl.launch.tier_service)
 
 A Kubernetes pod's `CTL_JOBSET_*` variables come from its manifest, not from
 the launcher; `ctl.distributed.cluster` reads them. This module imports nothing else of
@@ -41,6 +46,8 @@ ATTEMPT_START = "CTL_ATTEMPT_START"
 EVENTS = "CTL_EVENTS"
 FAULTS = "CTL_FAULTS"
 FAULTS_ENABLED = "CTL_FAULTS_ENABLED"
+TIER_POINTER = "CTL_TIER_POINTER"
+TIER_PORT = "CTL_TIER_PORT"
 
 
 def restart_count(environ: Mapping[str, str] = os.environ) -> int:

@@ -82,6 +82,7 @@ def table(accounting: goodput.Accounting) -> str:
       f"{a.index + 1:>5} {a.start - origin:>8.1f} "
       f"{a.end - a.start:>8.1f} {restored:>8} {a.last_step:>9} "
       f"{a.lost_steps:>5}  {a.outcome}"
+      + (f" (restored from the {a.restored_from})" if a.restored_from else "")
     )
   return "\n".join(lines)
 

@@ -217,6 +217,18 @@ BAD_INPUT = [
     True,
   ),
   ("trainer", ["--lease_stale_secs=0"], "lease_stale_secs must be > 0", True),
+  (
+    "trainer",
+    ["--local_checkpoints=shm"],
+    "local_checkpoints must be auto, ram, disk, off or an absolute directory",
+    True,
+  ),
+  (
+    "trainer",
+    ["--local_checkpoint_every_steps=15"],
+    "local_checkpoint_every_steps must be a multiple of steps_per_loop",
+    True,
+  ),
   # Numeric flags out of range: refused by absl (bounds, validators).
   (
     "trainer",

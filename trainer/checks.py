@@ -227,4 +227,6 @@ def run_options(
     lease_stale_secs=config.lease_stale_secs,
     take_over_lease=config.take_over_lease,
     job_id=env.job_id(environ),
+    local_checkpoints=config.local_checkpoints,
+    local_checkpoint_every_steps=config.local_checkpoint_every_steps,
   )

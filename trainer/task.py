@@ -292,6 +292,21 @@ flags.DEFINE_bool(
   "when you know that trainer is dead.",
 )
 flags.DEFINE_string(
+  "local_checkpoints",
+  _run("local_checkpoints"),
+  "Where each worker keeps its newest checkpoints on its own node, for a "
+  "fast restore: auto (a RAM disk, /dev/shm, with room for two "
+  "checkpoints, else local disk), ram, disk, an absolute directory, or "
+  "off (the bucket only).",
+)
+flags.DEFINE_integer(
+  "local_checkpoint_every_steps",
+  _run("local_checkpoint_every_steps"),
+  "Local checkpoint interval in steps (0: every loop of --steps_per_loop); "
+  "--checkpoint_every_steps/secs say when one is copied to the bucket.",
+  upper_bound=_MAX_STEPS,
+)
+flags.DEFINE_string(
   "hypertune_metric",
   "",
   "Report this eval metric "

@@ -14,6 +14,7 @@ warning line: the run goes on with bucket saves, as without the tier.
 """
 
 from collections.abc import Callable
+import contextlib
 import functools
 import shutil
 import threading
@@ -25,6 +26,7 @@ from ctl.checkpoint import checkpointing
 from ctl.checkpoint import local_tier
 from ctl.checkpoint import tier_restore
 from ctl.distributed import worker_exchange
+from ctl.errors import write_failure
 
 
 class TieredCheckpointer:
@@ -39,6 +41,9 @@ class TieredCheckpointer:
     is_chief: bool,
     on_saved: Callable[[], None],
     agreement: Callable[..., tier_restore.Restored | None] | None,
+    waiting: Callable[
+      [], contextlib.AbstractContextManager
+    ] = contextlib.nullcontext,
   ):
     """Initializes the checkpointer.
 
@@ -54,6 +59,8 @@ class TieredCheckpointer:
       agreement: `agreement(tier=..., bucket_dir=..., restore=...)`, the
         tiered restore with the cluster bound in (`tier_restore`); None
         when tiers are off (the bucket's own restore).
+      waiting: a context the wait for an unfinished copy runs in (the
+        `checkpoint_upload` phase: a copy that hangs is a stall there).
     """
     self._bucket = bucket
     self._tier = tier
@@ -61,12 +68,17 @@ class TieredCheckpointer:
     self._is_chief = is_chief
     self._on_saved = on_saved
     self._agreement = agreement
+    self._waiting = waiting
     self._copy = None  # The running copy to the bucket: (thread, errors).
     self.restored = None  # The last tier_restore.Restored.
 
   @property
   def directory(self) -> str:
     return self._bucket.directory
+
+  @property
+  def data_order_differs_from_step(self) -> int | None:
+    return self._bucket.data_order_differs_from_step
 
   def restore_latest(self) -> str | None:
     """Restores the agreed newest step (every worker alike); the path."""
@@ -118,7 +130,8 @@ class TieredCheckpointer:
         )
         self._on_saved()
       except Exception as e:  # pylint: disable=broad-except
-        errors.append(e)
+        what = f"the checkpoint of step {step}"
+        errors.append(write_failure(what, self.directory, e) or e)
       finally:
         shutil.rmtree(snapshot, ignore_errors=True)
 
@@ -130,14 +143,16 @@ class TieredCheckpointer:
     """Ends a finished copy to the bucket (all of one with `wait`).
 
     Raises:
-      The copy's error (a refused write), once.
+      CannotWrite: the bucket refused the copy (once; other errors of the
+        copy as they were).
     """
     self._bucket.sync()
     if self._copy is None:
       return
     thread, errors = self._copy
-    if wait:
-      thread.join()
+    if wait and thread.is_alive():
+      with self._waiting():
+        thread.join()
     if not thread.is_alive():
       self._copy = None
       if errors:
@@ -159,6 +174,7 @@ class TieredCheckpointer:
 def build(
   *,
   bucket: checkpointing.Checkpointer,
+  bucket_url: str,
   strategy: tf.distribute.Strategy,
   setting: str,
   job_id: str,
@@ -166,11 +182,16 @@ def build(
   is_chief: bool,
   on_saved: Callable[[], None],
   need_bytes: int,
+  waiting: Callable[
+    [], contextlib.AbstractContextManager
+  ] = contextlib.nullcontext,
 ) -> TieredCheckpointer:
   """The run's checkpointer for `--local_checkpoints=setting`.
 
   Args:
     bucket: the checkpointer of the checkpoint directory.
+    bucket_url: that directory as the user gave it (a node agent persists
+      into it directly: a local, FUSE or gs:// path TensorFlow can write).
     strategy: the strategy the workers agree through.
     setting: see `local_tier.choose_root`; "off": the bucket alone.
     job_id: the job's id (the tier is private to it).
@@ -178,6 +199,7 @@ def build(
     is_chief: whether this worker copies saves to the bucket.
     on_saved: called once a copy is in the bucket's directory.
     need_bytes: the size of one checkpoint.
+    waiting: the context of a wait for an unfinished copy to the bucket.
   """
   if setting == "off":
     tier, agreement = None, None
@@ -185,7 +207,7 @@ def build(
     tier = local_tier.open_tier(
       setting,
       job_id=job_id,
-      checkpoint_dir=bucket.directory,
+      checkpoint_dir=bucket_url,
       rank=worker_exchange.worker_index(strategy),
       need_bytes=need_bytes,
       keep_in_bucket=keep,
@@ -203,4 +225,5 @@ def build(
     is_chief=is_chief,
     on_saved=on_saved,
     agreement=agreement,
+    waiting=waiting,
   )

@@ -153,6 +153,11 @@ class Checkpointer:
     return self._directory
 
   @property
+  def checkpoint(self) -> tf.train.Checkpoint:
+    """What is saved and restored (a local tier saves the same object)."""
+    return self._checkpoint
+
+  @property
   def data_order_differs_from_step(self) -> int | None:
     """The first step trained in another data order than an uninterrupted
     run's (a resume with another global batch size); None: none known."""
@@ -175,7 +180,7 @@ class Checkpointer:
     state_file = os.path.join(self._directory, STATE_FILE)
     candidates, damaged = _candidates(self._directory)
     for path in reversed(candidates):
-      if not self._restore(path):
+      if not self.restore(path):
         continue
       if damaged:
         logging.warning(
@@ -204,7 +209,7 @@ class Checkpointer:
       )
     return None
 
-  def _restore(self, path: str) -> bool:
+  def restore(self, path: str) -> bool:
     """Restores `path`; False (said why) when it is incomplete or damaged.
 
     Raises:

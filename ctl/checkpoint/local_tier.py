@@ -34,16 +34,11 @@ import tempfile
 from absl import logging
 import tensorflow as tf
 
+from ctl import env
 from ctl.checkpoint import checkpointing
 
 STATE_FILE = "tier_state.json"
-# What a node agent tells its worker (ctl.launch.tier_service): the file to say
-# where the tier is in, and the port peers fetch this node's tier from.
-POINTER_ENV = "CTL_TIER_POINTER"
-PORT_ENV = "CTL_TIER_PORT"
 RAM_ROOT = "/dev/shm"
-# --local_checkpoints: where the tier lives ("auto" chooses), or "off".
-SETTINGS = ("auto", "ram", "disk", "off")
 _STEP_FILE = re.compile(r"ckpt-(?P<step>\d+)\.(index|data-\d+-of-\d+)")
 _UPLOADS = ".uploads"  # Hard-linked snapshots being copied to the bucket.
 
@@ -349,18 +344,18 @@ def open_tier(
 ) -> LocalTier | None:
   """This worker's tier for `--local_checkpoints=setting`, or None.
 
-  Tells a node agent where it is (`POINTER_ENV`). A tier that cannot be
+  Tells a node agent where it is (`env.TIER_POINTER`). A tier that cannot be
   made is None, with one warning line: the run uses the bucket alone.
 
   Args:
     setting: see `choose_root`.
     job_id: the job's id ("" for none: see `run_name`).
-    checkpoint_dir: the bucket's checkpoint directory.
+    checkpoint_dir: the bucket's checkpoint directory, as the user gave it.
     rank: this worker's rank (its directory in the run's).
     need_bytes: the size of one checkpoint.
     keep_in_bucket: how many checkpoints the bucket keeps (for an agent
       that persists a step).
-    environ: where `POINTER_ENV` is read.
+    environ: where `env.TIER_POINTER` is read.
   """
   try:
     root = choose_root(setting, need_bytes=need_bytes)
@@ -374,9 +369,9 @@ def open_tier(
       "No local checkpoint tier (%s); checkpoints go to the bucket only.", e
     )
     return None
-  if environ.get(POINTER_ENV):
+  if environ.get(env.TIER_POINTER):
     write_pointer(
-      environ[POINTER_ENV],
+      environ[env.TIER_POINTER],
       directory=tier.directory,
       bucket_dir=checkpoint_dir,
       keep=keep_in_bucket,
@@ -385,6 +380,6 @@ def open_tier(
 
 
 def service_port(environ=os.environ) -> int:
-  """The port of this node's tier service (`PORT_ENV`); 0 without one."""
-  text = environ.get(PORT_ENV, "")
+  """The port of this node's tier service (`env.TIER_PORT`); 0 without one."""
+  text = environ.get(env.TIER_PORT, "")
   return int(text) if text.isdigit() else 0

@@ -6,6 +6,8 @@ Joins the `Checkpointer` (what a checkpoint holds, where it goes) and the
 `checkpoint_upload` phase, and the global step is read back after a restore.
 """
 
+from collections.abc import Callable
+
 from absl import logging
 import tensorflow as tf
 
@@ -28,6 +30,8 @@ class RunCheckpoints:
     global_step: tf.Variable,
     restores: tf.Variable,
     fence: fencing.Fence = fencing.OPEN,
+    local_every_steps: int = 0,
+    record: Callable[..., None] = lambda **_: None,
   ):
     """Initializes the duty.
 
@@ -38,6 +42,9 @@ class RunCheckpoints:
       global_step: the step variable a restore sets.
       restores: counts restores (checkpointed, reported in the summary).
       fence: the chief's lease fence (ctl.io.fencing), checked before a save.
+      local_every_steps: the local tier's save interval (0: no local tier).
+      record: `record(**fields)` of each tiered restore (the run ledger's
+        `checkpoint_restore` event).
     """
     self._checkpointer = checkpointer
     self.policy = policy
@@ -45,6 +52,8 @@ class RunCheckpoints:
     self._global_step = global_step
     self._restores = restores
     self._fence = fence
+    self._local_every = local_every_steps
+    self._record = record
 
   @property
   def data_order_differs_from_step(self) -> int | None:
@@ -55,6 +64,14 @@ class RunCheckpoints:
   def restore_latest(self) -> tuple[str | None, int]:
     """Restores the newest readable checkpoint: (its path or None, step)."""
     path = self._checkpointer.restore_latest()
+    restored = getattr(self._checkpointer, "restored", None)
+    if path and restored:
+      self._record(
+        step=restored.step,
+        tier=restored.tier,
+        tiers=list(restored.tiers),
+        seconds=round(restored.seconds, 3),
+      )
     return path, int(self._global_step.numpy())
 
   def restore_at_start(
@@ -96,45 +113,17 @@ class RunCheckpoints:
       self._checkpointer.save(step)
     self.policy.saved(step)
 
-  def start(self) -> None:
-    """Starts the save schedule (after the restore of start-up)."""
-    self.policy.start()
+  def local_due(self, step: int) -> bool:
+    """Whether a loop that ended at `step` saves to the local tier."""
+    return bool(self._local_every) and step % self._local_every == 0
 
-  def due_by_time(self) -> bool:
-    """Whether a save by time is due: the chief's answer, asked before a
-    loop, which the loop makes every worker's (`maybe_save`'s `requested`)."""
-    return self.policy.due_by_time()
+  def save_local(self, step: int) -> None:
+    """Saves `step` to the local tier only (every worker takes part)."""
+    self._checkpointer.save(step, to_bucket=False)
 
-  def maybe_save(self, step: int, *, requested: bool) -> bool:
-    """Saves after a loop that ended at `step`, when the policy says.
-
-    Args:
-      step: the step the loop reached.
-      requested: the loop's agreed answer to `due_by_time`.
-
-    Returns:
-      Whether the checkpoint of `step` was saved (never the last step's,
-      which belongs to `save_final`).
-    """
-    if not self.policy.due_after_loop(step, requested=requested):
-      return False
-    self.save(step)
-    return True
-
-  def save_final(self, step: int) -> bool:
-    """Saves `step` at the end of a run unless it is saved already.
-
-    Returns:
-      Whether it saved.
-    """
-    if self.policy.last_step == step:
-      return False
-    self.save(step)
-    return True
-
-  def summary(self) -> dict:
-    """The save schedule's part of the run summary (`SavePolicy.summary`)."""
-    return self.policy.summary()
+  def remove_local(self) -> None:
+    """Removes this worker's local tier (the run has ended)."""
+    self._checkpointer.remove_tier()
 
   def close(self) -> None:
     """Waits for an asynchronous save, uploads what is left."""

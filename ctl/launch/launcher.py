@@ -65,6 +65,7 @@ from ctl.distributed import cluster
 from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.errors import UserError
 from ctl.launch import supervisor
+from ctl.launch import tier_service
 from ctl.launch import workers
 
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -190,8 +191,11 @@ def run(options: LaunchOptions) -> int:
     tasks = lambda: workers.loopback_tasks(
       options.num_workers, options.port_base
     )
+  # The node agent serves its worker's local checkpoints to peers.
+  service = options.agent and tier_service.for_agent(cluster.resolve())
+  code = None
   try:
-    return supervisor.supervise(
+    code = supervisor.supervise(
       options.command,
       tasks,
       relay_output=not options.agent,
@@ -203,8 +207,13 @@ def run(options: LaunchOptions) -> int:
         }
       ),
       events=events,
+      worker_env=service and service.environment(),
+      after_failure=service.persist if service else lambda: None,
     )
+    return code
   finally:
+    if service:
+      service.close(remove_tier=code == 0)
     for signum, handler in previous.items():
       signal.signal(signum, handler)
 

@@ -10,7 +10,7 @@ place; one that comes back at the same place is said not to be transient.
 """
 
 import collections
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import os
 import queue
@@ -81,6 +81,8 @@ def supervise(
   events: queue.SimpleQueue,
   relay_output: bool = True,
   warm_spare: bool = False,
+  worker_env: Mapping[str, str] | None = None,
+  after_failure: Callable[[], None] = lambda: None,
 ) -> int:
   """Runs the workers until all succeed, one fails for good, or a signal comes.
 
@@ -92,6 +94,10 @@ def supervise(
     relay_output: Prefix the workers' output lines (`workers.Workers`).
     warm_spare: Keep the next start's worker process started and warm
       (`workers.Spare`, one worker a start: the node agent's).
+    worker_env: More variables for every start (the node agent's tier
+      service, ctl.launch.tier_service).
+    after_failure: Called once a failed start's workers have all exited
+      (the node agent persists its worker's newest local checkpoint).
 
   Returns:
     0 when every worker exited 0; the code of the worker that failed last
@@ -106,8 +112,9 @@ def supervise(
     starts = _Starts(
       command, tasks, events, heartbeats, guard, relay_output, warm_spare
     )
+    starts.job.update(worker_env or {})
     try:
-      return _Supervisor(starts, policy, events).run()
+      return _Supervisor(starts, policy, events, after_failure).run()
     finally:
       starts.discard_spare()
 
@@ -181,8 +188,9 @@ class _Starts:
 class _Supervisor:
   """The restart loop: start, wait for a failure, stop, decide, pause."""
 
-  def __init__(self, starts: _Starts, policy: Policy, events):
+  def __init__(self, starts: _Starts, policy: Policy, events, after_failure):
     self._starts = starts
+    self._after_failure = after_failure
     self._policy = policy
     self._events = events
     self._stalls = collections.Counter()  # "at step S in PHASE" -> times.
@@ -197,6 +205,8 @@ class _Supervisor:
         workers.stop(signum or signal.SIGTERM, self._policy.grace_secs)
         or signum
       )
+      if rank is not None:
+        self._after_failure()
       if signum:
         return 128 + signum
       if rank is None:

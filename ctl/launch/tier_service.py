@@ -6,7 +6,7 @@ small read-only HTTP service that answers `GET /<name>` with a file of the
 worker's tier (its state file, or a `ckpt-<step>.*` file, nothing else), so
 a peer that lacks the agreed step fetches it (ctl.checkpoint.tier_restore). The worker
 says where its tier is in a pointer file whose path the agent passes it
-(`local_tier.POINTER_ENV`), with the service's port.
+(`env.TIER_POINTER`), with the service's port.
 
 Like the workers' gRPC port, the service speaks plain HTTP without
 authentication: it belongs on the job's private network (a VPC, the pod
@@ -26,6 +26,7 @@ import threading
 
 from absl import logging
 
+from ctl import env
 from ctl.checkpoint import local_tier
 from ctl.io import tempdirs
 
@@ -66,8 +67,8 @@ class TierService:
   def environment(self) -> dict[str, str]:
     """What the worker is told: the pointer file and the service's port."""
     return {
-      local_tier.POINTER_ENV: self.pointer,
-      local_tier.PORT_ENV: str(self.port),
+      env.TIER_POINTER: self.pointer,
+      env.TIER_PORT: str(self.port),
     }
 
   def answer(self, request: http.server.BaseHTTPRequestHandler) -> None:

@@ -31,6 +31,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ctl.distributed import worker_exchange
+
 
 def sparse_softmax_cross_entropy(labels, logits):
   """Per-example cross entropy from float32 logits (mixed precision safe)."""
@@ -263,15 +265,10 @@ def _host_slot(strategy: tf.distribute.Strategy) -> tuple[int, tf.Tensor]:
   Each local replica adds its share of the slot, so the SUM over replicas
   is the worker's seconds.
   """
-  try:
-    local_replicas = len(strategy.extended.worker_devices)
-  except RuntimeError:  # The default strategy: one replica in all.
-    local_replicas = strategy.num_replicas_in_sync
-  num_workers = strategy.num_replicas_in_sync // local_replicas
-  slot = (
-    tf.one_hot(_worker_index(strategy), num_workers, dtype=tf.float32)
-    / local_replicas
-  )
+  local_replicas = worker_exchange.local_replicas(strategy)
+  num_workers = worker_exchange.num_workers(strategy)
+  index = worker_exchange.worker_index(strategy)
+  slot = tf.one_hot(index, num_workers, dtype=tf.float32) / local_replicas
   return num_workers, slot
 
 
@@ -352,16 +349,6 @@ class EvalLoop:
       "accuracy": float(correct / count),
       "examples": int(count),
     }
-
-
-def _worker_index(strategy: tf.distribute.Strategy) -> int:
-  """This worker's index in the cluster: the chief 0, then the workers."""
-  resolver = getattr(strategy, "cluster_resolver", None)
-  if resolver is None or not resolver.task_type:
-    return 0
-  if resolver.task_type == "chief":
-    return 0
-  return resolver.task_id + int("chief" in resolver.cluster_spec().jobs)
 
 
 def _replica_accumulator(shape) -> tf.Variable:

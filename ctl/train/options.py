@@ -46,6 +46,10 @@ class Task:
   loss_fn: Callable | None = None
 
 
+# --local_checkpoints: where the local tier lives ("auto" chooses), or "off".
+_TIER_SETTINGS = ("auto", "ram", "disk", "off")
+
+
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
   """How to train. Intervals are in steps and must align with the loop.
@@ -90,6 +94,11 @@ class RunOptions:
       an operator who knows the holder is dead).
     job_id: the supervisor's job id (ctl.launch's CTL_JOB_ID, Vertex AI's
       CLOUD_ML_JOB_ID), or ""; a restart of the same job takes its lease.
+    local_checkpoints: where each worker's local checkpoint tier lives
+      (ctl.checkpoint.local_tier): "auto" (a RAM disk with room for two
+      checkpoints, else local disk), "ram", "disk", an absolute directory,
+      or "off" (the bucket alone).
+    local_checkpoint_every_steps: local save interval (0: every loop).
   """
 
   dirs: OutputDirs
@@ -119,6 +128,8 @@ class RunOptions:
   lease_stale_secs: float = 120.0
   take_over_lease: bool = False
   job_id: str = ""
+  local_checkpoints: str = "auto"
+  local_checkpoint_every_steps: int = 0
 
   def lease_terms(self):
     """The terms of the run directory's lease (ctl.resilience.lease), or
@@ -148,6 +159,7 @@ class RunOptions:
       "log_every_steps",
       "eval_every_steps",
       "checkpoint_every_steps",
+      "local_checkpoint_every_steps",
     ):
       value = getattr(self, name)
       if value < 0 or value % self.steps_per_loop:
@@ -157,6 +169,13 @@ class RunOptions:
         )
     if self.log_every_steps == 0:
       raise UserError("log_every_steps must be > 0.")
+    if self.local_checkpoints not in _TIER_SETTINGS and not (
+      self.local_checkpoints.startswith("/")
+    ):
+      raise UserError(
+        "local_checkpoints must be auto, ram, disk, off or an absolute "
+        f"directory, got {self.local_checkpoints!r}."
+      )
     if self.keep_checkpoints < (2 if self.async_checkpoint else 1):
       raise UserError(
         "keep_checkpoints must be >= 2 with async_checkpoint (so a complete "

@@ -8,6 +8,7 @@ Keras `SeedGenerator` (see ctl.checkpoint.checkpointing).
 """
 
 import dataclasses
+import math
 
 import keras
 import tensorflow as tf
@@ -93,3 +94,11 @@ def build_state(
       input_shape=tuple(task.image_shape),
       global_batch_size=task.global_batch_size,
     )
+
+
+def checkpoint_bytes(state: TrainState) -> int:
+  """About the size of one checkpoint: every model and optimizer variable."""
+  variables = [*state.model.variables]
+  if state.optimizer is not None:
+    variables += state.optimizer.variables
+  return sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size for v in variables)

@@ -1,0 +1,237 @@
+"""Checkpoint tiers: how long a save blocks the step and a restore takes,
+from the local tier, from a peer, and from the bucket.
+
+The model's checkpoint (model and Adam state, as the trainer saves them),
+saved and restored with the framework's own code: a bucket save is today's
+synchronous one (a `ctl.checkpointing.Checkpointer` into a gs:// location's
+staging directory, then `publish(commit_file="checkpoint")` through gcsfs to
+gcp-storage-emulator on loopback, as the controller does without tiers); a
+tiered save is `ctl.local_tier.LocalTier.save` (what the step waits for),
+after which the copy to the bucket runs on a thread (`copy_to_bucket`, then
+the same publish), timed apart. Restores read the same checkpoint from the
+local tier, from a peer (`ctl.tier_service` on loopback, fetched into an
+empty tier by `ctl.tier_restore.fetch_from_peer`), and from the bucket (a
+fresh read-only location's `fetch()`). Rounds repeat the whole sequence;
+the report gives medians with min-max, and the issue's targets as ratios.
+"""
+
+from collections.abc import Callable
+import dataclasses
+import os
+import statistics
+import tempfile
+import time
+
+from absl import logging
+import keras
+import tensorflow as tf
+
+from benchmarks import device as device_lib
+from benchmarks import report as report_lib
+from benchmarks import stats
+from ctl.checkpoint import checkpointing
+from ctl.checkpoint import local_tier
+from ctl.checkpoint import tier_restore
+from ctl.io import storage
+from ctl.launch import tier_service
+from ctl.testing import gcs_emulator
+from trainer import model as model_lib
+
+BUCKET = "ctl-bench"
+# (row key, row name), in the report's order.
+ROWS = (
+  ("save_local", "save, local tier (blocks the step)"),
+  ("copy_background", "copy of that save to gs:// (background)"),
+  ("save_bucket", "save, gs:// (today: blocks the step)"),
+  ("restore_local", "restore, local tier"),
+  ("restore_peer", "restore, from a peer"),
+  ("restore_bucket", "restore, gs://"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """One tiers benchmark run; fields mirror the flags of the app."""
+
+  model: str = "small_cnn"
+  image_size: int = 16
+  num_classes: int = 5
+  repeats: int = 3
+  local_root: str = "auto"
+  device: str = "auto"
+  section: str = "checkpoint_tiers"
+
+
+def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
+  """Measures every round, then builds the section.
+
+  Returns:
+    {config.section: the section}.
+  """
+  del progress  # One section, emitted once.
+  with (
+    tempfile.TemporaryDirectory(prefix="ctl_bench_tiers_") as workdir,
+    gcs_emulator.serve(
+      data_dir=os.path.join(workdir, "emulator"), bucket=BUCKET
+    ),
+  ):
+    checkpoint, device = _checkpoint(config)
+    root = local_tier.choose_root(config.local_root, need_bytes=0)
+    times, megabytes = {}, 0.0
+    for index in range(config.repeats):
+      tier_dir = tempfile.mkdtemp(prefix="bench-", dir=root)
+      measured, megabytes = _round(checkpoint, workdir, tier_dir, index)
+      local_tier.LocalTier(tier_dir).remove()
+      for key, seconds in measured.items():
+        times.setdefault(key, []).append(seconds)
+      logging.info("tiers round %d: %s", index + 1, measured)
+  return {config.section: _section(config, times, megabytes, device, root)}
+
+
+def _checkpoint(config: Config) -> tuple[tf.train.Checkpoint, str]:
+  device = device_lib.resolve(config.device)
+  with tf.device(device.name):
+    model = model_lib.build_model(
+      name=config.model,
+      num_classes=config.num_classes,
+      image_shape=(config.image_size, config.image_size, 3),
+    )
+    optimizer = keras.optimizers.Adam(1e-4)
+    optimizer.build(model.trainable_variables)
+  return tf.train.Checkpoint(model=model, optimizer=optimizer), (
+    device.description
+  )
+
+
+def _round(checkpoint, workdir: str, tier_dir: str, index: int):
+  """One round: ({key: seconds}, checkpoint MB)."""
+  seconds, step = {}, index + 1
+  tier = local_tier.LocalTier(tier_dir)
+  seconds["save_local"] = _timed(tier.save, checkpoint, step)
+  url = f"gs://{BUCKET}/round{index}/checkpoints"
+  staging = os.path.join(workdir, f"staging{index}")
+  location = storage.open_location(url, storage="gcsfs", staging_dir=staging)
+
+  def copy():
+    local_tier.copy_to_bucket(
+      tier.directory, step=step, bucket_dir=location.local_path, keep=1
+    )
+    location.publish(commit_file=checkpointing.STATE_FILE)
+
+  seconds["copy_background"] = _timed(copy)
+  location.close()
+  location = storage.open_location(
+    f"{url}-sync", storage="gcsfs", staging_dir=f"{staging}-sync"
+  )
+  saver = checkpointing.Checkpointer(
+    checkpoint=checkpoint,
+    directory=location.local_path,
+    is_chief=True,
+    keep=1,
+    on_saved=lambda: location.publish(commit_file=checkpointing.STATE_FILE),
+  )
+  seconds["save_bucket"] = _timed(saver.save, step)
+  location.close()
+  seconds.update(_restores(checkpoint, tier, url, step, workdir))
+  megabytes = sum(tier.entries()[-1].files.values()) / 1e6
+  return seconds, megabytes
+
+
+def _restores(checkpoint, tier, url: str, step: int, workdir: str) -> dict:
+  """Seconds to restore `step` from the tier, a peer, and the bucket."""
+  seconds = {}
+  read = lambda prefix: checkpoint.read(
+    prefix
+  ).assert_existing_objects_matched()
+  seconds["restore_local"] = _timed(read, tier.prefix(step))
+  service = tier_service.TierService()
+  try:
+    local_tier.write_pointer(
+      service.pointer, directory=tier.directory, bucket_dir="", keep=1
+    )
+    empty = local_tier.LocalTier(tempfile.mkdtemp(dir=workdir))
+
+    def from_peer():
+      address = f"127.0.0.1:{service.port}"
+      if not tier_restore.fetch_from_peer(empty, step, address=address):
+        raise RuntimeError("the peer fetch failed")
+      read(empty.prefix(step))
+
+    seconds["restore_peer"] = _timed(from_peer)
+  finally:
+    service.close(remove_tier=False)
+  reader = storage.open_location(url, storage="gcsfs", read_only=True)
+
+  def from_bucket():
+    reader.fetch()
+    read(os.path.join(reader.local_path, f"ckpt-{step}"))
+
+  seconds["restore_bucket"] = _timed(from_bucket)
+  reader.close()
+  return seconds
+
+
+def _section(config, times, megabytes, device, root) -> dict:
+  rows = [
+    {"name": name, **stats.spread_fields("seconds", times[key])}
+    for key, name in ROWS
+  ]
+  names = dict(ROWS)
+  ratios, targets = [], []
+  for what, slow, fast, threshold in (
+    ("save blocks", "save_bucket", "save_local", 5.0),
+    ("restore", "restore_bucket", "restore_local", 3.0),
+    ("restore", "restore_bucket", "restore_peer", 1.0),
+  ):
+    ratio = stats.ratio(
+      name=f"{what}: {names[slow]} / {names[fast]}",
+      numerator=names[slow],
+      numerator_values=times[slow],
+      denominator=names[fast],
+      denominator_values=times[fast],
+    )
+    ratios.append(ratio)
+    targets.append(
+      stats.verdict(
+        ratio, threshold=threshold, name=f"{ratio['name']} >= {threshold:g}"
+      )
+    )
+  return report_lib.section(
+    title=(
+      f"Checkpoint tiers: {config.model} ({megabytes:.3g} MB), local tier "
+      "vs peer vs gs:// through gcsfs"
+    ),
+    rows=rows,
+    ratios=ratios,
+    targets=targets,
+    notes=_notes(root, megabytes),
+    chart_key="seconds",
+    columns=["name", "seconds"],
+    config={
+      "model": config.model,
+      "image_size": config.image_size,
+      "checkpoint_megabytes": megabytes,
+      "repeats": config.repeats,
+      "local_root": root,
+      "device": device,
+      "median_save_local": statistics.median(times["save_local"]),
+    },
+  )
+
+
+def _notes(root: str, megabytes: float) -> list[str]:
+  return [
+    f"The local tier is in {root}; one checkpoint is {megabytes:.3g} MB "
+    "(the tier keeps two per worker).",
+    "A tiered save blocks the step for the local save only; its copy to "
+    "the bucket (copy_background) runs on a thread while training goes on.",
+    "Cloud Storage is gcp-storage-emulator on loopback (a single-threaded "
+    "Python server on local disk); the peer is a loopback HTTP service, so "
+    "neither includes a real network's latency or bandwidth.",
+  ]
+
+
+def _timed(fn, *args) -> float:
+  start = time.perf_counter()
+  fn(*args)
+  return time.perf_counter() - start

@@ -1,0 +1,324 @@
+"""Multi-tier checkpoints: two node agents on loopback as two nodes.
+
+Each "node" keeps its local checkpoint tier in its own directory (what would
+be its RAM disk), the bucket is the run's checkpoint directory, and every
+run ends with the weights of the run that nothing interrupted, whichever
+tier its restore came from (the ledger's `checkpoint_restore` events say).
+Real trainer processes, real SIGKILLs, real files cut short.
+"""
+
+import contextlib
+import glob
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+
+import pytest
+
+from ctl.checkpoint import local_tier
+from ctl.telemetry import ledger
+from tests.conftest import FAST_FLAGS
+from tests.conftest import free_ports
+from tests.conftest import read_summary
+from tests.conftest import trainer_command
+from tests.conftest import trainer_env
+from tests.test_agent import event_pids
+from tests.test_agent import trainer_of
+from tests.test_launch import _assert_all_gone
+from tests.test_write_failures import small_disk  # noqa: F401 (a fixture)
+from trainer.testing import finish
+from trainer.testing import launch_command
+from trainer.testing import run_trainer
+from trainer.testing import start
+
+STEPS = 60
+BUCKET_EVERY = 30  # The bucket holds step 30, then 60; the tiers every 5.
+FLAGS = (
+  *FAST_FLAGS,
+  "--deterministic",
+  f"--train_steps={STEPS}",
+  "--steps_per_loop=5",
+  "--log_every_steps=5",
+  f"--checkpoint_every_steps={BUCKET_EVERY}",
+  "--eval_every_steps=0",
+  "--per_replica_batch_size=16",
+  "--dropout=0",
+)
+
+
+@contextlib.contextmanager
+def two_nodes(model_dir, nodes, *, flags=FLAGS, agent_flags=()):
+  """Two agents, node i's tier under `nodes/node<i>`; yields them.
+
+  One job id for both and for every start, as a platform gives a job's
+  nodes; whatever still runs at the end is SIGKILLed.
+  """
+  addresses = [f"localhost:{port}" for port in free_ports(2)]
+  agents = [
+    start(
+      [
+        sys.executable,
+        "-m",
+        "ctl.launch",
+        "--agent",
+        "--restart_backoff_secs=0.5",
+        *(agent_flags or ("--max_restarts=3",)),
+        "--",
+        *trainer_command(
+          *flags,
+          f"--model_dir={model_dir}",
+          f"--local_checkpoints={nodes}/node{index}",
+        ),
+      ],
+      events=f"{model_dir}.events.jsonl",
+      env=trainer_env(
+        CTL_JOB_ID="tiers",
+        TF_CONFIG=json.dumps(
+          {
+            "cluster": {"worker": addresses},
+            "task": {"type": "worker", "index": index},
+          }
+        ),
+      ),
+    )
+    for index in (0, 1)
+  ]
+  try:
+    yield agents
+  finally:
+    for agent in agents:
+      if agent.poll() is None:
+        agent.kill()
+        finish(agent)
+
+
+def tier(nodes, node) -> local_tier.LocalTier:
+  """Node `node`'s local tier (its worker's directory in it)."""
+  (directory,) = glob.glob(f"{nodes}/node{node}/ctl-tier-*/*/worker-{node}")
+  return local_tier.LocalTier(directory)
+
+
+def wait_until_local_is_ahead(model_dir, root, agents, nodes=(0, 1)) -> int:
+  """Waits until the tiers of `nodes` hold a step newer than the bucket's
+  newest (which is BUCKET_EVERY); returns the oldest of their newest."""
+  bucket = os.path.join(model_dir, "checkpoints")
+  while True:
+    for agent in agents:
+      assert agent.poll() is None, finish(agent)[1][-3000:]
+    if local_tier.newest_in_bucket(bucket) == BUCKET_EVERY:
+      try:
+        newest = min(tier(root, node).steps()[-1] for node in nodes)
+      except (ValueError, IndexError):
+        newest = 0
+      if newest > BUCKET_EVERY:
+        return newest
+    time.sleep(0.05)
+
+
+def finish_all(agents, what):
+  for agent in agents:
+    code, output = finish(agent)
+    assert code == 0, f"{what}:\n" + output[-3000:]
+
+
+def restores(model_dir) -> list[dict]:
+  """The `checkpoint_restore` events of every start, in order."""
+  return [
+    event
+    for attempt in ledger.read(ledger.ledger_dir(str(model_dir)))
+    for event in attempt
+    if event["event"] == "checkpoint_restore"
+  ]
+
+
+def kill_both(agents, events) -> None:
+  """SIGKILLs both agents (and so their workers): the nodes are lost."""
+  for agent in agents:
+    agent.kill()
+    finish(agent)
+  _assert_all_gone(event_pids(events), timeout=10)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  """The summary of two agents' run that nothing interrupted, no tiers."""
+  root = tmp_path_factory.mktemp("reference")
+  with two_nodes(
+    root / "run", root, flags=(*FLAGS, "--local_checkpoints=off")
+  ) as agents:
+    finish_all(agents, "the reference")
+  return read_summary(root / "run")
+
+
+def _assert_identical(model_dir, reference):
+  summary = read_summary(model_dir)
+  assert summary["final_step"] == STEPS
+  assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
+
+
+def test_a_killed_worker_restores_the_local_step_not_the_buckets(
+  reference, tmp_path
+):
+  model_dir, events = tmp_path / "run", f"{tmp_path / 'run'}.events.jsonl"
+  with two_nodes(model_dir, tmp_path) as agents:
+    ahead = wait_until_local_is_ahead(model_dir, tmp_path, agents)
+    trainer_of(events, worker=1).send_signal(signal.SIGKILL)
+    finish_all(agents, f"worker 1 killed after step {ahead}")
+  (restored,) = restores(model_dir)
+  assert restored["step"] >= ahead > BUCKET_EVERY, restored
+  assert restored["tier"] == "local", restored
+  _assert_identical(model_dir, reference)
+  # The report says where the restart's restore came from.
+  attempts = read_summary(model_dir)["goodput"]["attempts"]
+  assert attempts[-1]["restored_from"].startswith("local tier, "), attempts
+
+
+def test_every_local_tier_wiped_restores_the_buckets_step(reference, tmp_path):
+  model_dir, events = tmp_path / "run", f"{tmp_path / 'run'}.events.jsonl"
+  with two_nodes(model_dir, tmp_path) as agents:
+    wait_until_local_is_ahead(model_dir, tmp_path, agents)
+    kill_both(agents, events)
+  for node in (0, 1):
+    shutil.rmtree(tmp_path / f"node{node}")
+  with two_nodes(model_dir, tmp_path) as agents:
+    finish_all(agents, "after the tiers were wiped")
+  (restored,) = restores(model_dir)
+  assert (restored["step"], restored["tiers"]) == (
+    BUCKET_EVERY,
+    ["bucket", "bucket"],
+  )
+  _assert_identical(model_dir, reference)
+
+
+def _cut_short(prefix: str) -> None:
+  (data,) = glob.glob(prefix + ".data-*")
+  with open(data, "r+b") as f:
+    f.truncate(os.path.getsize(data) // 2)
+
+
+def test_a_newest_local_step_cut_short_everywhere_is_skipped(
+  reference, tmp_path
+):
+  model_dir, events = tmp_path / "run", f"{tmp_path / 'run'}.events.jsonl"
+  with two_nodes(model_dir, tmp_path) as agents:
+    wait_until_local_is_ahead(model_dir, tmp_path, agents)
+    kill_both(agents, events)
+  tiers = [tier(tmp_path, node) for node in (0, 1)]
+  newest = max(t.steps()[-1] for t in tiers)
+  complete = min(t.steps()[-2] for t in tiers)  # The next newest, both.
+  for t in tiers:
+    if newest in t.steps():
+      _cut_short(t.prefix(newest))
+  with two_nodes(model_dir, tmp_path) as agents:
+    finish_all(agents, f"step {newest} cut short")
+  (restored,) = restores(model_dir)
+  assert restored["step"] == complete and restored["tier"] == "local"
+  _assert_identical(model_dir, reference)
+
+
+def test_a_replaced_node_gets_the_step_from_its_peer(reference, tmp_path):
+  model_dir, events = tmp_path / "run", f"{tmp_path / 'run'}.events.jsonl"
+  with two_nodes(model_dir, tmp_path) as agents:
+    wait_until_local_is_ahead(model_dir, tmp_path, agents)
+    kill_both(agents, events)
+  newest = tier(tmp_path, 0).steps()[-1]
+  shutil.rmtree(tmp_path / "node1")  # Node 1 replaced: an empty RAM disk.
+  with two_nodes(model_dir, tmp_path) as agents:
+    finish_all(agents, "node 1 replaced")
+  (restored,) = restores(model_dir)
+  assert restored["step"] == newest > BUCKET_EVERY
+  assert restored["tiers"] == ["local", "peer"], restored
+  _assert_identical(model_dir, reference)
+
+
+def test_an_agent_persists_its_dead_workers_newer_step(reference, tmp_path):
+  model_dir, events = tmp_path / "run", f"{tmp_path / 'run'}.events.jsonl"
+  bucket = os.path.join(model_dir, "checkpoints")
+  with two_nodes(
+    model_dir, tmp_path, agent_flags=("--max_restarts=0",)
+  ) as agents:
+    ahead = wait_until_local_is_ahead(model_dir, tmp_path, agents)
+    trainer_of(events, worker=1).send_signal(signal.SIGKILL)
+    for agent in agents:
+      finish(agent)  # No restarts left: each agent persists, then exits.
+  persisted = local_tier.newest_in_bucket(bucket)
+  assert persisted >= ahead > BUCKET_EVERY
+  for node in (0, 1):  # The job rescheduled onto new machines.
+    shutil.rmtree(tmp_path / f"node{node}")
+  with two_nodes(model_dir, tmp_path) as agents:
+    finish_all(agents, "after the reschedule")
+  (restored,) = restores(model_dir)
+  assert (restored["step"], restored["tier"]) == (persisted, "bucket")
+  _assert_identical(model_dir, reference)
+
+
+ONE_WORKER = (*FLAGS, "--per_replica_batch_size=32")
+
+
+@pytest.fixture(scope="module")
+def one_worker_reference(tmp_path_factory):
+  """One worker's uninterrupted run, no tiers: its summary and bucket."""
+  model_dir = tmp_path_factory.mktemp("one") / "run"
+  run_trainer(
+    *ONE_WORKER, "--local_checkpoints=off", f"--model_dir={model_dir}"
+  )
+  return read_summary(model_dir), os.path.join(model_dir, "checkpoints")
+
+
+def test_one_worker_under_the_launcher_restores_its_local_step(
+  one_worker_reference, tmp_path
+):
+  model_dir, events = tmp_path / "run", f"{tmp_path / 'run'}.events.jsonl"
+  launcher = start(
+    launch_command(
+      "--num_workers=1",
+      "--max_restarts=1",
+      "--restart_backoff_secs=0.5",
+      trainer_flags=(
+        *ONE_WORKER,
+        f"--model_dir={model_dir}",
+        f"--local_checkpoints={tmp_path}/node0",
+      ),
+    ),
+    events=events,
+  )
+  try:
+    ahead = wait_until_local_is_ahead(
+      model_dir, tmp_path, [launcher], nodes=(0,)
+    )
+    trainer_of(events, worker=0).send_signal(signal.SIGKILL)
+    finish_all([launcher], f"killed after step {ahead}")
+  finally:
+    if launcher.poll() is None:
+      launcher.kill()
+  (restored,) = restores(model_dir)
+  assert restored["step"] >= ahead > BUCKET_EVERY
+  assert restored["tiers"] == ["local"]
+  _assert_identical(model_dir, one_worker_reference[0])
+
+
+def test_a_full_local_tier_turns_off_with_one_warning(
+  one_worker_reference,
+  small_disk,  # noqa: F811 (the fixture imported above)
+  tmp_path,
+):
+  summary, bucket = one_worker_reference
+  checkpoint = sum(
+    os.path.getsize(os.path.join(bucket, name))
+    for name in os.listdir(bucket)
+    if name.startswith(f"ckpt-{STEPS}.")
+  )
+  full = small_disk(checkpoint * 5 // 2)  # Two saves fit, not three.
+  result = run_trainer(
+    *ONE_WORKER,
+    f"--model_dir={tmp_path / 'run'}",
+    f"--local_checkpoints={full}",
+  )
+  warnings = [
+    line for line in result.stderr.splitlines() if "cannot be written" in line
+  ]
+  assert len(warnings) == 1 and "turned off" in warnings[0], warnings
+  _assert_identical(tmp_path / "run", summary)
