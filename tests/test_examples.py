@@ -6,6 +6,7 @@ import sys
 
 from ctl.telemetry import ledger
 from tests.conftest import REPO
+from tests.conftest import read_scalars
 from tests.conftest import read_summary
 from trainer.testing import run_command
 
@@ -51,3 +52,33 @@ def test_from_model_fit_trains_the_same_model_both_ways(tmp_path):
   summary = read_summary(str(tmp_path / "ctl_run"))
   assert summary["final_step"] == 60
   assert (tmp_path / "ctl_run" / "saved_model" / "saved_model.pb").is_file()
+
+
+def test_loop_action_stops_early_where_validation_accuracy_stopped_improving(
+  tmp_path,
+):
+  stdout = _run_example("loop_action.py", tmp_path)
+
+  run = tmp_path / "run"
+  summary = read_summary(str(run))
+  stopped = summary["stopped_early"]
+  assert stopped["step"] == summary["final_step"] < 400, stdout
+  # The rule, replayed on the validation accuracy the run wrote: the stop
+  # is the third evaluation in a row not 0.005 above the best.
+  evals = read_scalars(str(run / "tensorboard" / "validation"))["accuracy"]
+  best, waited, stop_step = None, 0, None
+  for step, accuracy in evals:
+    if best is None or accuracy > best + 0.005:
+      best, waited = accuracy, 0
+    else:
+      waited += 1
+      if waited == 3:
+        stop_step = step
+        break
+  assert stopped["step"] == stop_step
+  assert evals[-1][0] == stop_step  # Not evaluated again at the end.
+  assert f"{best:.4f}" in stopped["reason"]
+  assert (run / "saved_model" / "saved_model.pb").is_file()
+  (attempt,) = ledger.read(str(run / "ledger"))
+  assert attempt[-1]["outcome"] == "done" and attempt[-1]["step"] == stop_step
+  assert f"final_step {stop_step} of 400" in stdout

@@ -128,26 +128,26 @@ def test_every_block_is_run_or_marked():
 
 
 def test_the_readme_ctl_run_example_is_the_examples_code():
-  """The README's ```python excerpt is lines of the example the suite runs
+  """Each README ```python excerpt is lines of the example it names in its
+  first line (`# examples/x.py, abridged`), which the suite runs
   (tests/test_examples.py), so the front page's code cannot drift from it."""
-  (excerpt,) = re.findall(
-    r"^```python\n(.*?)^```$",
+  excerpts = re.findall(
+    r"^```python\n# (examples/\S+\.py)(.*?)^```$",
     pathlib.Path(REPO, "README.md").read_text(),
     re.S | re.M,
   )
-  example = {
-    line.strip()
-    for line in pathlib.Path(REPO, "examples", "own_model.py")
-    .read_text()
-    .splitlines()
-  }
-  code = [
-    line.strip()
-    for line in excerpt.splitlines()
-    if line.strip() not in ("", "...") and not line.lstrip().startswith("#")
-  ]
-  assert len(code) > 10
-  assert [line for line in code if line not in example] == []
+  assert len(excerpts) == 2
+  for path, excerpt in excerpts:
+    example = {
+      line.strip() for line in pathlib.Path(REPO, path).read_text().splitlines()
+    }
+    code = [
+      line.strip()
+      for line in excerpt.splitlines()[1:]
+      if line.strip() not in ("", "...") and not line.lstrip().startswith("#")
+    ]
+    assert len(code) > 10, path
+    assert [line for line in code if line not in example] == [], path
 
 
 def test_every_relative_link_resolves():
