@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf import descriptor as descriptor_lib
 from google.protobuf import json_format
-import yaml
 
 from ctl import errors
 from ctl.cloud import reduction_server
@@ -113,35 +112,6 @@ def validate_job_spec(spec: Any) -> "aiplatform_v1.CustomJobSpec":
         f"{prefix!r}."
       )
   return aiplatform_v1.CustomJobSpec.wrap(message)
-
-
-def load_job_config(path: str) -> "aiplatform_v1.CustomJobSpec":
-  """Loads and validates a `gcloud ai custom-jobs create --config` file.
-
-  Args:
-    path: A YAML (or JSON) file holding a camelCase CustomJobSpec.
-
-  Returns:
-    The parsed `google.cloud.aiplatform_v1.CustomJobSpec`.
-
-  Raises:
-    errors.UserError: If the file cannot be read, is not YAML, or holds an
-      invalid spec; the sentence starts with the path.
-  """
-  try:
-    with open(path, encoding="utf-8") as f:
-      spec = yaml.safe_load(f)
-  except OSError as e:
-    raise errors.UserError(
-      f"Cannot read the job config {path}: {e.strerror}."
-    ) from None
-  except yaml.YAMLError as e:
-    problem = " ".join(str(e).split())
-    raise errors.UserError(f"{path} is not valid YAML: {problem}.") from None
-  try:
-    return validate_job_spec(spec)
-  except errors.UserError as e:
-    raise errors.UserError(f"{path}: {e}") from None
 
 
 def _check_fields(
