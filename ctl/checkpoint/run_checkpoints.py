@@ -113,6 +113,48 @@ class RunCheckpoints:
       self._checkpointer.save(step)
     self.policy.saved(step)
 
+  def start(self) -> None:
+    """Starts the save schedule (after the restore of start-up)."""
+    self.policy.start()
+
+  def due_by_time(self) -> bool:
+    """Whether a save by time is due: the chief's answer, asked before a
+    loop, which the loop makes every worker's (`maybe_save`'s `requested`)."""
+    return self.policy.due_by_time()
+
+  def maybe_save(self, step: int, *, requested: bool) -> bool:
+    """Saves after a loop that ended at `step`, when the policy says.
+
+    Args:
+      step: the step the loop reached.
+      requested: the loop's agreed answer to `due_by_time`.
+
+    Returns:
+      Whether the checkpoint of `step` was saved (never the last step's,
+      which belongs to `save_final`).
+    """
+    if not self.policy.due_after_loop(step, requested=requested):
+      if self.local_due(step):
+        self.save_local(step)
+      return False
+    self.save(step)
+    return True
+
+  def save_final(self, step: int) -> bool:
+    """Saves `step` at the end of a run unless it is saved already.
+
+    Returns:
+      Whether it saved.
+    """
+    if self.policy.last_step == step:
+      return False
+    self.save(step)
+    return True
+
+  def summary(self) -> dict:
+    """The save schedule's part of the run summary (`SavePolicy.summary`)."""
+    return self.policy.summary()
+
   def local_due(self, step: int) -> bool:
     """Whether a loop that ended at `step` saves to the local tier."""
     return bool(self._local_every) and step % self._local_every == 0
@@ -121,13 +163,13 @@ class RunCheckpoints:
     """Saves `step` to the local tier only (every worker takes part)."""
     self._checkpointer.save(step, to_bucket=False)
 
-  def remove_local(self) -> None:
-    """Removes this worker's local tier (the run has ended)."""
-    self._checkpointer.remove_tier()
-
   def close(self) -> None:
     """Waits for an asynchronous save, uploads what is left."""
     self._checkpointer.close()
+
+  def remove_local(self) -> None:
+    """Removes this worker's local tier (the run has ended)."""
+    self._checkpointer.remove_tier()
 
 
 def upload(location: storage.Location, progress: progress_lib.Progress):

@@ -36,6 +36,7 @@ from ctl.telemetry import ledger as ledger_lib
 from ctl.telemetry import profiler
 from ctl.telemetry import progress as progress_lib
 from ctl.telemetry import summaries
+from ctl.train import actions as actions_lib
 from ctl.train import evaluation as evaluation_lib
 from ctl.train import loop as loop_lib
 from ctl.train import metrics_window
@@ -53,6 +54,7 @@ def run(
   progress_listeners: Sequence[progress_lib.Listener] = (),
   faults: Sequence[faults_lib.Fault] = (),
   watchdog: watchdog_lib.Watchdog | None = None,
+  loop_actions: Sequence[actions_lib.Action] = (),
 ) -> dict:
   """Trains to `options.train_steps`, resuming from the latest checkpoint.
 
@@ -68,6 +70,9 @@ def run(
     watchdog: a started stall watchdog (ctl.resilience.watchdog), or None. It sees every
       phase first, and a stall it ends the process for is recorded in the
       run ledger.
+    loop_actions: called as `fn(step, ctl.LoopResult)` after each train
+      loop's own duties, on every worker; one may raise `ctl.StopTraining`
+      to end the run there as at `train_steps` (ctl.train.actions).
 
   Returns:
     The summary also written to `<model_dir>/train_summary.json` (chief);
@@ -93,6 +98,7 @@ def run(
       listeners,
       faults,
       fence=lease_lib.fence_of(held),
+      loop_actions=loop_actions,
     )
     if watchdog:
       _on_stall(watchdog, run_state.ledger, held)
@@ -127,10 +133,12 @@ class _Run:
     faults,
     *,
     fence,
+    loop_actions=(),
   ):
     self._task, self._options, self._strategy = task, options, strategy
     self._fence = fence  # Checked before every commit (ctl.io.fencing).
     self._eval_callbacks = eval_callbacks
+    self._loop_actions = loop_actions
     self._started = time.monotonic()  # For the summary's wall_seconds.
     # The global step as the host knows it: read from the variable after a
     # restore, then advanced by the steps each loop runs, so bookkeeping and
@@ -162,6 +170,7 @@ class _Run:
         ledger=self.ledger,
         faults=self._faults,
         eval_callbacks=self._eval_callbacks,
+        loop_actions=self._loop_actions,
         fence=self._fence,
       )
       with self._progress.phase(progress_lib.RESTORE):
@@ -177,7 +186,7 @@ class _Run:
         parts.close()
         return summary
       parts.writer.write_hparams(options.hparams)
-    parts.checkpoints.policy.start()
+    parts.checkpoints.start()
     start_step = self._step
     with preemption.StopRequest() as stop:
       self._loop_until(options.train_steps, stop)
@@ -186,7 +195,6 @@ class _Run:
   def _loop_until(self, train_steps: int, stop) -> None:
     """Runs train loops to `train_steps`, the duties between them."""
     parts, iterator = self._parts, self._iterator()
-    saves = parts.checkpoints.policy
     returned, first = time.perf_counter(), True
     while self._step < train_steps:
       num_steps = min(self._options.steps_per_loop, train_steps - self._step)
@@ -204,7 +212,7 @@ class _Run:
           iterator,
           num_steps,
           stop_requested=stop.requested,
-          save_requested=saves.due_by_time(),
+          save_requested=parts.checkpoints.due_by_time(),
           host_seconds=time.perf_counter() - returned,
         )
         returned = time.perf_counter()
@@ -219,21 +227,28 @@ class _Run:
         parts.checkpoints.save(self._step)
         parts.close()
         raise Preempted(self._step, stop.signal)
+      if parts.actions.after_loop(self._step, self._result(output)):
+        return
 
   def _after_loop(self, output, num_steps: int, seconds: float) -> None:
     parts, step, options = self._parts, self._step, self._options
     parts.window.add(output, num_steps, seconds)
-    if parts.stragglers:
-      parts.stragglers.add(output.host_seconds, step=step)
+    parts.stragglers.add(output.host_seconds, step=step)
     if step % options.log_every_steps == 0 or step == options.train_steps:
-      parts.window.log(step, parts.stragglers and parts.stragglers.scalars())
+      parts.window.log(step, parts.stragglers.scalars())
     if parts.evaluation.due(step):
       parts.evaluation.run(step)
-    saves = parts.checkpoints.policy
-    if saves.due_after_loop(step, requested=output.save_requested):
-      parts.checkpoints.save(step)
-    elif parts.checkpoints.local_due(step):
-      parts.checkpoints.save_local(step)
+    parts.checkpoints.maybe_save(step, requested=output.save_requested)
+
+  def _result(self, output) -> actions_lib.LoopResult:
+    """What the loop actions are told of the loop that just ended."""
+    evaluation = self._parts.evaluation
+    return actions_lib.LoopResult(
+      loss=float(np.mean(output.step_losses)),
+      accuracy=output.accuracy,
+      eval_metrics=evaluation.metrics if evaluation.step == self._step else {},
+      is_chief=self._options.is_chief,
+    )
 
   def _iterator(self):
     seed = int(self._parts.state.data_seed.numpy())
@@ -255,9 +270,9 @@ class _Run:
   def _finish(self, *, trained: bool) -> dict:
     """The finishing steps: evaluate, save, export, write the summary."""
     parts, step = self._parts, self._step
-    parts.evaluation.run(step)
-    if parts.checkpoints.policy.last_step != step:
-      parts.checkpoints.save(step)
+    if parts.evaluation.step != step:  # Not if a loop action stopped after it.
+      parts.evaluation.run(step)
+    parts.checkpoints.save_final(step)
     try:  # A stop asked for during the export raises Preempted after it.
       finishing.export(
         model=parts.state.model,
@@ -289,8 +304,9 @@ class _Parts:
   profiler: profiler.StepProfiler
   window: metrics_window.MetricsWindow
   evaluation: evaluation_lib.Evaluation
-  stragglers: stragglers_lib.Watch | None  # The chief's only.
+  stragglers: stragglers_lib.Watch  # Enabled on the chief only.
   divergence: "DivergenceGuard"
+  actions: actions_lib.LoopActions
 
   def close(self) -> None:
     """Finishes checkpoint writes, then publishes and releases outputs."""
@@ -309,6 +325,7 @@ def _assemble(
   ledger: ledger_lib.Ledger | None,
   faults: faults_lib.Injector | None,
   eval_callbacks: Sequence[Callable[[int, dict], None]],
+  loop_actions: Sequence[actions_lib.Action],
   fence: fencing.Fence,
 ) -> _Parts:
   """Opens the outputs and builds the model, its loops and the duties."""
@@ -353,9 +370,18 @@ def _assemble(
       callbacks=eval_callbacks,
       progress=progress,
     ),
-    stragglers=stragglers_lib.Watch() if options.is_chief else None,
+    stragglers=stragglers_lib.Watch(enabled=options.is_chief),
     divergence=DivergenceGuard(max_recoveries=options.max_nan_recoveries),
+    actions=actions_lib.LoopActions(
+      loop_actions, record=_recorder(ledger, "stopped_early")
+    ),
   )
+
+
+def _recorder(ledger, kind: str) -> Callable[..., None]:
+  """`record(**fields)` of a `kind` event in the run ledger (the chief's;
+  nothing on the other workers)."""
+  return lambda **fields: ledger and ledger.record(kind, **fields)
 
 
 def _open_outputs(options, fence) -> outputs_lib.OpenedOutputs:
@@ -504,7 +530,8 @@ def _summary(
     "weights_fingerprint": checkpointing.weights_fingerprint(
       parts.state.model, parts.state.optimizer
     ),
-    **parts.checkpoints.policy.summary(),
+    **parts.checkpoints.summary(),
+    **parts.actions.summary(),
     "data_order_differs_from_step": (
       parts.checkpoints.data_order_differs_from_step
     ),
