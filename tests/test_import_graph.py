@@ -140,3 +140,22 @@ def test_no_ctl_folder_holds_more_than_twelve_modules():
     if len(modules) > 12:
       crowded[os.path.relpath(folder, REPO)] = len(modules)
   assert not crowded
+
+
+def test_every_folder_face_names_each_of_its_modules():
+  """Each folder's `__init__` docstring lists its modules (the module map)."""
+  unlisted = []
+  for folder, _, files in os.walk(os.path.join(REPO, "ctl")):
+    face = os.path.join(folder, "__init__.py")
+    if not os.path.exists(face) or folder.endswith(("ctl", "testing")):
+      continue
+    with open(face) as f:
+      listed = ast.get_docstring(ast.parse(f.read())) or ""
+    unlisted += [
+      os.path.join(os.path.relpath(folder, REPO), name)
+      for name in files
+      if name.endswith(".py")
+      and not name.startswith("__")
+      and f"  {name[:-3]}:" not in listed
+    ]
+  assert not unlisted

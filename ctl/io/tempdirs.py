@@ -55,14 +55,15 @@ def scratch_dir(prefix: str) -> str:
   for name in os.listdir(tmp):
     match = pattern.fullmatch(name)
     path = os.path.join(tmp, name)
-    if match and not _alive(int(match.group(1))):
+    if match and not pid_alive(int(match.group(1))):
       status = os.lstat(path)
       if stat.S_ISDIR(status.st_mode) and status.st_uid == os.getuid():
         shutil.rmtree(path, ignore_errors=True)
   return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}_")
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+  """Whether process `pid` runs on this host (someone else's counts)."""
   try:
     os.kill(pid, 0)
   except ProcessLookupError:

@@ -42,6 +42,7 @@ from ctl.errors import UserError
 from ctl.io import fencing
 from ctl.io import mirror
 from ctl.io import storage
+from ctl.io import tempdirs
 
 LEASE_FILE = "run.lease"
 _ATTEMPTS = 3
@@ -174,14 +175,7 @@ def acquire(
   """Takes the lease on `model_dir` and starts renewing it.
 
   Args:
-    model_dir: the run directory (local, FUSE path or gs://).
-    job: this process's job id ("" for none); a lease of the same job is
-      taken over at once (a supervised restart).
-    stale_secs: a lease not renewed for this long may be taken over.
-    take_over: take the lease whoever holds it (the operator knows the
-      holder is dead).
-    storage_route: how gs:// is reached (ctl.io.storage.ROUTES).
-    fuse_root: where Cloud Storage FUSE mounts buckets.
+    The fields of `Terms`, which says what each one means.
 
   Returns:
     The held lease; `release()` it (or use it as a context manager).
@@ -395,13 +389,7 @@ def _reclaimable(
 def _alive(pid: int) -> bool:
   if pid == os.getpid():
     return False  # A lease this process left behind (an earlier run call).
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True
-  return True
+  return tempdirs.pid_alive(pid)
 
 
 def _when(seconds: float) -> str:
