@@ -277,6 +277,9 @@ def test_upload_that_never_completes_is_a_stall(
     "--storage=gcsfs",
     f"--model_dir=gs://{BUCKET}/run",
     "--stall_timeout_secs=10",
+    # The save of `cut` uploads in the step's own phase only without the
+    # local tier (with it, a thread copies and the next save waits for it).
+    "--local_checkpoints=off",
   )
   events = str(tmp_path / "first.jsonl")
   process = start(

@@ -42,6 +42,9 @@ FLAGS = (
   "--checkpoint_every_steps=20",
   "--eval_every_steps=0",
   "--checkpoint_every_secs=0",
+  # The bucket alone: a kill loses the steps since its newest checkpoint
+  # (with the local tier, since the last loop; tests/test_checkpoint_tiers).
+  "--local_checkpoints=off",
 )
 KILL_AT = (35, 110)
 _LATEST = re.compile(r'^model_checkpoint_path: "ckpt-(\d+)"', re.MULTILINE)

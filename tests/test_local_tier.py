@@ -4,6 +4,8 @@ Real files, a real `tf.train.Checkpoint`, a real HTTP service on loopback.
 """
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -13,6 +15,8 @@ from ctl.checkpoint import checkpointing
 from ctl.checkpoint import local_tier
 from ctl.checkpoint import tier_restore
 from ctl.launch import tier_service
+from tests.conftest import REPO
+from tests.conftest import trainer_env
 
 
 def _checkpoint(value: float) -> tf.train.Checkpoint:
@@ -158,3 +162,22 @@ def test_one_worker_restores_its_local_step_before_the_buckets(tmp_path):
   )
   assert (result.step, result.tier) == (10, "bucket")
   assert restored.weights.numpy()[0] == 10
+
+
+def test_the_launcher_and_its_tier_service_import_no_tensorflow():
+  """The launcher and node agent start in a fraction of a second: TensorFlow
+  loads only when an agent persists a step (a worker died)."""
+  result = subprocess.run(
+    [
+      sys.executable,
+      "-c",
+      "import sys; import ctl.launch.launcher;"
+      " print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))",
+    ],
+    capture_output=True,
+    text=True,
+    check=True,
+    cwd=REPO,
+    env=trainer_env(),
+  )
+  assert result.stdout.strip() == "[]"

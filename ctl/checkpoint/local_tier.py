@@ -30,12 +30,14 @@ import os
 import re
 import shutil
 import tempfile
+from typing import TYPE_CHECKING
 
 from absl import logging
-import tensorflow as tf
 
 from ctl import env
-from ctl.checkpoint import checkpointing
+
+if TYPE_CHECKING:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 STATE_FILE = "tier_state.json"
 RAM_ROOT = "/dev/shm"
@@ -176,7 +178,7 @@ class LocalTier:
         return False
     return bool(entry.files)
 
-  def save(self, checkpoint: tf.train.Checkpoint, step: int) -> str:
+  def save(self, checkpoint: "tf.train.Checkpoint", step: int) -> str:
     """Writes `checkpoint` as `step` and commits it; returns its prefix.
 
     A committed step of the same number (a rollback saves it again) is
@@ -253,6 +255,8 @@ def _remove(path: str) -> None:
 
 def newest_in_bucket(bucket_dir: str) -> int | None:
   """The step of the newest checkpoint the bucket's state file names."""
+  from ctl.checkpoint import checkpointing  # pylint: disable=g-import-not-at-top
+
   candidates, _ = checkpointing._candidates(bucket_dir)  # pylint: disable=protected-access
   steps = [_step_of(os.path.basename(p) + ".index") for p in candidates]
   steps = [s for s in steps if s is not None]
@@ -270,6 +274,12 @@ def copy_to_bucket(source: str, *, step: int, bucket_dir: str, keep: int):
   Returns:
     The checkpoint's prefix in the bucket.
   """
+  # TensorFlow (gfile reaches gs:// too) loads here, not on import: a node
+  # agent imports this module and needs it only to persist a step.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  from ctl.checkpoint import checkpointing  # pylint: disable=g-import-not-at-top
+
   tf.io.gfile.makedirs(bucket_dir)
   names = sorted(n for n in os.listdir(source) if _step_of(n) == step)
   for name in sorted(names, key=lambda n: n.endswith(".index")):

@@ -1,0 +1,27 @@
+"""The checkpoint tiers benchmark (benchmarks/tiers.py) on tiny settings."""
+
+import json
+import sys
+
+from trainer.testing import run_command
+
+
+def test_the_tiers_section_times_every_tier(tmp_path):
+  output = tmp_path / "tiers.json"
+  run_command(
+    [
+      sys.executable,
+      "-m",
+      "benchmarks.tiers",
+      "--repeats=1",
+      f"--tiers_local_root={tmp_path}",
+      f"--output={output}",
+    ],
+    timeout=240,
+  )
+  (section,) = json.loads(output.read_text()).values()
+  assert section["status"] == "ok"
+  rows = {row["name"]: row["seconds"] for row in section["rows"]}
+  assert len(rows) == 6 and all(seconds > 0 for seconds in rows.values())
+  assert [t["threshold"] for t in section["targets"]] == [5.0, 3.0, 1.0]
+  assert section["config"]["local_root"].startswith(str(tmp_path))
