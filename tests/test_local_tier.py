@@ -181,3 +181,22 @@ def test_the_launcher_and_its_tier_service_import_no_tensorflow():
     env=trainer_env(),
   )
   assert result.stdout.strip() == "[]"
+
+
+def test_a_start_removes_the_snapshots_a_killed_copy_left(tmp_path):
+  def open_tier():
+    return local_tier.open_tier(
+      str(tmp_path / "root"),
+      job_id="job",
+      checkpoint_dir="/bucket",
+      rank=0,
+      need_bytes=0,
+      keep_in_bucket=2,
+      environ={},
+    )
+
+  tier = open_tier()
+  tier.save(_checkpoint(5), 5)
+  left = tier.snapshot(5)  # The copy to the bucket was killed mid-way.
+  assert open_tier().steps() == [5]
+  assert not os.path.exists(left)

@@ -374,6 +374,8 @@ def open_tier(
     remove_stale(root)
     name = run_name(job_id=job_id, checkpoint_dir=checkpoint_dir)
     tier = LocalTier(os.path.join(root, name, f"worker-{rank}"))
+    # Snapshots a killed copy left (hard links: they hold the space).
+    shutil.rmtree(os.path.join(tier.directory, _UPLOADS), ignore_errors=True)
   except OSError as e:
     logging.warning(
       "No local checkpoint tier (%s); checkpoints go to the bucket only.", e
