@@ -1,4 +1,4 @@
-"""trainer.task: each option is declared once, and the flags follow it.
+"""trainer.flags: each option is declared once, and the flags follow it.
 
 Flag defaults come from the dataclasses that declare the options
 (`ctl.RunOptions`, `ctl.resilience.watchdog.Limits`); choice lists must name exactly what
@@ -16,9 +16,9 @@ from ctl.io import storage
 from ctl.resilience import watchdog
 from ctl.train import options
 from trainer import data
+from trainer import flags as trainer_flags  # noqa: F401  (defines the flags)
 from trainer import job
 from trainer import model
-from trainer import task  # noqa: F401  (defines the flags)
 
 # RunOptions fields the trainer derives rather than takes from a flag.
 _DERIVED = {
