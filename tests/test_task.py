@@ -3,34 +3,44 @@
 Flag defaults come from the dataclasses that declare the options
 (`ctl.RunOptions`, `ctl.resilience.watchdog.Limits`); choice lists must name exactly what
 the registries hold, so adding a dataset, model, strategy or storage route
-without its flag (or the other way round) fails here.
+without its flag (or the other way round) fails here. Every RunOptions field
+takes the flag of its name or is set in `trainer.checks.options_set_otherwise`,
+so a new option cannot be forgotten.
 """
 
 import dataclasses
+import types
 
 from absl import flags
 import pytest
 
+from ctl.distributed import cluster
 from ctl.distributed import strategies
+from ctl.io import outputs
 from ctl.io import storage
 from ctl.resilience import watchdog
 from ctl.train import options
+from trainer import checks
 from trainer import data
 from trainer import flags as trainer_flags  # noqa: F401  (defines the flags)
 from trainer import job
 from trainer import model
 
-# RunOptions fields the trainer derives rather than takes from a flag.
-_DERIVED = {
-  "dirs",
-  "train_steps",
-  "is_chief",
-  "restarts",
-  "profile_steps",
-  "hparams",
-  "evaluator_writes_validation",
-  "job_id",
+# The configuration the flag defaults give, and its options on one machine
+# (no TF_CONFIG, no supervisor).
+_CONFIG = types.SimpleNamespace(
+  **{name: flags.FLAGS[name].default for name in flags.FLAGS}
+)
+_DIRS = outputs.OutputDirs("runs/r", "runs/r/c", "runs/r/t", "runs/r/e")
+_ON_ONE_MACHINE = {
+  "cluster": cluster.resolve(environ={}),
+  "environ": {},
+  "train_steps": 0,
 }
+_SET_OTHERWISE = checks.options_set_otherwise(
+  _CONFIG, _DIRS, global_batch=0, **_ON_ONE_MACHINE
+)
+_DEFAULT_OPTIONS = checks.run_options(_CONFIG, _DIRS, **_ON_ONE_MACHINE)
 
 
 def _flag(name):
@@ -38,26 +48,29 @@ def _flag(name):
 
 
 @pytest.mark.parametrize(
+  "field", dataclasses.fields(options.RunOptions), ids=lambda f: f.name
+)
+def test_every_run_option_is_set_from_its_flag_or_otherwise(field):
+  # Else a new option would silently keep its default in every trainer run.
+  assert field.name in flags.FLAGS or field.name in _SET_OTHERWISE
+
+
+@pytest.mark.parametrize(
   "field",
-  [f for f in dataclasses.fields(options.RunOptions) if f.name not in _DERIVED],
+  [
+    f
+    for f in dataclasses.fields(options.RunOptions)
+    if f.name in flags.FLAGS and f.default is not dataclasses.MISSING
+  ],
   ids=lambda f: f.name,
 )
-def test_every_run_option_has_a_flag_with_its_default(field):
-  flag = _flag(field.name)
-  if field.name == "checkpoint_every_secs":  # A string flag: "auto" or secs.
-    assert float(flag.default) == field.default
-  else:
-    assert flag.default == field.default
+def test_the_flag_defaults_give_the_declared_defaults(field):
+  assert getattr(_DEFAULT_OPTIONS, field.name) == field.default
 
 
 @pytest.mark.parametrize("name", ["stall_timeout_secs", "startup_timeout_secs"])
 def test_watchdog_flags_default_to_the_watchdog_limits(name):
   assert _flag(name).default == options.default(watchdog.Limits, name)
-
-
-def test_derived_run_options_exist():
-  names = {f.name for f in dataclasses.fields(options.RunOptions)}
-  assert _DERIVED <= names
 
 
 @pytest.mark.parametrize(

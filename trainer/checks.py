@@ -20,6 +20,7 @@ from ctl.io import outputs
 from ctl.io import storage
 from ctl.resilience import lease
 from ctl.resilience import watchdog
+from ctl.train import options as options_lib
 from ctl.train.options import RunOptions
 
 # The log line that says `check` passed (once per start of the trainer).
@@ -121,10 +122,7 @@ def every_secs(value: str) -> float | str:
 
 
 def watchdog_limits(config: Any) -> watchdog.Limits:
-  return watchdog.Limits(
-    stall_timeout_secs=config.stall_timeout_secs,
-    startup_timeout_secs=config.startup_timeout_secs,
-  )
+  return options_lib.from_flags(watchdog.Limits, config)
 
 
 def hparams(config: Any, *, global_batch: int, train_steps: int) -> dict:
@@ -198,35 +196,49 @@ def run_options(
 ) -> RunOptions:
   """The ctl.RunOptions the flags ask for (not yet validated).
 
-  `global_batch` (known once the strategy exists) only labels the run in
-  TensorBoard's HParams; 0 stands in for it in the early checks.
+  An option takes the flag of its name; `options_set_otherwise` gives the
+  rest. `global_batch` (known once the strategy exists) only labels the run
+  in TensorBoard's HParams; 0 stands in for it in the early checks.
   """
-  return RunOptions(
-    dirs=dirs,
-    train_steps=train_steps,
-    steps_per_loop=config.steps_per_loop,
-    log_every_steps=config.log_every_steps,
-    eval_every_steps=config.eval_every_steps,
-    checkpoint_every_steps=config.checkpoint_every_steps,
-    checkpoint_every_secs=every_secs(config.checkpoint_every_secs),
-    expected_mtbf_secs=config.expected_mtbf_secs,
-    keep_checkpoints=config.keep_checkpoints,
-    async_checkpoint=config.async_checkpoint,
-    seed=config.seed,
-    xla=config.xla,
-    train_accuracy=config.train_accuracy,
-    max_nan_recoveries=config.max_nan_recoveries,
-    reshuffle_on_nan=config.reshuffle_on_nan,
-    is_chief=cluster.is_chief,
-    storage=config.storage,
-    fuse_root=config.fuse_root,
-    restarts=env.restart_count(environ),
-    profile_steps=profile_steps(config.profile_steps),
-    hparams=hparams(config, global_batch=global_batch, train_steps=train_steps),
-    evaluator_writes_validation=cluster.has_evaluator,
-    lease_stale_secs=config.lease_stale_secs,
-    take_over_lease=config.take_over_lease,
-    job_id=env.job_id(environ),
-    local_checkpoints=config.local_checkpoints,
-    local_checkpoint_every_steps=config.local_checkpoint_every_steps,
+  return options_lib.from_flags(
+    RunOptions,
+    config,
+    **options_set_otherwise(
+      config,
+      dirs,
+      cluster=cluster,
+      environ=environ,
+      train_steps=train_steps,
+      global_batch=global_batch,
+    ),
   )
+
+
+def options_set_otherwise(
+  config: Any,
+  dirs: outputs.OutputDirs,
+  *,
+  cluster: cluster_lib.ClusterInfo,
+  environ: Mapping[str, str],
+  train_steps: int,
+  global_batch: int,
+) -> dict[str, Any]:
+  """The RunOptions that are not the value of the flag of their name.
+
+  They come from the cluster, the environment or what the data tells, or
+  are a flag's text parsed; tests/test_task.py checks that every other
+  option has a flag of its name, so a new option cannot be forgotten.
+  """
+  return {
+    "dirs": dirs,
+    "train_steps": train_steps,
+    "checkpoint_every_secs": every_secs(config.checkpoint_every_secs),
+    "is_chief": cluster.is_chief,
+    "restarts": env.restart_count(environ),
+    "profile_steps": profile_steps(config.profile_steps),
+    "hparams": hparams(
+      config, global_batch=global_batch, train_steps=train_steps
+    ),
+    "evaluator_writes_validation": cluster.has_evaluator,
+    "job_id": env.job_id(environ),
+  }
