@@ -85,11 +85,16 @@ def _trainer(config: Config, model_dir: str) -> list[str]:
   )
 
 
-def _launcher(mode: str, config: Config, model_dir: str) -> list:
-  """The started processes of one run: the launcher, or the two agents."""
+def launch(
+  mode: str, config: Config, model_dir: str, worker: list | None = None
+) -> list:
+  """The started processes of one run: the launcher, or the two agents.
+
+  `worker`: the trainer command (default: this benchmark's).
+  """
   events = f"{model_dir}.events.jsonl"
   flags = ["--max_restarts=3", "--restart_backoff_secs=0"]
-  worker = _trainer(config, model_dir)
+  worker = worker or _trainer(config, model_dir)
   launch = [sys.executable, "-m", "ctl.launch"]
   if mode == "cluster":
     command = [*launch, "--num_workers=2", *flags, "--", *worker]
@@ -114,7 +119,7 @@ def _launcher(mode: str, config: Config, model_dir: str) -> list:
   ]
 
 
-def _trainer_process(launchers: list, index: int) -> psutil.Process:
+def trainer_process(launchers: list, index: int) -> psutil.Process:
   """Worker `index`'s trainer process under the launcher or the agents."""
   for launcher in launchers:
     for child in psutil.Process(launcher.pid).children(recursive=True):
@@ -136,7 +141,7 @@ def one_restart(mode: str, config: Config, model_dir: str) -> dict:
     AssertionError: the run ended, or a wait passed `run_timeout_secs`.
   """
   events = f"{model_dir}.events.jsonl"
-  launchers = _launcher(mode, config, model_dir)
+  launchers = launch(mode, config, model_dir)
   try:
     events_lib.wait_for_step(
       events,
@@ -145,8 +150,8 @@ def one_restart(mode: str, config: Config, model_dir: str) -> dict:
       timeout=config.run_timeout_secs,
     )
     if mode == "spare":
-      _wait_until_warm(launchers, timeout=config.run_timeout_secs)
-    _trainer_process(launchers, 1).send_signal(signal.SIGKILL)
+      wait_until_warm(launchers, timeout=config.run_timeout_secs)
+    trainer_process(launchers, 1).send_signal(signal.SIGKILL)
     killed = time.monotonic()
     resumed = events_lib.wait_for_event(
       events,
@@ -161,7 +166,7 @@ def one_restart(mode: str, config: Config, model_dir: str) -> dict:
       finish(launcher)
 
 
-def _wait_until_warm(agents: list, *, timeout: float) -> None:
+def wait_until_warm(agents: list, *, timeout: float) -> None:
   """Waits until every agent's spare has said it is warm (ctl.launch.spare)."""
   deadline = time.monotonic() + timeout
   while not all(spare.READY_LINE in output_so_far(a) for a in agents):

@@ -18,6 +18,16 @@ flags.DEFINE_enum(
   "The trainer's model whose checkpoint is saved and restored.",
 )
 flags.DEFINE_integer("tiers_image_size", 16, "Input side of --tiers_model.")
+flags.DEFINE_integer(
+  "tiers_goodput_kills",
+  0,
+  "Also measure goodput under this many SIGKILLs of a worker (0: do not), "
+  "three ways: whole-cluster restart and agents with warm spares, bucket "
+  "only; agents with warm spares and the local tier.",
+)
+flags.DEFINE_integer(
+  "tiers_goodput_kill_every", 45, "Steps between two SIGKILLs."
+)
 flags.DEFINE_string(
   "tiers_local_root",
   "auto",

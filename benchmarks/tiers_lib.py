@@ -18,6 +18,7 @@ the report gives medians with min-max, and the issue's targets as ratios.
 from collections.abc import Callable
 import dataclasses
 import os
+import signal
 import statistics
 import tempfile
 import time
@@ -28,14 +29,18 @@ import tensorflow as tf
 
 from benchmarks import device as device_lib
 from benchmarks import report as report_lib
+from benchmarks import restart_lib
 from benchmarks import stats
 from ctl.checkpoint import checkpointing
 from ctl.checkpoint import local_tier
 from ctl.checkpoint import tier_restore
 from ctl.io import storage
 from ctl.launch import tier_service
+from ctl.testing import events as events_lib
 from ctl.testing import gcs_emulator
+from ctl.testing import run_files
 from trainer import model as model_lib
+from trainer import testing as trainer_testing
 
 BUCKET = "ctl-bench"
 # (row key, row name), in the report's order.
@@ -60,13 +65,16 @@ class Config:
   local_root: str = "auto"
   device: str = "auto"
   section: str = "checkpoint_tiers"
+  goodput_kills: int = 0  # SIGKILLs per goodput run (0: no goodput runs).
+  goodput_kill_every: int = 45  # Steps between them (the bucket's: 50).
 
 
 def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
-  """Measures every round, then builds the section.
+  """Measures every round, then builds the sections.
 
   Returns:
-    {config.section: the section}.
+    {config.section: save and restore seconds}, and with `goodput_kills`
+    {config.section + "_goodput": goodput under those kills}.
   """
   del progress  # One section, emitted once.
   with (
@@ -85,7 +93,110 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
       for key, seconds in measured.items():
         times.setdefault(key, []).append(seconds)
       logging.info("tiers round %d: %s", index + 1, measured)
-  return {config.section: _section(config, times, megabytes, device, root)}
+    sections = {
+      config.section: _section(config, times, megabytes, device, root)
+    }
+    if config.goodput_kills:
+      found = {
+        name: _killed_run(config, os.path.join(workdir, f"run{i}"), mode, t)
+        for i, (name, mode, t) in enumerate(GOODPUT_MODES)
+      }
+      sections[f"{config.section}_goodput"] = _goodput_section(config, found)
+  return sections
+
+
+# (row, how workers come back, --local_checkpoints) of the goodput runs.
+GOODPUT_MODES = (
+  ("cluster, bucket only", "cluster", "off"),
+  ("agent + spare, bucket only", "spare", "off"),
+  ("agent + spare + local tier", "spare", "auto"),
+)
+
+
+def _killed_run(config: Config, root: str, mode: str, tiers: str) -> dict:
+  """Two workers (small CNN) killed `goodput_kills` times; their goodput."""
+  os.makedirs(root)
+  model_dir = os.path.join(root, "run")
+  events = f"{model_dir}.events.jsonl"
+  steps = (config.goodput_kills + 1) * config.goodput_kill_every + 5
+  worker = trainer_testing.trainer_command(
+    "--dataset=digits",
+    "--model=small_cnn",
+    "--image_size=8",
+    "--per_replica_batch_size=8",
+    f"--train_steps={steps}",
+    "--steps_per_loop=5",
+    "--log_every_steps=5",
+    "--checkpoint_every_steps=50",
+    "--eval_every_steps=0",
+    f"--local_checkpoints={tiers}",
+    f"--model_dir={model_dir}",
+  )
+  launchers = restart_lib.launch(
+    mode, restart_lib.Config(), model_dir, worker=worker
+  )
+  try:
+    _kill_every(config, launchers, events, mode)
+    for launcher in launchers:
+      code, output = trainer_testing.finish(launcher, timeout=600)
+      if code:
+        raise RuntimeError(f"{mode} exited {code}:\n{output[-2000:]}")
+  finally:
+    for launcher in launchers:
+      if launcher.poll() is None:
+        launcher.kill()
+        trainer_testing.finish(launcher)
+  goodput = run_files.read_summary(model_dir)["goodput"]
+  return {
+    "goodput_percent": goodput["goodput_percent"],
+    "lost_steps_per_kill": goodput["lost_steps"] / config.goodput_kills,
+    "seconds": goodput["total_seconds"],
+  }
+
+
+def _kill_every(config: Config, launchers: list, events: str, mode: str):
+  """SIGKILLs worker 1 at every multiple of `goodput_kill_every` steps.
+
+  Raises:
+    RuntimeError: the run ended first (with the end of its output).
+  """
+  try:
+    for kill in range(1, config.goodput_kills + 1):
+      step = kill * config.goodput_kill_every
+      events_lib.wait_for_step(events, step, process=launchers[0])
+      if mode == "spare":
+        restart_lib.wait_until_warm(launchers, timeout=300)
+      # Worker 1's newest mark names its process (a spare's, after a
+      # restart with --warm_spare).
+      marks = [e for e in events_lib.read_events(events) if e["worker"] == 1]
+      os.kill(marks[-1]["pid"], signal.SIGKILL)
+  except AssertionError as e:
+    output = trainer_testing.output_so_far(launchers[0])[-2000:]
+    raise RuntimeError(f"{mode}: {e}\n{output}") from None
+
+
+def _goodput_section(config: Config, found: dict) -> dict:
+  rows = [{"name": name, **found[name]} for name, _, _ in GOODPUT_MODES]
+  tiers, bucket = GOODPUT_MODES[2][0], GOODPUT_MODES[1][0]
+  return report_lib.section(
+    title=(
+      f"Goodput under a SIGKILL every {config.goodput_kill_every} steps "
+      f"({config.goodput_kills} kills, small CNN, 2 workers on loopback)"
+    ),
+    rows=rows,
+    chart_key="goodput_percent",
+    columns=["name", "goodput_percent", "lost_steps_per_kill", "seconds"],
+    notes=[
+      "One run each: worker 1's trainer SIGKILLed at every multiple of "
+      f"{config.goodput_kill_every} steps; the bucket saves every 50 steps, "
+      "the local tier every loop (5 steps). Goodput and lost steps are the "
+      "chief's train_summary.json (the run ledger's accounting).",
+      f"Lost steps per kill: {found[bucket]['lost_steps_per_kill']:g} with "
+      f"the bucket only, {found[tiers]['lost_steps_per_kill']:g} with the "
+      "local tier (at most one local interval: 5).",
+    ],
+    config=dataclasses.asdict(config),
+  )
 
 
 def _checkpoint(config: Config) -> tuple[tf.train.Checkpoint, str]:
