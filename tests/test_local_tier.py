@@ -200,3 +200,16 @@ def test_a_start_removes_the_snapshots_a_killed_copy_left(tmp_path):
   left = tier.snapshot(5)  # The copy to the bucket was killed mid-way.
   assert open_tier().steps() == [5]
   assert not os.path.exists(left)
+
+
+def test_the_tiers_of_job_less_runs_that_are_gone_are_removed(tmp_path):
+  gone = subprocess.Popen([sys.executable, "-c", "pass"])
+  gone.wait()
+  for pid in (gone.pid, os.getpid()):
+    (tmp_path / f"pid{pid}-0123abcd" / "worker-0").mkdir(parents=True)
+  (tmp_path / "job-0123abcd").mkdir()  # A job's: kept for its restart.
+  local_tier.remove_stale(str(tmp_path))
+  assert sorted(os.listdir(tmp_path)) == [
+    "job-0123abcd",
+    f"pid{os.getpid()}-0123abcd",
+  ]

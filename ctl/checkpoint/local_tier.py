@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from absl import logging
 
 from ctl import env
+from ctl.io import tempdirs
 
 if TYPE_CHECKING:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -100,18 +101,8 @@ def remove_stale(root: str) -> None:
   """Removes the tiers of job-less runs whose process is gone."""
   for name in os.listdir(root):
     match = re.fullmatch(r"pid(\d+)-[0-9a-f]+", name)
-    if match and not _alive(int(match.group(1))):
+    if match and not tempdirs.pid_alive(int(match.group(1))):
       shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True
-  return True
 
 
 @dataclasses.dataclass(frozen=True)
