@@ -27,12 +27,18 @@ from tests.conftest import trainer_command
 from tests.conftest import trainer_env
 from tests.test_agent import event_pids
 from tests.test_agent import trainer_of
+from tests.test_cloud_storage_runs import BUCKET
+from tests.test_cloud_storage_runs import FLAGS as CLOUD_FLAGS
+from tests.test_cloud_storage_runs import _Bucket
+from tests.test_cloud_storage_runs import _data_file
+from tests.test_cloud_storage_runs import _env
 from tests.test_launch import _assert_all_gone
 from tests.test_write_failures import small_disk  # noqa: F401 (a fixture)
 from trainer.testing import finish
 from trainer.testing import launch_command
 from trainer.testing import run_trainer
 from trainer.testing import start
+from trainer.testing import train_to_summary
 
 STEPS = 60
 BUCKET_EVERY = 30  # The bucket holds step 30, then 60; the tiers every 5.
@@ -322,3 +328,36 @@ def test_a_full_local_tier_turns_off_with_one_warning(
   ]
   assert len(warnings) == 1 and "turned off" in warnings[0], warnings
   _assert_identical(tmp_path / "run", summary)
+
+
+def test_a_copy_to_the_bucket_that_never_completes_is_a_stall(
+  gcs_emulator, tmp_path
+):
+  """The server freezes (SIGSTOP) as ckpt-20's copy arrives: the step does
+  not wait for it, the next wait for it (a later save, the end) is a stall
+  (exit 75), and the run again ends as the uninterrupted one."""
+  reference = train_to_summary(*CLOUD_FLAGS, model_dir=str(tmp_path / "local"))
+  gcs_emulator.restart(freeze_on_upload=_data_file(20))
+  flags = (
+    *CLOUD_FLAGS,
+    "--storage=gcsfs",
+    f"--model_dir=gs://{BUCKET}/run",
+    "--stall_timeout_secs=10",
+  )
+  process = start(
+    trainer_command(*flags),
+    events=str(tmp_path / "first.jsonl"),
+    env=_env(tmp_path, "first"),
+  )
+  try:
+    gcs_emulator.wait_until_frozen(timeout_s=240)
+    code, output = finish(process)
+  finally:
+    process.kill()
+    gcs_emulator.resume()
+  assert code == 75, output[-3000:]
+  assert "stall: worker 0 made no progress" in output
+  run_trainer(*flags, env=_env(tmp_path, "second"))
+  bucket = _Bucket.emulated(gcs_emulator)
+  summary = read_summary(bucket.download("run", str(tmp_path / "downloaded")))
+  assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
