@@ -14,7 +14,8 @@ from tests.conftest import REPO
 
 PRELUDE = """
 import sys, time
-from ctl.telemetry import progress, watchdog
+from ctl.resilience import watchdog
+from ctl.telemetry import progress
 dog = watchdog.Watchdog(limits=watchdog.Limits(stall_timeout_secs=1,
                                                startup_timeout_secs=60),
                         worker=3, poll_secs=0.1,

@@ -90,6 +90,8 @@ class TieredCheckpointer:
         restore=self._bucket.restore,
       )
       if self.restored:
+        if self.restored.tier == "bucket":
+          self._bucket.mend_state(self.restored.path)
         return self.restored.path
     return self._bucket.restore_latest()
 

@@ -182,18 +182,7 @@ class Checkpointer:
     for path in reversed(candidates):
       if not self.restore(path):
         continue
-      if damaged:
-        logging.warning(
-          "The checkpoint state file %s %s; restored %s, the newest "
-          "readable checkpoint among the files.",
-          state_file,
-          damaged,
-          path,
-        )
-        if self._is_chief:
-          _rewrite_state(
-            self._directory, candidates[: candidates.index(path) + 1]
-          )
+      self.mend_state(path)
       logging.info("Restored checkpoint %s.", path)
       return path
     if damaged:
@@ -208,6 +197,30 @@ class Checkpointer:
         "move the directory away to start over."
       )
     return None
+
+  def mend_state(self, restored: str) -> None:
+    """After `restored` (a checkpoint of this directory) was restored: if
+    the state file is damaged or names a checkpoint that is not there, says
+    so once and (the chief) rewrites it to end at `restored`.
+
+    Whatever chose `restored` (the newest readable file, or the step the
+    workers agreed on in ctl.checkpoint.tier_restore) calls it, so a state
+    file that is no guide is named and mended on every restore path.
+    """
+    candidates, damaged = _candidates(self._directory)
+    if not damaged:
+      return
+    logging.warning(
+      "The checkpoint state file %s %s; restored %s, the newest "
+      "readable checkpoint among the files.",
+      os.path.join(self._directory, STATE_FILE),
+      damaged,
+      restored,
+    )
+    if self._is_chief and restored in candidates:
+      _rewrite_state(
+        self._directory, candidates[: candidates.index(restored) + 1]
+      )
 
   def restore(self, path: str) -> bool:
     """Restores `path`; False (said why) when it is incomplete or damaged.

@@ -354,27 +354,36 @@ def _assemble(
         tf.convert_to_tensor(state.optimizer.learning_rate)
       ),
     ),
-    evaluation=evaluation_lib.Evaluation(
-      eval_loop=loop_lib.EvalLoop(
-        strategy=strategy, model=state.model, loss_fn=task.loss_fn
-      ),
-      eval_data=(
-        strategy.distribute_datasets_from_function(task.eval_dataset_fn)
-        if task.eval_dataset_fn
-        else None
-      ),
-      every_steps=options.eval_every_steps,
-      train_steps=options.train_steps,
-      writer=None if options.evaluator_writes_validation else writer,
-      publish=lambda: _publish(outputs.tensorboard),
-      callbacks=eval_callbacks,
-      progress=progress,
+    evaluation=_evaluation(
+      task, options, strategy, state, writer, outputs, eval_callbacks, progress
     ),
     stragglers=stragglers_lib.Watch(enabled=options.is_chief),
     divergence=DivergenceGuard(max_recoveries=options.max_nan_recoveries),
     actions=actions_lib.LoopActions(
       loop_actions, record=_recorder(ledger, "stopped_early")
     ),
+  )
+
+
+def _evaluation(
+  task, options, strategy, state, writer, outputs, callbacks, progress
+) -> evaluation_lib.Evaluation:
+  """Evaluation during the run: the eval loop, its data, where it writes."""
+  return evaluation_lib.Evaluation(
+    eval_loop=loop_lib.EvalLoop(
+      strategy=strategy, model=state.model, loss_fn=task.loss_fn
+    ),
+    eval_data=(
+      strategy.distribute_datasets_from_function(task.eval_dataset_fn)
+      if task.eval_dataset_fn
+      else None
+    ),
+    every_steps=options.eval_every_steps,
+    train_steps=options.train_steps,
+    writer=None if options.evaluator_writes_validation else writer,
+    publish=lambda: _publish(outputs.tensorboard),
+    callbacks=callbacks,
+    progress=progress,
   )
 
 
