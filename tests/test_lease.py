@@ -359,17 +359,21 @@ def test_a_stale_writers_state_file_commit_is_refused_by_its_generation(
     location.publish(commit_file="checkpoint")
 
   old_lease = _take(url)
-  new = []
+  leases, new = [old_lease], []
 
   def move_in():
-    new_lease = _take(url, take_over=True)
-    new.append(writer("new", new_lease.fence()))
+    leases.append(_take(url, take_over=True))
+    new.append(writer("new", leases[-1].fence()))
     commit(new[0], "ckpt-20")
 
   race = _TakenOverRightAfterTheCheck(old_lease.fence())
   old = writer("old", race)
   commit(old, "ckpt-10")
   race.then = move_in  # The next commit's check passes, then it is taken.
-  with pytest.raises(errors.LeaseLost, match="lost the lease on"):
-    commit(old, "ckpt-30")
-  assert b"ckpt-20" in fs.cat_file(state_file)
+  try:
+    with pytest.raises(errors.LeaseLost, match="lost the lease on"):
+      commit(old, "ckpt-30")
+    assert b"ckpt-20" in fs.cat_file(state_file)
+  finally:  # No renewal thread outlives the emulator.
+    for held in reversed(leases):
+      held.release()

@@ -178,3 +178,17 @@ def test_a_stall_in_the_train_loop_is_read_back(tmp_path, caplog):
     0,
   )
   assert not caplog.records
+
+
+def test_an_unkept_ledger_answers_every_call_a_kept_one_does():
+  """A worker that keeps no ledger holds an `Unkept` one instead of None, so
+  every method callers use on the chief's must exist on it too."""
+  public = {
+    name
+    for name in dir(ledger.Ledger)
+    if not name.startswith("_") or name == "__call__"
+  }
+  missing = {name for name in public if not hasattr(ledger.Unkept, name)}
+  assert not missing
+  assert ledger.Unkept().accounting() is None
+  assert (ledger.Ledger.kept, ledger.Unkept.kept) == (True, False)

@@ -111,8 +111,7 @@ def nothing_to_train(*, checkpoint_dir: str, ledger) -> dict:
     "train, nothing written.",
     checkpoint_dir,
   )
-  if ledger:
-    ledger.discard()
+  ledger.discard()
   return {"final_step": 0}
 
 

@@ -113,12 +113,42 @@ def _begin_attempt() -> tuple[float, float, str]:
   return started, time.monotonic() - age, name
 
 
+class Unkept:
+  """The ledger of a worker that keeps none (every worker but the chief).
+
+  It has the `Ledger`'s interface and records nothing, so a caller holds a
+  ledger on every worker and needs no branch for the ones without.
+  """
+
+  kept = False
+
+  def __call__(self, mark: progress_lib.Mark) -> None:
+    del mark
+
+  def record(self, kind: str, **fields) -> None:
+    del kind, fields
+
+  def discard(self) -> None:
+    pass
+
+  def attempts(self) -> list[list[dict]]:
+    return []
+
+  def accounting(self) -> None:
+    """None: an unkept ledger knows nothing of where the time went."""
+
+  def close(self) -> None:
+    pass
+
+
 class Ledger:
   """The chief's record of this attempt; a `ctl.telemetry.progress` listener.
 
   Never raises into training: a write that fails is logged and retried at the
   next event, except one the storage refuses (a full disk), said once.
   """
+
+  kept = True
 
   def __init__(
     self,

@@ -107,10 +107,9 @@ def run(
 
 def _on_stall(watchdog, ledger, held) -> None:
   """A stall is recorded in the ledger, then the lease is released."""
-  if ledger:
-    watchdog.add_stall_callback(
-      lambda stall: ledger.record("stall", **dataclasses.asdict(stall))
-    )
+  watchdog.add_stall_callback(
+    lambda stall: ledger.record("stall", **dataclasses.asdict(stall))
+  )
   if held:
     watchdog.add_stall_callback(lambda _: held.release())
 
@@ -322,7 +321,7 @@ def _assemble(
   options: RunOptions,
   strategy: tf.distribute.Strategy,
   progress: progress_lib.Progress,
-  ledger: ledger_lib.Ledger | None,
+  ledger: ledger_lib.Ledger | ledger_lib.Unkept,
   faults: faults_lib.Injector | None,
   eval_callbacks: Sequence[Callable[[int, dict], None]],
   loop_actions: Sequence[actions_lib.Action],
@@ -390,7 +389,7 @@ def _evaluation(
 def _recorder(ledger, kind: str) -> Callable[..., None]:
   """`record(**fields)` of a `kind` event in the run ledger (the chief's;
   nothing on the other workers)."""
-  return lambda **fields: ledger and ledger.record(kind, **fields)
+  return lambda **fields: ledger.record(kind, **fields)
 
 
 def _open_outputs(options, fence) -> outputs_lib.OpenedOutputs:
@@ -435,7 +434,7 @@ def _checkpoints(
       expected_mtbf_secs=options.expected_mtbf_secs,
       train_steps=options.train_steps,
       is_chief=options.is_chief,
-      accounting=lambda: ledger and ledger.accounting(),
+      accounting=ledger.accounting,
     ),
     progress=progress,
     global_step=state.global_step,
@@ -443,9 +442,7 @@ def _checkpoints(
     fence=fence,
     local_every_steps=tiers_on
     and (options.local_checkpoint_every_steps or options.steps_per_loop),
-    record=lambda **fields: (
-      ledger and ledger.record("checkpoint_restore", **fields)
-    ),
+    record=lambda **fields: ledger.record("checkpoint_restore", **fields),
   )
 
 
@@ -486,27 +483,31 @@ def _train_loop(task, options, strategy, state, faults) -> loop_lib.TrainLoop:
 def _observers(options, faults, listeners, *, current_step, fence):
   """(the run ledger, a fault injector, the progress that marks phases).
 
-  The chief keeps the run ledger (ctl.telemetry.ledger), a listener of every mark;
-  other workers None. Test machinery only when asked for: no injector,
-  listener, hook or wrapper else; it listens after a watchdog (among
-  `listeners`), so the watchdog sees the phase a fault stalls.
+  The chief keeps the run ledger (ctl.telemetry.ledger), a listener of every
+  mark; the other workers an `Unkept` one, which records nothing. Test
+  machinery only when asked for: no injector, listener, hook or wrapper
+  else; it listens after a watchdog (among `listeners`), so the watchdog sees
+  the phase a fault stalls.
   """
-  ledger = options.is_chief and ledger_lib.Ledger(
-    directory=ledger_lib.ledger_dir(options.dirs.model_dir),
-    storage=options.storage,
-    fuse_root=options.fuse_root,
-    restart=options.restarts,
-    fence=fence,
+  ledger = (
+    ledger_lib.Ledger(
+      directory=ledger_lib.ledger_dir(options.dirs.model_dir),
+      storage=options.storage,
+      fuse_root=options.fuse_root,
+      restart=options.restarts,
+      fence=fence,
+    )
+    if options.is_chief
+    else ledger_lib.Unkept()
   )
-  record = ledger.record if ledger else None  # Each fault that fires.
   injector = (
-    faults_lib.Injector(tuple(faults), record=record) if faults else None
+    faults_lib.Injector(tuple(faults), record=ledger.record) if faults else None
   )
   progress = progress_lib.Progress(
     current_step=current_step,
     listeners=tuple(filter(None, (ledger, *listeners, injector))),
   )
-  return ledger or None, injector, progress
+  return ledger, injector, progress
 
 
 def _train_iterator(task, strategy, step: int, seed: int, faults):
@@ -522,7 +523,7 @@ def _summary(
   step: int,
   options: RunOptions,
   started: float,
-  ledger: ledger_lib.Ledger | None,
+  ledger: ledger_lib.Ledger | ledger_lib.Unkept,
 ) -> dict:
   """The run summary (`train_summary.json`) at `step`."""
   summary = {
@@ -545,7 +546,7 @@ def _summary(
       parts.checkpoints.data_order_differs_from_step
     ),
   }
-  if ledger:
+  if ledger.kept:
     summary["goodput"] = finishing.goodput(
       ledger.accounting(),
       step=step,
