@@ -6,6 +6,8 @@ readers of a run's files in `ctl/testing/`. Tests import them from this module
 (`from tests.conftest import run_trainer, ...`) or from their homes.
 """
 
+import contextlib
+import logging
 import signal
 import subprocess
 import sys
@@ -35,6 +37,25 @@ __all__ = [
   "trainer_env",
   "trained_model_dir",
 ]
+
+
+@contextlib.contextmanager
+def absl_messages(level: int = logging.INFO):
+  """The messages absl's logger emits in the block, read from that logger:
+  whether they also reach pytest's caplog depends on what other tests in
+  this process did to absl logging (its handler stops their propagation)."""
+  messages = []
+  handler = logging.Handler(level)
+  handler.emit = lambda record: messages.append(record.getMessage())
+  absl_logger = logging.getLogger("absl")
+  previous = absl_logger.level
+  absl_logger.addHandler(handler)
+  absl_logger.setLevel(level)
+  try:
+    yield messages
+  finally:
+    absl_logger.removeHandler(handler)
+    absl_logger.setLevel(previous)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from ctl.data import datafiles
 from ctl.data import input as input_lib
 from ctl.errors import UserError
 from ctl.testing.gcs_emulator import GcsEmulator
+from tests.conftest import absl_messages
 from trainer import data
 from trainer.testing import FAST_FLAGS
 from trainer.testing import read_summary
@@ -100,20 +101,8 @@ def test_array_record_tfds_is_read_by_index_and_decoded_in_tf_data(tfds_dirs):
 
 
 def test_tfrecord_tfds_is_streamed_and_says_how_to_convert(tfds_dirs):
-  # absl's logger, read directly: whether it also reaches pytest's caplog
-  # depends on what other tests in this process did to absl logging.
-  messages = []
-  handler = logging.Handler(logging.INFO)
-  handler.emit = lambda record: messages.append(record.getMessage())
-  absl_logger = logging.getLogger("absl")
-  level = absl_logger.level
-  absl_logger.addHandler(handler)
-  absl_logger.setLevel(logging.INFO)
-  try:
+  with absl_messages() as messages:
     source = data.load("cassava", image_size=16, data_dir=tfds_dirs["tfrecord"])
-  finally:
-    absl_logger.removeHandler(handler)
-    absl_logger.setLevel(level)
   assert isinstance(source.train_records, tf.data.Dataset)
   assert source.shuffle_buffer and source.num_train == 24
   text = "\n".join(messages)

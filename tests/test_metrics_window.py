@@ -6,6 +6,7 @@ from ctl.telemetry import summaries
 from ctl.testing.run_files import read_scalars
 from ctl.train import loop as loop_lib
 from ctl.train import metrics_window
+from tests.conftest import absl_messages
 
 
 def _output(losses, accuracy=None):
@@ -54,7 +55,7 @@ def test_no_window_logged_has_no_throughput():
   assert window.median_throughput() is None
 
 
-def test_an_eta_of_days_shows_the_days(tmp_path, caplog):
+def test_an_eta_of_days_shows_the_days(tmp_path):
   # 54 days and a bit: 4,676,487 steps left at one step a second.
   window = metrics_window.MetricsWindow(
     train_steps=4_676_497,
@@ -63,7 +64,7 @@ def test_an_eta_of_days_shows_the_days(tmp_path, caplog):
     learning_rate=lambda: 0.1,
   )
   window.add(_output([1.0] * 10), 10, seconds=10.0)
-  with caplog.at_level("INFO"):
+  with absl_messages() as messages:
     window.log(10)
-  [line] = [r.getMessage() for r in caplog.records if "ETA" in r.getMessage()]
+  [line] = [message for message in messages if "ETA" in message]
   assert line.endswith("ETA 54 days 03:01:27"), line
