@@ -115,10 +115,13 @@ def _pipeline(
 def records_read(data_dir: str, config: Config, *, pipelines: int) -> list[int]:
   """Records each of `pipelines` pipelines reads per epoch.
 
-  Counted where records leave the source (before decoding), as the difference
-  between two counts a whole number of fetch calls apart, taken after a first
-  epoch, so that the pipeline's read-ahead (parallel fetches, prefetch)
-  cancels out; scaled to one epoch.
+  Counted where records leave the source (before decoding). By index, each
+  fetch call reads a fixed number of steps, so the largest call's size per
+  step times the steps of an epoch is exact, whatever the read-ahead did (a
+  difference of two snapshots was not: on a busy machine the read-ahead
+  moved a whole epoch of a small dataset between them, 384 for 192).
+  Streamed, it is the difference between two counts a whole number of
+  blocks apart, taken after a first epoch, scaled to one epoch.
   """
   source = _load(data_dir, config)
   steps = input_lib.steps_per_epoch(source.num_train, config.global_batch)
@@ -149,7 +152,11 @@ def records_read(data_dir: str, config: Config, *, pipelines: int) -> list[int]:
         next(iterator)
       after.append(counter.count)
     del iterator
-    counts.append(round((after[1] - after[0]) * steps / measured))
+    if counter.call_sizes:  # By index: each call fetches `per_call` steps.
+      per_step = max(counter.call_sizes) / per_call
+      counts.append(round(per_step * steps))
+    else:
+      counts.append(round((after[1] - after[0]) * steps / measured))
   return counts
 
 
@@ -386,6 +393,7 @@ class _Counter:
 
   def __init__(self):
     self.count = 0
+    self.call_sizes = []  # Records per fetch call, by index only.
     self._lock = threading.Lock()
 
   def _add(self, n):
@@ -393,11 +401,18 @@ class _Counter:
       self.count += int(n)
     return np.int64(0)
 
+  def _add_call(self, n):
+    with self._lock:
+      self.call_sizes.append(int(n))
+    return self._add(n)
+
   def wrap(self, records):
     if isinstance(records, input_lib.IndexedRecords):
 
       def fetch(indices):
-        counted = tf.numpy_function(self._add, [tf.size(indices)], tf.int64)
+        counted = tf.numpy_function(
+          self._add_call, [tf.size(indices)], tf.int64
+        )
         with tf.control_dependencies([counted]):
           return records.fetch(tf.identity(indices))
 
