@@ -189,9 +189,9 @@ def dependency_layer_reused(build_log: str) -> bool:
   """Whether the step that installs the pins came from the layer cache."""
   lines = build_log.splitlines()
   for i, line in enumerate(lines):
-    if line.startswith("STEP") and "pip install -r" in line:
+    if line.startswith("STEP") and "pip install" in line and " -r " in line:
       return i + 1 < len(lines) and lines[i + 1].startswith("--> Using cache")
-  raise CheckFailed("the build log has no `pip install -r` step")
+  raise CheckFailed("the build log has no `pip install ... -r` step")
 
 
 def code_change_context(workdir: pathlib.Path) -> pathlib.Path:
