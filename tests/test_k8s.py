@@ -277,8 +277,10 @@ def _set(path, value):
 
 
 _RJOB1 = ["spec", "replicatedJobs", 1]
-_POD1 = [*_RJOB1, "template", "spec", "template", "spec"]
+_JOB1 = [*_RJOB1, "template", "spec"]
+_POD1 = [*_JOB1, "template", "spec"]
 _CONTAINER1 = [*_POD1, "containers", 0]
+_EXIT_CODES1 = [*_JOB1, "podFailurePolicy", "rules", 0, "onExitCodes"]
 
 
 @pytest.mark.parametrize(
@@ -291,7 +293,7 @@ _CONTAINER1 = [*_POD1, "containers", 0]
     ),
     (_set([*_CONTAINER1, "image"], None), "containers[0].image is missing"),
     (_set([*_CONTAINER1, "image"], " "), "containers[0].image is missing"),
-    (_set([*_RJOB1, "template", "spec", "parallelism"], 0), "has 0 pods"),
+    (_set([*_JOB1, "parallelism"], 0), "has 0 pods"),
     (_set([*_RJOB1, "replicas"], 0), "has 0 pods"),
     (_set(["spec", "replicatedJobs", 0, "replicas"], 2), "must have 1 pod"),
     (_set(["spec", "replicatedJobs"], []), "has no 'chief' job"),
@@ -302,7 +304,7 @@ _CONTAINER1 = [*_POD1, "containers", 0]
     (_set([*_POD1, "restartPolicy"], "OnFailure"), "restartPolicy must be"),
     (_set([*_CONTAINER1, "imagePullPolicy"], "Sometimes"), "is not one of"),
     (
-      _set([*_RJOB1, "template", "spec", "completionMode"], "NonIndexed"),
+      _set([*_JOB1, "completionMode"], "NonIndexed"),
       "completionMode must be 'Indexed'",
     ),
     (
@@ -314,35 +316,11 @@ _CONTAINER1 = [*_POD1, "containers", 0]
       "'Explode' is not one of ['FailJobSet'",
     ),
     (
-      _set(
-        [
-          *_RJOB1,
-          "template",
-          "spec",
-          "podFailurePolicy",
-          "rules",
-          0,
-          "onExitCodes",
-          "operator",
-        ],
-        "Maybe",
-      ),
+      _set([*_EXIT_CODES1, "operator"], "Maybe"),
       "operator 'Maybe' is not one of In, NotIn.",
     ),
     (
-      _set(
-        [
-          *_RJOB1,
-          "template",
-          "spec",
-          "podFailurePolicy",
-          "rules",
-          0,
-          "onExitCodes",
-          "containerName",
-        ],
-        "trainr",
-      ),
+      _set([*_EXIT_CODES1, "containerName"], "trainr"),
       "containerName 'trainr' is not one of trainer.",
     ),
     (_set(["kind"], "Job"), "kind must be 'JobSet'"),
