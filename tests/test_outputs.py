@@ -20,22 +20,46 @@ def _resolve(environ=None, **flags):
   return outputs.resolve_output_dirs(environ=environ or {}, **args)
 
 
-def test_model_dir_gives_default_subdirectories():
-  assert _resolve(model_dir="/tmp/run/") == outputs.OutputDirs(
-    model_dir="/tmp/run",
-    checkpoint_dir="/tmp/run/checkpoints",
-    tensorboard_dir="/tmp/run/tensorboard",
-    export_dir="/tmp/run/saved_model",
-  )
+# Which flag or variable decides each directory: (environment, flags, the
+# directories they give, in OutputDirs' order: [model, checkpoints] +
+# [TensorBoard, export], two a line).
+_ALL_DIRS = [
+  pytest.param(
+    {},
+    dict(model_dir="/tmp/run/"),
+    ["/tmp/run", "/tmp/run/checkpoints"]
+    + ["/tmp/run/tensorboard", "/tmp/run/saved_model"],
+    id="model_dir_gives_default_subdirectories",
+  ),
+  pytest.param(
+    _VERTEX,
+    {},
+    ["gs://bkt/out", "gs://bkt/out/checkpoints"]
+    + ["gs://bkt/out/logs", "gs://bkt/out/model"],
+    id="vertex_variables_lose_their_trailing_slashes",
+  ),
+  pytest.param(
+    _VERTEX,
+    dict(model_dir="gs://mine/run", tensorboard_dir="gs://mine/tb"),
+    ["gs://mine/run", "gs://mine/run/checkpoints"]
+    + ["gs://mine/tb", "gs://mine/run/saved_model"],
+    id="explicit_flags_win_over_vertex_variables",
+  ),
+  pytest.param(
+    {"CLOUD_ML_TRIAL_ID": "7"},
+    dict(job_dir="gs://bkt/job", export_dir="gs://bkt/export"),
+    ["gs://bkt/job/trial_7", "gs://bkt/job/trial_7/checkpoints"]
+    + ["gs://bkt/job/trial_7/tensorboard", "gs://bkt/export/trial_7"],
+    id="trial_id_separates_directories_from_flags",
+  ),
+]
 
 
-def test_vertex_variables_lose_their_trailing_slashes():
-  assert _resolve(_VERTEX) == outputs.OutputDirs(
-    model_dir="gs://bkt/out",
-    checkpoint_dir="gs://bkt/out/checkpoints",
-    tensorboard_dir="gs://bkt/out/logs",
-    export_dir="gs://bkt/out/model",
-  )
+@pytest.mark.parametrize("environ, flags, expected", _ALL_DIRS)
+def test_each_directory_comes_from_its_flag_or_variable(
+  environ, flags, expected
+):
+  assert _resolve(environ, **flags) == outputs.OutputDirs(*expected)
 
 
 def test_vertex_variable_missing_falls_back_to_a_subdirectory():
@@ -49,36 +73,10 @@ def test_job_dir_is_the_model_dir():
   assert dirs.export_dir == "gs://bkt/job/saved_model"
 
 
-def test_explicit_flags_win_over_vertex_variables():
-  dirs = _resolve(
-    _VERTEX, model_dir="gs://mine/run", tensorboard_dir="gs://mine/tb"
-  )
-  assert dirs == outputs.OutputDirs(
-    model_dir="gs://mine/run",
-    checkpoint_dir="gs://mine/run/checkpoints",
-    tensorboard_dir="gs://mine/tb",
-    export_dir="gs://mine/run/saved_model",
-  )
-
-
 def test_a_dir_flag_alone_wins_over_its_vertex_variable():
   dirs = _resolve(_VERTEX, checkpoint_dir="gs://mine/ckpt")
   assert dirs.checkpoint_dir == "gs://mine/ckpt"
   assert dirs.export_dir == "gs://bkt/out/model"
-
-
-def test_trial_id_separates_directories_from_flags():
-  dirs = _resolve(
-    {"CLOUD_ML_TRIAL_ID": "7"},
-    job_dir="gs://bkt/job",
-    export_dir="gs://bkt/export",
-  )
-  assert dirs == outputs.OutputDirs(
-    model_dir="gs://bkt/job/trial_7",
-    checkpoint_dir="gs://bkt/job/trial_7/checkpoints",
-    tensorboard_dir="gs://bkt/job/trial_7/tensorboard",
-    export_dir="gs://bkt/export/trial_7",
-  )
 
 
 def test_trial_id_leaves_vertex_directories_alone():
