@@ -6,7 +6,6 @@ Real trainer processes, real signals; runs are followed through their
 progress events (`CTL_EVENTS`).
 """
 
-import contextlib
 import json
 import os
 import random
@@ -29,6 +28,7 @@ from tests.conftest import trainer_env
 from tests.test_launch import _assert_all_gone
 from tests.test_launch import _launcher_tree
 from trainer.testing import finish
+from trainer.testing import killed_at_exit
 from trainer.testing import output_so_far
 from trainer.testing import start
 
@@ -46,21 +46,12 @@ FLAGS = (
 )
 
 
-@contextlib.contextmanager
 def two_agents(model_dir, *, flags=FLAGS, agent_flags=()):
-  """Two agents, one per "node", sharing one events file; yields them.
+  """Two agents, one per "node", sharing one events file, for a `with` block.
 
-  Whatever still runs at the end is SIGKILLed (a failed test leaves no
-  training behind: the agents take their workers with them).
+  Whatever still runs at the block's end is SIGKILLed (`killed_at_exit`).
   """
-  agents = _start_agents(model_dir, flags, agent_flags)
-  try:
-    yield agents
-  finally:
-    for agent in agents:
-      if agent.poll() is None:
-        agent.kill()
-        finish(agent)
+  return killed_at_exit(_start_agents(model_dir, flags, agent_flags))
 
 
 def _start_agents(model_dir, flags, agent_flags):

@@ -7,7 +7,6 @@ tier its restore came from (the ledger's `checkpoint_restore` events say).
 Real trainer processes, real SIGKILLs, real files cut short.
 """
 
-import contextlib
 import glob
 import json
 import os
@@ -35,6 +34,7 @@ from tests.test_cloud_storage_runs import _env
 from tests.test_launch import _assert_all_gone
 from tests.test_write_failures import small_disk  # noqa: F401 (a fixture)
 from trainer.testing import finish
+from trainer.testing import killed_at_exit
 from trainer.testing import launch_command
 from trainer.testing import run_trainer
 from trainer.testing import start
@@ -55,12 +55,12 @@ FLAGS = (
 )
 
 
-@contextlib.contextmanager
 def two_nodes(model_dir, nodes, *, flags=FLAGS, agent_flags=()):
-  """Two agents, node i's tier under `nodes/node<i>`; yields them.
+  """Two agents, node i's tier under `nodes/node<i>`, for a `with` block.
 
   One job id for both and for every start, as a platform gives a job's
-  nodes; whatever still runs at the end is SIGKILLed.
+  nodes; whatever still runs at the block's end is SIGKILLed
+  (`killed_at_exit`).
   """
   addresses = [f"localhost:{port}" for port in free_ports(2)]
   agents = [
@@ -92,13 +92,7 @@ def two_nodes(model_dir, nodes, *, flags=FLAGS, agent_flags=()):
     )
     for index in (0, 1)
   ]
-  try:
-    yield agents
-  finally:
-    for agent in agents:
-      if agent.poll() is None:
-        agent.kill()
-        finish(agent)
+  return killed_at_exit(agents)
 
 
 def tier(nodes, node) -> local_tier.LocalTier:

@@ -7,6 +7,7 @@ out of the calling process. Framework-generic helpers (the Cloud Storage
 emulator, reading a run's files) are in `ctl.testing`.
 """
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -234,6 +235,22 @@ def finish(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
   output = process.output_file.read()
   process.output_file.close()
   return process.returncode, output
+
+
+@contextlib.contextmanager
+def killed_at_exit(processes: list[subprocess.Popen]):
+  """Yields `processes` (from `start`); SIGKILLs and reaps those still running.
+
+  At the end of the block, passed or failed, so a test leaves no process
+  behind (an agent or launcher takes its workers with it).
+  """
+  try:
+    yield processes
+  finally:
+    for process in processes:
+      if process.poll() is None:
+        process.kill()
+        finish(process)
 
 
 def train_to_summary(
