@@ -28,6 +28,7 @@ from tests.conftest import run_trainer
 from tests.conftest import trainer_command
 from tests.conftest import trainer_env
 from trainer.testing import finish
+from trainer.testing import stall_on_frozen_upload
 from trainer.testing import start
 from trainer.testing import start_until_step
 from trainer.testing import train_to_summary
@@ -288,16 +289,12 @@ def test_upload_that_never_completes_is_a_stall(
     "--local_checkpoints=off",
   )
   events = str(tmp_path / "first.jsonl")
-  process = start(
-    trainer_command(*flags), events=events, env=_env(tmp_path, "first")
+  output = stall_on_frozen_upload(
+    trainer_command(*flags),
+    gcs_emulator,
+    events=events,
+    env=_env(tmp_path, "first"),
   )
-  try:
-    gcs_emulator.wait_until_frozen(timeout_s=240)
-    code, output = finish(process)
-  finally:
-    process.kill()
-    gcs_emulator.resume()
-  assert code == 75, output[-3000:]
   # Stuck in the save of `cut`: its last mark started a phase never ended.
   stuck = events_lib.read_events(events)[-1]
   assert stuck["phase"] in ("checkpoint_upload", "checkpoint_save")

@@ -14,6 +14,7 @@ import sys
 import tempfile
 
 from ctl import env as ctl_env
+from ctl.errors import STALL_EXIT_CODE
 from ctl.testing import events as events_lib
 from ctl.testing.run_files import read_summary
 
@@ -251,6 +252,32 @@ def killed_at_exit(processes: list[subprocess.Popen]):
       if process.poll() is None:
         process.kill()
         finish(process)
+
+
+def stall_on_frozen_upload(
+  command: list[str], emulator, *, events: str, env: dict[str, str]
+) -> str:
+  """`start`s `command`, which stalls on an upload the emulator freezes on.
+
+  `emulator` (a `ctl.testing.gcs_emulator.GcsEmulator`) was restarted with
+  `freeze_on_upload`; once it froze, the run must end on its own as a stall.
+  The emulator is resumed and the run killed whatever happens.
+
+  Returns:
+    The run's output.
+
+  Raises:
+    AssertionError: it exited with another code than a stall's.
+  """
+  process = start(command, events=events, env=env)
+  try:
+    emulator.wait_until_frozen(timeout_s=240)
+    code, output = finish(process)
+  finally:
+    process.kill()
+    emulator.resume()
+  assert code == STALL_EXIT_CODE, output[-3000:]
+  return output
 
 
 def train_to_summary(
