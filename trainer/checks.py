@@ -185,32 +185,14 @@ def output_dirs(config: Any, environ: Mapping[str, str]) -> outputs.OutputDirs:
   return outputs.resolve_output_dirs(**flags, environ=environ)
 
 
-def run_options(
-  config: Any,
-  dirs: outputs.OutputDirs,
-  *,
-  cluster: cluster_lib.ClusterInfo,
-  environ: Mapping[str, str],
-  train_steps: int,
-  global_batch: int = 0,
-) -> RunOptions:
+def run_options(config: Any, dirs: outputs.OutputDirs, **known) -> RunOptions:
   """The ctl.RunOptions the flags ask for (not yet validated).
 
   An option takes the flag of its name; `options_set_otherwise` gives the
-  rest. `global_batch` (known once the strategy exists) only labels the run
-  in TensorBoard's HParams; 0 stands in for it in the early checks.
+  rest from `known`, its keyword arguments (declared there only).
   """
   return options_lib.from_flags(
-    RunOptions,
-    config,
-    **options_set_otherwise(
-      config,
-      dirs,
-      cluster=cluster,
-      environ=environ,
-      train_steps=train_steps,
-      global_batch=global_batch,
-    ),
+    RunOptions, config, **options_set_otherwise(config, dirs, **known)
   )
 
 
@@ -221,13 +203,15 @@ def options_set_otherwise(
   cluster: cluster_lib.ClusterInfo,
   environ: Mapping[str, str],
   train_steps: int,
-  global_batch: int,
+  global_batch: int = 0,
 ) -> dict[str, Any]:
   """The RunOptions that are not the value of the flag of their name.
 
   They come from the cluster, the environment or what the data tells, or
   are a flag's text parsed; tests/test_task.py checks that every other
   option has a flag of its name, so a new option cannot be forgotten.
+  `global_batch` (known once the strategy exists) only labels the run in
+  TensorBoard's HParams; 0 stands in for it in the early checks.
   """
   return {
     "dirs": dirs,
