@@ -14,6 +14,8 @@ Modules (lowest first):
   actions: Loop actions: the user's own duties after each train loop.
   evaluator: Side-car evaluation: an `evaluator` task follows the chief's
     checkpoints.
+  parts: What a run is made of (outputs, state, loops, duties), built once
+    at start-up.
   controller: The outer loop: bookkeeping between calls of the compiled train
     loop.
 """

@@ -14,33 +14,21 @@ from collections.abc import Callable, Sequence
 import dataclasses
 import time
 
-from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from ctl.checkpoint import checkpoint_tiers
 from ctl.checkpoint import checkpointing
 from ctl.checkpoint import finishing
-from ctl.checkpoint import run_checkpoints
-from ctl.checkpoint import save_policy
 from ctl.errors import Preempted
 from ctl.errors import TrainingDiverged
-from ctl.io import fencing
-from ctl.io import outputs as outputs_lib
 from ctl.resilience import faults as faults_lib
 from ctl.resilience import lease as lease_lib
 from ctl.resilience import preemption
-from ctl.resilience import stragglers as stragglers_lib
 from ctl.resilience import watchdog as watchdog_lib
 from ctl.telemetry import ledger as ledger_lib
-from ctl.telemetry import profiler
 from ctl.telemetry import progress as progress_lib
-from ctl.telemetry import summaries
 from ctl.train import actions as actions_lib
-from ctl.train import evaluation as evaluation_lib
-from ctl.train import loop as loop_lib
-from ctl.train import metrics_window
-from ctl.train import state as state_lib
+from ctl.train import parts as parts_lib
 from ctl.train.options import RunOptions
 from ctl.train.options import Task
 
@@ -115,7 +103,7 @@ def _on_stall(watchdog, ledger, held) -> None:
 
 
 class _Run:
-  """One `run` call: the outer loop over the run's collaborators (`_Parts`).
+  """One `run` call: the outer loop over the run's parts (`ctl.train.parts`).
 
   Each duty is its own unit, called at loop boundaries only: checkpoints and
   their policy, the metrics window and its log line, evaluation, stragglers,
@@ -150,7 +138,7 @@ class _Run:
       current_step=lambda: self._step,
       fence=fence,
     )
-    self._parts = None  # _Parts, from the start of start-up.
+    self._parts = None  # parts_lib.Parts, from the start of start-up.
 
   def run(self) -> dict:
     """The whole run, from start-up to the summary: the one place a run is
@@ -161,7 +149,7 @@ class _Run:
   def _train(self) -> dict:
     options = self._options
     with self._progress.phase(progress_lib.STARTUP):
-      self._parts = parts = _assemble(
+      self._parts = parts = parts_lib.assemble(
         task=self._task,
         options=options,
         strategy=self._strategy,
@@ -291,195 +279,6 @@ class _Run:
     return summary
 
 
-@dataclasses.dataclass(frozen=True)
-class _Parts:
-  """What a run is made of, built once at start-up (`_assemble`)."""
-
-  outputs: outputs_lib.OpenedOutputs
-  state: state_lib.TrainState
-  checkpoints: run_checkpoints.RunCheckpoints
-  loop: loop_lib.TrainLoop
-  writer: summaries.ScalarWriter
-  profiler: profiler.StepProfiler
-  window: metrics_window.MetricsWindow
-  evaluation: evaluation_lib.Evaluation
-  stragglers: stragglers_lib.Watch  # Enabled on the chief only.
-  divergence: "DivergenceGuard"
-  actions: actions_lib.LoopActions
-
-  def close(self) -> None:
-    """Finishes checkpoint writes, then publishes and releases outputs."""
-    self.checkpoints.close()
-    self.profiler.stop()
-    self.writer.close()
-    self.outputs.close()
-
-
-def _assemble(
-  *,
-  task: Task,
-  options: RunOptions,
-  strategy: tf.distribute.Strategy,
-  progress: progress_lib.Progress,
-  ledger: ledger_lib.Ledger | ledger_lib.Unkept,
-  faults: faults_lib.Injector | None,
-  eval_callbacks: Sequence[Callable[[int, dict], None]],
-  loop_actions: Sequence[actions_lib.Action],
-  fence: fencing.Fence,
-) -> _Parts:
-  """Opens the outputs and builds the model, its loops and the duties."""
-  outputs = _open_outputs(options, fence)
-  state = state_lib.build_state(task=task, strategy=strategy, seed=options.seed)
-  writer = summaries.ScalarWriter(
-    logdir=outputs.tensorboard and outputs.tensorboard.local_path, fence=fence
-  )
-  return _Parts(
-    outputs=outputs,
-    state=state,
-    checkpoints=_checkpoints(
-      options, outputs.checkpoints, state, progress, ledger, fence, strategy
-    ),
-    loop=_train_loop(task, options, strategy, state, faults),
-    writer=writer,
-    profiler=profiler.StepProfiler(
-      steps=options.profile_steps, logdir=writer.run_dir(summaries.TRAIN)
-    ),
-    window=metrics_window.MetricsWindow(
-      train_steps=options.train_steps,
-      global_batch_size=task.global_batch_size,
-      writer=writer,
-      publish=lambda: _publish(outputs.tensorboard),
-      learning_rate=lambda: float(
-        tf.convert_to_tensor(state.optimizer.learning_rate)
-      ),
-    ),
-    evaluation=_evaluation(
-      task, options, strategy, state, writer, outputs, eval_callbacks, progress
-    ),
-    stragglers=stragglers_lib.Watch(enabled=options.is_chief),
-    divergence=DivergenceGuard(max_recoveries=options.max_nan_recoveries),
-    actions=actions_lib.LoopActions(
-      loop_actions, record=_recorder(ledger, "stopped_early")
-    ),
-  )
-
-
-def _evaluation(
-  task, options, strategy, state, writer, outputs, callbacks, progress
-) -> evaluation_lib.Evaluation:
-  """Evaluation during the run: the eval loop, its data, where it writes."""
-  return evaluation_lib.Evaluation(
-    eval_loop=loop_lib.EvalLoop(
-      strategy=strategy, model=state.model, loss_fn=task.loss_fn
-    ),
-    eval_data=(
-      strategy.distribute_datasets_from_function(task.eval_dataset_fn)
-      if task.eval_dataset_fn
-      else None
-    ),
-    every_steps=options.eval_every_steps,
-    train_steps=options.train_steps,
-    writer=None if options.evaluator_writes_validation else writer,
-    publish=lambda: _publish(outputs.tensorboard),
-    callbacks=callbacks,
-    progress=progress,
-  )
-
-
-def _recorder(ledger, kind: str) -> Callable[..., None]:
-  """`record(**fields)` of a `kind` event in the run ledger (the chief's;
-  nothing on the other workers)."""
-  return lambda **fields: ledger.record(kind, **fields)
-
-
-def _open_outputs(options, fence) -> outputs_lib.OpenedOutputs:
-  """The run's output directories (the chief's commit through `fence`)."""
-  return outputs_lib.open_outputs(
-    options.dirs,
-    is_chief=options.is_chief,
-    storage_route=options.storage,
-    fuse_root=options.fuse_root,
-    fence=fence,
-  )
-
-
-def _checkpoints(
-  options, location, state, progress, ledger, fence, strategy
-) -> run_checkpoints.RunCheckpoints:
-  """The checkpoint duty: into the local tier and `location` (fetched
-  first), when the policy says."""
-  location.fetch()
-  tiers_on = options.local_checkpoints != "off"
-  return run_checkpoints.RunCheckpoints(
-    checkpointer=_with_tiers(
-      checkpointing.Checkpointer(
-        checkpoint=state.checkpoint(),
-        directory=location.local_path,
-        is_chief=options.is_chief,
-        keep=options.keep_checkpoints,
-        async_save=options.async_checkpoint,
-        on_saved=lambda: run_checkpoints.upload(location, progress),
-        input_shape=state.input_shape,
-        global_batch_size=state.global_batch_size,
-      ),
-      options=options,
-      location=location,
-      state=state,
-      progress=progress,
-      strategy=strategy,
-    ),
-    policy=save_policy.SavePolicy(
-      every_steps=options.checkpoint_every_steps,
-      every_secs=options.checkpoint_every_secs,
-      expected_mtbf_secs=options.expected_mtbf_secs,
-      train_steps=options.train_steps,
-      is_chief=options.is_chief,
-      accounting=ledger.accounting,
-    ),
-    progress=progress,
-    global_step=state.global_step,
-    restores=state.restores,
-    fence=fence,
-    local_every_steps=tiers_on
-    and (options.local_checkpoint_every_steps or options.steps_per_loop),
-    record=lambda **fields: ledger.record("checkpoint_restore", **fields),
-  )
-
-
-def _with_tiers(bucket, *, options, location, state, progress, strategy):
-  """The local tier in front of the `bucket` checkpointer (ctl.checkpoint.
-  checkpoint_tiers; with --local_checkpoints=off, the bucket's alone)."""
-  return checkpoint_tiers.build(
-    bucket=bucket,
-    bucket_url=location.url,
-    strategy=strategy,
-    setting=options.local_checkpoints,
-    job_id=options.job_id,
-    keep=options.keep_checkpoints,
-    is_chief=options.is_chief,
-    on_saved=lambda: location.publish(commit_file=checkpointing.STATE_FILE),
-    need_bytes=state_lib.checkpoint_bytes(state),
-    waiting=lambda: progress.phase(progress_lib.CHECKPOINT_UPLOAD),
-  )
-
-
-def _train_loop(task, options, strategy, state, faults) -> loop_lib.TrainLoop:
-  with strategy.scope():
-    loss_hook = faults and faults.loss_hook()
-  return loop_lib.TrainLoop(
-    strategy=strategy,
-    model=state.model,
-    optimizer=state.optimizer,
-    global_step=state.global_step,
-    global_batch_size=task.global_batch_size,
-    steps_per_loop=options.steps_per_loop,
-    loss_fn=task.loss_fn,
-    jit_compile=options.xla,
-    train_accuracy=options.train_accuracy,
-    loss_hook=loss_hook,
-  )
-
-
 def _observers(options, faults, listeners, *, current_step, fence):
   """(the run ledger, a fault injector, the progress that marks phases).
 
@@ -519,7 +318,7 @@ def _train_iterator(task, strategy, step: int, seed: int, faults):
 
 
 def _summary(
-  parts: _Parts,
+  parts: parts_lib.Parts,
   step: int,
   options: RunOptions,
   started: float,
@@ -554,38 +353,3 @@ def _summary(
       model_dir=options.dirs.model_dir,
     )
   return summary
-
-
-def _publish(location) -> None:
-  if location:
-    location.publish()
-
-
-class DivergenceGuard:
-  """Counts rollbacks after non-finite losses and says when to give up."""
-
-  def __init__(self, *, max_recoveries: int):
-    self._max_recoveries = max_recoveries
-    self.recoveries = 0
-
-  def record(self, losses: np.ndarray, *, last_step: int) -> None:
-    """Records a loop whose `losses` (ending at `last_step`) were not finite.
-
-    Raises:
-      TrainingDiverged: when no rollback is left.
-    """
-    first_bad = last_step - len(losses) + int(np.argmin(np.isfinite(losses)))
-    self.recoveries += 1
-    if self.recoveries > self._max_recoveries:
-      raise TrainingDiverged(
-        f"The loss was not finite at step {first_bad} after "
-        f"{self._max_recoveries} rollbacks; stopping without saving it. "
-        "Lower the learning rate or check the data."
-      )
-    logging.warning(
-      "Loss not finite at step %d; rolling back to the last "
-      "checkpoint (recovery %d of %d).",
-      first_bad,
-      self.recoveries,
-      self._max_recoveries,
-    )
