@@ -108,27 +108,11 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
   notes = []
   chosen = _choose_variants(config, device, defaults, notes)
   setup = _Setup(config, device, chosen, notes)
-  meters = (
-    {
-      precision: peak_lib.MatmulMeter(
-        device=device,
-        precision=precision,
-        size=config.peak_size,
-        chain=config.peak_chain,
-      )
-      for precision in setup.groups
-    }
-    if (config.measure_peak)
-    else {}
-  )
+  meters = _peak_meters(config, device, setup.groups)
   seconds = {variant: [] for variant in setup.runners}
   peak_rates = {precision: [] for precision in meters}
-  order = list(setup.runners)
   for round_index in range(config.repeats):
-    for variant in _rotated(order, round_index, config.repeats):
-      seconds[variant].append(setup.runners[variant].run(config.steps))
-    for precision, meter in meters.items():  # The peak is one more variant.
-      peak_rates[precision].append(meter.rate())
+    _time_round(config, setup, meters, round_index, seconds, peak_rates)
     peaks = {
       precision: meters[precision].row(rates)
       for precision, rates in peak_rates.items()
@@ -150,6 +134,32 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
   return sections
 
 
+def _peak_meters(config, device, groups) -> dict:
+  """{precision: its matmul-peak meter} for each model group's precision,
+  or {} when the peak is not measured."""
+  if not config.measure_peak:
+    return {}
+  return {
+    precision: peak_lib.MatmulMeter(
+      device=device,
+      precision=precision,
+      size=config.peak_size,
+      chain=config.peak_chain,
+    )
+    for precision in groups
+  }
+
+
+def _time_round(config, setup, meters, round_index, seconds, peak_rates):
+  """Times one round: each variant once, in the round's rotated order, then
+  each peak meter once; appends to `seconds` and `peak_rates`."""
+  order = list(setup.runners)
+  for variant in _rotated(order, round_index, config.repeats):
+    seconds[variant].append(setup.runners[variant].run(config.steps))
+  for precision, meter in meters.items():  # The peak is one more variant.
+    peak_rates[precision].append(meter.rate())
+
+
 def _rotated(order: list, round_index: int, rounds: int) -> list:
   """The round's order: A B C, then B C A, then C A B, ...
 
@@ -169,64 +179,17 @@ class _Setup:
   """
 
   def __init__(self, config, device, chosen, notes):
-    strategy = tf.distribute.OneDeviceStrategy(device.name)
-    dataset, num_classes = runners.synthetic_batch(
+    self._config = config
+    self._chosen = chosen
+    self._strategy = tf.distribute.OneDeviceStrategy(device.name)
+    self._dataset, self._num_classes = runners.synthetic_batch(
       image_size=config.image_size, batch_size=config.batch_size
     )
     self.groups, self.runners, self.first_call = {}, {}, {}
-    loops = {}
+    self._loops = {}
     for variant in chosen:
       try:
-        if variant.precision not in self.groups:
-          self.groups[variant.precision] = runners.build_group(
-            strategy=strategy,
-            model_name=config.model,
-            image_size=config.image_size,
-            num_classes=num_classes,
-            precision=variant.precision,
-            optimizer=config.optimizer,
-          )
-        group = self.groups[variant.precision]
-        if variant.kind == "engine":
-          # A loop of one step is traced without a tf.range loop, as
-          # TrainLoop(steps_per_loop=1) is for users; longer ones share one.
-          key = _loop_key(variant)
-          if key not in loops:
-            loops[key] = runners.train_loop(
-              strategy=strategy,
-              group=group,
-              global_batch_size=config.batch_size,
-              xla=variant.xla,
-              train_accuracy=variant.train_accuracy,
-              steps_per_loop=max(
-                v.steps_per_call
-                for v in chosen
-                if v.kind == "engine" and _loop_key(v) == key
-              ),
-            )
-          runner = runners.EngineRunner(
-            strategy=strategy,
-            loop=loops[key],
-            dataset=dataset,
-            steps_per_loop=variant.steps_per_call,
-          )
-        elif variant.kind == "bare":
-          runner = runners.BareRunner(
-            strategy=strategy,
-            group=group,
-            dataset=dataset,
-            global_batch_size=config.batch_size,
-            xla=variant.xla,
-            steps_per_loop=variant.steps_per_call,
-          )
-        else:
-          runner = runners.FitRunner(
-            strategy=strategy,
-            group=group,
-            dataset=dataset,
-            steps_per_execution=variant.steps_per_call,
-            xla=variant.xla,
-          )
+        runner = self._runner(variant)
         start = time.perf_counter()
         runner.run(runner.warmup_steps)
         self.first_call[variant] = time.perf_counter() - start
@@ -246,6 +209,68 @@ class _Setup:
       next(iter(self.groups.values())).model
     )
 
+  def _group(self, precision: str) -> runners.ModelGroup:
+    """The model group of `precision`, built by its first variant."""
+    if precision not in self.groups:
+      self.groups[precision] = runners.build_group(
+        strategy=self._strategy,
+        model_name=self._config.model,
+        image_size=self._config.image_size,
+        num_classes=self._num_classes,
+        precision=precision,
+        optimizer=self._config.optimizer,
+      )
+    return self.groups[precision]
+
+  def _engine_loop(self, variant):
+    """The compiled TrainLoop `variant` shares with the engine variants of
+    its `_loop_key`, built for the most steps per call among them.
+
+    A loop of one step is traced without a tf.range loop, as
+    TrainLoop(steps_per_loop=1) is for users; longer ones share one.
+    """
+    key = _loop_key(variant)
+    if key not in self._loops:
+      self._loops[key] = runners.train_loop(
+        strategy=self._strategy,
+        group=self._group(variant.precision),
+        global_batch_size=self._config.batch_size,
+        xla=variant.xla,
+        train_accuracy=variant.train_accuracy,
+        steps_per_loop=max(
+          v.steps_per_call
+          for v in self._chosen
+          if v.kind == "engine" and _loop_key(v) == key
+        ),
+      )
+    return self._loops[key]
+
+  def _runner(self, variant):
+    """A new runner of `variant`'s kind (not warmed up)."""
+    if variant.kind == "engine":
+      return runners.EngineRunner(
+        strategy=self._strategy,
+        loop=self._engine_loop(variant),
+        dataset=self._dataset,
+        steps_per_loop=variant.steps_per_call,
+      )
+    if variant.kind == "bare":
+      return runners.BareRunner(
+        strategy=self._strategy,
+        group=self._group(variant.precision),
+        dataset=self._dataset,
+        global_batch_size=self._config.batch_size,
+        xla=variant.xla,
+        steps_per_loop=variant.steps_per_call,
+      )
+    return runners.FitRunner(
+      strategy=self._strategy,
+      group=self._group(variant.precision),
+      dataset=self._dataset,
+      steps_per_execution=variant.steps_per_call,
+      xla=variant.xla,
+    )
+
 
 def _loop_key(variant) -> tuple:
   """Engine variants with the same key share one compiled TrainLoop."""
@@ -263,21 +288,10 @@ def _sections(
   """The report sections from the rounds timed so far."""
   rounds = len(next(iter(seconds.values())))
   images = config.steps * config.batch_size
-  rows, rates = [], {}
-  for variant, times in seconds.items():
-    rates[variant] = [images / s for s in times]
-    row = _row(
-      variant, rates[variant], times, images, setup.first_call[variant]
-    )
-    peak = peaks.get(variant.precision)
-    if peak:
-      row["mfu_percent"] = (
-        100
-        * setup.train_flops
-        * row["images_per_second"]
-        / peak["peak_flops_per_second"]
-      )
-    rows.append(row)
+  rates = {
+    variant: [images / s for s in times] for variant, times in seconds.items()
+  }
+  rows = _rows(setup, peaks, seconds, rates, images)
   notes = list(notes)
   targets = _targets(config.targets, defaults, rates, notes)
   notes += _overhead_notes(defaults, seconds, config.steps)
@@ -302,20 +316,7 @@ def _sections(
       *(["mfu_percent"] if peaks else []),
       "first_call_seconds",
     ],
-    config={
-      "model": config.model,
-      "image_size": config.image_size,
-      "batch_size": config.batch_size,
-      "steps": config.steps,
-      "steps_per_loop": config.steps_per_loop,
-      "repeats": config.repeats,
-      "rounds_done": rounds,
-      "precision": config.precision,
-      "xla": config.xla,
-      "optimizer": config.optimizer,
-      "device": device.description,
-      "training_flops_per_image": setup.train_flops,
-    },
+    config=_run_config(config, device, setup.train_flops, rounds),
   )
   sections = {config.section: body}
   if peaks:
@@ -323,6 +324,43 @@ def _sections(
       peaks, rows, setup.train_flops, config, status
     )
   return sections
+
+
+def _rows(setup, peaks, seconds, rates, images) -> list[dict]:
+  """A row per variant; with MFU where its precision's peak is measured."""
+  rows = []
+  for variant, times in seconds.items():
+    row = _row(
+      variant, rates[variant], times, images, setup.first_call[variant]
+    )
+    peak = peaks.get(variant.precision)
+    if peak:
+      row["mfu_percent"] = (
+        100
+        * setup.train_flops
+        * row["images_per_second"]
+        / peak["peak_flops_per_second"]
+      )
+    rows.append(row)
+  return rows
+
+
+def _run_config(config, device, train_flops, rounds) -> dict:
+  """The section's `config`: the settings the numbers were measured at."""
+  return {
+    "model": config.model,
+    "image_size": config.image_size,
+    "batch_size": config.batch_size,
+    "steps": config.steps,
+    "steps_per_loop": config.steps_per_loop,
+    "repeats": config.repeats,
+    "rounds_done": rounds,
+    "precision": config.precision,
+    "xla": config.xla,
+    "optimizer": config.optimizer,
+    "device": device.description,
+    "training_flops_per_image": train_flops,
+  }
 
 
 def _choose_variants(config, device, defaults, notes):
