@@ -281,23 +281,6 @@ def io_section(
   config: Config, times: dict, megabytes: float, device: str
 ) -> dict:
   """The checkpoint I/O section from `measure_checkpoint_io`'s numbers."""
-  rows = []
-  for name, key, transfer in (
-    ("save, local disk", "save_local", None),
-    ("save, gs:// (gcsfs)", "save_gcsfs", "upload"),
-    ("restore, local disk", "restore_local", None),
-    ("restore, gs:// (gcsfs)", "restore_gcsfs", "download"),
-  ):
-    row = {
-      "name": name,
-      **stats.spread_fields("seconds", times[key]),
-      "seconds_per_round": times[key],
-      "megabytes_per_second": megabytes / statistics.median(times[key]),
-    }
-    if transfer:
-      row.update(stats.spread_fields("transfer_seconds", times[transfer]))
-      row["transfer_seconds_per_round"] = times[transfer]
-    rows.append(row)
   ratios = [
     stats.ratio(
       name=f"{op} gs:// / {op} local (seconds)",
@@ -329,7 +312,7 @@ def io_section(
       f"Checkpoint save and restore: {config.io_model} {size}x{size} "
       f"({megabytes:.3g} MB), local disk vs gs:// through gcsfs"
     ),
-    rows=rows,
+    rows=_io_rows(times, megabytes),
     ratios=ratios,
     notes=notes,
     chart_key="seconds",
@@ -342,6 +325,28 @@ def io_section(
       "device": device,
     },
   )
+
+
+def _io_rows(times: dict, megabytes: float) -> list[dict]:
+  """A row per operation and route: its seconds (and its transfer's)."""
+  rows = []
+  for name, key, transfer in (
+    ("save, local disk", "save_local", None),
+    ("save, gs:// (gcsfs)", "save_gcsfs", "upload"),
+    ("restore, local disk", "restore_local", None),
+    ("restore, gs:// (gcsfs)", "restore_gcsfs", "download"),
+  ):
+    row = {
+      "name": name,
+      **stats.spread_fields("seconds", times[key]),
+      "seconds_per_round": times[key],
+      "megabytes_per_second": megabytes / statistics.median(times[key]),
+    }
+    if transfer:
+      row.update(stats.spread_fields("transfer_seconds", times[transfer]))
+      row["transfer_seconds_per_round"] = times[transfer]
+    rows.append(row)
+  return rows
 
 
 # --- Training with checkpoints ----------------------------------------------
@@ -495,39 +500,10 @@ def measure_training(
   runs = {key: [] for key in config.variants}
   for round_index in range(config.repeats):
     for key in config.variants:
-      variant = _BY_KEY[key]
-      model_dir = (
-        f"gs://{BUCKET}/runs/{key}"
-        if variant.route == "gcsfs"
-        else os.path.join(workdir, "runs", key)
+      run_ = _train_round(
+        config, key, round_index, workdir=workdir, endpoint=endpoint
       )
-      tmpdir = os.path.join(workdir, "tmp", f"{key}-{round_index}")
-      os.makedirs(tmpdir)
-      os.makedirs(os.path.join(workdir, "events"), exist_ok=True)
-      env = trainer_testing.trainer_env(
-        STORAGE_EMULATOR_HOST=endpoint,
-        GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
-        TMPDIR=tmpdir,
-      )
-      command = trainer_testing.trainer_command(
-        *trainer_flags(
-          config, variant, model_dir=model_dir, round_index=round_index
-        )
-      )
-      run_ = _run_trainer(
-        command,
-        env=env,
-        config=config,
-        events=os.path.join(workdir, "events", f"{key}-{round_index}.jsonl"),
-      )
-      expected = round_index * config.train_steps or None
-      if run_.restored_step != expected:
-        raise RuntimeError(
-          f"{key} round {round_index} resumed from step "
-          f"{run_.restored_step}, expected {expected}."
-        )
       runs[key].append(run_)
-      shutil.rmtree(tmpdir)
       logging.info(
         "%s round %d: %.0f examples/s, saves %s s",
         key,
@@ -538,6 +514,50 @@ def measure_training(
     if round_index + 1 < config.repeats:
       after_round(runs)
   return runs
+
+
+def _train_round(
+  config: Config, key: str, round_index: int, *, workdir: str, endpoint: str
+) -> TrainerRun:
+  """Runs round `round_index` of variant `key` in a fresh TMPDIR.
+
+  Raises:
+    RuntimeError: the run failed or did not resume from the end of the
+      previous round.
+  """
+  variant = _BY_KEY[key]
+  model_dir = (
+    f"gs://{BUCKET}/runs/{key}"
+    if variant.route == "gcsfs"
+    else os.path.join(workdir, "runs", key)
+  )
+  tmpdir = os.path.join(workdir, "tmp", f"{key}-{round_index}")
+  os.makedirs(tmpdir)
+  os.makedirs(os.path.join(workdir, "events"), exist_ok=True)
+  env = trainer_testing.trainer_env(
+    STORAGE_EMULATOR_HOST=endpoint,
+    GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
+    TMPDIR=tmpdir,
+  )
+  command = trainer_testing.trainer_command(
+    *trainer_flags(
+      config, variant, model_dir=model_dir, round_index=round_index
+    )
+  )
+  run_ = _run_trainer(
+    command,
+    env=env,
+    config=config,
+    events=os.path.join(workdir, "events", f"{key}-{round_index}.jsonl"),
+  )
+  expected = round_index * config.train_steps or None
+  if run_.restored_step != expected:
+    raise RuntimeError(
+      f"{key} round {round_index} resumed from step "
+      f"{run_.restored_step}, expected {expected}."
+    )
+  shutil.rmtree(tmpdir)
+  return run_
 
 
 def _run_trainer(
@@ -585,37 +605,10 @@ def training_section(
     for a, b in RATIOS
     if a in runs and b in runs
   ]
-  baseline = config.variants[0]
-  rows = []
-  for key, key_runs in runs.items():
-    saves = [s for r in key_runs for s in r.save_seconds]
-    resumed = [r.seconds_to_first_step for r in key_runs[1:]]
-    row = {
-      "name": _BY_KEY[key].label,
-      **stats.spread_fields("examples_per_second", rates[key]),
-      "examples_per_second_per_round": rates[key],
-      "save_count": len(saves),
-      "save_seconds_all": saves,
-      "seconds_to_first_step_fresh": key_runs[0].seconds_to_first_step,
-      "seconds_to_first_step_resumed_per_round": resumed,
-      "seconds_to_restore_per_round": [
-        r.seconds_to_restore for r in key_runs[1:]
-      ],
-      "restored_steps": [r.restored_step for r in key_runs],
-      "wall_seconds_per_round": [r.wall_seconds for r in key_runs],
-    }
-    if saves:
-      row.update(stats.spread_fields("save_seconds", saves))
-    if resumed:
-      row.update(stats.spread_fields("seconds_to_first_step_resumed", resumed))
-    if key != baseline:
-      per_round = stats.per_round_ratios(rates[key], rates[baseline])
-      row.update(
-        stats.spread_fields(
-          "throughput_cost_percent", [100 * (1 - x) for x in per_round]
-        )
-      )
-    rows.append(row)
+  rows = [
+    _training_row(key, key_runs, rates, baseline=config.variants[0])
+    for key, key_runs in runs.items()
+  ]
   return report_lib.section(
     title=(
       f"Training cost of checkpoints: {config.model} "
@@ -646,6 +639,41 @@ def training_section(
       "variants": list(config.variants),
     },
   )
+
+
+def _training_row(
+  key: str, key_runs: list[TrainerRun], rates: dict, *, baseline: str
+) -> dict:
+  """Variant `key`'s row: throughput, its cost against `baseline`'s, its
+  saves' seconds, and its fresh and resumed starts."""
+  saves = [s for r in key_runs for s in r.save_seconds]
+  resumed = [r.seconds_to_first_step for r in key_runs[1:]]
+  row = {
+    "name": _BY_KEY[key].label,
+    **stats.spread_fields("examples_per_second", rates[key]),
+    "examples_per_second_per_round": rates[key],
+    "save_count": len(saves),
+    "save_seconds_all": saves,
+    "seconds_to_first_step_fresh": key_runs[0].seconds_to_first_step,
+    "seconds_to_first_step_resumed_per_round": resumed,
+    "seconds_to_restore_per_round": [
+      r.seconds_to_restore for r in key_runs[1:]
+    ],
+    "restored_steps": [r.restored_step for r in key_runs],
+    "wall_seconds_per_round": [r.wall_seconds for r in key_runs],
+  }
+  if saves:
+    row.update(stats.spread_fields("save_seconds", saves))
+  if resumed:
+    row.update(stats.spread_fields("seconds_to_first_step_resumed", resumed))
+  if key != baseline:
+    per_round = stats.per_round_ratios(rates[key], rates[baseline])
+    row.update(
+      stats.spread_fields(
+        "throughput_cost_percent", [100 * (1 - x) for x in per_round]
+      )
+    )
+  return row
 
 
 def _training_notes(config: Config, runs: dict, rows: list[dict]) -> list[str]:
