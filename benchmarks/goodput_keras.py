@@ -39,7 +39,6 @@ def main(argv):
   from ctl.checkpoint import checkpointing
   from ctl.data import input as input_lib
   from trainer import data as data_lib
-  from trainer import model as model_lib
 
   tf.config.experimental.enable_op_determinism()
   keras.utils.set_random_seed(FLAGS.seed)
@@ -50,6 +49,38 @@ def main(argv):
   dataset = source.train_dataset(
     global_batch_size=FLAGS.batch_size, seed=FLAGS.seed
   )
+  model, optimizer = _compiled_model(source)
+  model.fit(
+    dataset,
+    epochs=FLAGS.epochs,
+    steps_per_epoch=steps_per_epoch,
+    verbose=0,
+    callbacks=[
+      keras.callbacks.BackupAndRestore(
+        FLAGS.backup_dir, save_freq=FLAGS.save_freq
+      ),
+      _progress_callback(steps_per_epoch),
+    ],
+  )
+  with open(FLAGS.progress + ".done", "w") as f:
+    json.dump(
+      {
+        "weights_fingerprint": checkpointing.weights_fingerprint(
+          model, optimizer
+        ),
+        "steps": FLAGS.epochs * steps_per_epoch,
+      },
+      f,
+    )
+
+
+def _compiled_model(source):
+  """The trainer's small CNN for `source`, compiled with Adam; returns
+  (model, optimizer)."""
+  import keras  # pylint: disable=g-import-not-at-top
+
+  from trainer import model as model_lib  # pylint: disable=g-import-not-at-top
+
   model = model_lib.build_model(
     name="small_cnn",
     num_classes=source.num_classes,
@@ -61,6 +92,13 @@ def main(argv):
     optimizer=optimizer,
     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
   )
+  return model, optimizer
+
+
+def _progress_callback(steps_per_epoch: int):
+  """A callback appending one JSON line per batch to --progress: the job
+  position the batch reached, and when it began and ended."""
+  import keras  # pylint: disable=g-import-not-at-top
 
   class Progress(keras.callbacks.Callback):
     """One line per batch: the job position it reached, and its times."""
@@ -91,28 +129,7 @@ def main(argv):
       )
       self._file.flush()
 
-  model.fit(
-    dataset,
-    epochs=FLAGS.epochs,
-    steps_per_epoch=steps_per_epoch,
-    verbose=0,
-    callbacks=[
-      keras.callbacks.BackupAndRestore(
-        FLAGS.backup_dir, save_freq=FLAGS.save_freq
-      ),
-      Progress(),
-    ],
-  )
-  with open(FLAGS.progress + ".done", "w") as f:
-    json.dump(
-      {
-        "weights_fingerprint": checkpointing.weights_fingerprint(
-          model, optimizer
-        ),
-        "steps": FLAGS.epochs * steps_per_epoch,
-      },
-      f,
-    )
+  return Progress()
 
 
 if __name__ == "__main__":

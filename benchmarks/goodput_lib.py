@@ -332,17 +332,7 @@ def run(config: Config) -> dict:
   kills = kill_schedule(config, steps_per_epoch)
   logging.info("%d steps; kills at %s", steps, kills)
   with tempfile.TemporaryDirectory(prefix="ctl_bench_goodput_") as root:
-    results = {}
-    for name, schedule in (("clean", []), ("faulty", kills)):
-      for system in ("ctl", "keras"):
-        directory = os.path.join(root, f"{system}_{name}")
-        os.makedirs(directory)
-        results[system, name] = (
-          run_ctl(config, steps=steps, kills=schedule, root=directory)
-          if system == "ctl"
-          else run_keras(config, kills=schedule, root=directory)
-        )
-        logging.info("%s %s: %s", system, name, results[system, name])
+    results = _run_systems(config, steps=steps, kills=kills, root=root)
     restart = (
       restart_cost(config, root) if config.restart_model != "none" else None
     )
@@ -354,9 +344,58 @@ def run(config: Config) -> dict:
     results["keras", "faulty"],
     results["keras", "clean"],
   )
-  ledger_split = results["ctl", "faulty"]["ledger_seconds"]
-  ledger_percent = results["ctl", "faulty"]["ledger_goodput_percent"]
-  notes = [
+  sections = {
+    config.section: report_lib.section(
+      title=f"Goodput under faults: {config.kills} SIGKILLs, ctl vs Keras "
+      "BackupAndRestore",
+      rows=[ctl_row, keras_row],
+      chart_key="goodput_percent",
+      notes=_goodput_notes(
+        config, steps, steps_per_epoch, kills, results["ctl", "faulty"]
+      ),
+      columns=[
+        "name",
+        "wall_seconds",
+        "uninterrupted_wall_seconds",
+        "goodput_percent",
+        "steps_redone",
+        "same_weights_as_uninterrupted",
+        "starts",
+      ],
+      config=dataclasses.asdict(config) | {"steps": steps, "kills_at": kills},
+    )
+  }
+  if restart:
+    sections[f"{config.section}_restart"] = _restart_section(config, restart)
+  return sections
+
+
+def _run_systems(
+  config: Config, *, steps: int, kills: list[int], root: str
+) -> dict:
+  """Runs ctl and Keras, clean and under `kills`, each in its own
+  directory under `root`; returns {(system, "clean" or "faulty"): run}."""
+  results = {}
+  for name, schedule in (("clean", []), ("faulty", kills)):
+    for system in ("ctl", "keras"):
+      directory = os.path.join(root, f"{system}_{name}")
+      os.makedirs(directory)
+      results[system, name] = (
+        run_ctl(config, steps=steps, kills=schedule, root=directory)
+        if system == "ctl"
+        else run_keras(config, kills=schedule, root=directory)
+      )
+      logging.info("%s %s: %s", system, name, results[system, name])
+  return results
+
+
+def _goodput_notes(
+  config: Config, steps: int, steps_per_epoch: int, kills: list, faulty: dict
+) -> list[str]:
+  """The goodput section's notes; `faulty` is ctl's run under the kills."""
+  ledger_split = faulty["ledger_seconds"]
+  ledger_percent = faulty["ledger_goodput_percent"]
+  return [
     f"{steps} steps ({config.epochs} epochs of {steps_per_epoch}), batch "
     f"{config.batch_size}, small_cnn on digits {config.image_size}x"
     f"{config.image_size}, deterministic ops; a checkpoint (ctl) or backup "
@@ -377,50 +416,33 @@ def run(config: Config) -> dict:
     "checkpoint at step 0, the final evaluation and the SavedModel export; "
     "ctl runs 5 steps per tf.function call, fit one.",
   ]
-  sections = {
-    config.section: report_lib.section(
-      title=f"Goodput under faults: {config.kills} SIGKILLs, ctl vs Keras "
-      "BackupAndRestore",
-      rows=[ctl_row, keras_row],
-      chart_key="goodput_percent",
-      notes=notes,
-      columns=[
-        "name",
-        "wall_seconds",
-        "uninterrupted_wall_seconds",
-        "goodput_percent",
-        "steps_redone",
-        "same_weights_as_uninterrupted",
-        "starts",
-      ],
-      config=dataclasses.asdict(config) | {"steps": steps, "kills_at": kills},
-    )
-  }
-  if restart:
-    size = config.restart_image_size
-    sections[f"{config.section}_restart"] = report_lib.section(
-      title=f"Restart cost: {config.restart_model} {size}x{size}, process "
-      "start to the first resumed step",
-      rows=[
-        {"name": name, "seconds": round(seconds, 2)}
-        for name, seconds in restart["parts"].items()
-      ],
-      chart_key="seconds",
-      columns=["name", "seconds"],
-      notes=[
-        f"A re-run restoring step {restart['restored_step']}: "
-        f"{restart['total']:.1f} s from process start to the end of "
-        "its first step, read from its run ledger. imports: process "
-        "start to ctl.run (interpreter, TensorFlow, flags, strategy, "
-        "data source); build: outputs, model and optimizer; tracing: "
-        "the first loop less one step at the second loop's speed "
-        f"({restart['step_seconds']:.2f} s). Synthetic data, batch "
-        f"{config.restart_batch_size}, local disk."
-      ],
-      config={
-        "model": config.restart_model,
-        "image_size": size,
-        "batch_size": config.restart_batch_size,
-      },
-    )
-  return sections
+
+
+def _restart_section(config: Config, restart: dict) -> dict:
+  """The restart-cost section from `restart_cost`'s parts."""
+  size = config.restart_image_size
+  return report_lib.section(
+    title=f"Restart cost: {config.restart_model} {size}x{size}, process "
+    "start to the first resumed step",
+    rows=[
+      {"name": name, "seconds": round(seconds, 2)}
+      for name, seconds in restart["parts"].items()
+    ],
+    chart_key="seconds",
+    columns=["name", "seconds"],
+    notes=[
+      f"A re-run restoring step {restart['restored_step']}: "
+      f"{restart['total']:.1f} s from process start to the end of "
+      "its first step, read from its run ledger. imports: process "
+      "start to ctl.run (interpreter, TensorFlow, flags, strategy, "
+      "data source); build: outputs, model and optimizer; tracing: "
+      "the first loop less one step at the second loop's speed "
+      f"({restart['step_seconds']:.2f} s). Synthetic data, batch "
+      f"{config.restart_batch_size}, local disk."
+    ],
+    config={
+      "model": config.restart_model,
+      "image_size": size,
+      "batch_size": config.restart_batch_size,
+    },
+  )
