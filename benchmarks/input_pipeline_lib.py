@@ -119,40 +119,10 @@ def run(config: Config) -> dict:
     ],
   )
   if config.model_images_per_second > 0:
-    model_rates = [config.model_images_per_second] * len(rates)
-    rows.append(
-      dict(
-        name=f"consumed by {config.model_label}",
-        images_per_second=config.model_images_per_second,
-      )
-    )
-    ratios.append(
-      stats.ratio(
-        name=f"{pipeline} / {config.model_label}",
-        numerator=pipeline,
-        denominator=rows[-1]["name"],
-        numerator_values=rates,
-        denominator_values=model_rates,
-      )
-    )
-    verdict = (
-      "keeps up with" if ratios[-1]["median"] >= 1 else "cannot keep up with"
-    )
-    notes.append(
-      f"The pipeline {verdict} {config.model_label} "
-      f"({ratios[-1]['median']:.3g}x)."
-    )
-    if config.model_image_size and config.model_image_size != size:
-      scaled = (
-        config.model_images_per_second * (config.model_image_size / size) ** 2
-      )
-      notes.append(
-        f"The model rate was measured at {config.model_image_size}x"
-        f"{config.model_image_size}; at {size}x{size} it needs about "
-        f"{(size / config.model_image_size) ** 2:.2f}x the FLOPs per image, "
-        f"so it would consume about {scaled:.3g} images/s (a pixel-count "
-        "estimate, not a measurement)."
-      )
+    row, ratio, model_notes = _against_model(config, pipeline, rates)
+    rows.append(row)
+    ratios.append(ratio)
+    notes += model_notes
   return {
     config.section: report_lib.section(
       title="Input pipeline: cassava-style JPEG decoding",
@@ -169,3 +139,39 @@ def run(config: Config) -> dict:
       },
     )
   }
+
+
+def _against_model(
+  config: Config, pipeline: str, rates: list[float]
+) -> tuple[dict, dict, list[str]]:
+  """The model's consumption as a row, the pipeline's rate against it, and
+  notes on whether the pipeline keeps up (at the model's image size too)."""
+  size = config.image_size
+  model_rates = [config.model_images_per_second] * len(rates)
+  row = dict(
+    name=f"consumed by {config.model_label}",
+    images_per_second=config.model_images_per_second,
+  )
+  ratio = stats.ratio(
+    name=f"{pipeline} / {config.model_label}",
+    numerator=pipeline,
+    denominator=row["name"],
+    numerator_values=rates,
+    denominator_values=model_rates,
+  )
+  verdict = "keeps up with" if ratio["median"] >= 1 else "cannot keep up with"
+  notes = [
+    f"The pipeline {verdict} {config.model_label} ({ratio['median']:.3g}x)."
+  ]
+  if config.model_image_size and config.model_image_size != size:
+    scaled = (
+      config.model_images_per_second * (config.model_image_size / size) ** 2
+    )
+    notes.append(
+      f"The model rate was measured at {config.model_image_size}x"
+      f"{config.model_image_size}; at {size}x{size} it needs about "
+      f"{(size / config.model_image_size) ** 2:.2f}x the FLOPs per image, "
+      f"so it would consume about {scaled:.3g} images/s (a pixel-count "
+      "estimate, not a measurement)."
+    )
+  return row, ratio, notes
