@@ -243,6 +243,42 @@ def run(config: Config) -> dict:
     input_lib.steps_per_epoch(config.num_records, config.global_batch)
     * config.global_batch
   )
+  rows, targets = _records_read_results(dirs, config, total)
+  resume_rows, resume_targets = _resume_results(
+    config, _resume_seconds(dirs, config)
+  )
+  rows += resume_rows
+  targets += resume_targets
+  rates = {
+    path: decode_rate(directory, config) for path, directory in dirs.items()
+  }
+  rows.append(
+    {
+      "name": "images/s per core (read + decode + resize)",
+      **{path: rate / cores for path, rate in rates.items()},
+      "target": "-",
+    }
+  )
+  entry = entry_rates(dirs[INDEXED], config)
+  return {
+    config.section: report_lib.section(
+      title="Input at scale: records read per worker, resume cost",
+      rows=rows,
+      columns=["name", INDEXED, STREAMED, "target"],
+      chart_key="none",
+      targets=targets,
+      notes=_notes(config, prepare_seconds, total, cores),
+      config=dataclasses.asdict(config),
+    ),
+    f"{config.section}_entry": _entry_section(config, entry),
+  }
+
+
+def _records_read_results(
+  dirs: dict[str, str], config: Config, total: int
+) -> tuple[list[dict], list[dict]]:
+  """Counts the records each of N pipelines reads, for each N; returns a
+  row per N and a target per N (each reads its share, total/N)."""
   rows, targets = [], []
   for n in config.pipelines:
     counts = {
@@ -272,6 +308,12 @@ def run(config: Config) -> dict:
         name=f"each of {n} pipelines reads total/{n} records per epoch",
       )
     )
+  return rows, targets
+
+
+def _resume_seconds(dirs: dict[str, str], config: Config) -> dict:
+  """{path: {resume point: seconds to the first batch, per round}}, after a
+  warm-up, in interleaved rounds."""
   seconds = {path: {f: [] for f in config.resume_points} for path in dirs}
   for directory in dirs.values():  # Warm-up: imports, tracing, file caches.
     first_batch_seconds(directory, config, fraction=0.0)
@@ -281,19 +323,27 @@ def run(config: Config) -> dict:
         seconds[path][fraction].append(
           first_batch_seconds(directory, config, fraction=fraction)
         )
-  for fraction in config.resume_points:
-    rows.append(
-      {
-        "name": f"seconds to first batch, resume at {fraction:.0%} of an epoch",
-        **{path: statistics.median(seconds[path][fraction]) for path in dirs},
-        "target": RESUME_TARGET_S,
-      }
-    )
+  return seconds
+
+
+def _resume_results(
+  config: Config, seconds: dict
+) -> tuple[list[dict], list[dict]]:
+  """A row per resume point, and the targets: every resume under
+  RESUME_TARGET_S, and the last point at most 1.5x the first."""
+  rows = [
+    {
+      "name": f"seconds to first batch, resume at {fraction:.0%} of an epoch",
+      **{path: statistics.median(seconds[path][fraction]) for path in seconds},
+      "target": RESUME_TARGET_S,
+    }
+    for fraction in config.resume_points
+  ]
   slowest = [
     max(s[r] for s in seconds[INDEXED].values()) for r in range(config.repeats)
   ]
   first, last = config.resume_points[0], config.resume_points[-1]
-  targets.append(
+  targets = [
     stats.verdict(
       stats.ratio(
         name="2 s / slowest resume",
@@ -304,9 +354,7 @@ def run(config: Config) -> dict:
       ),
       threshold=1.0,
       name="resume to first batch under 2 s at every position",
-    )
-  )
-  targets.append(
+    ),
     stats.verdict(
       stats.ratio(
         name=f"resume at {first:.0%} / at {last:.0%}",
@@ -318,28 +366,16 @@ def run(config: Config) -> dict:
       threshold=0.67,
       name=f"resume flat: at {last:.0%} of an epoch at most 1.5x the time "
       f"at {first:.0%}",
-    )
-  )
-  rates = {
-    path: decode_rate(directory, config) for path, directory in dirs.items()
-  }
-  rows.append(
-    {
-      "name": "images/s per core (read + decode + resize)",
-      **{path: rate / cores for path, rate in rates.items()},
-      "target": "-",
-    }
-  )
-  entry = entry_rates(dirs[INDEXED], config)
-  entry_rows = [
-    {
-      "name": name,
-      "records_per_second_per_round": rates,
-      **stats.spread_fields("records_per_second", rates),
-    }
-    for name, rates in entry.items()
+    ),
   ]
-  notes = [
+  return rows, targets
+
+
+def _notes(
+  config: Config, prepare_seconds: float, total: int, cores: int
+) -> list[str]:
+  """What was read and how the main section's numbers were taken."""
+  return [
     f"{config.num_records:,} JPEGs of {config.jpeg_size}x"
     f"{config.jpeg_size} in 3 classes, a TFDS dataset prepared twice "
     f"(ArrayRecord and TFRecord), cached; preparing or finding them took "
@@ -355,31 +391,31 @@ def run(config: Config) -> dict:
     f"Decode: {cores} cores; tf.data AUTOTUNE; images resized to "
     f"{config.image_size}x{config.image_size}.",
   ]
-  return {
-    config.section: report_lib.section(
-      title="Input at scale: records read per worker, resume cost",
-      rows=rows,
-      columns=["name", INDEXED, STREAMED, "target"],
-      chart_key="none",
-      targets=targets,
-      notes=notes,
-      config=dataclasses.asdict(config),
-    ),
-    f"{config.section}_entry": report_lib.section(
-      title="Input at scale: how records enter tf.data (ArrayRecord, "
-      "raw bytes, no decode)",
-      rows=entry_rows,
-      columns=["name", "records_per_second"],
-      chart_key="records_per_second",
-      notes=[
-        f"{config.entry_records:,} random indices read from the "
-        "TFDS data source by each route, "
-        f"{config.repeats} interleaved rounds after a warm-up "
-        "round."
-      ],
-      config={"entry_records": config.entry_records},
-    ),
-  }
+
+
+def _entry_section(config: Config, entry: dict[str, list[float]]) -> dict:
+  """The section of `entry_rates`' records/s per route."""
+  return report_lib.section(
+    title="Input at scale: how records enter tf.data (ArrayRecord, "
+    "raw bytes, no decode)",
+    rows=[
+      {
+        "name": name,
+        "records_per_second_per_round": rates,
+        **stats.spread_fields("records_per_second", rates),
+      }
+      for name, rates in entry.items()
+    ],
+    columns=["name", "records_per_second"],
+    chart_key="records_per_second",
+    notes=[
+      f"{config.entry_records:,} random indices read from the "
+      "TFDS data source by each route, "
+      f"{config.repeats} interleaved rounds after a warm-up "
+      "round."
+    ],
+    config={"entry_records": config.entry_records},
+  )
 
 
 def _no_decode(*record):
