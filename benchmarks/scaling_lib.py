@@ -107,8 +107,13 @@ def run_once(config: Config, workers: int, model_dir: str) -> dict:
   return run_files.read_summary(model_dir)
 
 
-def run(config: Config) -> dict:
-  """Alternates the worker counts for `repeats` rounds; returns {section}."""
+def measure(config: Config) -> tuple[dict, dict]:
+  """Alternates the worker counts for `repeats` rounds.
+
+  Returns:
+    ({worker count: examples/s per round}, {worker count: wall seconds per
+    round}).
+  """
   rates = {count: [] for count in config.worker_counts}
   walls = {count: [] for count in config.worker_counts}
   with tempfile.TemporaryDirectory(prefix="ctl_bench_scaling_") as root:
@@ -120,6 +125,12 @@ def run(config: Config) -> dict:
         walls[count].append(time.perf_counter() - start)
         rates[count].append(float(summary["examples_per_second"]))
         logging.info("%d worker(s): %.1f examples/s", count, rates[count][-1])
+  return rates, walls
+
+
+def run(config: Config) -> dict:
+  """Measures every worker count; returns {section}."""
+  rates, walls = measure(config)
   rows, ratios = [], []
   base = config.worker_counts[0]
   for count in config.worker_counts:
@@ -145,26 +156,12 @@ def run(config: Config) -> dict:
         )
       )
   cores = os.cpu_count()
-  notes = [
-    f"Same per-replica batch ({config.batch_size}) for every worker count, "
-    f"so K workers train a global batch K times larger; examples/s is "
-    "global (all workers), from the chief's train_summary.json.",
-    "The ideal for K workers on K times the hardware is K x; scaling "
-    "efficiency = ratio / K.",
-    f"This machine has {cores} logical cores and every worker shares them "
-    "(a GPU, if any, is hidden from the workers). So the ratio is not a "
-    "speed-up from more hardware: a gain means one worker left cores "
-    "idle, a loss is the coordination cost of MultiWorkerMirroredStrategy "
-    "(an all-reduce per step over loopback gRPC) plus the competition.",
-    "wall_seconds includes process start, model build, the final "
-    "checkpoint and SavedModel export.",
-  ]
   return {
     config.section: report_lib.section(
       title="Scaling: 1 vs 2 local workers (ctl.launch + trainer.task)",
       rows=rows,
       ratios=ratios,
-      notes=notes,
+      notes=_notes(config, cores),
       chart_key="examples_per_second",
       columns=[
         "name",
@@ -183,3 +180,21 @@ def run(config: Config) -> dict:
       },
     )
   }
+
+
+def _notes(config: Config, cores: int) -> list[str]:
+  """What the numbers mean on a machine of `cores` logical cores."""
+  return [
+    f"Same per-replica batch ({config.batch_size}) for every worker count, "
+    f"so K workers train a global batch K times larger; examples/s is "
+    "global (all workers), from the chief's train_summary.json.",
+    "The ideal for K workers on K times the hardware is K x; scaling "
+    "efficiency = ratio / K.",
+    f"This machine has {cores} logical cores and every worker shares them "
+    "(a GPU, if any, is hidden from the workers). So the ratio is not a "
+    "speed-up from more hardware: a gain means one worker left cores "
+    "idle, a loss is the coordination cost of MultiWorkerMirroredStrategy "
+    "(an all-reduce per step over loopback gRPC) plus the competition.",
+    "wall_seconds includes process start, model build, the final "
+    "checkpoint and SavedModel export.",
+  ]

@@ -145,33 +145,11 @@ def trainer_rate(config: Config, model_dir: str, *, watched: bool) -> float:
 
 def run(config: Config) -> dict:
   """Measures detection per place and the watchdog's cost; returns {section}."""
-  rows, ratios = [], []
-  rates = {True: [], False: []}
   with tempfile.TemporaryDirectory(prefix="ctl_bench_stalls_") as root:
-    for place in ("loop", "input"):
-      found = [
-        detection(config, place, os.path.join(root, f"{place}{r}"))
-        for r in range(config.repeats)
-      ]
-      lines = [f["to_line"] for f in found]
-      steps = [f["to_next_step"] for f in found]
-      rows.append(
-        {
-          "name": f"stall in {place}",
-          **stats.spread_fields("to_line", lines),
-          **stats.spread_fields("to_next_step", steps),
-        }
-      )
-    for r in range(config.repeats):
-      for watched in (True, False):
-        rates[watched].append(
-          trainer_rate(
-            config, os.path.join(root, f"cost{r}{watched}"), watched=watched
-          )
-        )
+    rows = [_detection_row(config, place, root) for place in ("loop", "input")]
+    rates = _watchdog_rates(config, root)
   per_loop = listener_cost()
-  loop_secs = 8 / stats.spread(rates[False])["median"]  # Batch 8.
-  ratios.append(
+  ratios = [
     stats.ratio(
       name="watchdog on / off (small CNN, steps_per_loop=1, examples/s)",
       numerator="on",
@@ -179,26 +157,13 @@ def run(config: Config) -> dict:
       numerator_values=rates[True],
       denominator_values=rates[False],
     )
-  )
-  notes = [
-    f"Stall limit --stall_timeout_secs={config.stall_timeout_secs:g}; "
-    "to_line is the seconds from the injected stall to the watchdog's "
-    "line (the limit plus at most one poll), to_next_step adds the "
-    "process exit, the launcher's restart, start-up and the first loop.",
-    f"Listener cost: {per_loop * 1e6:.1f} us per loop (two marks), "
-    f"{100 * per_loop / loop_secs:.2f}% of one small-CNN step at "
-    f"steps_per_loop=1 ({loop_secs * 1e3:.2f} ms). The watchdog thread "
-    "wakes once a second (a heartbeat write only under the launcher).",
-    "End to end, on/off is the trainer's examples/s with and without the "
-    "watchdog in interleaved rounds; on a shared machine the spread of "
-    "that ratio is the noise.",
   ]
   return {
     config.section: report_lib.section(
       title="Stalls: detection latency and the watchdog's cost",
       rows=rows,
       ratios=ratios,
-      notes=notes,
+      notes=_notes(config, rates, per_loop),
       chart_key="to_line",
       targets=[
         stats.verdict(
@@ -211,3 +176,50 @@ def run(config: Config) -> dict:
       config=dataclasses.asdict(config),
     )
   }
+
+
+def _detection_row(config: Config, place: str, root: str) -> dict:
+  """`repeats` detections of a stall at `place`, as one row."""
+  found = [
+    detection(config, place, os.path.join(root, f"{place}{r}"))
+    for r in range(config.repeats)
+  ]
+  return {
+    "name": f"stall in {place}",
+    **stats.spread_fields("to_line", [f["to_line"] for f in found]),
+    **stats.spread_fields("to_next_step", [f["to_next_step"] for f in found]),
+  }
+
+
+def _watchdog_rates(config: Config, root: str) -> dict[bool, list[float]]:
+  """{watched: the trainer's examples/s per round}, on and off interleaved."""
+  rates = {True: [], False: []}
+  for r in range(config.repeats):
+    for watched in (True, False):
+      rates[watched].append(
+        trainer_rate(
+          config, os.path.join(root, f"cost{r}{watched}"), watched=watched
+        )
+      )
+  return rates
+
+
+def _notes(
+  config: Config, rates: dict[bool, list[float]], per_loop: float
+) -> list[str]:
+  """What the numbers mean, with the listener's `per_loop` seconds against
+  a step of the unwatched trainer."""
+  loop_secs = 8 / stats.spread(rates[False])["median"]  # Batch 8.
+  return [
+    f"Stall limit --stall_timeout_secs={config.stall_timeout_secs:g}; "
+    "to_line is the seconds from the injected stall to the watchdog's "
+    "line (the limit plus at most one poll), to_next_step adds the "
+    "process exit, the launcher's restart, start-up and the first loop.",
+    f"Listener cost: {per_loop * 1e6:.1f} us per loop (two marks), "
+    f"{100 * per_loop / loop_secs:.2f}% of one small-CNN step at "
+    f"steps_per_loop=1 ({loop_secs * 1e3:.2f} ms). The watchdog thread "
+    "wakes once a second (a heartbeat write only under the launcher).",
+    "End to end, on/off is the trainer's examples/s with and without the "
+    "watchdog in interleaved rounds; on a shared machine the spread of "
+    "that ratio is the noise.",
+  ]
