@@ -202,44 +202,50 @@ def screenshot(logdir: str, out: str) -> list[dict]:
       lambda: set(RUNS) <= set(_call("GET", f"{board_url}/data/runs")),
       deadline,
     )
-    with tempfile.TemporaryDirectory() as profile:
-      browser = _Browser(profile, deadline)
-      try:
-        # forceSVG: headless Chromium has no WebGL, TensorBoard's default
-        # line renderer.
-        browser.go(
-          f"{board_url}/?darkMode=false&forceSVG=true&tagFilter="
-          f"{urllib.parse.quote(FLAGS.tag_filter)}#timeseries"
-        )
-        browser.run(
-          "const close = document.querySelector("
-          "'[aria-label=\"Close side pane\"]');"
-          "if (close) close.click();"
-        )
-        cards = _poll(
-          "every card drawing the train and validation lines",
-          lambda: (
-            lambda cards: (
-              cards
-              if cards
-              and all(
-                c["colors"] >= len(RUNS) and len(c["runs"]) == len(RUNS)
-                for c in cards
-              )
-              else None
-            )
-          )(browser.run(_CARDS_JS)),
-          deadline,
-        )
-        time.sleep(1)  # Let the last frame settle.
-        with open(out, "wb") as f:
-          f.write(browser.screenshot())
-      finally:
-        browser.close()
+    return _capture(board_url, out, deadline)
   finally:
     board.terminate()
     board.wait(timeout=30)
-  return cards
+
+
+def _capture(board_url: str, out: str, deadline: float) -> list[dict]:
+  """Opens the board's time series in a fresh headless browser, waits until
+  every card draws every run, writes the PNG to `out`; returns the cards."""
+  with tempfile.TemporaryDirectory() as profile:
+    browser = _Browser(profile, deadline)
+    try:
+      # forceSVG: headless Chromium has no WebGL, TensorBoard's default
+      # line renderer.
+      browser.go(
+        f"{board_url}/?darkMode=false&forceSVG=true&tagFilter="
+        f"{urllib.parse.quote(FLAGS.tag_filter)}#timeseries"
+      )
+      browser.run(
+        "const close = document.querySelector("
+        "'[aria-label=\"Close side pane\"]');"
+        "if (close) close.click();"
+      )
+      cards = _poll(
+        "every card drawing the train and validation lines",
+        lambda: _all_drawn(browser.run(_CARDS_JS)),
+        deadline,
+      )
+      time.sleep(1)  # Let the last frame settle.
+      with open(out, "wb") as f:
+        f.write(browser.screenshot())
+      return cards
+    finally:
+      browser.close()
+
+
+def _all_drawn(cards: list[dict]) -> list[dict] | None:
+  """`cards` once there are some and each draws a line of every run in
+  RUNS, else None (not yet)."""
+  if cards and all(
+    c["colors"] >= len(RUNS) and len(c["runs"]) == len(RUNS) for c in cards
+  ):
+    return cards
+  return None
 
 
 def main(argv):
