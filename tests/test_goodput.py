@@ -18,6 +18,7 @@ import time
 import pytest
 
 from benchmarks import goodput_lib
+from benchmarks import goodput_model_lib
 from ctl import report
 from ctl.io import storage
 from ctl.telemetry import goodput
@@ -139,6 +140,35 @@ def test_killed_twice_the_accounting_adds_up(killed_run):
     assert accounting.seconds[goodput.LOST] > 0
 
 
+def test_the_goodput_models_inputs_come_from_the_killed_runs_ledger(
+  killed_run,
+):
+  # benchmarks/goodput_model_lib checks the model against runs like this.
+  model_dir = killed_run["model_dir"]
+  costs = goodput_model_lib.measured(
+    model_dir, kills=len(KILL_AT), save_every_steps=20
+  )
+  parts = goodput_model_lib.restart_parts(model_dir)
+  assert set(parts) == {
+    goodput.RESTART_GAP,
+    goodput.STARTUP,
+    goodput.RESTORE,
+    goodput.TRACING,
+  }
+  assert parts[goodput.RESTART_GAP] > 0 and parts[goodput.STARTUP] > 0
+  assert costs["restart_seconds"] == pytest.approx(
+    sum(parts.values()) / len(KILL_AT)
+  )
+  # The fault window leaves out the first start-up and the final evaluation
+  # and export, which a run without faults pays too.
+  whole = goodput.account(_attempts(model_dir)).goodput_percent
+  assert whole < costs["window_goodput_percent"] < 100
+  assert costs["save_every_seconds"] == pytest.approx(
+    20 * costs["step_seconds"] + costs["save_seconds"]
+  )
+  assert 0 <= goodput_model_lib.predicted(costs) < 100
+
+
 def test_summary_and_tensorboard_carry_goodput(killed_run):
   model_dir = killed_run["model_dir"]
   summary = read_summary(model_dir)["goodput"]
@@ -219,11 +249,7 @@ def test_ledger_on_cloud_storage(gcs_emulator, tmp_path, capsys):
   assert "  done" in capsys.readouterr().out
 
 
-def test_auto_interval_is_the_young_daly_formula():
-  assert goodput.young_daly_interval(
-    save_seconds=2.0, mtbf_seconds=3600.0
-  ) == pytest.approx(120.0)
-
+def test_auto_interval_follows_the_failures_the_ledger_saw():
   def attempt(start, saves, end=None):
     events = [{"event": "start", "time": start}]
     for t0, seconds in saves:
@@ -286,3 +312,33 @@ def test_time_between_a_finished_run_and_its_continuation_is_not_counted():
   assert preempted.total_seconds == pytest.approx(25.0)
   assert preempted.seconds[goodput.RESTART_GAP] == pytest.approx(5.0)
   assert preempted.failures == 0
+
+
+def test_local_tier_saves_are_counted_as_checkpoint_saves(tmp_path):
+  # Saves to the local tier block the steps like any save: the accounting
+  # shows them as checkpoint_save seconds, not as bookkeeping ("other"),
+  # and it counts them apart from the bucket's saves, whose mean cost
+  # --checkpoint_every_secs=auto weighs.
+  model_dir = str(tmp_path / "run")
+  run_trainer(
+    *FAST_FLAGS,
+    "--train_steps=40",
+    "--steps_per_loop=5",
+    "--checkpoint_every_steps=20",
+    f"--local_checkpoints={tmp_path / 'tier'}",
+    "--local_checkpoint_every_steps=5",
+    f"--model_dir={model_dir}",
+  )
+  attempts = ledger.read(ledger.ledger_dir(model_dir))
+  phases = [e["phase"] for e in attempts[0] if e.get("event") == "phase"]
+  # Steps 5, 10, 15, 25, 30, 35 go to the local tier only; 20 and 40 (and
+  # the start's 0) to both.
+  assert phases.count("local_checkpoint_save") == 6
+  accounting = goodput.account(attempts)
+  assert accounting.checkpoint_saves == phases.count("checkpoint_save")
+  local = sum(
+    e["t1"] - e["t0"]
+    for e in attempts[0]
+    if e.get("phase") == "local_checkpoint_save"
+  )
+  assert accounting.seconds[goodput.CHECKPOINT_SAVE] >= local > 0

@@ -156,12 +156,18 @@ class RunCheckpoints:
     return self.policy.summary()
 
   def local_due(self, step: int) -> bool:
-    """Whether a loop that ended at `step` saves to the local tier."""
-    return bool(self._local_every) and step % self._local_every == 0
+    """Whether a loop that ended at `step` saves to the local tier (not the
+    last step: the final save, to both tiers, follows it)."""
+    return (
+      bool(self._local_every)
+      and step % self._local_every == 0
+      and not self.policy.is_final(step)
+    )
 
   def save_local(self, step: int) -> None:
     """Saves `step` to the local tier only (every worker takes part)."""
-    self._checkpointer.save(step, to_bucket=False)
+    with self._progress.phase(progress_lib.LOCAL_CHECKPOINT_SAVE):
+      self._checkpointer.save(step, to_bucket=False)
 
   def close(self) -> None:
     """Waits for an asynchronous save, uploads what is left."""

@@ -74,7 +74,11 @@ class SavePolicy:
       requested: the loop's agreed answer to `due_by_time`.
     """
     by_steps = self._every_steps and step % self._every_steps == 0
-    return bool((by_steps or requested) and step < self._train_steps)
+    return bool((by_steps or requested) and not self.is_final(step))
+
+  def is_final(self, step: int) -> bool:
+    """Whether `step` is the run's last (saved by the finishing steps)."""
+    return step >= self._train_steps
 
   def summary(self) -> dict:
     """The "auto" interval and why, for the run summary; {} otherwise."""

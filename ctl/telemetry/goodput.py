@@ -13,7 +13,8 @@ to the total:
                       routes its download is part of start-up)
   first_loop_tracing  the first loop of an attempt minus its steps at the
                       attempt's median step time (tracing, compilation)
-  checkpoint_save     writing checkpoints (without their upload)
+  checkpoint_save     writing checkpoints (without their upload), to the
+                      bucket and to the local tier alike
   checkpoint_upload   copying them to Cloud Storage (gcsfs, FUSE)
   evaluation          evaluations during and at the end of training
   export              the final SavedModel
@@ -40,6 +41,7 @@ import signal
 import statistics
 
 from ctl.errors import STALL_EXIT_CODE
+from ctl.telemetry import goodput_model
 
 GOODPUT = "goodput"
 STARTUP = "startup"
@@ -113,6 +115,7 @@ _PHASES = {
   "export": (EXPORT, 1),
   "restore": (RESTORE, 2),
   "checkpoint_save": (CHECKPOINT_SAVE, 3),
+  "local_checkpoint_save": (CHECKPOINT_SAVE, 3),
   "checkpoint_upload": (CHECKPOINT_UPLOAD, 4),
 }
 _CLEAN_ENDS = ("done", "Preempted")
@@ -172,7 +175,8 @@ class Accounting:
     final_step: the last step recorded.
     failures: attempts that failed (preemptions with a save are not).
     lost_steps: steps trained and then redone, over all attempts.
-    checkpoint_saves: checkpoint saves recorded.
+    checkpoint_saves: the bucket's checkpoint saves recorded (local-tier
+      saves between them are not counted here).
     attempts: per attempt.
     segments: the timeline, in time order.
     notes: what could not be placed on the wall clock, one sentence each.
@@ -273,16 +277,6 @@ def account(
   )
 
 
-def young_daly_interval(*, save_seconds: float, mtbf_seconds: float) -> float:
-  """The checkpoint interval that minimizes expected waste (Young, Daly).
-
-  Saving every T seconds costs save_seconds / T of the time; a failure loses
-  T / 2 on average, i.e. T / (2 x MTBF) of the time; the sum is smallest at
-  T = sqrt(2 x save_seconds x MTBF).
-  """
-  return math.sqrt(2.0 * save_seconds * mtbf_seconds)
-
-
 def checkpoint_interval(
   accounting: Accounting | None, *, expected_mtbf_secs: float
 ) -> tuple[float, str]:
@@ -313,7 +307,9 @@ def checkpoint_interval(
   else:
     mtbf = expected_mtbf_secs
     seen = f"MTBF {mtbf:.0f} s (--expected_mtbf_secs; no failure seen yet)"
-  interval = young_daly_interval(save_seconds=save, mtbf_seconds=mtbf)
+  interval = goodput_model.young_daly_interval(
+    save_seconds=save, mtbf_seconds=mtbf
+  )
   return interval, (
     f"sqrt(2 x {save:.2f} s per save x {seen}) = {interval:.0f} s"
   )

@@ -49,6 +49,8 @@ FIRST_LOOP = "first_loop"  # The first train-loop call: includes tracing.
 TRAIN_LOOP = "train_loop"  # Every later train-loop call.
 EVALUATION = "evaluation"
 CHECKPOINT_SAVE = "checkpoint_save"  # Writing the checkpoint's files.
+# Between the bucket's saves: a save to the node's local tier only.
+LOCAL_CHECKPOINT_SAVE = "local_checkpoint_save"
 CHECKPOINT_UPLOAD = "checkpoint_upload"  # Publishing them (gcsfs / FUSE).
 EXPORT = "export"  # The SavedModel at the end.
 PHASES = (
@@ -60,6 +62,7 @@ PHASES = (
   TRAIN_LOOP,
   EVALUATION,
   CHECKPOINT_SAVE,
+  LOCAL_CHECKPOINT_SAVE,
   CHECKPOINT_UPLOAD,
   EXPORT,
 )
