@@ -28,6 +28,13 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
   "tiers_goodput_kill_every", 45, "Steps between two SIGKILLs."
 )
+flags.DEFINE_bool(
+  "tiers_model_restarts",
+  False,
+  "Also time one restart of --tiers_model per way of coming back "
+  "(whole cluster; agents with warm spares) and give the goodput model at "
+  "a kill every 5 and 30 minutes from them.",
+)
 flags.DEFINE_string(
   "tiers_local_root",
   "auto",

@@ -28,6 +28,7 @@ import keras
 import tensorflow as tf
 
 from benchmarks import device as device_lib
+from benchmarks import goodput_model_lib
 from benchmarks import report as report_lib
 from benchmarks import restart_lib
 from benchmarks import stats
@@ -67,6 +68,9 @@ class Config:
   section: str = "checkpoint_tiers"
   goodput_kills: int = 0  # SIGKILLs per goodput run (0: no goodput runs).
   goodput_kill_every: int = 45  # Steps between them (the bucket's: 50).
+  # Also time one restart of `model` per way of coming back (restart_lib),
+  # for the goodput model's restart seconds (the ResNet50 section's).
+  model_restarts: bool = False
 
 
 def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
@@ -102,9 +106,28 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
         for i, (name, mode, t) in enumerate(GOODPUT_MODES)
       }
       sections[f"{config.section}_goodput"] = _goodput_section(config, found)
+      sections[f"{config.section}_model"] = goodput_model_lib.checked_section(
+        found=found,
+        modes=GOODPUT_MODES,
+        save_local=statistics.median(times["save_local"]),
+        save_bucket=statistics.median(times["save_bucket"]),
+        config=dataclasses.asdict(config),
+      )
+    if config.model_restarts:
+      sections[f"{config.section}_model"] = goodput_model_lib.restarts_section(
+        model=config.model,
+        modes=GOODPUT_MODES,
+        restarts=goodput_model_lib.timed_restarts(
+          config.model, os.path.join(workdir, "restarts"), timeout=600
+        ),
+        seconds={key: statistics.median(times[key]) for key in times},
+        config=dataclasses.asdict(config),
+      )
   return sections
 
 
+# The goodput runs' loop (the local tier saves after each) and bucket saves.
+_LOOP, _BUCKET_EVERY = 5, 50
 # (row, how workers come back, --local_checkpoints) of the goodput runs.
 GOODPUT_MODES = (
   ("cluster, bucket only", "cluster", "off"),
@@ -125,9 +148,9 @@ def _killed_run(config: Config, root: str, mode: str, tiers: str) -> dict:
     "--image_size=8",
     "--per_replica_batch_size=8",
     f"--train_steps={steps}",
-    "--steps_per_loop=5",
-    "--log_every_steps=5",
-    "--checkpoint_every_steps=50",
+    f"--steps_per_loop={_LOOP}",
+    f"--log_every_steps={_LOOP}",
+    f"--checkpoint_every_steps={_BUCKET_EVERY}",
     "--eval_every_steps=0",
     f"--local_checkpoints={tiers}",
     f"--model_dir={model_dir}",
@@ -151,6 +174,11 @@ def _killed_run(config: Config, root: str, mode: str, tiers: str) -> dict:
     "goodput_percent": goodput["goodput_percent"],
     "lost_steps_per_kill": goodput["lost_steps"] / config.goodput_kills,
     "seconds": goodput["total_seconds"],
+    "costs": goodput_model_lib.measured(
+      model_dir,
+      kills=config.goodput_kills,
+      save_every_steps=_BUCKET_EVERY if tiers == "off" else _LOOP,
+    ),
   }
 
 
@@ -176,7 +204,10 @@ def _kill_every(config: Config, launchers: list, events: str, mode: str):
 
 
 def _goodput_section(config: Config, found: dict) -> dict:
-  rows = [{"name": name, **found[name]} for name, _, _ in GOODPUT_MODES]
+  rows = [
+    {"name": name, **{k: v for k, v in found[name].items() if k != "costs"}}
+    for name, _, _ in GOODPUT_MODES
+  ]
   tiers, bucket = GOODPUT_MODES[2][0], GOODPUT_MODES[1][0]
   return report_lib.section(
     title=(
