@@ -203,3 +203,20 @@ def test_without_loop_actions_the_summary_has_no_early_stop(tmp_path):
     tmp_path, train_steps=2, eval_every_steps=0, checkpoint_every_steps=0
   )
   assert summary["final_step"] == 2 and "stopped_early" not in summary
+
+
+def test_a_finished_runs_summary_and_ctl_report_say_its_last_start_is_done(
+  tmp_path, capsys
+):
+  # The summary is written before the run's end event: its goodput must
+  # still say how this start ends, as ctl-report does once it has ended.
+  from ctl import report  # pylint: disable=g-import-not-at-top
+  from ctl.testing.run_files import read_summary  # pylint: disable=g-import-not-at-top
+
+  _run_tiny(tmp_path, train_steps=4, eval_every_steps=0)
+  model_dir = str(tmp_path / "run")
+  (last,) = read_summary(model_dir)["goodput"]["attempts"]
+  assert last["outcome"] == "done"
+  report.main([model_dir, "--png="])
+  rows = capsys.readouterr().out.split("outcome\n")[1].splitlines()
+  assert rows[-1].split()[6] == last["outcome"]

@@ -131,11 +131,13 @@ class Unkept:
   def discard(self) -> None:
     pass
 
-  def attempts(self) -> list[list[dict]]:
+  def attempts(self, *, ending: dict | None = None) -> list[list[dict]]:
+    del ending
     return []
 
-  def accounting(self) -> None:
+  def accounting(self, *, ending: str | None = None, step: int = 0) -> None:
     """None: an unkept ledger knows nothing of where the time went."""
+    del ending, step
 
   def close(self) -> None:
     pass
@@ -282,18 +284,36 @@ class Ledger:
     self._discarded = True
     self._writing = False
 
-  def attempts(self) -> list[list[dict]]:
-    """Every attempt's events so far, this one as it is in memory."""
+  def attempts(self, *, ending: dict | None = None) -> list[list[dict]]:
+    """Every attempt's events so far, this one as it is in memory (and
+    `ending`, an end event not recorded yet, after its own)."""
     others = [events for _, events in self._others()]
     self._number(others)
-    return sorted([*others, list(self._events)], key=_order)
+    mine = [*self._events, *([ending] if ending else [])]
+    return sorted([*others, mine], key=_order)
 
-  def accounting(self) -> goodput.Accounting:
+  def accounting(
+    self, *, ending: str | None = None, step: int = 0
+  ) -> goodput.Accounting:
     """Where the job's time went so far, until now (on this attempt's
-    monotonic clock)."""
-    attempts = self.attempts()
+    monotonic clock).
+
+    Args:
+      ending: the outcome this attempt is about to end with at `step` (the
+        run summary, written just before the end event, says "done" as
+        ctl-report will), or None while it runs on ("running").
+      step: the step it ends at (with `ending`).
+    """
     since_start = time.monotonic() - self._origin
-    return goodput.account(attempts, now=self._events[0]["time"] + since_start)
+    now = self._events[0]["time"] + since_start
+    end = ending and {
+      "event": "end",
+      "time": round(now, 3),
+      "m": round(since_start, 3),
+      "step": step,
+      "outcome": ending,
+    }
+    return goodput.account(self.attempts(ending=end), now=now)
 
   def close(self) -> None:
     """Uploads the file a last time and releases the staging directory."""

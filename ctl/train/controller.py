@@ -347,7 +347,7 @@ def _summary(
   }
   if ledger.kept:
     summary["goodput"] = finishing.goodput(
-      ledger.accounting(),
+      ledger.accounting(ending="done", step=step),
       step=step,
       writer=parts.writer,
       model_dir=options.dirs.model_dir,
