@@ -15,7 +15,11 @@ and the data a step sees is a function of the step, not of an iterator.
 
   python examples/own_model.py [--model_dir=/tmp/own_model]
 
-Exit status 0 when the fingerprints agree, 1 when they do not.
+Exit status 0 when the fingerprints agree, 1 when they do not. It prints
+only its own lines and ctl's warnings: ctl logs through absl, whose INFO
+lines (progress, `Restored step`, `Done at`) show under `absl.app.run` or
+after `absl.logging.set_verbosity(absl.logging.INFO)`. docs/framework.md,
+"API reference", lists every field of `ctl.Task` and `ctl.RunOptions`.
 """
 
 import argparse
