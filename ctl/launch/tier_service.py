@@ -15,7 +15,15 @@ network), never on an address others can reach. Tests bind it to loopback.
 When the worker dies, `persist` copies the tier's newest complete step to
 the bucket if it is newer than the bucket's newest, so a job rescheduled
 onto new machines (whose local tiers are empty) loses at most one local
-interval.
+interval. The copy runs on a thread and the restart does not wait for it
+(the agent's first copy imports TensorFlow: 4 s on 2 busy cores, and a
+hung bucket would hold the restart for as long): the restarted worker
+needs the local tier, not the bucket, and copies from a hard-linked
+snapshot (ctl.checkpoint.local_tier) that its own pruning cannot touch.
+Its first save to the bucket comes after its start-up, tracing and a save
+interval; both writers merge the bucket's state file by step, so neither
+drops the other's newer step. The agent waits for the copy before it
+exits.
 """
 
 import http.server
@@ -63,6 +71,7 @@ class TierService:
       target=self._server.serve_forever, name="tier-service", daemon=True
     )
     self._thread.start()
+    self._persisting: threading.Thread | None = None
 
   def environment(self) -> dict[str, str]:
     """What the worker is told: the pointer file and the service's port."""
@@ -88,6 +97,20 @@ class TierService:
       request.send_error(404)
 
   def persist(self) -> None:
+    """Starts copying the tier's newest step to the bucket, if it is newer
+    there, on a thread (module docstring); one copy at a time."""
+    self._wait_for_persist()
+    self._persisting = threading.Thread(
+      target=self._persist, name="tier-persist"
+    )
+    self._persisting.start()
+
+  def _wait_for_persist(self) -> None:
+    if self._persisting is not None:
+      self._persisting.join()
+      self._persisting = None
+
+  def _persist(self) -> None:
     """Copies the tier's newest step to the bucket if it is newer there;
     never raises (a failed copy is a warning: the agent goes on)."""
     pointer = local_tier.read_pointer(self.pointer)
@@ -106,7 +129,9 @@ class TierService:
       )
 
   def close(self, *, remove_tier: bool) -> None:
-    """Stops serving; with `remove_tier` (the run is over) removes the tier."""
+    """Waits for a copy to the bucket, stops serving; with `remove_tier`
+    (the run is over) removes the tier."""
+    self._wait_for_persist()
     self._server.shutdown()
     self._server.server_close()
     pointer = local_tier.read_pointer(self.pointer)
