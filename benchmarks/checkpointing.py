@@ -16,37 +16,7 @@ from absl import flags
 from benchmarks import checkpointing_lib
 from benchmarks import cli
 
-flags.DEFINE_enum(
-  "io_model",
-  "resnet50",
-  ["resnet50", "small_cnn"],
-  "The trainer's model whose checkpoint save/restore is timed.",
-)
-flags.DEFINE_integer("io_image_size", 224, "Input side of --io_model.")
-flags.DEFINE_enum(
-  "cost_model",
-  "small_cnn",
-  ["resnet50", "small_cnn"],
-  "Trainer --model for the training-cost runs.",
-)
-flags.DEFINE_integer("cost_image_size", 16, "Trainer --image_size.")
-flags.DEFINE_integer("cost_batch_size", 32, "Trainer --per_replica_batch_size.")
-flags.DEFINE_integer("cost_train_steps", 240, "Steps each round trains.")
-flags.DEFINE_integer(
-  "cost_checkpoint_every",
-  20,
-  "Trainer --checkpoint_every_steps and --log_every_steps.",
-)
-flags.DEFINE_integer("cost_steps_per_loop", 10, "Trainer --steps_per_loop.")
-flags.DEFINE_list(
-  "cost_variants",
-  list(checkpointing_lib.DEFAULT_VARIANTS),
-  "Training variants to run, the first being the baseline of "
-  "the cost column; from "
-  + ", ".join(v.key for v in checkpointing_lib.VARIANTS)
-  + ".",
-)
-flags.DEFINE_integer("trainer_timeout_secs", 180, "Limit for one trainer run.")
+cli.define_flags(checkpointing_lib.Config, prefix="cost_")
 
 FLAGS = flags.FLAGS
 

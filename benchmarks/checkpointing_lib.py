@@ -47,6 +47,7 @@ import tensorflow as tf
 
 from benchmarks import device as device_lib
 from benchmarks import report as report_lib
+from benchmarks import settings
 from benchmarks import stats
 from ctl.checkpoint import checkpointing
 from ctl.io import storage
@@ -102,20 +103,43 @@ RATIOS = (
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """One checkpointing benchmark run; fields mirror the flags of the app."""
+  """One checkpointing benchmark run.
 
-  io_model: str = "resnet50"
-  io_image_size: int = 224
+  Its `settings.flag` fields are the flags of `checkpointing.py`: those of
+  the training-cost section prefixed cost_, the others named as the field.
+  """
+
+  io_model: str = settings.flag(
+    "resnet50",
+    "The trainer's model whose checkpoint save/restore is timed.",
+    choices=("resnet50", "small_cnn"),
+    name="io_model",
+  )
+  io_image_size: int = settings.flag(
+    224, "Input side of --io_model.", name="io_image_size"
+  )
   io_num_classes: int = 5  # Cassava's.
-  model: str = "small_cnn"
-  image_size: int = 16
-  batch_size: int = 32
-  train_steps: int = 240
-  checkpoint_every: int = 20
-  steps_per_loop: int = 10
-  variants: tuple[str, ...] = DEFAULT_VARIANTS
+  model: str = settings.flag(
+    "small_cnn",
+    "Trainer --model for the training-cost runs.",
+    choices=("resnet50", "small_cnn"),
+  )
+  image_size: int = settings.flag(16, "Trainer --image_size.")
+  batch_size: int = settings.flag(32, "Trainer --per_replica_batch_size.")
+  train_steps: int = settings.flag(240, "Steps each round trains.")
+  checkpoint_every: int = settings.flag(
+    20, "Trainer --checkpoint_every_steps and --log_every_steps."
+  )
+  steps_per_loop: int = settings.flag(10, "Trainer --steps_per_loop.")
+  variants: tuple[str, ...] = settings.flag(
+    DEFAULT_VARIANTS,
+    "Training variants to run, the first being the baseline of "
+    "the cost column; from " + ", ".join(v.key for v in VARIANTS) + ".",
+  )
   repeats: int = 3
-  trainer_timeout_secs: int = 180
+  trainer_timeout_secs: int = settings.flag(
+    180, "Limit for one trainer run.", name="trainer_timeout_secs"
+  )
   device: str = "auto"
   section: str = "checkpointing"
 

@@ -2,21 +2,23 @@
 
 Each benchmark is an absl app (`python -m benchmarks.throughput --help`). Run
 by hand it prints its sections as Markdown; run by `run_all` it writes them to
-`--output` as JSON. Flags used by several apps are defined once here so that
-the apps can also be imported side by side (as the tests do).
+`--output` as JSON. An app's own flags are the `settings.flag` fields of its
+Config (`define_flags`), read back into one by `config_from_flags`; the flags
+every app has (--output, --section, --device, --repeats) are defined here.
 """
 
 from collections.abc import Callable, Mapping
 import dataclasses
 import os
 import sys
-from typing import Any
+import typing
 
 from absl import app
 from absl import flags
 
 from benchmarks import markdown
 from benchmarks import report as report_lib
+from benchmarks import settings
 
 flags.DEFINE_string(
   "output",
@@ -42,44 +44,72 @@ flags.DEFINE_integer(
 )
 
 FLAGS = flags.FLAGS
+# The flags that `define_flags` defines are the calling app's, not this
+# module's (absl attributes a flag to the module that defines it).
+flags.disclaim_key_flags()
+_DEFINE = {
+  bool: flags.DEFINE_bool,
+  int: flags.DEFINE_integer,
+  float: flags.DEFINE_float,
+  str: flags.DEFINE_string,
+}
 
 
 def section_name(default: str) -> str:
   return FLAGS.section or default
 
 
-def config_from_flags(
-  config_class: type,
-  *,
-  prefix: str = "",
-  renames: Mapping[str, str] | None = None,
-  **values,
-):
-  """The app's Config, each field read from the flag of its name.
+def define_flags(config_class: type, *, prefix: str = "") -> None:
+  """Defines an absl flag for each `settings.flag` field of a Config.
 
-  The fields of a benchmark's Config mirror its app's flags, so the app
-  builds it here instead of spelling out every `field=FLAGS.field`. A field
-  takes, in this order: `values[field]`; the flag `renames[field]`; the flag
-  `prefix + field`, else the flag `field`. A list flag becomes a tuple of the
-  type of the default's items (`--pipelines=1,2` gives (1, 2)). `section`
-  takes --section, else its default; a field with no flag keeps its default.
+  The flag is named `prefix + field` (or as the field says), with the
+  field's default and help; its kind follows the field's annotation: bool,
+  int, float or str, an enum where the field has choices, a list for a
+  tuple (`--pipelines=1,2`). Called by an app at import; the flags count as
+  the app's own (this module disclaims them), as if it defined them itself.
   """
-  renames = renames or {}
+  kinds = typing.get_type_hints(config_class)
+  for field in dataclasses.fields(config_class):
+    name = settings.flag_name(field, prefix)
+    if name is None:
+      continue
+    kind, default, metadata = kinds[field.name], field.default, field.metadata
+    if "choices" in metadata:
+      flags.DEFINE_enum(
+        name, default, list(metadata["choices"]), metadata["help"]
+      )
+    elif typing.get_origin(kind) is tuple:
+      flags.DEFINE_list(name, list(map(str, default)), metadata["help"])
+    else:
+      _DEFINE[kind](name, default, metadata["help"])
+
+
+def config_from_flags(config_class: type, *, prefix: str = "", **values):
+  """The app's Config, each field read from its flag.
+
+  A field takes `values[field]`, else the value of its flag (as named by
+  `define_flags` with this prefix), else that of the flag of its own name
+  (the flags above, shared by the apps: --repeats, --device), else keeps its
+  default. A list flag becomes a tuple of the annotation's item type
+  (`--pipelines=1,2` gives (1, 2)). `section` takes --section, else its
+  default.
+  """
+  kinds = typing.get_type_hints(config_class)
   for field in dataclasses.fields(config_class):
     if field.name == "section":
       values.setdefault("section", section_name(field.default))
-    candidates = (renames.get(field.name), prefix + field.name, field.name)
-    flag = next((name for name in candidates if name and name in FLAGS), None)
-    if field.name not in values and flag:
+    flag = settings.flag_name(field, prefix) or field.name
+    if field.name not in values and flag in FLAGS:
       value = FLAGS[flag].value
       if isinstance(value, list):
-        item = type(field.default[0]) if field.default else str
-        value = tuple(map(item, value))
+        value = tuple(map(typing.get_args(kinds[field.name])[0], value))
       values[field.name] = value
   return config_class(**values)
 
 
-def run_app(run: Callable[[Any], Mapping], config_class: type, **config_args):
+def run_app(
+  run: Callable[[typing.Any], Mapping], config_class: type, **config_args
+):
   """Runs an app whose `run(config)` returns its sections, as an absl app.
 
   The flags are parsed, the Config is built from them (`config_args` as in

@@ -33,6 +33,7 @@ import time
 from absl import logging
 
 from benchmarks import report as report_lib
+from benchmarks import settings
 from ctl.telemetry import goodput
 from ctl.telemetry import ledger
 from trainer import testing as trainer_testing
@@ -42,28 +43,32 @@ _POLL_SECS = 0.02
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """One goodput comparison; fields mirror the flags of `goodput.py`.
+  """One goodput comparison; its `settings.flag` fields are goodput.py's flags.
 
-  Attributes:
-    epochs: passes over the digits training split (the job's length).
-    checkpoint_every: steps between checkpoints (ctl) and backups (Keras).
-    kills: K, the number of SIGKILLs.
-    kill_seed: seed of the kill schedule.
-    backoff_secs: wait before the first restart; doubles every restart.
-    restart_model: the model whose restart cost is split ("none": skip).
+  `epochs` is the job's length; `kills` is K, the number of SIGKILLs.
   """
 
-  epochs: int = 4
-  checkpoint_every: int = 20
-  kills: int = 2
-  kill_seed: int = 0
-  image_size: int = 16
-  batch_size: int = 32
-  backoff_secs: float = 1.0
-  run_timeout_secs: int = 300
-  restart_model: str = "resnet50"
-  restart_image_size: int = 224
-  restart_batch_size: int = 8
+  epochs: int = settings.flag(4, "Passes over the digits training split.")
+  checkpoint_every: int = settings.flag(
+    20, "Steps between checkpoints (ctl) and backups (Keras save_freq)."
+  )
+  kills: int = settings.flag(2, "SIGKILLs per faulty run.")
+  kill_seed: int = settings.flag(0, "Seed of the kill schedule.")
+  image_size: int = settings.flag(16, "Image side.")
+  batch_size: int = settings.flag(32, "Global batch.")
+  backoff_secs: float = settings.flag(
+    1.0, "Wait before the first restart; doubles every restart (both systems)."
+  )
+  run_timeout_secs: int = settings.flag(300, "Limit for one run.")
+  restart_model: str = settings.flag(
+    "resnet50",
+    "Model whose restart cost (process start to the first "
+    "resumed step) is split into imports, build, restore and "
+    "tracing; none skips it.",
+    choices=("resnet50", "small_cnn", "none"),
+  )
+  restart_image_size: int = settings.flag(224, "Image side for it.")
+  restart_batch_size: int = settings.flag(8, "Batch for it.")
   section: str = "goodput"
 
 

@@ -18,25 +18,38 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks import report as report_lib
+from benchmarks import settings
 from benchmarks import stats
 from trainer import data as data_lib
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """One input-pipeline run; fields mirror the flags of `input_pipeline.py`."""
+  """One input-pipeline run.
 
-  num_jpegs: int = 256
-  jpeg_width: int = 500
-  jpeg_height: int = 400
-  image_size: int = 300
-  batch_size: int = 16
-  batches: int = 40
+  Its `settings.flag` fields are the flags of `input_pipeline.py`.
+  """
+
+  num_jpegs: int = settings.flag(256, "JPEG files to generate.")
+  jpeg_width: int = settings.flag(500, "Width of the generated JPEGs.")
+  jpeg_height: int = settings.flag(400, "Height of the generated JPEGs.")
+  image_size: int = settings.flag(
+    300, "Side the images are resized to (the cassava trainer's input size)."
+  )
+  batch_size: int = settings.flag(16, "Global batch size.")
+  batches: int = settings.flag(40, "Batches timed per round.")
   warmup_batches: int = 4
   repeats: int = 3
-  model_images_per_second: float = 0.0
-  model_label: str = "the model"
-  model_image_size: int = 0
+  model_images_per_second: float = settings.flag(
+    0.0, "What the model consumes, to compare with; 0 skips the comparison."
+  )
+  model_label: str = settings.flag("the model", "Names that rate.")
+  model_image_size: int = settings.flag(
+    0,
+    "Image side the model rate was "
+    "measured at; when it differs from --image_size, a "
+    "pixel-scaled estimate is noted.",
+  )
   section: str = "input_pipeline"
 
 

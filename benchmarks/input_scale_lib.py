@@ -31,6 +31,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from benchmarks import report as report_lib
+from benchmarks import settings
 from benchmarks import stats
 from benchmarks import tfds_jpegs
 from ctl.data import input as input_lib
@@ -43,18 +44,26 @@ RESUME_TARGET_S = 2.0
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """One run; fields mirror the flags of `input_scale.py`."""
+  """One run; its `settings.flag` fields are the flags of `input_scale.py`."""
 
-  num_records: int = 50_000
-  jpeg_size: int = 32
-  image_size: int = 32
-  global_batch: int = 64
-  pipelines: tuple[int, ...] = (1, 2, 4)
+  num_records: int = settings.flag(50_000, "Training JPEGs to generate.")
+  jpeg_size: int = settings.flag(32, "Side of the generated JPEGs.")
+  image_size: int = settings.flag(32, "Side the images are resized to.")
+  global_batch: int = settings.flag(64, "Global batch size.")
+  pipelines: tuple[int, ...] = settings.flag(
+    (1, 2, 4), "Input pipeline counts N."
+  )
   resume_points: tuple[float, ...] = (0.1, 0.5, 0.9)
-  decode_batches: int = 40
-  entry_records: int = 4096
+  decode_batches: int = settings.flag(40, "Batches timed for decode speed.")
+  entry_records: int = settings.flag(
+    4096, "Records read by each way into tf.data."
+  )
   repeats: int = 3
-  cache_dir: str = ""
+  cache_dir: str = settings.flag(
+    "",
+    "Where the generated datasets are kept "
+    "between runs (default: <tmp>/ctl_bench_cache).",
+  )
   section: str = "input_scale"
 
 

@@ -12,28 +12,46 @@ TensorFlow runs float32 matmuls as TF32 by default; the row says so.
 import dataclasses
 import statistics
 import time
+from typing import Any
 
 import tensorflow as tf
 
 from benchmarks import device as device_lib
 from benchmarks import report as report_lib
+from benchmarks import settings
+
+
+def size_flag() -> Any:
+  """The field of the matrix side (--matmul_size), here and in throughput's."""
+  return settings.flag(
+    0,
+    "Side of the square matrices; 0 picks 2048 on a CPU and 8192 on a GPU.",
+    name="matmul_size",
+  )
+
+
+def chain_flag() -> Any:
+  """The field of the chain length (--matmul_chain), here and throughput's."""
+  return settings.flag(
+    0,
+    "Products per timed call; 0 picks 4 on a CPU and 50 on a GPU.",
+    name="matmul_chain",
+  )
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """What to measure.
+  """What to measure; its `settings.flag` fields are `peak.py`'s flags.
 
   Attributes:
     precisions: --precision values to measure ("none" is float32).
-    size: side of the matrices; 0 picks one for the device.
-    chain: products per timed call; 0 picks one for the device.
     repeats: timed calls; the median is reported.
     device: "auto", "cpu" or "gpu".
   """
 
   precisions: tuple[str, ...] = ("none", "bf16", "fp16")
-  size: int = 0
-  chain: int = 0
+  size: int = size_flag()
+  chain: int = chain_flag()
   repeats: int = 3
   device: str = "auto"
 

@@ -39,6 +39,7 @@ import time
 import psutil
 
 from benchmarks import report as report_lib
+from benchmarks import settings
 from benchmarks import stats
 from ctl.distributed import cluster
 from ctl.launch import spare
@@ -60,12 +61,16 @@ _SEGMENTS = ("to_chief_down", "to_first_mark", "to_restored", "to_resumed_step")
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """Fields mirror the flags of `restart.py`."""
+  """One restart run; its `settings.flag` fields are `restart.py`'s flags."""
 
-  kill_step: int = 20
-  model: str = "small_cnn"
+  kill_step: int = settings.flag(20, "Worker 1 is killed at this step.")
+  model: str = settings.flag(
+    "small_cnn",
+    "The trainer's model (resnet50: synthetic images, a long cold start).",
+    choices=("small_cnn", "resnet50"),
+  )
   repeats: int = 3
-  run_timeout_secs: int = 300
+  run_timeout_secs: int = settings.flag(300, "Limit for one wait in a run.")
   section: str = "restart"
 
 

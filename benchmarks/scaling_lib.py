@@ -24,6 +24,7 @@ import time
 from absl import logging
 
 from benchmarks import report as report_lib
+from benchmarks import settings
 from benchmarks import stats
 from ctl.testing import run_files
 from trainer import testing as trainer_testing
@@ -31,22 +32,38 @@ from trainer import testing as trainer_testing
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """One scaling run; fields mirror the flags of `scaling.py`.
+  """One scaling run; its `settings.flag` fields are `scaling.py`'s flags.
 
   Attributes:
     worker_command: the trainer command each worker runs (the trainer's
       flags are appended); tests put a stand-in here.
   """
 
-  model: str = "small_cnn"
-  image_size: int = 32
-  batch_size: int = 32
-  steps: int = 200
-  steps_per_loop: int = 10
-  worker_counts: tuple[int, ...] = (1, 2)
+  model: str = settings.flag(
+    "small_cnn", "Trainer --model.", choices=("resnet50", "small_cnn")
+  )
+  image_size: int = settings.flag(32, "Trainer --image_size.")
+  batch_size: int = settings.flag(
+    32,
+    "Trainer --per_replica_batch_size (the same for every count).",
+    name="per_replica_batch_size",
+  )
+  steps: int = settings.flag(200, "Trainer --train_steps.", name="train_steps")
+  steps_per_loop: int = settings.flag(
+    20,
+    "Trainer --steps_per_loop and "
+    "--log_every_steps (one throughput window each).",
+  )
+  worker_counts: tuple[int, ...] = settings.flag(
+    (1, 2), "Worker counts to compare; the first is the baseline."
+  )
   repeats: int = 3
-  workers_on_cpu: bool = True
-  run_timeout_secs: int = 300
+  workers_on_cpu: bool = settings.flag(
+    True,
+    "Hide GPUs from the workers, so "
+    "they do not fight over one GPU on a one-GPU machine.",
+  )
+  run_timeout_secs: int = settings.flag(300, "Limit for one trainer run.")
   worker_command: tuple[str, ...] = tuple(trainer_testing.trainer_command())
   section: str = "scaling"
 

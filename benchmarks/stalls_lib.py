@@ -22,6 +22,7 @@ import tempfile
 import time
 
 from benchmarks import report as report_lib
+from benchmarks import settings
 from benchmarks import stats
 from ctl import env as ctl_env
 from ctl.resilience import watchdog
@@ -35,14 +36,20 @@ from trainer.testing import trainer_env
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """Fields mirror the flags of `stalls.py`."""
+  """One stalls run; its `settings.flag` fields are `stalls.py`'s flags."""
 
-  stall_timeout_secs: float = 10.0
-  stall_step: int = 20
-  train_steps: int = 40
-  cost_train_steps: int = 600
+  stall_timeout_secs: float = settings.flag(
+    10.0, "Trainer --stall_timeout_secs in the detection runs."
+  )
+  stall_step: int = settings.flag(20, "The step the stall is injected at.")
+  train_steps: int = settings.flag(
+    40, "Trainer --train_steps of a detection run."
+  )
+  cost_train_steps: int = settings.flag(
+    600, "Trainer --train_steps of a cost run (steps_per_loop=1)."
+  )
   repeats: int = 3
-  run_timeout_secs: int = 300
+  run_timeout_secs: int = settings.flag(300, "Limit for one trainer run.")
   section: str = "stalls"
 
 

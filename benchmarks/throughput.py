@@ -23,78 +23,9 @@ from absl import app
 from absl import flags
 
 from benchmarks import cli
-from benchmarks import device as device_lib
 from benchmarks import throughput_lib
 
-flags.DEFINE_enum(
-  "model",
-  "resnet50",
-  ["resnet50", "small_cnn"],
-  "The trainer's model to train.",
-)
-flags.DEFINE_integer("image_size", 224, "Side of the square input images.")
-flags.DEFINE_integer("batch_size", 16, "Global batch size (one device).")
-flags.DEFINE_integer(
-  "steps",
-  3,
-  "Timed steps per variant per round; a "
-  "multiple of every variant's steps per call.",
-)
-flags.DEFINE_integer(
-  "steps_per_loop",
-  3,
-  "N in the variant specs: steps per engine call / per fit execution.",
-)
-flags.DEFINE_enum(
-  "precision",
-  "none",
-  list(device_lib.PRECISIONS),
-  "Precision of the variants that name none.",
-)
-flags.DEFINE_bool("xla", False, "Compile every variant's step with XLA.")
-flags.DEFINE_list(
-  "variants",
-  list(throughput_lib.DEFAULT_VARIANTS),
-  "Variant specs (see benchmarks/variants.py); the first is the main one.",
-)
-flags.DEFINE_list(
-  "extras",
-  ["auto"],
-  "More variants: 'auto' adds the "
-  "mixed-precision and XLA ones the device supports; 'none'.",
-)
-flags.DEFINE_list(
-  "ratios",
-  list(throughput_lib.DEFAULT_RATIOS),
-  "Ratios to "
-  "report (numerator/denominator); those with a variant that "
-  "did not run are left out.",
-)
-flags.DEFINE_list(
-  "targets",
-  [],
-  "Targets numerator/denominator>=threshold, stated as PASS or MISS.",
-)
-flags.DEFINE_enum(
-  "optimizer",
-  "adam",
-  ["adam", "sgd"],
-  "As the trainer's --optimizer (default adam).",
-)
-flags.DEFINE_bool(
-  "measure_peak",
-  True,
-  "Measure the matmul peak and report MFU (adds a 'limits' section).",
-)
-flags.DEFINE_integer(
-  "matmul_size", 0, "Matmul peak: matrix side; 0 picks one for the device."
-)
-flags.DEFINE_integer(
-  "matmul_chain",
-  0,
-  "Matmul peak: products per call; 0 picks one for the device.",
-)
-flags.DEFINE_string("title", "", "Section title; empty describes the run.")
+cli.define_flags(throughput_lib.Config)
 
 FLAGS = flags.FLAGS
 
@@ -118,11 +49,7 @@ def _report(sections):
 def main(argv):
   del argv  # Unused.
   throughput_lib.run(
-    cli.config_from_flags(
-      throughput_lib.Config,
-      renames=dict(peak_size="matmul_size", peak_chain="matmul_chain"),
-    ),
-    progress=_report,
+    cli.config_from_flags(throughput_lib.Config), progress=_report
   )
 
 

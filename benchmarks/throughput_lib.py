@@ -24,6 +24,7 @@ from benchmarks import flops as flops_lib
 from benchmarks import peak_lib
 from benchmarks import report as report_lib
 from benchmarks import runners
+from benchmarks import settings
 from benchmarks import stats
 from benchmarks import variants as variants_lib
 
@@ -53,26 +54,60 @@ _AUTO_EXTRAS = {
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """One throughput run; fields mirror the flags of `throughput.py`."""
+  """One throughput run; its `settings.flag` fields are the app's flags."""
 
-  model: str = "resnet50"
-  image_size: int = 224
-  batch_size: int = 16
-  steps: int = 3
-  steps_per_loop: int = 3
+  model: str = settings.flag(
+    "resnet50",
+    "The trainer's model to train.",
+    choices=("resnet50", "small_cnn"),
+  )
+  image_size: int = settings.flag(224, "Side of the square input images.")
+  batch_size: int = settings.flag(16, "Global batch size (one device).")
+  steps: int = settings.flag(
+    3,
+    "Timed steps per variant per round; a "
+    "multiple of every variant's steps per call.",
+  )
+  steps_per_loop: int = settings.flag(
+    3, "N in the variant specs: steps per engine call / per fit execution."
+  )
   repeats: int = 3
-  precision: str = "none"
-  xla: bool = False
-  variants: tuple[str, ...] = DEFAULT_VARIANTS
-  extras: tuple[str, ...] = ("auto",)
-  ratios: tuple[str, ...] = DEFAULT_RATIOS
-  targets: tuple[str, ...] = ()
-  optimizer: str = "adam"
-  measure_peak: bool = True
-  peak_size: int = 0
-  peak_chain: int = 0
+  precision: str = settings.flag(
+    "none",
+    "Precision of the variants that name none.",
+    choices=device_lib.PRECISIONS,
+  )
+  xla: bool = settings.flag(False, "Compile every variant's step with XLA.")
+  variants: tuple[str, ...] = settings.flag(
+    DEFAULT_VARIANTS,
+    "Variant specs (see benchmarks/variants.py); the first is the main one.",
+  )
+  extras: tuple[str, ...] = settings.flag(
+    ("auto",),
+    "More variants: 'auto' adds the "
+    "mixed-precision and XLA ones the device supports; 'none'.",
+  )
+  ratios: tuple[str, ...] = settings.flag(
+    DEFAULT_RATIOS,
+    "Ratios to "
+    "report (numerator/denominator); those with a variant that "
+    "did not run are left out.",
+  )
+  targets: tuple[str, ...] = settings.flag(
+    (), "Targets numerator/denominator>=threshold, stated as PASS or MISS."
+  )
+  optimizer: str = settings.flag(
+    "adam",
+    "As the trainer's --optimizer (default adam).",
+    choices=("adam", "sgd"),
+  )
+  measure_peak: bool = settings.flag(
+    True, "Measure the matmul peak and report MFU (adds a 'limits' section)."
+  )
+  peak_size: int = peak_lib.size_flag()  # The matmul peak's (`peak_lib`).
+  peak_chain: int = peak_lib.chain_flag()
   device: str = "auto"
-  title: str = ""
+  title: str = settings.flag("", "Section title; empty describes the run.")
   section: str = "throughput"
 
 

@@ -31,6 +31,7 @@ from benchmarks import device as device_lib
 from benchmarks import goodput_model_lib
 from benchmarks import report as report_lib
 from benchmarks import restart_lib
+from benchmarks import settings
 from benchmarks import stats
 from ctl.checkpoint import checkpointing
 from ctl.checkpoint import local_tier
@@ -57,20 +58,41 @@ ROWS = (
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """One tiers benchmark run; fields mirror the flags of the app."""
+  """One tiers benchmark run.
 
-  model: str = "small_cnn"
-  image_size: int = 16
+  Its `settings.flag` fields are the flags of `tiers.py`, prefixed tiers_.
+  """
+
+  model: str = settings.flag(
+    "small_cnn",
+    "The trainer's model whose checkpoint is saved and restored.",
+    choices=("small_cnn", "resnet50"),
+  )
+  image_size: int = settings.flag(16, "Input side of --tiers_model.")
   num_classes: int = 5
   repeats: int = 3
-  local_root: str = "auto"
+  local_root: str = settings.flag(
+    "auto",
+    "Where the local tier is: auto, ram, disk or a directory (as the "
+    "trainer's --local_checkpoints).",
+  )
   device: str = "auto"
   section: str = "checkpoint_tiers"
-  goodput_kills: int = 0  # SIGKILLs per goodput run (0: no goodput runs).
-  goodput_kill_every: int = 45  # Steps between them (the bucket's: 50).
-  # Also time one restart of `model` per way of coming back (restart_lib),
-  # for the goodput model's restart seconds (the ResNet50 section's).
-  model_restarts: bool = False
+  goodput_kills: int = settings.flag(
+    0,
+    "Also measure goodput under this many SIGKILLs of a worker (0: do not), "
+    "three ways: whole-cluster restart and agents with warm spares, bucket "
+    "only; agents with warm spares and the local tier.",
+  )
+  # The bucket's checkpoints are every 50 steps.
+  goodput_kill_every: int = settings.flag(45, "Steps between two SIGKILLs.")
+  # For the goodput model's restart seconds (the ResNet50 section's).
+  model_restarts: bool = settings.flag(
+    False,
+    "Also time one restart of --tiers_model per way of coming back "
+    "(whole cluster; agents with warm spares) and give the goodput model at "
+    "a kill every 5 and 30 minutes from them.",
+  )
 
 
 def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
