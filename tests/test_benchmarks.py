@@ -503,3 +503,68 @@ def test_an_opt_in_section_runs_only_when_named():
   assert "--model=resnet50" in named[1].flags
   with pytest.raises(ValueError, match="unknown sections"):
     run_all.chosen_benchmarks(["restart_r50"])
+
+
+# For each app in turn: the flags its module defines, the flags of its
+# Config's `settings.flag` fields, and the fields whose value read from the
+# unset flags is not the Config's default. Then its flags are removed: apps
+# share flag names (--model), so they cannot all be defined at once.
+_APP_FLAGS = textwrap.dedent("""\
+  import dataclasses, importlib, json, sys
+  from absl import flags
+  from benchmarks import cli, settings
+  found = {}
+  for app, prefix in json.loads(sys.argv[1]).items():
+    importlib.import_module(f"benchmarks.{app}")
+    config = importlib.import_module(f"benchmarks.{app}_lib").Config
+    flags.FLAGS(["app"])
+    own = flags.FLAGS.flags_by_module_dict().get(f"benchmarks.{app}", [])
+    read = dataclasses.asdict(cli.config_from_flags(config, prefix=prefix))
+    names = (settings.flag_name(f, prefix) for f in dataclasses.fields(config))
+    found[app] = {
+      "flags": sorted(flag.name for flag in own),
+      "fields": sorted(filter(None, names)),
+      "drifted": sorted(
+        name
+        for name, default in dataclasses.asdict(config()).items()
+        if read[name] != default
+      ),
+    }
+    for name in found[app]["flags"]:
+      delattr(flags.FLAGS, name)
+  print(json.dumps(found))
+""")
+
+
+def test_each_app_defines_its_config_as_flags_with_its_defaults():
+  # Every app `benchmarks/X.py` with a `benchmarks/X_lib.py` has a Config.
+  here = os.path.dirname(run_all.__file__)
+  apps = sorted(
+    name[: -len("_lib.py")]
+    for name in os.listdir(here)
+    if name.endswith("_lib.py")
+    and os.path.exists(os.path.join(here, name.replace("_lib", "")))
+  )
+  prefixes = {"checkpointing": "cost_", "tiers": "tiers_"}
+  found = json.loads(
+    run_command(
+      [
+        sys.executable,
+        "-c",
+        _APP_FLAGS,
+        json.dumps({app: prefixes.get(app, "") for app in apps}),
+      ]
+    ).stdout.splitlines()[-1]
+  )
+  assert len(found) == 10
+  shared = {"output", "section", "device", "repeats"}  # benchmarks/cli.py's
+  for app, seen in found.items():
+    assert seen["flags"] == seen["fields"], app
+    assert seen["drifted"] == [], app
+  # Every flag that run_all passes is one its app defines (or cli's).
+  for benchmark in run_all.BENCHMARKS:
+    app = benchmark.module.removeprefix("benchmarks.")
+    for flag in (*benchmark.flags, *benchmark.quick_flags):
+      name = flag[2:].split("=")[0]
+      known = {*found[app]["flags"], *shared}
+      assert name in known or name.removeprefix("no") in known, (app, flag)
