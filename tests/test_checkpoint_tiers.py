@@ -335,11 +335,13 @@ def test_a_copy_to_the_bucket_that_never_completes_is_a_stall(
 ):
   """The server freezes (SIGSTOP) as ckpt-20's copy arrives: the step does
   not wait for it, the next wait for it (a later save, the end) is a stall
-  (exit 75), and the run again ends as the uninterrupted one."""
+  (exit 75), and the run again ends as the uninterrupted one. A run with no
+  job id keeps a tier only when told where (`disk`: its TMPDIR)."""
   reference = train_to_summary(*CLOUD_FLAGS, model_dir=str(tmp_path / "local"))
   gcs_emulator.restart(freeze_on_upload=_data_file(20))
   flags = (
     *CLOUD_FLAGS,
+    "--local_checkpoints=disk",
     "--storage=gcsfs",
     f"--model_dir=gs://{BUCKET}/run",
     "--stall_timeout_secs=10",

@@ -220,3 +220,40 @@ def test_a_finished_runs_summary_and_ctl_report_say_its_last_start_is_done(
   report.main([model_dir, "--png="])
   rows = capsys.readouterr().out.split("outcome\n")[1].splitlines()
   assert rows[-1].split()[6] == last["outcome"]
+
+
+def _local_saves(model_dir) -> int:
+  from ctl.telemetry import ledger  # pylint: disable=g-import-not-at-top
+
+  (attempt,) = ledger.read(ledger.ledger_dir(str(model_dir)))
+  return sum(e.get("phase") == "local_checkpoint_save" for e in attempt)
+
+
+def test_a_run_without_a_job_id_keeps_no_local_tier_by_default(
+  tmp_path, monkeypatch
+):
+  # Named after this process, the tier could never be found again after a
+  # restart: its saves would cost every loop for nothing.
+  from ctl.checkpoint import local_tier  # pylint: disable=g-import-not-at-top
+  from tests.conftest import absl_messages  # pylint: disable=g-import-not-at-top
+
+  ram, disk = tmp_path / "ram", tmp_path / "disk"
+  ram.mkdir()
+  disk.mkdir()
+  monkeypatch.setattr(local_tier, "RAM_ROOT", str(ram))
+  monkeypatch.setattr("tempfile.tempdir", str(disk))
+  with absl_messages() as messages:
+    _run_tiny(tmp_path, train_steps=6, eval_every_steps=0)
+  assert os.listdir(ram) == [] and os.listdir(disk) == []
+  assert _local_saves(tmp_path / "run") == 0
+  (said,) = [m for m in messages if m.startswith("No local checkpoint tier")]
+  assert "no job id" in said
+
+
+def test_a_run_with_a_tier_directory_leaves_nothing_in_it(tmp_path):
+  tiers = tmp_path / "tiers"
+  _run_tiny(
+    tmp_path, train_steps=6, eval_every_steps=0, local_checkpoints=str(tiers)
+  )
+  assert _local_saves(tmp_path / "run") == 2  # Steps 2 and 4.
+  assert os.listdir(tiers / f"ctl-tier-{os.getuid()}") == []

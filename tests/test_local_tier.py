@@ -213,3 +213,14 @@ def test_the_tiers_of_job_less_runs_that_are_gone_are_removed(tmp_path):
     "job-0123abcd",
     f"pid{os.getpid()}-0123abcd",
   ]
+
+
+def test_the_last_worker_to_remove_its_tier_removes_the_runs_directory(
+  tmp_path,
+):
+  run = tmp_path / "ctl-tier-0" / "job-0123456789ab"
+  tiers = [local_tier.LocalTier(str(run / f"worker-{r}")) for r in (0, 1)]
+  tiers[0].remove()
+  assert os.listdir(run) == ["worker-1"]
+  tiers[1].remove()
+  assert os.listdir(tmp_path / "ctl-tier-0") == []

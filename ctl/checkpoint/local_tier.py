@@ -52,11 +52,31 @@ def run_name(*, job_id: str, checkpoint_dir: str) -> str:
   A job id stays the same over every restart of a job (ctl.launch, Vertex
   AI), so a restarted worker finds its tier; without one the name carries
   this process's pid, so nothing is found again and the next start removes
-  the directory of a process that is gone (`remove_stale`).
+  the directory of a process that is gone (`remove_stale`); "auto" then
+  makes no tier (`setting_for_job`).
   """
   digest = hashlib.sha256(checkpoint_dir.encode()).hexdigest()[:12]
   owner = re.sub(r"[^A-Za-z0-9_.-]", "_", job_id)[:64] if job_id else None
   return f"{owner or f'pid{os.getpid()}'}-{digest}"
+
+
+def setting_for_job(setting: str, *, job_id: str) -> str:
+  """The `--local_checkpoints` setting a run uses: "auto" is "off" without
+  a job id, with one line saying why.
+
+  Without a job id the tier is named after this process (`run_name`): no
+  restart finds it again and the next start removes it, so its saves would
+  cost every loop for nothing. An explicit setting still makes one.
+  """
+  if setting != "auto" or job_id:
+    return setting
+  logging.info(
+    "No local checkpoint tier: no job id to find it again after a restart "
+    "(run under ctl.launch or a platform that sets a job id, or choose "
+    "where it lives: ram, disk or a directory); checkpoints go to the "
+    "bucket only."
+  )
+  return "off"
 
 
 def choose_root(setting: str, *, need_bytes: int) -> str | None:
@@ -225,8 +245,14 @@ class LocalTier:
     return target
 
   def remove(self) -> None:
-    """Removes the tier (the run has ended)."""
+    """Removes the tier (the run has ended), and the run's directory
+    (`<root>/<run>`) once no worker's is left in it."""
     shutil.rmtree(self.directory, ignore_errors=True)
+    if re.fullmatch(r"worker-\d+", os.path.basename(self.directory)):
+      try:
+        os.rmdir(os.path.dirname(self.directory))
+      except OSError:  # Another worker's tier is still there, or it is gone.
+        pass
 
 
 def _step_of(name: str) -> int | None:

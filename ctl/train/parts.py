@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from ctl.checkpoint import checkpoint_tiers
 from ctl.checkpoint import checkpointing
+from ctl.checkpoint import local_tier
 from ctl.checkpoint import run_checkpoints
 from ctl.checkpoint import save_policy
 from ctl.errors import TrainingDiverged
@@ -153,7 +154,9 @@ def _checkpoints(
   """The checkpoint duty: into the local tier and `location` (fetched
   first), when the policy says."""
   location.fetch()
-  tiers_on = options.local_checkpoints != "off"
+  setting = local_tier.setting_for_job(
+    options.local_checkpoints, job_id=options.job_id
+  )
   return run_checkpoints.RunCheckpoints(
     checkpointer=_with_tiers(
       checkpointing.Checkpointer(
@@ -166,6 +169,7 @@ def _checkpoints(
         input_shape=state.input_shape,
         global_batch_size=state.global_batch_size,
       ),
+      setting=setting,
       options=options,
       location=location,
       state=state,
@@ -184,20 +188,22 @@ def _checkpoints(
     global_step=state.global_step,
     restores=state.restores,
     fence=fence,
-    local_every_steps=tiers_on
+    local_every_steps=setting != "off"
     and (options.local_checkpoint_every_steps or options.steps_per_loop),
     record=lambda **fields: ledger.record("checkpoint_restore", **fields),
   )
 
 
-def _with_tiers(bucket, *, options, location, state, progress, strategy):
+def _with_tiers(
+  bucket, *, setting, options, location, state, progress, strategy
+):
   """The local tier in front of the `bucket` checkpointer (ctl.checkpoint.
-  checkpoint_tiers; with --local_checkpoints=off, the bucket's alone)."""
+  checkpoint_tiers; with `setting` "off", the bucket's alone)."""
   return checkpoint_tiers.build(
     bucket=bucket,
     bucket_url=location.url,
     strategy=strategy,
-    setting=options.local_checkpoints,
+    setting=setting,
     job_id=options.job_id,
     keep=options.keep_checkpoints,
     is_chief=options.is_chief,
