@@ -218,6 +218,23 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
 # --- Checkpoint I/O ----------------------------------------------------------
 
 
+def model_checkpoint(
+  *, model: str, image_size: int, num_classes: int, device: str
+) -> tuple[tf.train.Checkpoint, device_lib.Device]:
+  """The trainer's `model` and a built Adam as one checkpoint (what the
+  trainer saves), made on `device` ("auto", "cpu", "gpu"); and that device."""
+  resolved = device_lib.resolve(device)
+  with tf.device(resolved.name):
+    built = model_lib.build_model(
+      name=model,
+      num_classes=num_classes,
+      image_shape=(image_size, image_size, 3),
+    )
+    optimizer = keras.optimizers.Adam(1e-4)
+    optimizer.build(built.trainable_variables)
+  return tf.train.Checkpoint(model=built, optimizer=optimizer), resolved
+
+
 def measure_checkpoint_io(
   config: Config, workdir: str
 ) -> tuple[dict, float, str]:
@@ -229,16 +246,12 @@ def measure_checkpoint_io(
   Returns:
     ({measurement: [seconds per round]}, checkpoint size in MB, device).
   """
-  device = device_lib.resolve(config.device)
-  with tf.device(device.name):
-    model = model_lib.build_model(
-      name=config.io_model,
-      num_classes=config.io_num_classes,
-      image_shape=(config.io_image_size, config.io_image_size, 3),
-    )
-    optimizer = keras.optimizers.Adam(1e-4)
-    optimizer.build(model.trainable_variables)
-  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+  checkpoint, device = model_checkpoint(
+    model=config.io_model,
+    image_size=config.io_image_size,
+    num_classes=config.io_num_classes,
+    device=config.device,
+  )
   times, megabytes = {}, 0.0
   for round_index in range(config.repeats):
     round_dir = os.path.join(workdir, str(round_index))

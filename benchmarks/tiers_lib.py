@@ -24,10 +24,9 @@ import tempfile
 import time
 
 from absl import logging
-import keras
 import tensorflow as tf
 
-from benchmarks import device as device_lib
+from benchmarks import checkpointing_lib
 from benchmarks import goodput_model_lib
 from benchmarks import report as report_lib
 from benchmarks import restart_lib
@@ -41,7 +40,6 @@ from ctl.launch import tier_service
 from ctl.testing import events as events_lib
 from ctl.testing import gcs_emulator
 from ctl.testing import run_files
-from trainer import model as model_lib
 from trainer import testing as trainer_testing
 
 BUCKET = "ctl-bench"
@@ -253,18 +251,13 @@ def _goodput_section(config: Config, found: dict) -> dict:
 
 
 def _checkpoint(config: Config) -> tuple[tf.train.Checkpoint, str]:
-  device = device_lib.resolve(config.device)
-  with tf.device(device.name):
-    model = model_lib.build_model(
-      name=config.model,
-      num_classes=config.num_classes,
-      image_shape=(config.image_size, config.image_size, 3),
-    )
-    optimizer = keras.optimizers.Adam(1e-4)
-    optimizer.build(model.trainable_variables)
-  return tf.train.Checkpoint(model=model, optimizer=optimizer), (
-    device.description
+  checkpoint, device = checkpointing_lib.model_checkpoint(
+    model=config.model,
+    image_size=config.image_size,
+    num_classes=config.num_classes,
+    device=config.device,
   )
+  return checkpoint, device.description
 
 
 def _round(checkpoint, workdir: str, tier_dir: str, index: int):

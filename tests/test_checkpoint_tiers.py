@@ -10,6 +10,7 @@ Real trainer processes, real SIGKILLs, real files cut short.
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -328,6 +329,11 @@ def test_a_full_local_tier_turns_off_with_one_warning(
   ]
   assert len(warnings) == 1 and "turned off" in warnings[0], warnings
   _assert_identical(tmp_path / "run", summary)
+  # The tier's saves stop with it: the bucket keeps its own cadence (they
+  # wrote a bucket checkpoint every loop, past the lease's fence).
+  in_bucket = glob.glob(str(tmp_path / "run" / "checkpoints" / "ckpt-*.index"))
+  steps = sorted(int(re.search(r"ckpt-(\d+)", p).group(1)) for p in in_bucket)
+  assert all(s % BUCKET_EVERY == 0 for s in steps), steps
 
 
 def test_a_copy_to_the_bucket_that_never_completes_is_a_stall(

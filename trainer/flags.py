@@ -281,9 +281,10 @@ flags.DEFINE_string(
   "local_checkpoints",
   _run("local_checkpoints"),
   "Where each worker keeps its newest checkpoints on its own node, for a "
-  "fast restore: auto (a RAM disk, /dev/shm, with room for two "
-  "checkpoints, else local disk), ram, disk, an absolute directory, or "
-  "off (the bucket only).",
+  "fast restore: auto (under a job id, as ctl-launch and Vertex AI set: a "
+  "RAM disk, /dev/shm, with room for two checkpoints, else local disk; "
+  "without one, none, since no restart could find it), ram, disk, an "
+  "absolute directory, or off (the bucket only).",
 )
 flags.DEFINE_integer(
   "local_checkpoint_every_steps",

@@ -95,14 +95,21 @@ class TieredCheckpointer:
         return self.restored.path
     return self._bucket.restore_latest()
 
-  def save(self, step: int, *, to_bucket: bool = True) -> str:
+  def save(self, step: int, *, to_bucket: bool = True) -> str | None:
     """Saves `step` locally; when `to_bucket`, the chief copies it there.
+
+    With the tier off (it could not be written), a save `to_bucket` goes to
+    the bucket directly and a local-only save is skipped: the bucket keeps
+    its own cadence, and only the fenced saves write it.
+
+    Returns:
+      The checkpoint's path; None when nothing was saved.
 
     Raises:
       CannotWrite: the tier is off and the bucket refused the files.
     """
     if not self._tier:
-      return self._bucket.save(step)
+      return self._bucket.save(step) if to_bucket else None
     try:
       path = self._tier.save(self._bucket.checkpoint, step)
     except (OSError, tf.errors.OpError) as e:
@@ -113,7 +120,7 @@ class TieredCheckpointer:
         e,
       )
       self._tier = None
-      return self._bucket.save(step)
+      return self._bucket.save(step) if to_bucket else None
     if to_bucket and self._is_chief:
       self._start_copy(step)
     logging.info("Saved checkpoint %s (local tier).", path)
