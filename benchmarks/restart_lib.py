@@ -143,32 +143,42 @@ def one_restart(mode: str, config: Config, model_dir: str) -> dict:
   """Kills worker 1 at `kill_step`; the seconds until the chief resumes.
 
   Raises:
-    AssertionError: the run ended, or a wait passed `run_timeout_secs`.
+    AssertionError: the run ended, or a wait passed `run_timeout_secs`
+      (with the end of the chief's launcher's output).
   """
   events = f"{model_dir}.events.jsonl"
   launchers = launch(mode, config, model_dir)
   try:
-    events_lib.wait_for_step(
-      events,
-      config.kill_step,
-      process=launchers[0],
-      timeout=config.run_timeout_secs,
-    )
-    if mode == "spare":
-      wait_until_warm(launchers, timeout=config.run_timeout_secs)
-    trainer_process(launchers, 1).send_signal(signal.SIGKILL)
-    killed = time.monotonic()
-    resumed = events_lib.wait_for_event(
-      events,
-      _first_loop_of_a_restart,
-      process=launchers[0],
-      timeout=config.run_timeout_secs,
-    )
-    return _split(events, killed, resumed)
+    return _killed_and_resumed(mode, config, launchers, events)
+  except AssertionError as e:
+    output = output_so_far(launchers[0])[-3000:]
+    raise AssertionError(f"{mode} restart: {e}\n{output}") from None
   finally:
     for launcher in launchers:  # It takes its workers with it.
       launcher.kill()
       finish(launcher)
+
+
+def _killed_and_resumed(mode, config, launchers, events) -> dict:
+  """Worker 1 SIGKILLed at `kill_step`: the seconds until the chief's first
+  resumed loop, split (`_split`)."""
+  events_lib.wait_for_step(
+    events,
+    config.kill_step,
+    process=launchers[0],
+    timeout=config.run_timeout_secs,
+  )
+  if mode == "spare":
+    wait_until_warm(launchers, timeout=config.run_timeout_secs)
+  trainer_process(launchers, 1).send_signal(signal.SIGKILL)
+  killed = time.monotonic()
+  resumed = events_lib.wait_for_event(
+    events,
+    _first_loop_of_a_restart,
+    process=launchers[0],
+    timeout=config.run_timeout_secs,
+  )
+  return _split(events, killed, resumed)
 
 
 def wait_until_warm(agents: list, *, timeout: float) -> None:
