@@ -4,7 +4,8 @@ Each benchmark is an absl app (`python -m benchmarks.throughput --help`). Run
 by hand it prints its sections as Markdown; run by `run_all` it writes them to
 `--output` as JSON. An app's own flags are the `settings.flag` fields of its
 Config (`define_flags`), read back into one by `config_from_flags`; the flags
-every app has (--output, --section, --device, --repeats) are defined here.
+every app has (--output, --section, --device, --repeats,
+--time_budget_secs) are defined here.
 """
 
 from collections.abc import Callable, Mapping
@@ -41,6 +42,13 @@ flags.DEFINE_integer(
   "repeats",
   3,
   "Measured rounds; the report gives the median and the min-max range.",
+)
+flags.DEFINE_float(
+  "time_budget_secs",
+  0,
+  "Seconds this app may take (run_all sets it from the section's timeout); "
+  "rounds, then steps, are cut to fit it, from the first one's time (see "
+  "benchmarks/budget.py). 0: no budget, everything planned runs.",
 )
 
 FLAGS = flags.FLAGS
@@ -89,7 +97,8 @@ def config_from_flags(config_class: type, *, prefix: str = "", **values):
 
   A field takes `values[field]`, else the value of its flag (as named by
   `define_flags` with this prefix), else that of the flag of its own name
-  (the flags above, shared by the apps: --repeats, --device), else keeps its
+  (the flags above, shared by the apps: --repeats, --device,
+  --time_budget_secs), else keeps its
   default. A list flag becomes a tuple of the annotation's item type
   (`--pipelines=1,2` gives (1, 2)). `section` takes --section, else its
   default.

@@ -21,7 +21,10 @@ own timeout_secs and the whole run inside 20 minutes on 2 loaded CPU cores
 (224x224, batch 16) takes 3 to 6 s there. --quick runs every section on tiny
 settings (make bench-quick, in CI). The run is also held to --budget_secs: a
 benchmark is stopped at what is left and keeps the rounds it finished, and one
-that cannot start is reported as skipped. The exit status is 1 when any section
+that cannot start is reported as skipped. Each section also gets
+--time_budget_secs (`section_budget`): it sizes its rounds and steps from its
+own first one to end inside it, so a slower machine cuts rounds, with a note,
+rather than reaching the timeout. The exit status is 1 when any section
 failed, timed out, was skipped or is pending, and the message names them.
 """
 
@@ -69,6 +72,10 @@ FLAGS = flags.FLAGS
 _REPORT_RESERVE_SECS = 15  # Time kept for writing the report.
 _MIN_START_SECS = 30  # Don't start a benchmark with less than this left.
 _KILL_GRACE_SECS = 20  # SIGTERM, then this long, then SIGKILL.
+# A section's --time_budget_secs: this share of its timeout, less the time
+# its process takes to start (import TensorFlow) before its clock starts.
+_BUDGET_SHARE = 0.75
+_START_UP_SECS = 30
 # Section statuses that fail the run: each section must finish in its time.
 _BROKEN = ("failed", "timeout", "skipped", "pending")
 
@@ -341,6 +348,7 @@ def run_benchmark(
     *benchmark.flags,
     *(benchmark.quick_flags if quick else ()),
     *(benchmark.flags_from(sections) if benchmark.flags_from else ()),
+    f"--time_budget_secs={section_budget(timeout_secs):.0f}",
   ]
   log_path = os.path.join(run_dir, "logs", f"{name}.log")
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
@@ -372,6 +380,12 @@ def run_benchmark(
     }
   produced = report_lib.read_sections(output)
   return {key: dict(body, seconds=seconds) for key, body in produced.items()}
+
+
+def section_budget(timeout_secs: float) -> float:
+  """The --time_budget_secs of a section that may run `timeout_secs`: a
+  margin for its estimate's error and its exit, less its start-up (>= 1)."""
+  return max(1.0, _BUDGET_SHARE * timeout_secs - _START_UP_SECS)
 
 
 def _after_timeout(

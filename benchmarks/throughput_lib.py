@@ -19,6 +19,7 @@ import time
 from absl import logging
 import tensorflow as tf
 
+from benchmarks import budget as budget_lib
 from benchmarks import device as device_lib
 from benchmarks import flops as flops_lib
 from benchmarks import peak_lib
@@ -72,6 +73,7 @@ class Config:
     3, "N in the variant specs: steps per engine call / per fit execution."
   )
   repeats: int = 3
+  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   precision: str = settings.flag(
     "none",
     "Precision of the variants that name none.",
@@ -122,6 +124,11 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
       models and traced functions are freed when this returns (which took
       5 to 60 s of CPU on a 2-core machine).
 
+  With `config.time_budget_secs`, the rounds after the first are cut to
+  those that fit it at the first round's pace (never below 1; steps are not
+  cut: the standard runs time one call of the longest variant, the least
+  that measures it).
+
   Returns:
     {config.section: body}, plus {"limits": body} when the peak is measured.
 
@@ -134,6 +141,7 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
       f"repeats and steps must be >= 1, got {config.repeats} "
       f"and {config.steps}."
     )
+  budget = budget_lib.Budget(config.time_budget_secs)
   device = device_lib.resolve(config.device)
   defaults = dict(
     steps_per_loop=config.steps_per_loop,
@@ -146,14 +154,18 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
   meters = _peak_meters(config, device, setup.groups)
   seconds = {variant: [] for variant in setup.runners}
   peak_rates = {precision: [] for precision in meters}
-  for round_index in range(config.repeats):
+  rounds, round_index = config.repeats, 0
+  while round_index < rounds:
+    start = time.perf_counter()
     _time_round(config, setup, meters, round_index, seconds, peak_rates)
+    if round_index == 0:
+      rounds = budget.rounds(time.perf_counter() - start, config.repeats)
     peaks = {
       precision: meters[precision].row(rates)
       for precision, rates in peak_rates.items()
     }
-    logging.info("round %d of %d done", round_index + 1, config.repeats)
-    last = round_index + 1 == config.repeats
+    round_index += 1
+    logging.info("round %d of %d done", round_index, rounds)
     sections = _sections(
       config,
       device,
@@ -161,8 +173,9 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
       setup,
       peaks,
       seconds,
-      notes,
-      status="ok" if last else "partial",
+      notes + budget.notes(),
+      budget,
+      status="ok" if round_index == rounds else "partial",
     )
     if progress:
       progress(sections)
@@ -318,7 +331,7 @@ def _loop_key(variant) -> tuple:
 
 
 def _sections(
-  config, device, defaults, setup, peaks, seconds, notes, *, status
+  config, device, defaults, setup, peaks, seconds, notes, budget, *, status
 ) -> dict:
   """The report sections from the rounds timed so far."""
   rounds = len(next(iter(seconds.values())))
@@ -351,7 +364,10 @@ def _sections(
       *(["mfu_percent"] if peaks else []),
       "first_call_seconds",
     ],
-    config=_run_config(config, device, setup.train_flops, rounds),
+    config={
+      **_run_config(config, device, setup.train_flops, rounds),
+      **budget.config(),
+    },
   )
   sections = {config.section: body}
   if peaks:

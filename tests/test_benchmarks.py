@@ -14,6 +14,7 @@ import textwrap
 
 import pytest
 
+from benchmarks import budget as budget_lib
 from benchmarks import chart
 from benchmarks import input_pipeline_lib
 from benchmarks import input_scale_lib
@@ -313,6 +314,82 @@ def test_throughput_on_tiny_settings(tmp_path):
     assert row["mfu_percent"] == pytest.approx(
       100 * flops * row["images_per_second"] / peaks[row["precision"]]
     )
+
+
+def test_plan_keeps_what_fits_the_budget_and_never_goes_below_its_floor():
+  plan = budget_lib.plan
+  # No budget, or everything fits: all that was planned.
+  assert plan(100, 3, None, 100) == 3
+  assert plan(100, 3, 0, 100) == 3
+  assert plan(100, 3, 400, 150) == 3
+  # Issue 29: a 240 s first round after 200 s of set-up, 375 s budget.
+  assert plan(240, 2, 375, 440) == 1
+  assert plan(100, 5, 400, 150) == 3  # 250 s left: two more rounds.
+  assert plan(100, 5, 400, 500, floor=2) == 2  # Over already: the floor.
+  assert plan(100, 1, 10, 500, floor=2) == 1  # Never more than planned.
+
+
+def test_plan_cuts_rounds_first_then_steps_down_to_the_floor():
+  plan = budget_lib.plan_rounds_and_steps
+  assert plan(1.0, 3, 30, None, 0, steps_floor=5) == (3, 30)
+  assert plan(1.0, 3, 30, 100, 0, steps_floor=5) == (3, 30)
+  assert plan(1.0, 3, 30, 100, 40, steps_floor=5) == (2, 30)
+  # 60 s left, 2 runs a round: one round of 30 steps fits exactly.
+  assert plan(1.0, 3, 30, 100, 40, steps_floor=5, runs_per_round=2) == (1, 30)
+  assert plan(1.0, 3, 30, 100, 70, steps_floor=5, runs_per_round=2) == (1, 15)
+  assert plan(1.0, 3, 30, 100, 99, steps_floor=5, runs_per_round=2) == (1, 5)
+
+
+def test_budget_notes_and_records_what_it_cut():
+  budget = budget_lib.Budget(405)
+  assert budget.rounds(1.0, 3) == 3  # Fits: no note.
+  assert budget.notes() == []
+  assert budget.config()["used"] == {"rounds": 3}
+  budget.record("steps", 60, 120, "first round took 210 s")
+  budget.record("rounds", 1, 2, "first round took 210 s")
+  assert budget.notes() == [
+    "Scaled down to fit its 405 s budget on this machine: 1 of 2 rounds, "
+    "60 of 120 steps (first round took 210 s)."
+  ]
+  assert budget.config() == {
+    "time_budget_secs": 405,
+    "planned": {"rounds": 2, "steps": 120},
+    "used": {"rounds": 1, "steps": 60},
+  }
+  assert budget_lib.Budget(0).config() == {}
+  assert run_all.section_budget(540) == 0.75 * 540 - 30
+
+
+def test_a_section_over_its_budget_runs_fewer_rounds_and_says_so(tmp_path):
+  # The small model on tiny settings, 6 rounds planned and a budget the
+  # set-up alone overruns: one round, the app's usual JSON, status ok.
+  output = tmp_path / "small.json"
+  run_command(
+    [
+      sys.executable,
+      "-m",
+      "benchmarks.throughput",
+      f"--output={output}",
+      "--section=small",
+      *run_all._TINY_THROUGHPUT,  # pylint: disable=protected-access
+      "--repeats=6",
+      "--time_budget_secs=1",
+    ]
+  )
+  body = report_lib.read_sections(str(output))["small"]
+  assert body["status"] == "ok"
+  assert body["config"]["repeats"] == 6
+  assert body["config"]["rounds_done"] == 1
+  assert body["config"]["planned"] == {"rounds": 6}
+  assert body["config"]["used"] == {"rounds": 1}
+  assert all(len(row["seconds_per_round"]) == 1 for row in body["rows"])
+  assert any(
+    note.startswith(
+      "Scaled down to fit its 1 s budget on this machine: "
+      "1 of 6 rounds (first round took "
+    )
+    for note in body["notes"]
+  )
 
 
 def test_throughput_rejects_steps_that_do_not_fill_a_loop():
