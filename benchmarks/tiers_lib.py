@@ -237,14 +237,28 @@ def _goodput_section(config: Config, found: dict) -> dict:
     rows=rows,
     chart_key="goodput_percent",
     columns=["name", "goodput_percent", "lost_steps_per_kill", "seconds"],
+    targets=[
+      goodput_model_lib.above(
+        "steps lost per kill with the local tier: at most one local "
+        f"interval ({_LOOP} steps), margin",
+        _LOOP - found[tiers]["lost_steps_per_kill"],
+        0.0,
+      ),
+      goodput_model_lib.above(
+        "goodput with the local tier minus bucket only, agents and spares "
+        "(points)",
+        found[tiers]["goodput_percent"] - found[bucket]["goodput_percent"],
+        0.0,
+      ),
+    ],
     notes=[
       "One run each: worker 1's trainer SIGKILLed at every multiple of "
       f"{config.goodput_kill_every} steps; the bucket saves every 50 steps, "
-      "the local tier every loop (5 steps). Goodput and lost steps are the "
+      f"the local tier every loop ({_LOOP} steps). Goodput and lost steps are the "
       "chief's train_summary.json (the run ledger's accounting).",
       f"Lost steps per kill: {found[bucket]['lost_steps_per_kill']:g} with "
       f"the bucket only, {found[tiers]['lost_steps_per_kill']:g} with the "
-      "local tier (at most one local interval: 5).",
+      f"local tier (at most one local interval: {_LOOP}).",
     ],
     config=dataclasses.asdict(config),
   )
