@@ -11,6 +11,7 @@ section measures then is unchanged. The section's notes say what was cut and
 its config records the planned and the used values.
 """
 
+from collections.abc import Iterator
 import time
 
 
@@ -116,6 +117,17 @@ class Budget:
     )
     return used
 
+  def each_round(self, planned: int, what: str = "rounds") -> Iterator[int]:
+    """Round indices 0, 1, ...: the loop's body of round 0 is timed, and the
+    rounds after it are those that fit (`rounds`)."""
+    if planned < 1:
+      return
+    start = time.perf_counter()
+    yield 0
+    yield from range(
+      1, self.rounds(time.perf_counter() - start, planned, what=what)
+    )
+
   def record(self, what: str, used: int, planned: int, first: str) -> None:
     """Notes `used` of `planned` `what`; a cut names `first`, its estimate."""
     self._planned[what], self._used[what] = planned, used
@@ -132,6 +144,14 @@ class Budget:
     if not cuts:
       return []
     return [note(self.secs, cuts, "; ".join(self._first))]
+
+  def stamp(self, body: dict) -> dict:
+    """A report section `body` with the notes and `config()` added."""
+    return {
+      **body,
+      "notes": [*body["notes"], *self.notes()],
+      "config": {**body["config"], **self.config()},
+    }
 
   def config(self) -> dict:
     """For the section's config: the budget, and planned vs used values."""

@@ -45,6 +45,7 @@ from absl import logging
 import keras
 import tensorflow as tf
 
+from benchmarks import budget as budget_lib
 from benchmarks import device as device_lib
 from benchmarks import report as report_lib
 from benchmarks import settings
@@ -137,6 +138,7 @@ class Config:
     "the cost column; from " + ", ".join(v.key for v in VARIANTS) + ".",
   )
   repeats: int = 3
+  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   trainer_timeout_secs: int = settings.flag(
     180, "Limit for one trainer run.", name="trainer_timeout_secs"
   )
@@ -172,6 +174,11 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
       "partial") after the checkpoint I/O and after each training round but
       the last, so a run stopped at a time limit keeps what it measured.
 
+  With `config.time_budget_secs`, the checkpoint I/O rounds and then the
+  training rounds after the first are cut to those that fit it at their
+  first round's pace (never below 1; a round's steps are not cut: each round
+  resumes where the previous one ended).
+
   Returns:
     {config.section: checkpoint I/O, config.section + "_training": cost}.
 
@@ -182,6 +189,7 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
   config.validate()
   training = f"{config.section}_training"
   report = progress or (lambda sections: None)
+  budget = budget_lib.Budget(config.time_budget_secs)
   with (
     tempfile.TemporaryDirectory(prefix="ctl_bench_ckpt_") as workdir,
     gcs_emulator.serve(
@@ -189,7 +197,8 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
     ) as emulator,
   ):
     io = io_section(
-      config, *measure_checkpoint_io(config, os.path.join(workdir, "io"))
+      config,
+      *measure_checkpoint_io(config, os.path.join(workdir, "io"), budget),
     )
     report(
       {
@@ -205,6 +214,7 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
       config,
       os.path.join(workdir, "train"),
       endpoint=emulator.endpoint,
+      budget=budget,
       after_round=lambda runs: report(
         {
           config.section: io,
@@ -212,7 +222,10 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
         }
       ),
     )
-  return {config.section: io, training: training_section(config, runs)}
+  return {
+    config.section: budget.stamp(io),
+    training: budget.stamp(training_section(config, runs)),
+  }
 
 
 # --- Checkpoint I/O ----------------------------------------------------------
@@ -236,7 +249,7 @@ def model_checkpoint(
 
 
 def measure_checkpoint_io(
-  config: Config, workdir: str
+  config: Config, workdir: str, budget: budget_lib.Budget
 ) -> tuple[dict, float, str]:
   """Times saves and restores of the model's checkpoint, local vs gcsfs.
 
@@ -253,16 +266,23 @@ def measure_checkpoint_io(
     device=config.device,
   )
   times, megabytes = {}, 0.0
-  for round_index in range(config.repeats):
+  rounds, round_index = config.repeats, 0
+  while round_index < rounds:
     round_dir = os.path.join(workdir, str(round_index))
+    start = time.perf_counter()
     measured, megabytes = _io_round(checkpoint, round_dir, step=round_index)
+    if round_index == 0:
+      rounds = budget.rounds(
+        time.perf_counter() - start, rounds, what="checkpoint I/O rounds"
+      )
+    round_index += 1
     shutil.rmtree(round_dir)
     for key, seconds in measured.items():
       times.setdefault(key, []).append(seconds)
     logging.info(
       "checkpoint I/O round %d of %d: %s",
-      round_index + 1,
-      config.repeats,
+      round_index,
+      rounds,
       {k: round(v, 3) for k, v in measured.items()},
     )
   return times, megabytes, device.description
@@ -518,6 +538,7 @@ def measure_training(
   workdir: str,
   *,
   endpoint: str,
+  budget: budget_lib.Budget,
   after_round: Callable[[dict], None] = lambda runs: None,
 ) -> dict[str, list[TrainerRun]]:
   """Runs every variant `repeats` times, interleaved.
@@ -526,6 +547,7 @@ def measure_training(
     config: what to run.
     workdir: a directory for local model dirs and TMPDIRs.
     endpoint: the emulator's, for gs:// variants.
+    budget: cuts the rounds after the first to those that fit.
     after_round: called with the runs so far after each round but the last.
 
   Returns:
@@ -535,7 +557,9 @@ def measure_training(
     RuntimeError: a trainer run failed or did not resume where expected.
   """
   runs = {key: [] for key in config.variants}
-  for round_index in range(config.repeats):
+  rounds, round_index = config.repeats, 0
+  while round_index < rounds:
+    start = time.perf_counter()
     for key in config.variants:
       run_ = _train_round(
         config, key, round_index, workdir=workdir, endpoint=endpoint
@@ -548,7 +572,12 @@ def measure_training(
         run_.examples_per_second,
         [round(s, 3) for s in run_.save_seconds],
       )
-    if round_index + 1 < config.repeats:
+    if round_index == 0:
+      rounds = budget.rounds(
+        time.perf_counter() - start, rounds, what="training rounds"
+      )
+    round_index += 1
+    if round_index < rounds:
       after_round(runs)
   return runs
 

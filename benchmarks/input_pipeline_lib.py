@@ -17,6 +17,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from benchmarks import budget as budget_lib
 from benchmarks import report as report_lib
 from benchmarks import settings
 from benchmarks import stats
@@ -40,6 +41,7 @@ class Config:
   batches: int = settings.flag(40, "Batches timed per round.")
   warmup_batches: int = 4
   repeats: int = 3
+  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   model_images_per_second: float = settings.flag(
     0.0, "What the model consumes, to compare with; 0 skips the comparison."
   )
@@ -78,28 +80,54 @@ def write_jpegs(
   return total
 
 
-def measure(directory: str, config: Config) -> list[float]:
-  """Images/s of the trainer's pipeline over `directory`, one per round."""
+# Fewest batches a round times when the budget cuts them.
+_BATCHES_FLOOR = 10
+
+
+def measure(
+  directory: str, config: Config, budget: budget_lib.Budget
+) -> tuple[list[float], int]:
+  """Images/s of the trainer's pipeline over `directory`, one per round.
+
+  The rounds, then the batches of a round (never below _BATCHES_FLOOR), are
+  cut to fit `budget` at the pace of the warm-up batches after the first.
+
+  Returns:
+    (images/s per round, batches timed per round).
+  """
   source = data_lib.load(
     "files", image_size=config.image_size, data_dir=directory
   )
   dataset = source.train_dataset(global_batch_size=config.batch_size)
   iterator = iter(dataset)
-  for _ in range(config.warmup_batches):
+  next(iterator)
+  start = time.perf_counter()
+  for _ in range(config.warmup_batches - 1):
     next(iterator)
+  batch_secs = (time.perf_counter() - start) / max(config.warmup_batches - 1, 1)
+  rounds, batches = budget_lib.plan_rounds_and_steps(
+    batch_secs,
+    config.repeats,
+    config.batches,
+    budget.secs,
+    budget.spent(),
+    steps_floor=_BATCHES_FLOOR,
+  )
+  first = f"a warm-up batch took {batch_secs:.2g} s"
+  budget.record("rounds", rounds, config.repeats, first)
+  budget.record("batches per round", batches, config.batches, first)
   rates = []
-  for _ in range(config.repeats):
+  for _ in range(rounds):
     start = time.perf_counter()
-    for _ in range(config.batches):
+    for _ in range(batches):
       next(iterator)
-    rates.append(
-      config.batches * config.batch_size / (time.perf_counter() - start)
-    )
-  return rates
+    rates.append(batches * config.batch_size / (time.perf_counter() - start))
+  return rates, batches
 
 
 def run(config: Config) -> dict:
   """Generates the JPEGs, measures the pipeline; returns {section: body}."""
+  budget = budget_lib.Budget(config.time_budget_secs)
   with tempfile.TemporaryDirectory(prefix="ctl_bench_jpegs_") as directory:
     total_bytes = write_jpegs(
       directory,
@@ -107,7 +135,7 @@ def run(config: Config) -> dict:
       width=config.jpeg_width,
       height=config.jpeg_height,
     )
-    rates = measure(directory, config)
+    rates, batches = measure(directory, config, budget)
   size = config.image_size
   pipeline = f"decode + resize to {size}x{size}"
   rows = [
@@ -123,7 +151,7 @@ def run(config: Config) -> dict:
       f"{config.num_jpegs} JPEGs of {config.jpeg_width}x{config.jpeg_height}"
       f" (mean {total_bytes / config.num_jpegs / 1024:.0f} KiB), read by "
       "trainer.data.load('files') through ctl.data.input.train_dataset, batch "
-      f"{config.batch_size}; {config.batches} batches timed per round after "
+      f"{config.batch_size}; {batches} batches timed per round after "
       f"{config.warmup_batches} warm-up batches.",
       f"Parallelism: tf.data AUTOTUNE on {os.cpu_count()} logical cores. In "
       "training the pipeline shares the host CPU with the step (all of it, "
@@ -137,19 +165,21 @@ def run(config: Config) -> dict:
     ratios.append(ratio)
     notes += model_notes
   return {
-    config.section: report_lib.section(
-      title="Input pipeline: cassava-style JPEG decoding",
-      rows=rows,
-      ratios=ratios,
-      notes=notes,
-      columns=["name", "images_per_second"],
-      config={
-        "num_jpegs": config.num_jpegs,
-        "image_size": size,
-        "batch_size": config.batch_size,
-        "batches": config.batches,
-        "repeats": config.repeats,
-      },
+    config.section: budget.stamp(
+      report_lib.section(
+        title="Input pipeline: cassava-style JPEG decoding",
+        rows=rows,
+        ratios=ratios,
+        notes=notes,
+        columns=["name", "images_per_second"],
+        config={
+          "num_jpegs": config.num_jpegs,
+          "image_size": size,
+          "batch_size": config.batch_size,
+          "batches": config.batches,
+          "repeats": config.repeats,
+        },
+      )
     )
   }
 

@@ -38,6 +38,7 @@ import time
 
 import psutil
 
+from benchmarks import budget as budget_lib
 from benchmarks import report as report_lib
 from benchmarks import settings
 from benchmarks import stats
@@ -70,6 +71,7 @@ class Config:
     choices=("small_cnn", "resnet50"),
   )
   repeats: int = 3
+  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   run_timeout_secs: int = settings.flag(300, "Limit for one wait in a run.")
   section: str = "restart"
 
@@ -223,16 +225,23 @@ def _split(events: str, killed: float, resumed: dict) -> dict:
 def run(
   config: Config, on_round: Callable[[dict], None] = lambda section: None
 ) -> dict:
-  """Measures both modes in interleaved rounds; returns {section}."""
+  """Measures both modes in interleaved rounds; returns {section}.
+
+  With `config.time_budget_secs`, the rounds after the first are cut to
+  those that fit it at the first round's pace (never below 1).
+  """
+  budget = budget_lib.Budget(config.time_budget_secs)
   found = {mode: [] for mode in MODES}
   with tempfile.TemporaryDirectory(prefix="ctl_bench_restart_") as root:
-    for r in range(config.repeats):
+    for r in budget.each_round(config.repeats):
       for mode in MODES:
         found[mode].append(
           one_restart(mode, config, os.path.join(root, f"{mode}{r}"))
         )
       on_round(_section(config, found))
-  return _section(config, found)
+  return {
+    name: budget.stamp(body) for name, body in _section(config, found).items()
+  }
 
 
 def _section(config: Config, found: dict) -> dict:

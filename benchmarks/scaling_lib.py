@@ -23,6 +23,7 @@ import time
 
 from absl import logging
 
+from benchmarks import budget as budget_lib
 from benchmarks import report as report_lib
 from benchmarks import settings
 from benchmarks import stats
@@ -58,6 +59,7 @@ class Config:
     (1, 2), "Worker counts to compare; the first is the baseline."
   )
   repeats: int = 3
+  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   workers_on_cpu: bool = settings.flag(
     True,
     "Hide GPUs from the workers, so "
@@ -124,8 +126,9 @@ def run_once(config: Config, workers: int, model_dir: str) -> dict:
   return run_files.read_summary(model_dir)
 
 
-def measure(config: Config) -> tuple[dict, dict]:
-  """Alternates the worker counts for `repeats` rounds.
+def measure(config: Config, budget: budget_lib.Budget) -> tuple[dict, dict]:
+  """Alternates the worker counts for `repeats` rounds, or for those that
+  fit `budget` at the first round's pace (never below 1).
 
   Returns:
     ({worker count: examples/s per round}, {worker count: wall seconds per
@@ -134,7 +137,7 @@ def measure(config: Config) -> tuple[dict, dict]:
   rates = {count: [] for count in config.worker_counts}
   walls = {count: [] for count in config.worker_counts}
   with tempfile.TemporaryDirectory(prefix="ctl_bench_scaling_") as root:
-    for round_index in range(config.repeats):
+    for round_index in budget.each_round(config.repeats):
       for count in config.worker_counts:
         model_dir = os.path.join(root, f"round{round_index}_workers{count}")
         start = time.perf_counter()
@@ -147,7 +150,8 @@ def measure(config: Config) -> tuple[dict, dict]:
 
 def run(config: Config) -> dict:
   """Measures every worker count; returns {section}."""
-  rates, walls = measure(config)
+  budget = budget_lib.Budget(config.time_budget_secs)
+  rates, walls = measure(config, budget)
   rows, ratios = [], []
   base = config.worker_counts[0]
   for count in config.worker_counts:
@@ -174,27 +178,29 @@ def run(config: Config) -> dict:
       )
   cores = os.cpu_count()
   return {
-    config.section: report_lib.section(
-      title="Scaling: 1 vs 2 local workers (ctl.launch + trainer.task)",
-      rows=rows,
-      ratios=ratios,
-      notes=_notes(config, cores),
-      chart_key="examples_per_second",
-      columns=[
-        "name",
-        "examples_per_second",
-        "examples_per_second_per_worker",
-        "wall_seconds",
-      ],
-      config={
-        "model": config.model,
-        "image_size": config.image_size,
-        "per_replica_batch_size": config.batch_size,
-        "train_steps": config.steps,
-        "steps_per_loop": config.steps_per_loop,
-        "repeats": config.repeats,
-        "cpu_cores": cores,
-      },
+    config.section: budget.stamp(
+      report_lib.section(
+        title="Scaling: 1 vs 2 local workers (ctl.launch + trainer.task)",
+        rows=rows,
+        ratios=ratios,
+        notes=_notes(config, cores),
+        chart_key="examples_per_second",
+        columns=[
+          "name",
+          "examples_per_second",
+          "examples_per_second_per_worker",
+          "wall_seconds",
+        ],
+        config={
+          "model": config.model,
+          "image_size": config.image_size,
+          "per_replica_batch_size": config.batch_size,
+          "train_steps": config.steps,
+          "steps_per_loop": config.steps_per_loop,
+          "repeats": config.repeats,
+          "cpu_cores": cores,
+        },
+      )
     )
   }
 

@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 import time
 
+from benchmarks import budget as budget_lib
 from benchmarks import report as report_lib
 from benchmarks import settings
 from benchmarks import stats
@@ -49,8 +50,12 @@ class Config:
     600, "Trainer --train_steps of a cost run (steps_per_loop=1)."
   )
   repeats: int = 3
+  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   run_timeout_secs: int = settings.flag(300, "Limit for one trainer run.")
   section: str = "stalls"
+
+
+_PLACES = ("loop", "input")  # Where a detection run stalls.
 
 
 def _trainer_flags(model_dir: str, *flags: str) -> tuple[str, ...]:
@@ -151,10 +156,24 @@ def trainer_rate(config: Config, model_dir: str, *, watched: bool) -> float:
 
 
 def run(config: Config) -> dict:
-  """Measures detection per place and the watchdog's cost; returns {section}."""
+  """Measures detection per place and the watchdog's cost; returns {section}.
+
+  A round is a detection per place and a cost run with the watchdog on and
+  off; with `config.time_budget_secs`, the rounds after the first are cut to
+  those that fit it (never below 1).
+  """
+  budget = budget_lib.Budget(config.time_budget_secs)
+  found = {place: [] for place in _PLACES}
+  rates = {True: [], False: []}
   with tempfile.TemporaryDirectory(prefix="ctl_bench_stalls_") as root:
-    rows = [_detection_row(config, place, root) for place in ("loop", "input")]
-    rates = _watchdog_rates(config, root)
+    for r in budget.each_round(config.repeats):
+      for place in _PLACES:
+        model_dir = os.path.join(root, f"{place}{r}")
+        found[place].append(detection(config, place, model_dir))
+      for watched in (True, False):
+        model_dir = os.path.join(root, f"cost{r}{watched}")
+        rates[watched].append(trainer_rate(config, model_dir, watched=watched))
+  rows = [_detection_row(place, found[place]) for place in _PLACES]
   per_loop = listener_cost()
   ratios = [
     stats.ratio(
@@ -166,49 +185,34 @@ def run(config: Config) -> dict:
     )
   ]
   return {
-    config.section: report_lib.section(
-      title="Stalls: detection latency and the watchdog's cost",
-      rows=rows,
-      ratios=ratios,
-      notes=_notes(config, rates, per_loop),
-      chart_key="to_line",
-      targets=[
-        stats.verdict(
-          ratios[0],
-          threshold=0.99,
-          name="watchdog on >= 0.99x off (small CNN, steps_per_loop=1)",
-        )
-      ],
-      columns=["name", "to_line", "to_next_step"],
-      config=dataclasses.asdict(config),
+    config.section: budget.stamp(
+      report_lib.section(
+        title="Stalls: detection latency and the watchdog's cost",
+        rows=rows,
+        ratios=ratios,
+        notes=_notes(config, rates, per_loop),
+        chart_key="to_line",
+        targets=[
+          stats.verdict(
+            ratios[0],
+            threshold=0.99,
+            name="watchdog on >= 0.99x off (small CNN, steps_per_loop=1)",
+          )
+        ],
+        columns=["name", "to_line", "to_next_step"],
+        config=dataclasses.asdict(config),
+      )
     )
   }
 
 
-def _detection_row(config: Config, place: str, root: str) -> dict:
-  """`repeats` detections of a stall at `place`, as one row."""
-  found = [
-    detection(config, place, os.path.join(root, f"{place}{r}"))
-    for r in range(config.repeats)
-  ]
+def _detection_row(place: str, found: list[dict]) -> dict:
+  """The detections of a stall at `place`, one a round, as one row."""
   return {
     "name": f"stall in {place}",
     **stats.spread_fields("to_line", [f["to_line"] for f in found]),
     **stats.spread_fields("to_next_step", [f["to_next_step"] for f in found]),
   }
-
-
-def _watchdog_rates(config: Config, root: str) -> dict[bool, list[float]]:
-  """{watched: the trainer's examples/s per round}, on and off interleaved."""
-  rates = {True: [], False: []}
-  for r in range(config.repeats):
-    for watched in (True, False):
-      rates[watched].append(
-        trainer_rate(
-          config, os.path.join(root, f"cost{r}{watched}"), watched=watched
-        )
-      )
-  return rates
 
 
 def _notes(

@@ -173,7 +173,7 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
       setup,
       peaks,
       seconds,
-      notes + budget.notes(),
+      notes,
       budget,
       status="ok" if round_index == rounds else "partial",
     )
@@ -364,12 +364,9 @@ def _sections(
       *(["mfu_percent"] if peaks else []),
       "first_call_seconds",
     ],
-    config={
-      **_run_config(config, device, setup.train_flops, rounds),
-      **budget.config(),
-    },
+    config=_run_config(config, device, setup.train_flops, rounds),
   )
-  sections = {config.section: body}
+  sections = {config.section: budget.stamp(body)}
   if peaks:
     sections["limits"] = _limits_section(
       peaks, rows, setup.train_flops, config, status

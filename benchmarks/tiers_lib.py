@@ -26,6 +26,7 @@ import time
 from absl import logging
 import tensorflow as tf
 
+from benchmarks import budget as budget_lib
 from benchmarks import checkpointing_lib
 from benchmarks import goodput_model_lib
 from benchmarks import report as report_lib
@@ -69,6 +70,7 @@ class Config:
   image_size: int = settings.flag(16, "Input side of --tiers_model.")
   num_classes: int = 5
   repeats: int = 3
+  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   local_root: str = settings.flag(
     "auto",
     "Where the local tier is: auto, ram, disk or a directory (as the "
@@ -96,11 +98,16 @@ class Config:
 def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
   """Measures every round, then builds the sections.
 
+  With `config.time_budget_secs`, the save and restore rounds after the
+  first are cut to those that fit it (never below 1); the killed goodput
+  runs are one measurement each and are not cut.
+
   Returns:
     {config.section: save and restore seconds}, and with `goodput_kills`
     {config.section + "_goodput": goodput under those kills}.
   """
   del progress  # One section, emitted once.
+  budget = budget_lib.Budget(config.time_budget_secs)
   with (
     tempfile.TemporaryDirectory(prefix="ctl_bench_tiers_") as workdir,
     gcs_emulator.serve(
@@ -110,7 +117,7 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
     checkpoint, device = _checkpoint(config)
     root = local_tier.choose_root(config.local_root, need_bytes=0)
     times, megabytes = {}, 0.0
-    for index in range(config.repeats):
+    for index in budget.each_round(config.repeats):
       tier_dir = tempfile.mkdtemp(prefix="bench-", dir=root)
       measured, megabytes = _round(checkpoint, workdir, tier_dir, index)
       local_tier.LocalTier(tier_dir).remove()
@@ -118,7 +125,9 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
         times.setdefault(key, []).append(seconds)
       logging.info("tiers round %d: %s", index + 1, measured)
     sections = {
-      config.section: _section(config, times, megabytes, device, root)
+      config.section: budget.stamp(
+        _section(config, times, megabytes, device, root)
+      )
     }
     if config.goodput_kills:
       found = {
