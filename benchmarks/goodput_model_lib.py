@@ -232,6 +232,7 @@ def timed_restarts(model: str, root: str, *, timeout: int) -> dict:
   SIGKILLed, seconds to the chief's first resumed step), each with its
   ledger's parts: {"cluster" | "spare": {segment: seconds, "parts": ...}}.
   """
+  os.makedirs(root, exist_ok=True)
   found = {}
   for mode in ("cluster", "spare"):
     model_dir = os.path.join(root, mode)
