@@ -11,7 +11,7 @@ section measures then is unchanged. The section's notes say what was cut and
 its config records the planned and the used values.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 import time
 
 
@@ -61,6 +61,27 @@ def plan_rounds_and_steps(
   return 1, _clamp(steps, steps_floor, steps_planned)
 
 
+def plan_by_estimate(
+  estimate_secs: Callable[[int], float],
+  planned: int,
+  budget_secs: float | None,
+  spent_secs: float,
+  floor: int = 1,
+) -> int:
+  """The most units, up to `planned`, whose work not started yet fits.
+
+  For work whose cost is not a multiple of its units (runs of N epochs,
+  each with a start-up): `estimate_secs(n)` is the seconds still to spend
+  with n units. Never fewer than `floor` (nor than 1); all of them without
+  a budget (None or 0).
+  """
+  if not budget_secs:
+    return planned
+  left = budget_secs - spent_secs
+  fitting = (n for n in range(planned, 0, -1) if estimate_secs(n) <= left)
+  return _clamp(next(fitting, 1), floor, planned)
+
+
 def _count(unit_secs: float, left_secs: float, most: int) -> int:
   """Whole units of `unit_secs` in `left_secs` (at most `most`, >= 0)."""
   if unit_secs <= 0:
@@ -106,6 +127,10 @@ class Budget:
   def spent(self) -> float:
     """Seconds since the section started."""
     return time.perf_counter() - self._start
+
+  def fits(self, secs: float) -> bool:
+    """Whether `secs` more fit what is left (always, without a budget)."""
+    return not self.secs or self.spent() + secs <= self.secs
 
   def rounds(
     self, first_secs: float, planned: int, *, what: str = "rounds", floor=1

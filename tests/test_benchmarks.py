@@ -340,6 +340,21 @@ def test_plan_cuts_rounds_first_then_steps_down_to_the_floor():
   assert plan(1.0, 3, 30, 100, 99, steps_floor=5, runs_per_round=2) == (1, 5)
 
 
+def test_plan_by_estimate_keeps_the_most_units_whose_estimate_fits():
+  plan = budget_lib.plan_by_estimate
+
+  def estimate(epochs):  # 10 s of start-up, 20 s an epoch.
+    return 10 + 20 * epochs
+
+  assert plan(estimate, 6, None, 1000) == 6
+  assert plan(estimate, 6, 200, 50) == 6  # 150 s left: all 6 (130 s).
+  assert plan(estimate, 6, 200, 100) == 4  # 100 s left: 4 (90 s).
+  assert plan(estimate, 6, 200, 300, floor=2) == 2  # Over already: floor.
+  assert plan(estimate, 6, 200, 300) == 1
+  assert budget_lib.Budget(0).fits(1e9)
+  assert not budget_lib.Budget(1).fits(1.0)
+
+
 def test_budget_notes_and_records_what_it_cut():
   budget = budget_lib.Budget(405)
   assert budget.rounds(1.0, 3) == 3  # Fits: no note.
