@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from benchmarks import budget as budget_lib
 from benchmarks import report as report_lib
 from benchmarks import settings
 from benchmarks import stats
@@ -59,6 +60,7 @@ class Config:
     4096, "Records read by each way into tf.data."
   )
   repeats: int = 3
+  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   cache_dir: str = settings.flag(
     "",
     "Where the generated datasets are kept "
@@ -195,8 +197,12 @@ def decode_rate(data_dir: str, config: Config) -> float:
   )
 
 
-def entry_rates(data_dir: str, config: Config) -> dict[str, float]:
-  """Records/s into tf.data by three routes from the same TFDS data source."""
+def entry_routes(
+  data_dir: str, config: Config
+) -> tuple[dict[str, tf.data.Dataset], int]:
+  """Three routes into tf.data from the same TFDS data source, each reading
+  the same `config.entry_records` random indices (fewer in a smaller
+  dataset) as raw bytes: ({name: dataset}, records each reads)."""
   source = tfds.builder_from_directory(data_dir).as_data_source(
     "train", deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES
   )
@@ -234,18 +240,28 @@ def entry_rates(data_dir: str, config: Config) -> dict[str, float]:
       ),
     }
   )
-  rates = {name: [] for name in routes}
-  for _ in range(config.repeats + 1):  # The first round warms up.
-    for name, dataset in routes.items():
-      start = time.perf_counter()
-      count = sum(1 for _ in dataset.batch(config.global_batch))
-      assert count == -(-len(indices) // config.global_batch)
-      rates[name].append(len(indices) / (time.perf_counter() - start))
-  return {name: values[1:] for name, values in rates.items()}
+  return routes, len(indices)
+
+
+def entry_round(routes: dict, records: int, config: Config) -> dict:
+  """Records/s of each of `entry_routes`' routes, one after the other."""
+  rates = {}
+  for name, dataset in routes.items():
+    start = time.perf_counter()
+    count = sum(1 for _ in dataset.batch(config.global_batch))
+    assert count == -(-records // config.global_batch)
+    rates[name] = records / (time.perf_counter() - start)
+  return rates
 
 
 def run(config: Config) -> dict:
-  """Prepares the data, measures everything; returns {section: body}."""
+  """Prepares the data, measures everything; returns {section: body}.
+
+  With `config.time_budget_secs`, the rounds (resume and entry) after the
+  first are cut to those that fit it at the first round's pace (never below
+  1), in every section that counts them.
+  """
+  budget = budget_lib.Budget(config.time_budget_secs)
   dirs, prepare_seconds = prepare(config)
   cores = len(os.sched_getaffinity(0))
   total = (
@@ -253,14 +269,13 @@ def run(config: Config) -> dict:
     * config.global_batch
   )
   rows, targets = _records_read_results(dirs, config, total)
-  resume_rows, resume_targets = _resume_results(
-    config, _resume_seconds(dirs, config)
-  )
-  rows += resume_rows
-  targets += resume_targets
   rates = {
     path: decode_rate(directory, config) for path, directory in dirs.items()
   }
+  seconds, entry = _measure_rounds(dirs, config, budget)
+  resume_rows, resume_targets = _resume_results(config, seconds)
+  rows += resume_rows
+  targets += resume_targets
   rows.append(
     {
       "name": "images/s per core (read + decode + resize)",
@@ -268,19 +283,20 @@ def run(config: Config) -> dict:
       "target": "-",
     }
   )
-  entry = entry_rates(dirs[INDEXED], config)
-  return {
+  rounds = len(next(iter(entry.values())))
+  sections = {
     config.section: report_lib.section(
       title="Input at scale: records read per worker, resume cost",
       rows=rows,
       columns=["name", INDEXED, STREAMED, "target"],
       chart_key="none",
       targets=targets,
-      notes=_notes(config, prepare_seconds, total, cores),
+      notes=_notes(config, prepare_seconds, total, cores, rounds),
       config=dataclasses.asdict(config),
     ),
     f"{config.section}_entry": _entry_section(config, entry),
   }
+  return {name: budget.stamp(body) for name, body in sections.items()}
 
 
 def _records_read_results(
@@ -320,19 +336,32 @@ def _records_read_results(
   return rows, targets
 
 
-def _resume_seconds(dirs: dict[str, str], config: Config) -> dict:
-  """{path: {resume point: seconds to the first batch, per round}}, after a
-  warm-up, in interleaved rounds."""
+def _measure_rounds(
+  dirs: dict[str, str], config: Config, budget: budget_lib.Budget
+) -> tuple[dict, dict]:
+  """The timed rounds, after a warm-up round of each: a round times a resume
+  at every point for both copies, then every route into tf.data
+  (`entry_routes`); `config.repeats` rounds, or those that fit `budget`.
+
+  Returns:
+    ({path: {resume point: seconds to the first batch, per round}},
+     {route: records/s per round}).
+  """
   seconds = {path: {f: [] for f in config.resume_points} for path in dirs}
+  routes, records = entry_routes(dirs[INDEXED], config)
   for directory in dirs.values():  # Warm-up: imports, tracing, file caches.
     first_batch_seconds(directory, config, fraction=0.0)
-  for _ in range(config.repeats):
+  entry_round(routes, records, config)
+  rates = {name: [] for name in routes}
+  for _ in budget.each_round(config.repeats):
     for fraction in config.resume_points:  # Interleaved rounds.
       for path, directory in dirs.items():
         seconds[path][fraction].append(
           first_batch_seconds(directory, config, fraction=fraction)
         )
-  return seconds
+    for name, rate in entry_round(routes, records, config).items():
+      rates[name].append(rate)
+  return seconds, rates
 
 
 def _resume_results(
@@ -348,8 +377,9 @@ def _resume_results(
     }
     for fraction in config.resume_points
   ]
+  rounds = len(seconds[INDEXED][config.resume_points[0]])
   slowest = [
-    max(s[r] for s in seconds[INDEXED].values()) for r in range(config.repeats)
+    max(s[r] for s in seconds[INDEXED].values()) for r in range(rounds)
   ]
   first, last = config.resume_points[0], config.resume_points[-1]
   targets = [
@@ -358,7 +388,7 @@ def _resume_results(
         name="2 s / slowest resume",
         numerator="2 s",
         denominator="slowest",
-        numerator_values=[RESUME_TARGET_S] * config.repeats,
+        numerator_values=[RESUME_TARGET_S] * rounds,
         denominator_values=slowest,
       ),
       threshold=1.0,
@@ -381,7 +411,7 @@ def _resume_results(
 
 
 def _notes(
-  config: Config, prepare_seconds: float, total: int, cores: int
+  config: Config, prepare_seconds: float, total: int, cores: int, rounds: int
 ) -> list[str]:
   """What was read and how the main section's numbers were taken."""
   return [
@@ -396,14 +426,14 @@ def _notes(
     "path reads the whole stream in every pipeline and skips to the resume "
     "position record by record.",
     f"Resume: a fresh pipeline per measurement (open the dataset, build, "
-    f"first batch), {config.repeats} interleaved rounds, medians.",
+    f"first batch), {rounds} interleaved rounds, medians.",
     f"Decode: {cores} cores; tf.data AUTOTUNE; images resized to "
     f"{config.image_size}x{config.image_size}.",
   ]
 
 
 def _entry_section(config: Config, entry: dict[str, list[float]]) -> dict:
-  """The section of `entry_rates`' records/s per route."""
+  """The section of the entry routes' records/s per round, per route."""
   return report_lib.section(
     title="Input at scale: how records enter tf.data (ArrayRecord, "
     "raw bytes, no decode)",
@@ -420,8 +450,8 @@ def _entry_section(config: Config, entry: dict[str, list[float]]) -> dict:
     notes=[
       f"{config.entry_records:,} random indices read from the "
       "TFDS data source by each route, "
-      f"{config.repeats} interleaved rounds after a warm-up "
-      "round."
+      f"{len(next(iter(entry.values())))} interleaved rounds after a "
+      "warm-up round."
     ],
     config={"entry_records": config.entry_records},
   )

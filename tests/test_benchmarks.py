@@ -407,6 +407,55 @@ def test_a_section_over_its_budget_runs_fewer_rounds_and_says_so(tmp_path):
   )
 
 
+def _app_over_a_one_second_budget(tmp_path, app: str, *flags: str) -> dict:
+  """Runs `benchmarks.<app>` with --time_budget_secs=1; its sections."""
+  output = tmp_path / f"{app}.json"
+  run_command(
+    [
+      sys.executable,
+      "-m",
+      f"benchmarks.{app}",
+      f"--output={output}",
+      *flags,
+      "--time_budget_secs=1",
+    ]
+  )
+  return report_lib.read_sections(str(output))
+
+
+def test_input_scale_over_its_budget_runs_one_round_and_says_so(tmp_path):
+  sections = _app_over_a_one_second_budget(
+    tmp_path,
+    "input_scale",
+    "--num_records=200",
+    "--jpeg_size=8",
+    "--image_size=8",
+    "--global_batch=16",
+    "--pipelines=1,2",
+    "--decode_batches=2",
+    "--entry_records=64",
+    "--repeats=3",
+    f"--cache_dir={tmp_path}",
+  )
+  for name in ("input_scale", "input_scale_entry"):
+    body = sections[name]
+    _check_section(body)
+    assert body["config"]["planned"] == {"rounds": 3}
+    assert body["config"]["used"] == {"rounds": 1}
+    assert any(
+      note.startswith(
+        "Scaled down to fit its 1 s budget on this machine: 1 of 3 rounds "
+        "(first round took "
+      )
+      for note in body["notes"]
+    )
+    assert any("1 interleaved rounds" in note for note in body["notes"])
+  entry = sections["input_scale_entry"]
+  assert all(
+    len(row["records_per_second_per_round"]) == 1 for row in entry["rows"]
+  )
+
+
 def test_throughput_rejects_steps_that_do_not_fill_a_loop():
   with pytest.raises(ValueError, match="multiple"):
     throughput_lib.run(
