@@ -32,6 +32,7 @@ import time
 
 from absl import logging
 
+from benchmarks import budget as budget_lib
 from benchmarks import report as report_lib
 from benchmarks import settings
 from ctl.telemetry import goodput
@@ -69,6 +70,7 @@ class Config:
   )
   restart_image_size: int = settings.flag(224, "Image side for it.")
   restart_batch_size: int = settings.flag(8, "Batch for it.")
+  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   section: str = "goodput"
 
 
@@ -250,7 +252,12 @@ def _check_alive(
     )
 
 
-def restart_cost(config: Config, root: str) -> dict:
+def restart_cost(
+  config: Config,
+  root: str,
+  budget: budget_lib.Budget,
+  start_secs: float,
+) -> dict | None:
   """Process start to the first resumed step of a restarted run, split.
 
   Trains 2 steps (one checkpoint at the end), then runs the same command to
@@ -259,6 +266,10 @@ def restart_cost(config: Config, root: str) -> dict:
   interpreter, TensorFlow, flags, strategy, data source), build (outputs,
   model, optimizer), restore, and tracing (the first loop less one step at
   the second loop's speed).
+
+  None where `budget` cannot hold it: skipped before the first process when
+  two start-ups of `start_secs` (a trainer's, the least a process takes) do
+  not fit, or before the second when another as long as the first does not.
   """
   model_dir = os.path.join(root, "restart")
   flags = [
@@ -273,7 +284,17 @@ def restart_cost(config: Config, root: str) -> dict:
     "--max_nan_recoveries=0",
     f"--model_dir={model_dir}",
   ]
+  estimate = 2 * start_secs
   for steps in (2, 4):
+    if not budget.fits(estimate):
+      budget.record(
+        "restart-cost measurements",
+        0,
+        1,
+        f"the restart cost was skipped: {estimate:.0f} s more did not fit",
+      )
+      return None
+    started = time.perf_counter()
     subprocess.run(
       [sys.executable, "-m", "trainer.task", *flags, f"--train_steps={steps}"],
       env=_env(),
@@ -281,6 +302,13 @@ def restart_cost(config: Config, root: str) -> dict:
       capture_output=True,
       timeout=config.run_timeout_secs,
     )
+    estimate = time.perf_counter() - started  # The second: like the first.
+  budget.record("restart-cost measurements", 1, 1, "")
+  return _restart_parts(model_dir)
+
+
+def _restart_parts(model_dir: str) -> dict:
+  """`restart_cost`'s split, from the ledger of the run in `model_dir`."""
   events = ledger.read(ledger.ledger_dir(model_dir))[-1]
   phases = {}
   for e in events:
@@ -325,22 +353,30 @@ def _row(name: str, faulty: dict, clean: dict) -> dict:
 
 
 def run(config: Config) -> dict:
-  """Runs both systems with and without the kills; returns {section}."""
+  """Runs both systems with and without the kills; returns {section}.
+
+  With `config.time_budget_secs`, the epochs of every run after the first
+  (ctl's uninterrupted run, at `config.epochs`) are cut to those that fit
+  it (`_sized`), and the restart cost is measured only where it fits.
+  """
   from ctl.data import input as input_lib  # pylint: disable=g-import-not-at-top
   from trainer import data as data_lib  # pylint: disable=g-import-not-at-top
 
+  budget = budget_lib.Budget(config.time_budget_secs)
   source = data_lib.load("digits", image_size=config.image_size)
   steps_per_epoch = input_lib.steps_per_epoch(
     source.num_train, config.batch_size
   )
+  kill_schedule(config, steps_per_epoch)  # Fails early where kills don't fit.
+  with tempfile.TemporaryDirectory(prefix="ctl_bench_goodput_") as root:
+    config, results = _run_systems(config, steps_per_epoch, root, budget)
+    restart = (
+      restart_cost(config, root, budget, _start_secs(results["ctl", "clean"]))
+      if config.restart_model != "none"
+      else None
+    )
   steps = config.epochs * steps_per_epoch
   kills = kill_schedule(config, steps_per_epoch)
-  logging.info("%d steps; kills at %s", steps, kills)
-  with tempfile.TemporaryDirectory(prefix="ctl_bench_goodput_") as root:
-    results = _run_systems(config, steps=steps, kills=kills, root=root)
-    restart = (
-      restart_cost(config, root) if config.restart_model != "none" else None
-    )
   ctl_row = _row(
     "ctl engine + ctl.launch", results["ctl", "faulty"], results["ctl", "clean"]
   )
@@ -350,24 +386,26 @@ def run(config: Config) -> dict:
     results["keras", "clean"],
   )
   sections = {
-    config.section: report_lib.section(
-      title=f"Goodput under faults: {config.kills} SIGKILLs, ctl vs Keras "
-      "BackupAndRestore",
-      rows=[ctl_row, keras_row],
-      chart_key="goodput_percent",
-      notes=_goodput_notes(
-        config, steps, steps_per_epoch, kills, results["ctl", "faulty"]
-      ),
-      columns=[
-        "name",
-        "wall_seconds",
-        "uninterrupted_wall_seconds",
-        "goodput_percent",
-        "steps_redone",
-        "same_weights_as_uninterrupted",
-        "starts",
-      ],
-      config=dataclasses.asdict(config) | {"steps": steps, "kills_at": kills},
+    config.section: budget.stamp(
+      report_lib.section(
+        title=f"Goodput under faults: {config.kills} SIGKILLs, ctl vs Keras "
+        "BackupAndRestore",
+        rows=[ctl_row, keras_row],
+        chart_key="goodput_percent",
+        notes=_goodput_notes(
+          config, steps, steps_per_epoch, kills, results["ctl", "faulty"]
+        ),
+        columns=[
+          "name",
+          "wall_seconds",
+          "uninterrupted_wall_seconds",
+          "goodput_percent",
+          "steps_redone",
+          "same_weights_as_uninterrupted",
+          "starts",
+        ],
+        config=dataclasses.asdict(config) | {"steps": steps, "kills_at": kills},
+      )
     )
   }
   if restart:
@@ -376,22 +414,94 @@ def run(config: Config) -> dict:
 
 
 def _run_systems(
-  config: Config, *, steps: int, kills: list[int], root: str
+  config: Config, steps_per_epoch: int, root: str, budget: budget_lib.Budget
+) -> tuple[Config, dict]:
+  """Runs ctl and Keras, clean and under the kill schedule, each in its own
+  directory under `root`; every run after ctl's clean one at the epochs that
+  fit `budget` (`_sized`), and that one again when they are fewer, so that
+  all four have the same length.
+
+  Returns:
+    (config with the epochs run, {(system, "clean" or "faulty"): run}).
+  """
+  first = _run_one(config, "ctl", "clean", steps_per_epoch, root)
+  sized = _sized(config, steps_per_epoch, first, budget)
+  runs = [("keras", "clean"), ("ctl", "faulty"), ("keras", "faulty")]
+  if sized.epochs < config.epochs:
+    runs.insert(0, ("ctl", "clean"))
+  results = {("ctl", "clean"): first}
+  for system, name in runs:
+    results[system, name] = _run_one(sized, system, name, steps_per_epoch, root)
+  return sized, results
+
+
+def _run_one(
+  config: Config, system: str, name: str, steps_per_epoch: int, root: str
 ) -> dict:
-  """Runs ctl and Keras, clean and under `kills`, each in its own
-  directory under `root`; returns {(system, "clean" or "faulty"): run}."""
-  results = {}
-  for name, schedule in (("clean", []), ("faulty", kills)):
-    for system in ("ctl", "keras"):
-      directory = os.path.join(root, f"{system}_{name}")
-      os.makedirs(directory)
-      results[system, name] = (
-        run_ctl(config, steps=steps, kills=schedule, root=directory)
-        if system == "ctl"
-        else run_keras(config, kills=schedule, root=directory)
-      )
-      logging.info("%s %s: %s", system, name, results[system, name])
-  return results
+  """`system` ("ctl" or "keras") for `config.epochs`, uninterrupted ("clean")
+  or under the kill schedule ("faulty"), in its own directory under `root`."""
+  directory = os.path.join(root, f"{system}_{name}_{config.epochs}")
+  os.makedirs(directory)
+  kills = kill_schedule(config, steps_per_epoch) if name == "faulty" else []
+  if system == "ctl":
+    steps = config.epochs * steps_per_epoch
+    result = run_ctl(config, steps=steps, kills=kills, root=directory)
+  else:
+    result = run_keras(config, kills=kills, root=directory)
+  logging.info("%s %s: %s", system, name, result)
+  return result
+
+
+def _sized(
+  config: Config, steps_per_epoch: int, first: dict, budget: budget_lib.Budget
+) -> Config:
+  """`config` with the epochs (never fewer than the fewest that hold the
+  kills) whose three other runs, and ctl's clean run again if they are
+  fewer, fit `budget`; estimated from `first`, ctl's clean run: its start-up
+  (wall time less its steps) for each start, its median step for each step,
+  an epoch redone per kill, and the backoffs."""
+  start_secs = _start_secs(first)
+  epoch_secs = steps_per_epoch * first["step_seconds"]
+  restarts = sum(
+    start_secs + epoch_secs + min(config.backoff_secs * 2**index, 300.0)
+    for index in range(config.kills)
+  )
+
+  def estimate(epochs: int) -> float:
+    run_secs = start_secs + epochs * epoch_secs
+    again = run_secs if epochs < config.epochs else 0.0
+    return again + 3 * run_secs + 2 * restarts
+
+  floor = next(
+    epochs
+    for epochs in range(1, config.epochs + 1)
+    if _kills_fit(dataclasses.replace(config, epochs=epochs), steps_per_epoch)
+  )
+  epochs = budget_lib.plan_by_estimate(
+    estimate, config.epochs, budget.secs, budget.spent(), floor
+  )
+  budget.record(
+    "epochs",
+    epochs,
+    config.epochs,
+    f"ctl's uninterrupted run took {first['wall_seconds']:.0f} s and was run "
+    f"again at the epochs used; floor {floor}, the fewest epochs that hold "
+    f"the {config.kills} kills",
+  )
+  return dataclasses.replace(config, epochs=epochs)
+
+
+def _kills_fit(config: Config, steps_per_epoch: int) -> bool:
+  try:
+    kill_schedule(config, steps_per_epoch)
+  except ValueError:
+    return False
+  return True
+
+
+def _start_secs(run: dict) -> float:
+  """A run's wall time less its steps at its median step time."""
+  return max(0.0, run["wall_seconds"] - run["steps"] * run["step_seconds"])
 
 
 def _goodput_notes(

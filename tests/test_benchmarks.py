@@ -423,6 +423,43 @@ def _app_over_a_one_second_budget(tmp_path, app: str, *flags: str) -> dict:
   return report_lib.read_sections(str(output))
 
 
+def test_goodput_over_its_budget_runs_fewer_epochs_and_says_so(tmp_path):
+  # ctl's clean run at the 2 epochs planned overruns the budget: every run
+  # is then one epoch (the fewest that hold the kill; ctl's clean run
+  # again), the restart cost is skipped, and the section says so.
+  sections = _app_over_a_one_second_budget(
+    tmp_path,
+    "goodput",
+    "--epochs=2",
+    "--kills=1",
+    "--checkpoint_every=10",
+    "--image_size=16",
+    "--batch_size=64",
+    "--restart_model=small_cnn",
+    "--restart_image_size=16",
+  )
+  assert list(sections) == ["goodput"]  # No restart-cost section.
+  body = sections["goodput"]
+  _check_section(body)
+  assert body["config"]["epochs"] == 1
+  assert body["config"]["planned"] == {
+    "epochs": 2,
+    "restart-cost measurements": 1,
+  }
+  assert body["config"]["used"] == {"epochs": 1, "restart-cost measurements": 0}
+  ctl_row, keras_row = body["rows"]
+  assert ctl_row["same_weights_as_uninterrupted"]
+  assert ctl_row["starts"] == keras_row["starts"] == 2
+  assert any(
+    note.startswith(
+      "Scaled down to fit its 1 s budget on this machine: 1 of 2 epochs, "
+      "0 of 1 restart-cost measurements (ctl's uninterrupted run took "
+    )
+    and "floor 1, the fewest epochs that hold the 1 kills" in note
+    for note in body["notes"]
+  )
+
+
 def test_input_scale_over_its_budget_runs_one_round_and_says_so(tmp_path):
   sections = _app_over_a_one_second_budget(
     tmp_path,
