@@ -22,6 +22,8 @@ from benchmarks import stats
 from ctl.telemetry import goodput
 from ctl.telemetry import goodput_model
 from ctl.telemetry import ledger
+from ctl.telemetry import progress
+from ctl.testing import events as events_lib
 
 # The fault intervals the model is evaluated at (minutes).
 MINUTES = (5, 30)
@@ -30,15 +32,19 @@ MINUTES = (5, 30)
 _RESTART = (goodput.STARTUP, goodput.RESTORE, goodput.TRACING)
 
 
-def measured(model_dir: str, *, kills: int, save_every_steps: int) -> dict:
+def measured(
+  model_dir: str, *, restarts: list[float], save_every_steps: int
+) -> dict:
   """What a killed run's ledger says of its faults; the model's inputs.
 
   Args:
     model_dir: the run's --model_dir.
-    kills: how many times it was killed.
+    restarts: seconds from each kill to the end of the chief's first
+      resumed loop (`seconds_to_resume`).
     save_every_steps: the steps between the saves it restores from (the
       local tier's when on, else the bucket's).
   """
+  kills = len(restarts)
   accounting = _accounting(model_dir)
   seconds = accounting.seconds
   window = (
@@ -53,7 +59,7 @@ def measured(model_dir: str, *, kills: int, save_every_steps: int) -> dict:
     seconds[goodput.CHECKPOINT_SAVE] + seconds[goodput.CHECKPOINT_UPLOAD]
   ) / saves
   return {
-    "restart_seconds": sum(restart_parts(model_dir).values()) / kills,
+    "restart_seconds": sum(restarts) / kills,
     "save_seconds": save,
     "step_seconds": step,
     # Wall time from one save's start to the next: its steps and itself.
@@ -63,6 +69,25 @@ def measured(model_dir: str, *, kills: int, save_every_steps: int) -> dict:
     # Bookkeeping outside any phase, which the model leaves out.
     "other_percent": 100.0 * seconds[goodput.OTHER] / window,
   }
+
+
+def seconds_to_resume(events: str, killed: list[float]) -> list[float]:
+  """Per kill, the seconds until the chief's next first loop ended: the
+  whole restart, from the kill to a resumed step (detection, going down,
+  the gap, start-up, restore, tracing), on the events' monotonic clock.
+
+  Args:
+    events: the run's progress events file (`CTL_EVENTS`).
+    killed: when each kill was sent (`time.monotonic()`).
+  """
+  ends = sorted(
+    e["monotonic"]
+    for e in events_lib.read_events(events)
+    if e["worker"] == 0
+    and e["phase"] == progress.FIRST_LOOP
+    and e["seconds"] is not None
+  )
+  return [min(end for end in ends if end > kill) - kill for kill in killed]
 
 
 def restart_parts(model_dir: str) -> dict:
@@ -210,8 +235,9 @@ def checked_section(
       "Measured: the goodput of each killed run's fault window (the run "
       "less its first start-up and its final evaluation and export); "
       "model: restart + half a save interval + the saves, per kill, with "
-      "the run's own restart seconds (its ledger: gap, start-up, restore, "
-      "tracing per restart), save seconds and save interval (5 steps with "
+      "the run's own restart seconds (from each kill to the end of the "
+      "chief's first resumed loop), its ledger's save seconds and its save "
+      "interval (5 steps with "
       "the local tier, 50 without). other_percent: the window's "
       "bookkeeping outside any phase (logging, summaries, the loop's "
       "duties), which the model leaves out: large for a model whose step "

@@ -188,7 +188,7 @@ def _killed_run(config: Config, root: str, mode: str, tiers: str) -> dict:
     mode, restart_lib.Config(), model_dir, worker=worker
   )
   try:
-    _kill_every(config, launchers, events, mode)
+    killed = _kill_every(config, launchers, events, mode)
     for launcher in launchers:
       code, output = trainer_testing.finish(launcher, timeout=600)
       if code:
@@ -205,18 +205,24 @@ def _killed_run(config: Config, root: str, mode: str, tiers: str) -> dict:
     "seconds": goodput["total_seconds"],
     "costs": goodput_model_lib.measured(
       model_dir,
-      kills=config.goodput_kills,
+      restarts=goodput_model_lib.seconds_to_resume(events, killed),
       save_every_steps=_BUCKET_EVERY if tiers == "off" else _LOOP,
     ),
   }
 
 
-def _kill_every(config: Config, launchers: list, events: str, mode: str):
+def _kill_every(
+  config: Config, launchers: list, events: str, mode: str
+) -> list[float]:
   """SIGKILLs worker 1 at every multiple of `goodput_kill_every` steps.
+
+  Returns:
+    When each kill was sent (`time.monotonic()`).
 
   Raises:
     RuntimeError: the run ended first (with the end of its output).
   """
+  killed = []
   try:
     for kill in range(1, config.goodput_kills + 1):
       step = kill * config.goodput_kill_every
@@ -227,9 +233,11 @@ def _kill_every(config: Config, launchers: list, events: str, mode: str):
       # restart with --warm_spare).
       marks = [e for e in events_lib.read_events(events) if e["worker"] == 1]
       os.kill(marks[-1]["pid"], signal.SIGKILL)
+      killed.append(time.monotonic())
   except AssertionError as e:
     output = trainer_testing.output_so_far(launchers[0])[-2000:]
     raise RuntimeError(f"{mode}: {e}\n{output}") from None
+  return killed
 
 
 def _goodput_section(config: Config, found: dict) -> dict:
