@@ -200,16 +200,7 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
       config,
       *measure_checkpoint_io(config, os.path.join(workdir, "io"), budget),
     )
-    report(
-      {
-        config.section: io,
-        training: report_lib.placeholder(
-          title=training,
-          status="partial",
-          note="No training round had finished.",
-        ),
-      }
-    )
+    report({config.section: io, training: _no_round_yet(training)})
     runs = measure_training(
       config,
       os.path.join(workdir, "train"),
@@ -218,7 +209,7 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
       after_round=lambda runs: report(
         {
           config.section: io,
-          training: (training_section(config, runs, status="partial")),
+          training: training_section(config, runs, status="partial"),
         }
       ),
     )
@@ -226,6 +217,13 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
     config.section: budget.stamp(io),
     training: budget.stamp(training_section(config, runs)),
   }
+
+
+def _no_round_yet(training: str) -> dict:
+  """The training section before its first round has finished."""
+  return report_lib.placeholder(
+    title=training, status="partial", note="No training round had finished."
+  )
 
 
 # --- Checkpoint I/O ----------------------------------------------------------

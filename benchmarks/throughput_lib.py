@@ -152,6 +152,16 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
   chosen = _choose_variants(config, device, defaults, notes)
   setup = _Setup(config, device, chosen, notes)
   meters = _peak_meters(config, device, setup.groups)
+  return _rounds(
+    config, device, defaults, setup, meters, notes, budget, progress
+  )
+
+
+def _rounds(
+  config, device, defaults, setup, meters, notes, budget, progress
+) -> dict:
+  """Times the rounds (cut to `budget` after the first, which counts the
+  set-up too); the sections after the last, each round's to `progress`."""
   seconds = {variant: [] for variant in setup.runners}
   peak_rates = {precision: [] for precision in meters}
   rounds, round_index = config.repeats, 0
