@@ -1,4 +1,5 @@
-"""No function in `ctl/` or `trainer/` is over 60 lines (the house rule).
+"""No function in the project's code (`ctl/`, `trainer/`, `benchmarks/`,
+`scripts/`, `examples/`) is over 60 lines (the house rule).
 
 Read statically from the source, docstring and signature included, like
 tests/test_import_graph.py: a function that grows past the limit fails here
@@ -13,7 +14,10 @@ from tests.conftest import REPO
 LIMIT = 60
 
 
-def _long_functions(limit: int, packages=("ctl", "trainer")) -> dict[str, int]:
+_PACKAGES = ("ctl", "trainer", "benchmarks", "scripts", "examples")
+
+
+def _long_functions(limit: int, packages=_PACKAGES) -> dict[str, int]:
   """{"path:name": lines} of every function over `limit` lines."""
   found = {}
   for package in packages:
