@@ -185,6 +185,9 @@ class Ledger:
     self._location = None
     self._writing = False  # Until start-up ends: see __call__.
     self._discarded = False
+    # The end event the run summary accounted (`accounting(ending=...)`),
+    # and how many events there were then.
+    self._summarized_end: tuple[dict, int] | None = None
     started, self._origin, self._name = _begin_attempt()
     self._events = [
       {
@@ -216,11 +219,20 @@ class Ledger:
       self._discarded = self._discarded or mark.error == "UserError"
       self._writing = not self._discarded
     if mark.phase == progress_lib.RUN:
-      self.record(
-        "end",
-        step=mark.step,
-        outcome="done" if mark.ok else mark.error or "error",
-      )
+      outcome = "done" if mark.ok else mark.error or "error"
+      summarized, events_then = self._summarized_end or (None, 0)
+      if (
+        summarized
+        and (summarized["outcome"], summarized["step"]) == (outcome, mark.step)
+        and events_then == len(self._events)
+      ):
+        # The run summary accounted this very end and nothing was recorded
+        # since: the same moment, so the summary and ctl-report give the
+        # same seconds (writing the summary and closing files after it are
+        # not counted).
+        self._add(dict(summarized))
+      else:
+        self.record("end", step=mark.step, outcome=outcome)
       self.close()
       return
     event = {
@@ -262,8 +274,7 @@ class Ledger:
     Written and uploaded at once, even during start-up: such events often
     come right before the process exits.
     """
-    self._writing = not self._discarded
-    self._events.append(
+    self._add(
       {
         "event": kind,
         "time": round(time.time(), 3),
@@ -271,6 +282,11 @@ class Ledger:
         **fields,
       }
     )
+
+  def _add(self, event: dict) -> None:
+    """Appends `event` and writes and uploads the file at once."""
+    self._writing = not self._discarded
+    self._events.append(event)
     self._write(upload=True)
 
   def _since(self, mark: progress_lib.Mark) -> dict:
@@ -313,6 +329,8 @@ class Ledger:
       "step": step,
       "outcome": ending,
     }
+    if end:  # The end event, when it comes as said and nothing before it.
+      self._summarized_end = (end, len(self._events))
     return goodput.account(self.attempts(ending=end), now=now)
 
   def close(self) -> None:
