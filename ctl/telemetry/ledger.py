@@ -219,21 +219,7 @@ class Ledger:
       self._discarded = self._discarded or mark.error == "UserError"
       self._writing = not self._discarded
     if mark.phase == progress_lib.RUN:
-      outcome = "done" if mark.ok else mark.error or "error"
-      summarized, events_then = self._summarized_end or (None, 0)
-      if (
-        summarized
-        and (summarized["outcome"], summarized["step"]) == (outcome, mark.step)
-        and events_then == len(self._events)
-      ):
-        # The run summary accounted this very end and nothing was recorded
-        # since: the same moment, so the summary and ctl-report give the
-        # same seconds (writing the summary and closing files after it are
-        # not counted).
-        self._add(dict(summarized))
-      else:
-        self.record("end", step=mark.step, outcome=outcome)
-      self.close()
+      self._end(mark)
       return
     event = {
       "event": "phase",
@@ -267,6 +253,24 @@ class Ledger:
         event.update(loops=1, busy=round(mark.seconds, 3))
       self._events.append(event)
     self._write(upload=mark.phase == progress_lib.CHECKPOINT_SAVE)
+
+  def _end(self, mark: progress_lib.Mark) -> None:
+    """Records the run's end (its RUN phase ended) and closes the file."""
+    outcome = "done" if mark.ok else mark.error or "error"
+    summarized, events_then = self._summarized_end or (None, 0)
+    if (
+      summarized
+      and (summarized["outcome"], summarized["step"]) == (outcome, mark.step)
+      and events_then == len(self._events)
+    ):
+      # The run summary accounted this very end and nothing was recorded
+      # since: the same moment, so the summary and ctl-report give the
+      # same seconds (writing the summary and closing files after it are
+      # not counted).
+      self._add(dict(summarized))
+    else:
+      self.record("end", step=mark.step, outcome=outcome)
+    self.close()
 
   def record(self, kind: str, **fields) -> None:
     """Adds an event now, e.g. `record("stall", phase=..., step=...)`.
