@@ -45,6 +45,33 @@ def test_scratch_dirs_of_dead_processes_are_removed(tmp):
   assert live.exists() and other.exists()
 
 
+def test_a_stale_dir_another_process_removes_first_is_no_error(
+  tmp, monkeypatch
+):
+  # Two agents starting at once both sweep a killed one's scratch dir; the
+  # one that lists it second found it gone and its file service failed to
+  # start ("No such file or directory"), so a replaced node's worker could
+  # not fetch its peer's newer step (test_checkpoint_tiers, 1 run in 3).
+  dead = subprocess.run(
+    [sys.executable, "-c", "import os; print(os.getpid())"],
+    capture_output=True,
+    text=True,
+    check=True,
+  )
+  stale = tmp / f"ctl_tier_agent_{int(dead.stdout)}_abc"
+  stale.mkdir()
+  listdir = os.listdir
+
+  def listed_then_removed_by_the_other(path):
+    names = listdir(path)
+    stale.rmdir()  # The other agent's sweep, between our list and look.
+    return names
+
+  monkeypatch.setattr(tempdirs.os, "listdir", listed_then_removed_by_the_other)
+  made = tempdirs.scratch_dir("ctl_tier_agent_")
+  assert os.path.isdir(made) and not stale.exists()
+
+
 def test_private_root_is_made_0700_and_reused(tmp):
   root = tempdirs.private_root("ctl-staging")
   assert root == str(tmp / f"ctl-staging-{os.getuid()}")

@@ -7,7 +7,8 @@ a file or link where ctl will write.
 
 A per-process scratch directory carries its owner's pid in its name, so one
 left behind by a killed process (SIGKILL runs no cleanup) is removed by the
-next process that makes one with the same prefix.
+next process that makes one with the same prefix (several may sweep at once,
+as the node agents of a restarted job do: one that is gone is skipped).
 """
 
 import os
@@ -56,7 +57,10 @@ def scratch_dir(prefix: str) -> str:
     match = pattern.fullmatch(name)
     path = os.path.join(tmp, name)
     if match and not pid_alive(int(match.group(1))):
-      status = os.lstat(path)
+      try:
+        status = os.lstat(path)
+      except FileNotFoundError:  # Another process swept it first.
+        continue
       if stat.S_ISDIR(status.st_mode) and status.st_uid == os.getuid():
         shutil.rmtree(path, ignore_errors=True)
   return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}_")
