@@ -19,18 +19,23 @@ def tmp(tmp_path, monkeypatch):
   return tmp_path
 
 
-def _mode(path):
-  return stat.S_IMODE(os.lstat(path).st_mode)
-
-
-def test_scratch_dirs_of_dead_processes_are_removed(tmp):
+def _dead_pid() -> int:
+  """The pid of a process that has ended."""
   dead = subprocess.run(
     [sys.executable, "-c", "import os; print(os.getpid())"],
     capture_output=True,
     text=True,
     check=True,
   )
-  stale = tmp / f"ctl_worker_checkpoint_{int(dead.stdout)}_abc"
+  return int(dead.stdout)
+
+
+def _mode(path):
+  return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_scratch_dirs_of_dead_processes_are_removed(tmp):
+  stale = tmp / f"ctl_worker_checkpoint_{_dead_pid()}_abc"
   (stale / "sub").mkdir(parents=True)
   live = tmp / f"ctl_worker_checkpoint_{os.getppid()}_def"
   live.mkdir()
@@ -52,13 +57,7 @@ def test_a_stale_dir_another_process_removes_first_is_no_error(
   # one that lists it second found it gone and its file service failed to
   # start ("No such file or directory"), so a replaced node's worker could
   # not fetch its peer's newer step (test_checkpoint_tiers, 1 run in 3).
-  dead = subprocess.run(
-    [sys.executable, "-c", "import os; print(os.getpid())"],
-    capture_output=True,
-    text=True,
-    check=True,
-  )
-  stale = tmp / f"ctl_tier_agent_{int(dead.stdout)}_abc"
+  stale = tmp / f"ctl_tier_agent_{_dead_pid()}_abc"
   stale.mkdir()
   listdir = os.listdir
 

@@ -1,0 +1,74 @@
+"""ctl.launch.tier_service: a node agent's read-only checkpoint file service,
+on loopback (the real HTTP server; peers fetch from it in
+tests/test_checkpoint_tiers.py)."""
+
+import os
+import urllib.error
+import urllib.request
+
+import pytest
+
+from ctl import env
+from ctl.checkpoint import local_tier
+from ctl.launch import tier_service
+
+
+@pytest.fixture
+def service(tmp_path):
+  tier = tmp_path / "tier"
+  tier.mkdir()
+  (tier / local_tier.STATE_FILE).write_text('{"steps": []}')
+  (tier / "ckpt-5.index").write_bytes(b"index bytes")
+  (tier / "ckpt-5.data-00000-of-00001").write_bytes(os.urandom(3000))
+  (tier / "notes.txt").write_text("not a checkpoint file")
+  served = tier_service.TierService(host="127.0.0.1")
+  local_tier.write_pointer(
+    served.pointer, directory=str(tier), bucket_dir=str(tmp_path), keep=1
+  )
+  yield served, tier
+  served.close(remove_tier=False)
+
+
+def _get(served, name: str) -> bytes:
+  url = f"http://127.0.0.1:{served.port}/{name}"
+  with urllib.request.urlopen(url, timeout=10) as response:
+    return response.read()
+
+
+def test_the_worker_is_told_the_pointer_and_the_port(service):
+  served, _ = service
+  assert served.environment() == {
+    env.TIER_POINTER: served.pointer,
+    env.TIER_PORT: str(served.port),
+  }
+
+
+def test_it_serves_the_tiers_checkpoint_files_whole(service):
+  served, tier = service
+  for name in (
+    local_tier.STATE_FILE,
+    "ckpt-5.index",
+    "ckpt-5.data-00000-of-00001",
+  ):
+    assert _get(served, name) == (tier / name).read_bytes()
+
+
+@pytest.mark.parametrize(
+  "name", ["notes.txt", "ckpt-6.index", "..%2Fpassword", "ckpt-5.index/x"]
+)
+def test_anything_else_is_not_found(service, name):
+  served, _ = service
+  with pytest.raises(urllib.error.HTTPError) as raised:
+    _get(served, name)
+  assert raised.value.code == 404
+
+
+def test_closing_at_the_jobs_end_removes_the_tier(tmp_path):
+  tier = tmp_path / "ctl-tier" / "run" / "worker-0"
+  tier.mkdir(parents=True)
+  served = tier_service.TierService(host="127.0.0.1")
+  local_tier.write_pointer(
+    served.pointer, directory=str(tier), bucket_dir=str(tmp_path), keep=1
+  )
+  served.close(remove_tier=True)
+  assert not tier.exists() and not os.path.exists(served.pointer)
