@@ -61,14 +61,13 @@ class Job:
         task=self.task, options=self.options, strategy=self.strategy
       )
     try:
+      # Every other field is the `controller.run` argument of its name.
       return controller.run(
-        task=self.task,
-        options=self.options,
-        strategy=self.strategy,
-        eval_callbacks=self.eval_callbacks,
-        faults=self.faults,
-        watchdog=self.watchdog,
-        progress_listeners=self.progress_listeners,
+        **{
+          field.name: getattr(self, field.name)
+          for field in dataclasses.fields(self)
+          if field.name != "is_evaluator"
+        }
       )
     finally:
       if self.watchdog:
