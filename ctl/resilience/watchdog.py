@@ -304,15 +304,9 @@ class Watchdog:
 
   def _stalled(self, state: _State, waited: float) -> None:
     """Reports the stall and ends the process; never returns."""
-    stall = Stall(
-      worker=self._worker,
-      phase=state.phase,
-      step=state.step,
-      seconds=waited,
-      limit=state.limit,
-      flag=state.flag,
-      doing=state.doing,
-    )
+    where = state._asdict()  # The stall's fields, but for the time since.
+    del where["since"]
+    stall = Stall(worker=self._worker, seconds=waited, **where)
     self._backstop.arm(BACKSTOP_GRACE_SECS)  # Time for the hooks below.
     # os.write and faulthandler take no Python lock the stuck thread may hold.
     os.write(_STDERR, f"{stall.message()}\n".encode())
