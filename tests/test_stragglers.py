@@ -11,7 +11,7 @@ from trainer.testing import launch_command
 from trainer.testing import run_command
 
 
-def test_rule_needs_the_same_worker_slow_in_every_one_of_the_last_loops():
+def test_rule_names_the_worker_slowest_over_the_last_loops():
   detector = stragglers.Detector(loops=3, ratio=1.5, min_excess_secs=0.01)
   slow_one = [0.01, 0.2, 0.012]
   assert detector.add(slow_one) is None
@@ -20,13 +20,25 @@ def test_rule_needs_the_same_worker_slow_in_every_one_of_the_last_loops():
   assert found and found.worker == 1
   assert found.ratio == 0.2 / 0.012 and found.median_seconds == 0.012
   assert detector.add(slow_one).worker == 1  # Still straggling.
-  # A loop where no one stands out ends it; the count starts again.
+  # Once it is no longer slow in most of the last loops, it is not named.
+  assert detector.add([0.01, 0.011, 0.012]).worker == 1
   assert detector.add([0.01, 0.011, 0.012]) is None
-  assert detector.add(slow_one) is None
-  # Another worker slowest: its own streak, from one.
-  assert detector.add([0.3, 0.01, 0.01]) is None
+  # Another worker slowest over the last loops: named in its turn.
   assert detector.add([0.3, 0.01, 0.01]) is None
   assert detector.add([0.3, 0.01, 0.01]).worker == 0
+
+
+def test_one_busy_loop_elsewhere_does_not_end_a_straggler():
+  # Worker 1 starts every loop 0.3 s late; the chief's host is busy for one
+  # loop (a log line, a summary, a neighbour on a shared machine). With the
+  # rule applied loop by loop, that loop ended the straggler and it took
+  # `loops` more loops to name it again (test_two_workers_name_the_slow_one
+  # wrote straggler/ratio at step 7 only, in a CI run on a loaded machine).
+  detector = stragglers.Detector(loops=5)
+  named = [
+    detector.add([0.25 if loop == 6 else 0.02, 0.32]) for loop in range(10)
+  ]
+  assert [n and n.worker for n in named] == [None] * 4 + [1] * 6
 
 
 def test_rule_ignores_small_differences_and_lone_workers():

@@ -9,13 +9,17 @@ the next all-reduce. Each worker passes its previous loop's host seconds into
 the loop's one all-reduce (`ctl.train.loop.TrainLoop.train`), so every worker learns
 everyone's at no extra collective; the chief feeds them to a `Detector`.
 
-The rule: a worker straggles when it has the largest host time in each of the
-last `loops` loops (default 5), at least `ratio` (1.5) times the median of all
-workers' and at least `min_excess_secs` (10 ms) above it; the floor keeps
-microsecond noise between idle hosts from counting. It stops straggling at the
-first loop that breaks the rule.
+The rule: over the last `loops` loops (default 5), each worker's typical
+host time is its median; a worker straggles when its median is the largest, at
+least `ratio` (1.5) times the median of all workers' medians and at least
+`min_excess_secs` (10 ms) above it; the floor keeps microsecond noise between
+idle hosts from counting. Medians over a window, not a streak of loops: one
+busy loop on another worker (a log line, a summary, a neighbour on a shared
+host) neither ends a straggler nor names a new one, and a straggler that
+recovers stops being named once it is no longer slow in most of the window.
 """
 
+import collections
 import dataclasses
 
 from absl import logging
@@ -28,10 +32,10 @@ class Straggler:
 
   Attributes:
     worker: its index in the cluster (the chief is 0).
-    ratio: its host seconds over the median of all workers', in the latest
-      loop.
-    seconds: its host seconds in the latest loop.
-    median_seconds: the median of all workers' host seconds in that loop.
+    ratio: its median host seconds over the median of all workers', over
+      the last loops.
+    seconds: its median host seconds over the last loops.
+    median_seconds: the median of all workers' medians.
   """
 
   worker: int
@@ -46,11 +50,9 @@ class Detector:
   def __init__(
     self, *, loops: int = 5, ratio: float = 1.5, min_excess_secs: float = 0.01
   ):
-    self._loops = loops
     self._ratio = ratio
     self._min_excess_secs = min_excess_secs
-    self._worker = None  # The slowest worker of the current streak.
-    self._streak = 0
+    self._window = collections.deque(maxlen=loops)  # Host seconds by loop.
 
   def add(self, host_seconds: np.ndarray) -> Straggler | None:
     """Adds one loop's host seconds per worker; the straggler, if any.
@@ -62,19 +64,17 @@ class Detector:
       The straggler when the rule holds after this loop, else None.
     """
     seconds = np.asarray(host_seconds, dtype=np.float64)
-    if seconds.size < 2:
+    if self._window and self._window[-1].shape != seconds.shape:
+      self._window.clear()  # Another cluster: its own window.
+    self._window.append(seconds)
+    if seconds.size < 2 or len(self._window) < self._window.maxlen:
       return None
-    worker = int(np.argmax(seconds))
-    slowest, median = float(seconds[worker]), float(np.median(seconds))
+    typical = np.median(np.stack(self._window), axis=0)
+    worker = int(np.argmax(typical))
+    slowest, median = float(typical[worker]), float(np.median(typical))
     if (
       slowest - median < self._min_excess_secs or slowest < self._ratio * median
     ):
-      self._worker, self._streak = None, 0
-      return None
-    if worker != self._worker:
-      self._worker, self._streak = worker, 0
-    self._streak += 1
-    if self._streak < self._loops:
       return None
     return Straggler(
       worker=worker,
