@@ -103,7 +103,7 @@ RATIOS = (
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(settings.Rounds):
   """One checkpointing benchmark run.
 
   Its `settings.flag` fields are the flags of `checkpointing.py`: those of
@@ -137,8 +137,6 @@ class Config:
     "Training variants to run, the first being the baseline of "
     "the cost column; from " + ", ".join(v.key for v in VARIANTS) + ".",
   )
-  repeats: int = 3
-  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   trainer_timeout_secs: int = settings.flag(
     180, "Limit for one trainer run.", name="trainer_timeout_secs"
   )

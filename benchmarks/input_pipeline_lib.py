@@ -25,7 +25,7 @@ from trainer import data as data_lib
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(settings.Rounds):
   """One input-pipeline run.
 
   Its `settings.flag` fields are the flags of `input_pipeline.py`.
@@ -40,8 +40,6 @@ class Config:
   batch_size: int = settings.flag(16, "Global batch size.")
   batches: int = settings.flag(40, "Batches timed per round.")
   warmup_batches: int = 4
-  repeats: int = 3
-  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   model_images_per_second: float = settings.flag(
     0.0, "What the model consumes, to compare with; 0 skips the comparison."
   )

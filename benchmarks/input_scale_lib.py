@@ -44,7 +44,7 @@ RESUME_TARGET_S = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(settings.Rounds):
   """One run; its `settings.flag` fields are the flags of `input_scale.py`."""
 
   num_records: int = settings.flag(50_000, "Training JPEGs to generate.")
@@ -59,8 +59,6 @@ class Config:
   entry_records: int = settings.flag(
     4096, "Records read by each way into tf.data."
   )
-  repeats: int = 3
-  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   cache_dir: str = settings.flag(
     "",
     "Where the generated datasets are kept "

@@ -61,7 +61,7 @@ _SEGMENTS = ("to_chief_down", "to_first_mark", "to_restored", "to_resumed_step")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(settings.Rounds):
   """One restart run; its `settings.flag` fields are `restart.py`'s flags."""
 
   kill_step: int = settings.flag(20, "Worker 1 is killed at this step.")
@@ -70,8 +70,6 @@ class Config:
     "The trainer's model (resnet50: synthetic images, a long cold start).",
     choices=("small_cnn", "resnet50"),
   )
-  repeats: int = 3
-  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   run_timeout_secs: int = settings.flag(300, "Limit for one wait in a run.")
   section: str = "restart"
 

@@ -32,7 +32,7 @@ from trainer import testing as trainer_testing
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(settings.Rounds):
   """One scaling run; its `settings.flag` fields are `scaling.py`'s flags.
 
   Attributes:
@@ -58,8 +58,6 @@ class Config:
   worker_counts: tuple[int, ...] = settings.flag(
     (1, 2), "Worker counts to compare; the first is the baseline."
   )
-  repeats: int = 3
-  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   workers_on_cpu: bool = settings.flag(
     True,
     "Hide GPUs from the workers, so "

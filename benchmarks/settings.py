@@ -41,3 +41,13 @@ def flag_name(field: dataclasses.Field, prefix: str = "") -> str | None:
   if "help" not in field.metadata:
     return None
   return field.metadata.get("flag", prefix + field.name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rounds:
+  """What every timed app's Config has: the measured rounds and the seconds
+  the app may take, read from the flags all apps share (cli.py's --repeats
+  and --time_budget_secs; see benchmarks/budget.py)."""
+
+  repeats: int = 3
+  time_budget_secs: float = 0.0

@@ -36,7 +36,7 @@ from trainer.testing import trainer_env
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(settings.Rounds):
   """One stalls run; its `settings.flag` fields are `stalls.py`'s flags."""
 
   stall_timeout_secs: float = settings.flag(
@@ -49,8 +49,6 @@ class Config:
   cost_train_steps: int = settings.flag(
     600, "Trainer --train_steps of a cost run (steps_per_loop=1)."
   )
-  repeats: int = 3
-  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   run_timeout_secs: int = settings.flag(300, "Limit for one trainer run.")
   section: str = "stalls"
 

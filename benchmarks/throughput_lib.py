@@ -54,7 +54,7 @@ _AUTO_EXTRAS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(settings.Rounds):
   """One throughput run; its `settings.flag` fields are the app's flags."""
 
   model: str = settings.flag(
@@ -72,8 +72,6 @@ class Config:
   steps_per_loop: int = settings.flag(
     3, "N in the variant specs: steps per engine call / per fit execution."
   )
-  repeats: int = 3
-  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   precision: str = settings.flag(
     "none",
     "Precision of the variants that name none.",

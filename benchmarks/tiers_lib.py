@@ -56,7 +56,7 @@ ROWS = (
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(settings.Rounds):
   """One tiers benchmark run.
 
   Its `settings.flag` fields are the flags of `tiers.py`, prefixed tiers_.
@@ -69,8 +69,6 @@ class Config:
   )
   image_size: int = settings.flag(16, "Input side of --tiers_model.")
   num_classes: int = 5
-  repeats: int = 3
-  time_budget_secs: float = 0.0  # --time_budget_secs (`budget`).
   local_root: str = settings.flag(
     "auto",
     "Where the local tier is: auto, ram, disk or a directory (as the "
