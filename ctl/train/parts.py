@@ -151,30 +151,35 @@ def _open_outputs(options, fence) -> outputs_lib.OpenedOutputs:
 def _checkpoints(
   options, location, state, progress, ledger, fence, strategy
 ) -> run_checkpoints.RunCheckpoints:
-  """The checkpoint duty: into the local tier and `location` (fetched
-  first), when the policy says."""
+  """The checkpoint duty: into the local tier (ctl.checkpoint.checkpoint_tiers;
+  none when its setting is "off") in front of `location` (fetched first),
+  when the policy says."""
   location.fetch()
   setting = local_tier.setting_for_job(
     options.local_checkpoints, job_id=options.job_id
   )
+  bucket = checkpointing.Checkpointer(
+    checkpoint=state.checkpoint(),
+    directory=location.local_path,
+    is_chief=options.is_chief,
+    keep=options.keep_checkpoints,
+    async_save=options.async_checkpoint,
+    on_saved=lambda: run_checkpoints.upload(location, progress),
+    input_shape=state.input_shape,
+    global_batch_size=state.global_batch_size,
+  )
   return run_checkpoints.RunCheckpoints(
-    checkpointer=_with_tiers(
-      checkpointing.Checkpointer(
-        checkpoint=state.checkpoint(),
-        directory=location.local_path,
-        is_chief=options.is_chief,
-        keep=options.keep_checkpoints,
-        async_save=options.async_checkpoint,
-        on_saved=lambda: run_checkpoints.upload(location, progress),
-        input_shape=state.input_shape,
-        global_batch_size=state.global_batch_size,
-      ),
-      setting=setting,
-      options=options,
-      location=location,
-      state=state,
-      progress=progress,
+    checkpointer=checkpoint_tiers.build(
+      bucket=bucket,
+      bucket_url=location.url,
       strategy=strategy,
+      setting=setting,
+      job_id=options.job_id,
+      keep=options.keep_checkpoints,
+      is_chief=options.is_chief,
+      on_saved=lambda: location.publish(commit_file=checkpointing.STATE_FILE),
+      need_bytes=state_lib.checkpoint_bytes(state),
+      waiting=lambda: progress.phase(progress_lib.CHECKPOINT_UPLOAD),
     ),
     policy=save_policy.SavePolicy(
       every_steps=options.checkpoint_every_steps,
@@ -191,25 +196,6 @@ def _checkpoints(
     local_every_steps=setting != "off"
     and (options.local_checkpoint_every_steps or options.steps_per_loop),
     record=lambda **fields: ledger.record("checkpoint_restore", **fields),
-  )
-
-
-def _with_tiers(
-  bucket, *, setting, options, location, state, progress, strategy
-):
-  """The local tier in front of the `bucket` checkpointer (ctl.checkpoint.
-  checkpoint_tiers; with `setting` "off", the bucket's alone)."""
-  return checkpoint_tiers.build(
-    bucket=bucket,
-    bucket_url=location.url,
-    strategy=strategy,
-    setting=setting,
-    job_id=options.job_id,
-    keep=options.keep_checkpoints,
-    is_chief=options.is_chief,
-    on_saved=lambda: location.publish(commit_file=checkpointing.STATE_FILE),
-    need_bytes=state_lib.checkpoint_bytes(state),
-    waiting=lambda: progress.phase(progress_lib.CHECKPOINT_UPLOAD),
   )
 
 
