@@ -123,7 +123,7 @@ def test_the_lease_on_cloud_storage_is_exclusive(lease_holder, gcs_emulator):
   object_path = f"{gcs_emulator.BUCKET}/run/{lease.LEASE_FILE}"
   assert json.loads(fs.cat_file(object_path))["pid"] == proc.pid
   with pytest.raises(lease.LeaseHeld, match=f"pid {proc.pid} on "):
-    _take(url, stale_secs=1.0)
+    _take(url, stale_secs=3600)  # Live, however late its last renewal.
   proc.send_signal(signal.SIGSTOP)
   time.sleep(2.0)
   taken = _take(url, stale_secs=1.0)  # Stale: taken over by generation.
