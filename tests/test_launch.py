@@ -1,5 +1,6 @@
 """Tests for ctl.launch with real worker processes and real signals."""
 
+import contextlib
 import json
 import os
 import pathlib
@@ -290,16 +291,37 @@ time.sleep(600)
   _assert_all_gone(pids)
 
 
+@contextlib.contextmanager
+def _a_free_port_then_a_busy_one():
+  """Yields consecutive ports p, p + 1, both held until the block ends.
+
+  p is bound with SO_REUSEADDR and not listened on: the launcher's check,
+  which binds as a server does, finds it free, while a process that asks
+  for a free port is never given it. p + 1 is listened on: in use.
+  """
+  for _ in range(100):
+    free = socket.socket()
+    free.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    free.bind(("", 0))
+    busy = socket.socket()
+    with free, busy:
+      port = free.getsockname()[1]
+      try:
+        busy.bind(("localhost", port + 1))
+      except OSError:  # Another process holds p + 1: try another p.
+        continue
+      busy.listen()
+      yield port, port + 1
+      return
+  raise AssertionError("found no two consecutive free ports")
+
+
 def test_a_port_base_already_in_use_is_named_before_any_worker_starts(
   tmp_path,
 ):
-  taken = socket.socket()
-  taken.bind(("localhost", 0))
-  taken.listen()
-  port = taken.getsockname()[1]
-  with taken:
+  with _a_free_port_then_a_busy_one() as (port_base, port):
     result = _launch(
-      ["--num_workers=2", f"--port_base={port - 1}"],
+      ["--num_workers=2", f"--port_base={port_base}"],
       'note("started", index)',
       tmp_path,
     )
