@@ -107,6 +107,38 @@ def test_take_over_lease_takes_a_live_holders_lease(lease_holder, tmp_path):
     assert _record(tmp_path)["pid"] == os.getpid() != proc.pid
 
 
+def test_a_take_over_cannot_land_inside_a_renewal(tmp_path, monkeypatch):
+  """A holder paused between its renewal's check and its write (SIGSTOP, a
+  long GC pause) must not overwrite the record of a trainer that took over
+  meanwhile, or both would go on as the holder. Here the second trainer's
+  take-over runs from inside the first's check, the moment such a pause
+  leaves open: exactly one of the two may hold the lease after it."""
+  path = str(tmp_path / lease.LEASE_FILE)
+  holder, taker = lease._FileStore(path), lease._FileStore(path)
+  token = holder.create(b"A1")
+  monkeypatch.setattr(lease, "_LOCK_WAIT_SECS", 0.2)
+  outcome = {}
+  check = holder.read
+
+  def check_then_pause():
+    found = check()
+    try:
+      outcome["taker"] = taker.take_over(b"B1", found[1])
+    except FileExistsError:
+      outcome["taker"] = None
+    return found
+
+  monkeypatch.setattr(holder, "read", check_then_pause)
+  try:
+    outcome["holder"] = holder.replace(b"A2", token)
+  except FileExistsError:
+    outcome["holder"] = None
+  winners = [who for who, token in outcome.items() if token is not None]
+  assert len(winners) == 1, outcome  # Both, before.
+  with open(path, "rb") as f:
+    assert f.read() == outcome[winners[0]]
+
+
 def test_the_holder_renews_its_lease(tmp_path):
   with _take(str(tmp_path), stale_secs=0.4):
     first = _record(tmp_path)["renewed"]

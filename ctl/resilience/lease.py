@@ -10,7 +10,10 @@ How it is made exclusive:
   local directories and the Cloud Storage FUSE mount: the file is created
     with O_CREAT|O_EXCL; renewals replace it after checking that it still
     holds this process's last record; a take-over first renames the old
-    record away (one rename wins) and checks it was the one judged.
+    record away (one rename wins) and checks it was the one judged. A
+    check and the write it decides hold an flock on the run directory, so
+    a renewal paused between the two cannot overwrite a take-over's record
+    (the taker waits, then judges again; FUSE without flock goes unlocked).
   gs:// (gcsfs and tf routes): an object written with the generation
     precondition `ifGenerationMatch` (0 to create, the generation read to
     renew, take over or delete), so of two writers exactly one succeeds.
@@ -29,6 +32,7 @@ renewing; it never deletes another's lease.
 from collections.abc import Iterator
 import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import socket
@@ -46,6 +50,9 @@ from ctl.io import tempdirs
 
 LEASE_FILE = "run.lease"
 _ATTEMPTS = 3
+# How long a file lease's writer waits for another's check-and-write on the
+# same directory (microseconds, unless that one is paused inside it).
+_LOCK_WAIT_SECS = 5.0
 
 
 class LeaseHeld(UserError):
@@ -444,35 +451,68 @@ class _FileStore:
       f.write(data)
     return data
 
+  @contextlib.contextmanager
+  def _locked(self) -> Iterator[None]:
+    """One check-and-write at a time on this directory, for every process
+    of this host (an flock on the directory, released when it is closed).
+
+    Raises:
+      FileExistsError: another process held it for `_LOCK_WAIT_SECS` (it is
+        paused inside its own check-and-write): judge the lease again.
+    """
+    try:
+      fd = os.open(os.path.dirname(self._path), os.O_RDONLY)
+    except FileNotFoundError:  # No directory: no lease to check either.
+      yield
+      return
+    try:
+      deadline = time.monotonic() + _LOCK_WAIT_SECS
+      while True:
+        try:
+          fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+          break
+        except BlockingIOError:
+          if time.monotonic() > deadline:
+            raise FileExistsError(self._path) from None
+          time.sleep(0.01)
+        except OSError:  # A file system without flock: as before, unlocked.
+          break
+      yield
+    finally:
+      os.close(fd)
+
   def replace(self, data: bytes, token: bytes) -> bytes:
-    found = self.read()
-    if found is None or found[1] != token:
-      raise FileExistsError(self._path)
-    temporary = f"{self._path}.{os.getpid()}.tmp"
-    with open(temporary, "wb") as f:
-      f.write(data)
-    os.replace(temporary, self._path)
+    with self._locked():
+      found = self.read()
+      if found is None or found[1] != token:
+        raise FileExistsError(self._path)
+      temporary = f"{self._path}.{os.getpid()}.tmp"
+      with open(temporary, "wb") as f:
+        f.write(data)
+      os.replace(temporary, self._path)
     return data
 
   def take_over(self, data: bytes, token: bytes) -> bytes:
-    aside = f"{self._path}.{os.getpid()}.old"
-    try:
-      os.rename(self._path, aside)
-    except FileNotFoundError:
-      raise FileExistsError(self._path) from None
-    with open(aside, "rb") as f:
-      moved = f.read()
-    if moved != token:  # Renewed or replaced since it was judged.
-      with contextlib.suppress(OSError):
-        os.rename(aside, self._path)
-      raise FileExistsError(self._path)
-    os.remove(aside)
-    return self.create(data)
+    with self._locked():
+      aside = f"{self._path}.{os.getpid()}.old"
+      try:
+        os.rename(self._path, aside)
+      except FileNotFoundError:
+        raise FileExistsError(self._path) from None
+      with open(aside, "rb") as f:
+        moved = f.read()
+      if moved != token:  # Renewed or replaced since it was judged.
+        with contextlib.suppress(OSError):
+          os.rename(aside, self._path)
+        raise FileExistsError(self._path)
+      os.remove(aside)
+      return self.create(data)
 
   def delete(self, token: bytes) -> None:
-    found = self.read()
-    if found is not None and found[1] == token:
-      os.remove(self._path)
+    with self._locked():
+      found = self.read()
+      if found is not None and found[1] == token:
+        os.remove(self._path)
     if self._made_dir:  # Leave no empty run directory the lease made.
       with contextlib.suppress(OSError):
         os.rmdir(self._made_dir)
