@@ -5,6 +5,12 @@ TensorFlow at module level, so `tests/` and `benchmarks/` can share it (the
 benchmarks must not import `tests/`). What is specific to the reference
 trainer (its command line, environment and flags) is in `trainer/testing.py`.
 
-  gcs_emulator  a real Cloud Storage server (gcp-storage-emulator), a process
-  run_files     what a run wrote: train_summary.json, TensorBoard scalars
+Modules:
+  clock: A wall clock a test can step, for whole process trees (an
+    LD_PRELOAD library, `clock_jump.c`).
+  events: Following a run through its progress events (`CTL_EVENTS`), not
+    its logs.
+  gcs_emulator: A real Cloud Storage server (gcp-storage-emulator), a
+    process.
+  run_files: What a run wrote: train_summary.json, TensorBoard scalars.
 """
