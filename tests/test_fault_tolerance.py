@@ -259,6 +259,30 @@ def test_ctrl_c_saves_at_the_next_loop_and_exits_130(model_dir):
   assert latest.endswith(f"ckpt-{events_lib.ended_step(events)}")
 
 
+def _wait_until_taken(process: subprocess.Popen, signum: int) -> None:
+  """Waits until no thread of `process` has `signum` pending any more.
+
+  A standard signal does not queue: one sent while the same one is still
+  pending (no thread of a busy process has run yet to take it) merges into
+  it. Once taken (the pending bits of /proc/PID/status clear), the next one
+  sent is a signal of its own.
+  """
+  bit = 1 << (signum - 1)
+  deadline = time.monotonic() + 60
+  while process.poll() is None:
+    with open(f"/proc/{process.pid}/status") as f:
+      pending = [
+        int(line.split()[1], 16)
+        for line in f
+        if line.startswith(("SigPnd:", "ShdPnd:"))
+      ]
+    if not any(mask & bit for mask in pending):
+      return
+    if time.monotonic() > deadline:
+      raise AssertionError(f"signal {signum} still pending after 60 s")
+    time.sleep(0.01)
+
+
 def test_a_second_ctrl_c_exits_at_once(model_dir):
   # The loop of steps 10-20 waits 30 s for the input of step 15: the signals
   # come while the compiled loop runs, when Python runs no signal handler.
@@ -269,7 +293,7 @@ def test_a_second_ctrl_c_exits_at_once(model_dir):
     "--checkpoint_every_steps=0",
     faults="stall@15:input:secs=30",
   )
-  time.sleep(0.2)  # Two signals sent at once would arrive as one.
+  _wait_until_taken(process, signal.SIGINT)
   process.send_signal(signal.SIGINT)
   code, output = finish(process, timeout=60)
   assert code == 128 + signal.SIGINT, output[-3000:]
