@@ -6,12 +6,16 @@ trains the trainer's small CNN on digits with `model.fit` and
 `keras.callbacks.BackupAndRestore(save_freq=N)`, as the Keras documentation
 tells users to make a job survive restarts: run the same command again after
 a failure. It appends one JSON line per batch to --progress (the position in
-the job, and when the batch began and ended), so the benchmark knows when to
-kill it and how many steps were redone; at the end it writes the weights
-fingerprint to `<progress>.done`.
+the job, and when the batch began and ended), so the benchmark knows how many
+steps were redone; with --kill_at_step it SIGKILLs itself at the end of the
+batch that reaches that position (after its backup and its line), the
+benchmark's kill; at the end it writes the weights fingerprint to
+`<progress>.done`.
 """
 
 import json
+import os
+import signal
 import time
 
 from absl import app
@@ -26,6 +30,12 @@ flags.DEFINE_integer("batch_size", 32, "Global batch.")
 flags.DEFINE_float("learning_rate", 0.003, "Adam learning rate.")
 flags.DEFINE_float("dropout", 0.1, "Dropout before the last layer.")
 flags.DEFINE_integer("seed", 0, "Seed of initialization and data order.")
+flags.DEFINE_integer(
+  "kill_at_step",
+  0,
+  "SIGKILL this process at the end of the batch that reaches this job "
+  "position (the benchmark's kill); 0: never.",
+)
 
 FLAGS = flags.FLAGS
 
@@ -97,11 +107,14 @@ def _compiled_model(source):
 
 def _progress_callback(steps_per_epoch: int):
   """A callback appending one JSON line per batch to --progress: the job
-  position the batch reached, and when it began and ended."""
+  position the batch reached, and when it began and ended; it SIGKILLs the
+  process once that position reaches --kill_at_step. Listed after
+  BackupAndRestore, so that batch's backup, if due, is written first."""
   import keras  # pylint: disable=g-import-not-at-top
 
   class Progress(keras.callbacks.Callback):
-    """One line per batch: the job position it reached, and its times."""
+    """One line per batch: the job position it reached, and its times; the
+    kill at --kill_at_step."""
 
     def __init__(self):
       super().__init__()
@@ -117,17 +130,13 @@ def _progress_callback(steps_per_epoch: int):
       self._began = time.time()
 
     def on_train_batch_end(self, batch, logs=None):
+      step = self._epoch * steps_per_epoch + batch + 1
       self._file.write(
-        json.dumps(
-          {
-            "step": self._epoch * steps_per_epoch + batch + 1,
-            "t0": self._began,
-            "t1": time.time(),
-          }
-        )
-        + "\n"
+        json.dumps({"step": step, "t0": self._began, "t1": time.time()}) + "\n"
       )
       self._file.flush()
+      if 0 < FLAGS.kill_at_step <= step:
+        os.kill(os.getpid(), signal.SIGKILL)
 
   return Progress()
 

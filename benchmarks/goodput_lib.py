@@ -2,15 +2,21 @@
 
 The same small job (the trainer's small CNN on digits, the same data order,
 steps, batch and seed) is run four times: uninterrupted and with the same
-seeded schedule of K worker kills (SIGKILL when the job reaches given
-steps), by
+seeded schedule of K worker kills (the worker SIGKILLs itself when the job
+reaches given steps, so every kill lands at its step however loaded the
+machine), by
 
   ctl:   python -m ctl.launch --num_workers=1 --max_restarts=K -- \
              python -m trainer.task ... --checkpoint_every_steps=N
+         with CTL_FAULTS=crash@STEP:PLACE:attempt=I for each of
+         `_KILL_PLACES` (ctl.resilience.faults): attempt I dies at the
+         first loop boundary at or after STEP, before anything is saved
+         there;
   keras: python -m benchmarks.goodput_keras (model.fit with
          keras.callbacks.BackupAndRestore(save_freq=N)), re-run after each
          failure by a retry loop with the launcher's backoff, as the Keras
-         documentation tells users to do.
+         documentation tells users to do; --kill_at_step=STEP: the end of
+         that batch, after its backup.
 
 For each: wall time, goodput (the time the final model's steps take at the
 system's median step time, over the wall time), steps run twice, and whether
@@ -35,11 +41,15 @@ from absl import logging
 from benchmarks import budget as budget_lib
 from benchmarks import report as report_lib
 from benchmarks import settings
+from ctl import env as ctl_env
 from ctl.telemetry import goodput
 from ctl.telemetry import ledger
 from trainer import testing as trainer_testing
 
-_POLL_SECS = 0.02
+# Where ctl's kill may fire: whichever of them starts first at or after the
+# kill's step, so the worker dies at the first loop boundary at or after it
+# before saving there (progress phases, `ctl.resilience.faults` places).
+_KILL_PLACES = ("checkpoint_save", "local_checkpoint_save", "loop")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +127,11 @@ def _env() -> dict:
 
 
 def run_ctl(config: Config, *, steps: int, kills: list[int], root: str) -> dict:
-  """Our engine under ctl.launch, killed at `kills`; what it cost."""
+  """Our engine under ctl.launch, killed at `kills`; what it cost.
+
+  Attempt I of the worker SIGKILLs itself (`crash` faults) at the first
+  of `_KILL_PLACES` that starts at or after step `kills[I]`.
+  """
   model_dir = os.path.join(root, "run")
   command = trainer_testing.launch_command(
     "--num_workers=1",
@@ -125,33 +139,26 @@ def run_ctl(config: Config, *, steps: int, kills: list[int], root: str) -> dict:
     f"--restart_backoff_secs={config.backoff_secs}",
     trainer_flags=_trainer_flags(config, steps, model_dir),
   )
+  crashes = ",".join(
+    f"crash@{kill}:{where}:attempt={index}"
+    for index, kill in enumerate(kills)
+    for where in _KILL_PLACES
+  )
+  env = _env() | (ctl_env.faults_environment(crashes) if kills else {})
   directory = ledger.ledger_dir(model_dir)
   with tempfile.TemporaryFile("w+") as log:
     started = time.time()
     process = subprocess.Popen(
-      command, env=_env(), stdout=log, stderr=subprocess.STDOUT
+      command, env=env, stdout=log, stderr=subprocess.STDOUT
     )
-    for index, kill_at in enumerate(kills):
-      while True:
-        attempts = ledger.read(directory)
-        if (
-          len(attempts) > index
-          and max(
-            [e["step"] for e in attempts[index] if e["event"] == "phase"],
-            default=-1,
-          )
-          >= kill_at
-        ):
-          os.kill(attempts[index][0]["pid"], signal.SIGKILL)
-          break
-        _check_alive(process, log, started, config)
-        time.sleep(_POLL_SECS)
-    code = process.wait(timeout=config.run_timeout_secs)
+    code = _wait(process, log, config)
     wall = time.time() - started
-    if code:
-      log.seek(0)
-      raise RuntimeError(f"ctl exited with {code}: {log.read()[-1500:]}")
-  accounting = goodput.account(ledger.read(directory))
+    accounting = goodput.account(ledger.read(directory))
+    if code or len(accounting.attempts) != len(kills) + 1:
+      raise RuntimeError(
+        f"ctl exited with {code} after {len(accounting.attempts)} starts "
+        f"for {len(kills)} kills: {_tail(log)}"
+      )
   with open(os.path.join(model_dir, "train_summary.json")) as f:
     summary = json.load(f)
   attempts = ledger.read(directory)
@@ -177,7 +184,11 @@ def run_ctl(config: Config, *, steps: int, kills: list[int], root: str) -> dict:
 
 
 def run_keras(config: Config, *, kills: list[int], root: str) -> dict:
-  """Keras fit + BackupAndRestore, re-run after each kill; what it cost."""
+  """Keras fit + BackupAndRestore, re-run after each kill; what it cost.
+
+  Attempt I SIGKILLs itself at the end of the batch that reaches step
+  `kills[I]` (--kill_at_step).
+  """
   progress = os.path.join(root, "progress.jsonl")
   command = [
     sys.executable,
@@ -191,30 +202,23 @@ def run_keras(config: Config, *, kills: list[int], root: str) -> dict:
     f"--batch_size={config.batch_size}",
   ]
   open(progress, "w").close()
-  pending = list(kills)
-  attempts = 0
   with tempfile.TemporaryFile("w+") as log:
     started = time.time()
-    while True:
-      attempts += 1
-      offset = os.path.getsize(progress)
+    for attempts, kill in enumerate([*kills, None], start=1):
       process = subprocess.Popen(
-        command, env=_env(), stdout=log, stderr=subprocess.STDOUT
+        command + ([] if kill is None else [f"--kill_at_step={kill}"]),
+        env=_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
       )
-      while pending and process.poll() is None:
-        if _keras_position(progress, offset) >= pending[0]:
-          process.kill()
-          pending.pop(0)
-          break
-        _check_alive(process, log, started, config, allow_exit=True)
-        time.sleep(_POLL_SECS)
-      code = process.wait(timeout=config.run_timeout_secs)
-      if code == 0:
-        break
-      if attempts > len(kills):
-        log.seek(0)
-        raise RuntimeError(f"keras exited with {code}: {log.read()[-1500:]}")
-      time.sleep(min(config.backoff_secs * 2 ** (attempts - 1), 300.0))
+      code = _wait(process, log, config)
+      if code != (0 if kill is None else -signal.SIGKILL):
+        raise RuntimeError(
+          f"keras attempt {attempts} of {len(kills) + 1} exited with "
+          f"{code}: {_tail(log)}"
+        )
+      if kill is not None:
+        time.sleep(min(config.backoff_secs * 2 ** (attempts - 1), 300.0))
     wall = time.time() - started
   with open(progress) as f:
     batches = [json.loads(line) for line in f if line.strip()]
@@ -230,26 +234,22 @@ def run_keras(config: Config, *, kills: list[int], root: str) -> dict:
   }
 
 
-def _keras_position(progress: str, offset: int) -> int:
-  """The last job position the current attempt wrote (0: none yet)."""
-  with open(progress) as f:
-    f.seek(offset)
-    lines = [line for line in f.read().splitlines() if line.endswith("}")]
-  return json.loads(lines[-1])["step"] if lines else 0
-
-
-def _check_alive(
-  process, log, started: float, config: Config, *, allow_exit: bool = False
-) -> None:
-  if time.time() - started > config.run_timeout_secs:
+def _wait(process: subprocess.Popen, log, config: Config) -> int:
+  """`process`'s exit code; killed, and an error, past the run's limit."""
+  try:
+    return process.wait(timeout=config.run_timeout_secs)
+  except subprocess.TimeoutExpired:
     process.kill()
-    raise RuntimeError(f"ran past {config.run_timeout_secs} s.")
-  if not allow_exit and process.poll() is not None:
-    log.seek(0)
+    process.wait()
     raise RuntimeError(
-      f"exited with {process.returncode} before the kills "
-      f"were done: {log.read()[-1500:]}"
-    )
+      f"ran past {config.run_timeout_secs} s: {_tail(log)}"
+    ) from None
+
+
+def _tail(log) -> str:
+  """The end of a run's output file."""
+  log.seek(0)
+  return log.read()[-1500:]
 
 
 def restart_cost(
@@ -514,9 +514,12 @@ def _goodput_notes(
     f"{steps} steps ({config.epochs} epochs of {steps_per_epoch}), batch "
     f"{config.batch_size}, small_cnn on digits {config.image_size}x"
     f"{config.image_size}, deterministic ops; a checkpoint (ctl) or backup "
-    f"(Keras save_freq) every {config.checkpoint_every} steps; SIGKILL "
-    f"when the job reaches steps {kills} (seed {config.kill_seed}); "
-    f"restarts after {config.backoff_secs:g} s, doubling.",
+    f"(Keras save_freq) every {config.checkpoint_every} steps; the worker "
+    f"SIGKILLs itself when the job reaches steps {kills} (seed "
+    f"{config.kill_seed}): ctl at the first 5-step loop boundary at or "
+    "after it, before anything is saved there; Keras "
+    "at the end of that batch, after its backup. Restarts after "
+    f"{config.backoff_secs:g} s, doubling.",
     "goodput_percent = steps x the system's median step time / wall time, "
     "the same formula for both. The ctl run ledger's own accounting of "
     f"the faulty run: goodput {ledger_percent:.1f}%, "
