@@ -178,14 +178,18 @@ def test_one_worker_stall_exits_75_repeats_are_reported_rerun_continues(
 
 
 def test_a_peer_that_never_starts_is_named_awaited_and_given_up_on(tmp_path):
+  # Each says whom it waits for every 10 s. `giving_up`'s 20 s limit leaves
+  # it 10 s to say so before it gives up; `terminated`'s 600 s limit cannot
+  # end it before the test, having seen that line, sends SIGTERM.
   ports = free_ports(4)
-  command = trainer_command(
-    *FLAGS, "--startup_timeout_secs=12", f"--model_dir={tmp_path / 'run'}"
-  )
 
-  def first_of_two(ports):  # Worker 1 never starts.
+  def first_of_two(ports, limit):  # Worker 1 never starts.
     return start(
-      command,
+      trainer_command(
+        *FLAGS,
+        f"--startup_timeout_secs={limit}",
+        f"--model_dir={tmp_path / 'run'}",
+      ),
       events=str(tmp_path / "events.jsonl"),
       env=trainer_env(
         TF_CONFIG=json.dumps(
@@ -197,7 +201,8 @@ def test_a_peer_that_never_starts_is_named_awaited_and_given_up_on(tmp_path):
       ),
     )
 
-  giving_up, terminated = first_of_two(ports[:2]), first_of_two(ports[2:])
+  giving_up = first_of_two(ports[:2], limit=20)
+  terminated = first_of_two(ports[2:], limit=600)
   wait_for_output(terminated, f"for worker 1 (localhost:{ports[3]}) to start")
   terminated.send_signal(signal.SIGTERM)
   assert terminated.wait(timeout=60) == -signal.SIGTERM  # At once.
@@ -205,10 +210,10 @@ def test_a_peer_that_never_starts_is_named_awaited_and_given_up_on(tmp_path):
   awaited = f"worker 1 (localhost:{ports[1]})"
   code, output = finish(giving_up)
   assert code == STALL, output[-3000:]
-  assert f"s so far for {awaited} to start (limit 12 s" in output
+  assert f"s so far for {awaited} to start (limit 20 s" in output
   last = output.strip().splitlines()[-1]
   assert last == (
-    f"error: gave up after 12 s (--startup_timeout_secs) "
+    f"error: gave up after 20 s (--startup_timeout_secs) "
     f"waiting for {awaited} of TF_CONFIG to start; start it or "
     "fix TF_CONFIG, then run again."
   )
@@ -292,7 +297,7 @@ def test_a_trainer_stopped_past_its_limit_then_continued_exits_75(tmp_path):
     trainer_command(
       *FLAGS[:-1],
       "--train_steps=100000",
-      "--stall_timeout_secs=3",
+      "--stall_timeout_secs=10",
       f"--model_dir={model_dir}",
     ),
     events=events,
@@ -302,7 +307,7 @@ def test_a_trainer_stopped_past_its_limit_then_continued_exits_75(tmp_path):
     process.send_signal(signal.SIGSTOP)
     # Stopped past the limit and the old backstop's 10 s: the time passing
     # is what is tested, no event can stand in for it.
-    time.sleep(3 + 10 + 3)
+    time.sleep(10 + 10 + 3)
     process.send_signal(signal.SIGCONT)
     code, output = finish(process, timeout=120)
   finally:
@@ -312,7 +317,7 @@ def test_a_trainer_stopped_past_its_limit_then_continued_exits_75(tmp_path):
   assert re.search(
     r"stall: worker 0 made no progress for \d+ s in "
     r"(\w+|bookkeeping after \w+) at step \d+ "
-    r"\(limit 3 s, --stall_timeout_secs\); stacks of all threads follow; "
+    r"\(limit 10 s, --stall_timeout_secs\); stacks of all threads follow; "
     "exiting with 75.",
     output,
   ), output[-3000:]
