@@ -211,6 +211,25 @@ def section(*, title: str, rows, targets, notes, config) -> dict:
   )
 
 
+def _beside(name: str, costs: dict) -> list[dict]:
+  """Rows: a killed run measured, and the model for the same run."""
+  every = costs["fault_every_seconds"]
+  return [
+    {
+      "name": f"{name}: measured, a kill every {every:.0f} s",
+      "goodput_percent": costs["window_goodput_percent"],
+      "kill_cost_seconds": costs["kill_cost_seconds"],
+      "restart_seconds": costs["restart_seconds"],
+      "other_percent": costs["other_percent"],
+    },
+    {
+      "name": f"{name}: model, same run",
+      "goodput_percent": predicted(costs),
+      "kill_cost_seconds": predicted_kill_cost(costs),
+    },
+  ]
+
+
 def checked_section(
   *, found: dict, modes, save_local: float, save_bucket: float, config
 ) -> dict:
@@ -226,26 +245,10 @@ def checked_section(
   rows, targets, later = [], [], []
   for name, _, tiers in modes:
     costs = found[name]["costs"]
-    model = predicted(costs)
-    every = costs["fault_every_seconds"]
-    model_cost = predicted_kill_cost(costs)
-    rows.append(
-      {
-        "name": f"{name}: measured, a kill every {every:.0f} s",
-        "goodput_percent": costs["window_goodput_percent"],
-        "kill_cost_seconds": costs["kill_cost_seconds"],
-        "restart_seconds": costs["restart_seconds"],
-        "other_percent": costs["other_percent"],
-      }
+    rows += _beside(name, costs)
+    targets.append(
+      agreement(name, costs["kill_cost_seconds"], predicted_kill_cost(costs))
     )
-    rows.append(
-      {
-        "name": f"{name}: model, same run",
-        "goodput_percent": model,
-        "kill_cost_seconds": model_cost,
-      }
-    )
-    targets.append(agreement(name, costs["kill_cost_seconds"], model_cost))
     later += at_intervals(
       name,
       restart_seconds=costs["restart_seconds"],
