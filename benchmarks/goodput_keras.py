@@ -89,6 +89,7 @@ def _compiled_model(source):
   (model, optimizer)."""
   import keras  # pylint: disable=g-import-not-at-top
 
+  from ctl.train import optimizers  # pylint: disable=g-import-not-at-top
   from trainer import model as model_lib  # pylint: disable=g-import-not-at-top
 
   model = model_lib.build_model(
@@ -97,7 +98,8 @@ def _compiled_model(source):
     image_shape=source.image_shape,
     dropout=FLAGS.dropout,
   )
-  optimizer = keras.optimizers.Adam(FLAGS.learning_rate)
+  # The trainer's optimizer, so the two sides differ only in how they run.
+  optimizer = optimizers.Adam(FLAGS.learning_rate)
   model.compile(
     optimizer=optimizer,
     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),

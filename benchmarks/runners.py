@@ -23,6 +23,7 @@ import tensorflow as tf
 from benchmarks import device as device_lib
 from ctl.data import input as input_lib
 from ctl.train import loop as loop_lib
+from ctl.train import optimizers
 from trainer import data as data_lib
 from trainer import model as model_lib
 
@@ -95,9 +96,9 @@ def build_group(
       image_shape=(image_size, image_size, 3),
     )
     opt = (
-      keras.optimizers.Adam(learning_rate)
+      optimizers.Adam(learning_rate)
       if optimizer == "adam"
-      else keras.optimizers.SGD(learning_rate, momentum=0.9)
+      else optimizers.SGD(learning_rate, momentum=0.9)
     )
     if precision == "fp16":
       opt = keras.optimizers.LossScaleOptimizer(opt)

@@ -29,6 +29,7 @@ from ctl.telemetry import hypertune
 from ctl.telemetry import progress
 from ctl.train import controller
 from ctl.train import evaluator
+from ctl.train import optimizers
 from ctl.train.options import RunOptions
 from ctl.train.options import Task
 from trainer import checks
@@ -296,9 +297,9 @@ def _optimizer(config, train_steps: int) -> keras.optimizers.Optimizer:
       warmup_steps=warmup,
     )
   optimizer = (
-    keras.optimizers.Adam(lr)
+    optimizers.Adam(lr)
     if config.optimizer == "adam"
-    else keras.optimizers.SGD(lr, momentum=0.9)
+    else optimizers.SGD(lr, momentum=0.9)
   )
   # The rate is configuration, not state. Built with a float, every
   # optimizer has the same variables (a rate variable included), so

@@ -6,6 +6,7 @@ Modules (lowest first):
     `ctl.train.controller.run` takes.
   state: What a run trains and checkpoints, built one way for every user of
     it.
+  optimizers: Keras's Adam and SGD, each variable's update one fused kernel.
   loop: The training step and the compiled loops that run it.
   metrics_window: The training metrics between two log lines, and the log line
     itself.
