@@ -22,6 +22,6 @@ def test_the_tiers_section_times_every_tier(tmp_path):
   (section,) = json.loads(output.read_text()).values()
   assert section["status"] == "ok"
   rows = {row["name"]: row["seconds"] for row in section["rows"]}
-  assert len(rows) == 6 and all(seconds > 0 for seconds in rows.values())
+  assert len(rows) == 8 and all(seconds > 0 for seconds in rows.values())
   assert [t["threshold"] for t in section["targets"]] == [5.0, 3.0, 1.0]
   assert section["config"]["local_root"].startswith(str(tmp_path))

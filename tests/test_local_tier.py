@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from ctl.checkpoint import checkpoint_tiers
 from ctl.checkpoint import checkpointing
 from ctl.checkpoint import local_tier
 from ctl.checkpoint import tier_restore
@@ -57,6 +58,35 @@ def test_a_save_that_died_before_its_commit_is_not_listed(tmp_path):
   tier.save(_checkpoint(15), 15)  # The strays go with the next commit.
   assert tier.steps() == [5, 15]
   assert not tf.io.gfile.glob(tier.prefix(10) + "*")
+
+
+def test_a_local_save_holds_its_steps_values_while_training_goes_on(tmp_path):
+  """The tiered save writes in the background: the step goes on as soon as
+  the variables are snapshotted, and an update made then (in place, as an
+  optimizer's) must not reach the files of the step saved, in the local
+  tier or in its copy to the bucket."""
+  weights = tf.Variable(np.full(2_000_000, 5.0))  # 16 MB: a write that lasts.
+  checkpoint = tf.train.Checkpoint(weights=weights)
+  bucket_dir = str(tmp_path / "bucket")
+  tier = local_tier.LocalTier(str(tmp_path / "worker-0"))
+  tiered = checkpoint_tiers.TieredCheckpointer(
+    bucket=checkpointing.Checkpointer(
+      checkpoint=checkpoint, directory=bucket_dir, is_chief=True, keep=2
+    ),
+    tier=tier,
+    keep=2,
+    is_chief=True,
+    on_saved=lambda: None,
+    agreement=None,
+  )
+  for step in (5, 10):
+    tiered.save(step, to_bucket=step == 5)
+    weights.assign_add(np.full(2_000_000, 1000.0))
+  tiered.sync()
+  assert tier.steps() == [5, 10]
+  assert _value(tier.prefix(5)) == 5.0 and _value(tier.prefix(10)) == 1005.0
+  assert _value(tf.train.latest_checkpoint(bucket_dir)) == 5.0
+  tiered.close()
 
 
 def test_a_copy_to_the_bucket_is_what_a_checkpointer_restores(tmp_path):

@@ -5,9 +5,17 @@ sync, close) for a run whose local tier is on (ctl.checkpoint.local_tier): every
 is a local save on every worker (its own node's copy, also on the workers
 that used to throw theirs away); a save that is due for the bucket is then
 copied from the chief's committed local checkpoint into the checkpoint
-directory on a background thread, state file last, so the step waits only
-for the local write. A restore agrees with the other workers on the
-newest step any of them, or the bucket, holds (ctl.checkpoint.tier_restore).
+directory on a background thread, state file last. A restore agrees with
+the other workers on the newest step any of them, or the bucket, holds
+(ctl.checkpoint.tier_restore).
+
+Local writes are asynchronous (TensorFlow's async checkpoint): the step
+waits only while the variables are snapshotted on the host (on a CPU, the
+snapshot shares the buffers, and the next update copies them on write), and
+a commit thread waits for the files, commits the step in the tier's state
+file and then starts its copy to the bucket. A worker killed before the
+commit restores the step before it, as for a write cut short. The next save,
+a restore and the end wait for the commit.
 
 A local tier that cannot be written (full, gone) is turned off with one
 warning line: the run goes on with bucket saves, as without the tier.
@@ -70,6 +78,10 @@ class TieredCheckpointer:
     self._agreement = agreement
     self._waiting = waiting
     self._copy = None  # The running copy to the bucket: (thread, errors).
+    self._committing = None  # The running commit: (thread, errors).
+    self._async = tf.train.CheckpointOptions(enable_async=True)
+    if tier:
+      checkpointing.let_async_checkpoints_copy_keras_variables()
     self.restored = None  # The last tier_restore.Restored.
 
   @property
@@ -82,7 +94,7 @@ class TieredCheckpointer:
 
   def restore_latest(self) -> str | None:
     """Restores the agreed newest step (every worker alike); the path."""
-    self.sync(wait=True)
+    self.sync()
     if self._agreement:
       self.restored = self._agreement(
         tier=self._tier,
@@ -108,27 +120,66 @@ class TieredCheckpointer:
     Raises:
       CannotWrite: the tier is off and the bucket refused the files.
     """
+    copy = to_bucket and self._is_chief
+    self._end_commit()
+    # One copy at a time: a save due for the bucket waits for the last one
+    # (in the checkpoint_upload phase: a hung bucket is a stall there).
+    self._end_copy(wait=copy)
     if not self._tier:
       return self._bucket.save(step) if to_bucket else None
     try:
-      path = self._tier.save(self._bucket.checkpoint, step)
-    except (OSError, tf.errors.OpError) as e:
-      logging.warning(
-        "The local checkpoint tier %s cannot be written (%s); it is turned "
-        "off and checkpoints go to the bucket only.",
-        self._tier.directory,
-        e,
+      path = self._tier.write(
+        self._bucket.checkpoint, step, options=self._async
       )
-      self._tier = None
+    except (OSError, tf.errors.OpError) as e:
+      self._turn_off(e)
       return self._bucket.save(step) if to_bucket else None
-    if to_bucket and self._is_chief:
-      self._start_copy(step)
-    logging.info("Saved checkpoint %s (local tier).", path)
+    errors = []
+    thread = threading.Thread(
+      target=self._commit,
+      args=(step, copy, errors),
+      name=f"tier-commit-{step}",
+    )
+    thread.start()
+    self._committing = (thread, errors)
+    logging.info("Saved checkpoint %s (local tier, writing).", path)
     return path
 
+  def _commit(self, step: int, copy: bool, errors: list) -> None:
+    """The commit thread: waits for the files of `step`, commits it, and
+    starts its copy to the bucket when `copy`."""
+    try:
+      self._bucket.checkpoint.sync()
+      self._tier.adopt(step)
+    except (OSError, tf.errors.OpError) as e:
+      errors.append(e)
+      return
+    if copy:
+      self._start_copy(step)
+
+  def _end_commit(self) -> None:
+    """Waits for the running commit; a tier it could not write is turned
+    off (its step was not committed)."""
+    if self._committing is None:
+      return
+    thread, errors = self._committing
+    thread.join()
+    self._committing = None
+    if errors:
+      self._turn_off(errors[0])
+
+  def _turn_off(self, error: Exception) -> None:
+    logging.warning(
+      "The local checkpoint tier %s cannot be written (%s); it is turned "
+      "off and checkpoints go to the bucket only.",
+      self._tier.directory,
+      error,
+    )
+    self._tier = None
+
   def _start_copy(self, step: int) -> None:
-    """Copies committed `step` to the bucket on a thread (one at a time)."""
-    self.sync(wait=True)
+    """Copies committed `step` to the bucket on a thread (the last copy
+    has ended: `save`)."""
     snapshot = self._tier.snapshot(step)
     errors = []
 
@@ -148,14 +199,20 @@ class TieredCheckpointer:
     thread.start()
     self._copy = (thread, errors)
 
-  def sync(self, *, wait: bool = False) -> None:
-    """Ends a finished copy to the bucket (all of one with `wait`).
+  def sync(self) -> None:
+    """Waits for the last local save's commit and copy to the bucket.
 
     Raises:
       CannotWrite: the bucket refused the copy (once; other errors of the
         copy as they were).
     """
+    self._end_commit()
     self._bucket.sync()
+    self._end_copy(wait=True)
+
+  def _end_copy(self, *, wait: bool) -> None:
+    """Ends a finished copy to the bucket (with `wait`, once it finishes);
+    raises its error."""
     if self._copy is None:
       return
     thread, errors = self._copy
@@ -168,9 +225,9 @@ class TieredCheckpointer:
         raise errors[0]
 
   def close(self) -> None:
-    """Waits for the copy to the bucket."""
+    """Waits for the local tier's commit and the copy to the bucket."""
     try:
-      self.sync(wait=True)
+      self.sync()
     finally:
       self._bucket.close()
 

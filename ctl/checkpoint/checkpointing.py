@@ -146,7 +146,7 @@ class Checkpointer:
     self._scratch = None  # A non-chief's save directory, made with it.
     self._options = tf.train.CheckpointOptions(enable_async=async_save)
     if async_save:
-      _let_async_checkpoints_copy_keras_variables()
+      let_async_checkpoints_copy_keras_variables()
 
   @property
   def directory(self) -> str:
@@ -376,7 +376,7 @@ class Checkpointer:
       shutil.rmtree(self._scratch, ignore_errors=True)
 
 
-def _let_async_checkpoints_copy_keras_variables() -> None:
+def let_async_checkpoints_copy_keras_variables() -> None:
   """Works around Keras 3 variables breaking TF's async checkpoints.
 
   TF's async checkpoint copies every saved variable to the host inside a

@@ -190,18 +190,31 @@ class LocalTier:
     return bool(entry.files)
 
   def save(self, checkpoint: "tf.train.Checkpoint", step: int) -> str:
-    """Writes `checkpoint` as `step` and commits it; returns its prefix.
+    """Writes `checkpoint` as `step` and commits it; returns its prefix."""
+    self.write(checkpoint, step)
+    self.adopt(step)
+    return self.prefix(step)
 
-    A committed step of the same number (a rollback saves it again) is
-    taken out of the state before its files are overwritten.
+  def write(
+    self,
+    checkpoint: "tf.train.Checkpoint",
+    step: int,
+    *,
+    options: "tf.train.CheckpointOptions | None" = None,
+  ) -> str:
+    """Writes the files of `step` without committing them; its prefix.
+
+    `adopt(step)` commits them once they are written: at once, or, for an
+    asynchronous write (`options`), after `checkpoint.sync()`. A committed
+    step of the same number (a rollback saves it again) is taken out of the
+    state before its files are overwritten.
     """
     kept = [e for e in self.entries() if e.step != step]
     if len(kept) != len(self.entries()):
       self._commit(kept)
     # Made on first use; a restore asks for every object a save holds.
     _ = checkpoint.save_counter
-    checkpoint.write(self.prefix(step))
-    self.adopt(step)
+    checkpoint.write(self.prefix(step), options=options)
     return self.prefix(step)
 
   def adopt(self, step: int) -> None:
