@@ -39,8 +39,8 @@ def measured(
 
   Args:
     model_dir: the run's --model_dir.
-    restarts: seconds from each kill to the end of the chief's first
-      resumed loop (`seconds_to_resume`).
+    restarts: per kill, the seconds to the end of the chief's first
+      resumed loop and that loop's steps (`seconds_to_resume`).
     save_every_steps: the steps between the saves it restores from (the
       local tier's when on, else the bucket's).
   """
@@ -59,7 +59,8 @@ def measured(
     seconds[goodput.CHECKPOINT_SAVE] + seconds[goodput.CHECKPOINT_UPLOAD]
   ) / saves
   return {
-    "restart_seconds": sum(restarts) / kills,
+    # The resumed loop's own steps train (goodput): they come off.
+    "restart_seconds": sum(s - n * step for s, n in restarts) / kills,
     "save_seconds": save,
     "step_seconds": step,
     # Wall time from one save's start to the next: its steps and itself.
@@ -75,23 +76,29 @@ def measured(
   }
 
 
-def seconds_to_resume(events: str, killed: list[float]) -> list[float]:
-  """Per kill, the seconds until the chief's next first loop ended: the
-  whole restart, from the kill to a resumed step (detection, going down,
-  the gap, start-up, restore, tracing), on the events' monotonic clock.
+def seconds_to_resume(
+  events: str, killed: list[float]
+) -> list[tuple[float, int]]:
+  """Per kill, the seconds until the chief's next first loop ended (the
+  whole restart, from the kill to a resumed step: detection, going down,
+  the gap, start-up, restore, tracing, and that loop's steps), on the
+  events' monotonic clock, with that loop's steps.
 
   Args:
     events: the run's progress events file (`CTL_EVENTS`).
     killed: when each kill was sent (`time.monotonic()`).
   """
   ends = sorted(
-    e["monotonic"]
+    (e["monotonic"], e["steps"])
     for e in events_lib.read_events(events)
     if e["worker"] == 0
     and e["phase"] == progress.FIRST_LOOP
     and e["seconds"] is not None
   )
-  return [min(end for end in ends if end > kill) - kill for kill in killed]
+  return [
+    next((end - kill, steps) for end, steps in ends if end > kill)
+    for kill in killed
+  ]
 
 
 def restart_parts(model_dir: str) -> dict:
@@ -320,7 +327,7 @@ def restarts_section(
   from_bucket = max(0.0, seconds["restore_bucket"] - seconds["restore_local"])
   rows, at_five = [], {}
   for name, way, tiers in modes:
-    restart = restarts[way]["to_resumed_step"]
+    restart = restarts[way]["to_training"]
     restart += from_bucket if tiers == "off" else 0.0
     found = at_intervals(
       name,
@@ -359,16 +366,18 @@ def _restart_notes(restarts: dict, seconds: dict, from_bucket: float) -> list:
   )
   return [
     "Restart seconds: worker 1 SIGKILLed, until the chief ends its first "
-    "resumed loop (restart_lib, 2 workers on loopback sharing this "
-    f"machine's cores): cluster {restarts['cluster']['to_resumed_step']:.1f}"
-    f" s, agent + spare {spare['to_resumed_step']:.1f} s, both restoring "
-    f"from the local tier; bucket only adds {from_bucket:.2f} s (restore "
-    "from gs:// less from the local tier, the rounds above).",
-    f"Where the spare's {spare['to_resumed_step']:.1f} s go: the chief "
+    "resumed loop, less that loop's steps at the fastest step time before "
+    "the kill (they train: goodput) (restart_lib, 2 workers on loopback "
+    "sharing this machine's cores): cluster "
+    f"{restarts['cluster']['to_training']:.1f} s, agent + spare "
+    f"{spare['to_training']:.1f} s, both restoring from the local tier; "
+    f"bucket only adds {from_bucket:.2f} s (restore from gs:// less from "
+    "the local tier, the rounds above).",
+    f"Where the spare's {spare['to_training']:.1f} s go: the chief "
     f"went down {spare['to_chief_down']:.1f} s after the kill, its "
     f"restart's first mark at {spare['to_first_mark']:.1f} s, restored at "
-    f"{spare['to_restored']:.1f} s; its ledger: {parts}; the rest is the "
-    "first loop's steps.",
+    f"{spare['to_restored']:.1f} s, its first resumed loop ended at "
+    f"{spare['to_resumed_step']:.1f} s; its ledger: {parts}.",
     f"Saves block {seconds['save_local']:.2f} s (local tier) and "
     f"{seconds['save_bucket']:.2f} s (gs://), every Young/Daly interval "
     "sqrt(2 x save x fault interval); lost work is half an interval.",
