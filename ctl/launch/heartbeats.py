@@ -55,11 +55,6 @@ class Heartbeats:
         return rank
     return None
 
-  def past_first_loop(self, ranks) -> bool:
-    """Whether every one of `ranks` has said it finished its first train
-    loop (start-up, restore, tracing and compilation are behind it)."""
-    return all(self.read(rank).get("past_first_loop") for rank in ranks)
-
   def stalled_at(self, rank: int) -> str:
     """Where worker `rank` stalled, as " at step S in PHASE", or ""."""
     beat = self.read(rank)

@@ -12,7 +12,6 @@ place; one that comes back at the same place is said not to be transient.
 import collections
 from collections.abc import Callable, Mapping, Sequence
 import dataclasses
-import functools
 import os
 import queue
 import signal
@@ -40,11 +39,6 @@ _FINAL_CODES = {
     "owns it"
   ),
 }
-# A warm spare is made once its worker has finished its first train loop,
-# so that its imports do not compete for the node's cores with the worker's
-# start-up, restore and tracing (a restart's critical path); at the latest
-# this long after the start, for a worker command that writes no heartbeats.
-SPARE_AT_THE_LATEST_SECS = 120.0
 # The shortest pause between restarts, whatever --restart_backoff_secs says:
 # a worker that fails at once must not make the launcher spin.
 MIN_PAUSE_SECS = 0.5
@@ -148,9 +142,9 @@ class _Starts:
   previous_exit: dict[str, str] = dataclasses.field(default_factory=dict)
 
   def start(self, policy: Policy) -> workers_lib.Workers:
-    """Start number `count` (0 is the first), in the spare if there is one."""
+    """Start number `count` (0 is the first), then the next one's spare."""
     spare, self.spare = self.spare, None
-    return workers_lib.Workers(
+    started = workers_lib.Workers(
       self.command,
       self.tasks(),
       env={
@@ -168,22 +162,14 @@ class _Starts:
       relay_output=self.relay_output,
       spare=spare,
     )
-
-  def make_spare(self, workers: workers_lib.Workers, policy: Policy) -> None:
-    """Makes the next start's spare once `workers` are past start-up (see
-    SPARE_AT_THE_LATEST_SECS), if restarts are left and there is none."""
-    if (
-      self.warm_spare
-      and self.spare is None
-      and self.count < policy.max_restarts
-      and workers.past_start_up(at_the_latest_secs=SPARE_AT_THE_LATEST_SECS)
-    ):
+    if self.warm_spare and self.count < policy.max_restarts:
       self.spare = workers_lib.Spare(
         self.command,
         env=self.job,
         guard=self.guard,
         relay_output=self.relay_output,
       )
+    return started
 
   def discard_spare(self) -> None:
     """Ends the spare no start will use."""
@@ -213,11 +199,7 @@ class _Supervisor:
     """Restarts the workers until the end; the launcher's exit status."""
     while True:
       workers = self._starts.start(self._policy)
-      rank, code, signum = workers.wait_for_failure(
-        on_poll=functools.partial(
-          self._starts.make_spare, workers, self._policy
-        )
-      )
+      rank, code, signum = workers.wait_for_failure()
       self._starts.ended(code)
       signum = (
         workers.stop(signum or signal.SIGTERM, self._policy.grace_secs)

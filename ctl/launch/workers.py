@@ -9,7 +9,7 @@ reports its exit as an event without reaping it: until `stop` reaps it, its
 pid, and so its group id, cannot be reused by an unrelated process.
 """
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 import contextlib
 import dataclasses
 import json
@@ -139,7 +139,6 @@ class Workers:
     self._procs = []
     self._relays = []
     self._running = set()
-    self._started = time.monotonic()
     for task in tasks:
       worker_env = base_environment(env)
       worker_env[env_lib.HEARTBEAT_DIR] = heartbeats.directory
@@ -198,14 +197,11 @@ class Workers:
         self._running.discard(rank)
         return rank, code
 
-  def wait_for_failure(
-    self, on_poll: Callable[[], None] = lambda: None
-  ) -> tuple[int | None, int, int | None]:
+  def wait_for_failure(self) -> tuple[int | None, int, int | None]:
     """Waits until a worker fails, all exit 0, or the launcher gets a signal.
 
     A worker past its heartbeat deadline counts as failed with
-    `STALL_EXIT_CODE`. `on_poll` is called at every heartbeat poll (about
-    once a second) while the workers run.
+    `STALL_EXIT_CODE`.
 
     Returns:
       (rank, code, None) for the first worker that exited abnormally,
@@ -218,7 +214,6 @@ class Workers:
         stalled = self._heartbeats.overdue(self._running)
         if stalled is not None:
           return stalled, STALL_EXIT_CODE, None
-        on_poll()
         continue
       if isinstance(exit_or_signum, int):
         return None, 0, exit_or_signum
@@ -230,14 +225,6 @@ class Workers:
   def stalled_at(self, rank: int) -> str:
     """Where worker `rank` stalled, as " at step S in PHASE", or ""."""
     return self._heartbeats.stalled_at(rank)
-
-  def past_start_up(self, *, at_the_latest_secs: float) -> bool:
-    """Whether every running worker has finished its first train loop, by
-    its heartbeat; or this start is `at_the_latest_secs` old (a worker
-    command that writes no heartbeats)."""
-    return self._heartbeats.past_first_loop(self._running) or (
-      time.monotonic() - self._started >= at_the_latest_secs
-    )
 
   def stop(self, signum: int, grace_secs: float) -> int | None:
     """Sends `signum` to every worker, then SIGKILL after the grace period.

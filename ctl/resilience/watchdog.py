@@ -293,8 +293,6 @@ class Watchdog:
       "limit": state.limit,
       "deadline": deadline,
       "stalled": stalled,
-      # Past start-up: the launcher starts a warm spare only from here on.
-      "past_first_loop": progress.FIRST_LOOP in self._slowest,
     }
     temporary = f"{self._heartbeat}.{os.getpid()}.tmp"
     try:
