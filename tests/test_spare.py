@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import psutil
+
 from ctl.launch import spare
 from trainer.testing import REPO
 
@@ -28,6 +30,7 @@ if __name__ == "__main__":
     "inherited": os.environ.get("NOT_HANDED_OVER"),
     "attempt_start": os.environ.get("CTL_ATTEMPT_START"),
     "csv_already_imported": "csv" in sys.modules,
+    "niceness": os.getpriority(os.PRIO_PROCESS, 0),
   }))
 '''
 
@@ -85,3 +88,24 @@ def test_an_agent_that_ends_without_a_restart_ends_the_spare_quietly(
   finally:
     process.kill()
   assert (process.returncode, out, err) == (0, "", "")
+
+
+def test_the_spare_imports_at_a_lower_priority_the_worker_runs_at_its_own(
+  tmp_path,
+):
+  """A restart on the node's cores comes before the next spare's imports;
+  the worker it becomes runs at the priority the agent gave it (where the
+  process may raise it back: root or CAP_SYS_NICE; else it never lowers)."""
+  started = os.getpriority(os.PRIO_PROCESS, 0)
+  process = _spare(tmp_path)
+  try:
+    assert process.stderr.readline().strip() == spare.READY_LINE
+    waiting = psutil.Process(process.pid).nice()
+    handed = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}
+    out, err = process.communicate(json.dumps(handed) + "\n", timeout=60)
+  finally:
+    process.kill()
+  assert process.returncode == 0, err
+  lowered = min(19, started + spare.WARM_UP_NICENESS)
+  assert waiting == (lowered if spare.may_restore_priority() else started)
+  assert json.loads(out)["niceness"] == started

@@ -25,6 +25,15 @@ without a line (the agent finished or died) ends it quietly with 0.
 It writes `READY_LINE` to its stderr when its imports are done: for a person
 reading the agent's output, and for the benchmark that must kill a worker
 only once the spare is warm.
+
+The spare is made as soon as a start is made, so it is warm for a failure
+that comes soon after; its imports (seconds of CPU) then run beside that
+start's own (start-up, restore, tracing), which is a restart's critical
+path. So it imports at `WARM_UP_NICENESS` more than it was started with,
+and the hand-over sets it back before the worker runs. Raising a priority
+back needs root or CAP_SYS_NICE (what a container's agent has); a process
+that may not (`may_restore_priority`) keeps its priority throughout, so a
+worker never runs lowered.
 """
 
 import ast
@@ -32,6 +41,7 @@ import importlib
 import importlib.util
 import json
 import os
+import resource
 import runpy
 import sys
 import time
@@ -39,6 +49,9 @@ import time
 from ctl import env
 
 READY_LINE = "ctl.launch.spare: warm, waiting for a restart"
+# How much lower (a larger nice value) the spare's imports run: a tenth of a
+# busy core's share against a process at the agent's priority.
+WARM_UP_NICENESS = 10
 
 
 def imports_of(module: str) -> list[str]:
@@ -75,6 +88,23 @@ def warm_up(module: str) -> None:
       pass
 
 
+def may_restore_priority() -> bool:
+  """Whether this process may set its nice value back down once raised:
+  as root, or within its RLIMIT_NICE (20 - limit is the lowest allowed)."""
+  lowest = 20 - resource.getrlimit(resource.RLIMIT_NICE)[0]
+  return os.geteuid() == 0 or lowest <= os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def set_niceness(value: int) -> None:
+  """Sets the nice value of every thread of this process (Linux keeps one
+  per thread, and a new thread takes its creator's)."""
+  for thread in os.listdir("/proc/self/task"):
+    try:
+      os.setpriority(os.PRIO_PROCESS, int(thread), value)
+    except ProcessLookupError:  # The thread ended meanwhile.
+      pass
+
+
 def wait_for_hand_over() -> dict[str, str] | None:
   """Blocks until the agent writes the environment line; None at its end."""
   line = sys.stdin.readline()
@@ -84,11 +114,17 @@ def wait_for_hand_over() -> dict[str, str] | None:
 def main(argv: list[str]) -> int:
   """`python -m ctl.launch.spare MODULE ARGS...`: warm up, wait, run MODULE."""
   module, *args = argv
+  started = os.getpriority(os.PRIO_PROCESS, 0)
+  lowered = may_restore_priority()
+  if lowered:
+    set_niceness(min(19, started + WARM_UP_NICENESS))
   warm_up(module)
   print(READY_LINE, file=sys.stderr, flush=True)
   environment = wait_for_hand_over()
   if environment is None:
     return 0
+  if lowered:
+    set_niceness(started)
   os.environ.clear()
   os.environ.update(environment)
   os.environ[env.ATTEMPT_START] = f"{time.time():.3f}"
