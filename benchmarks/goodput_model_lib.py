@@ -320,7 +320,9 @@ def restarts_section(
     modes: tiers_lib.GOODPUT_MODES, (name, "cluster" | "spare", tiers).
     restarts: from `timed_restarts` (their restores: the local tier).
     seconds: median seconds of the section's rounds: save_local,
-      save_bucket, restore_local, restore_bucket.
+      save_bucket, restore_local, restore_bucket; and save_local_in_training
+      (benchmarks/save_cost_lib): what a local save costs the training
+      around it, when more than the call.
     config: the section's settings.
   """
   # A restart without the local tier restores from the bucket instead.
@@ -332,7 +334,7 @@ def restarts_section(
     found = at_intervals(
       name,
       restart_seconds=restart,
-      save_seconds=seconds["save_bucket" if tiers == "off" else "save_local"],
+      save_seconds=_save_seconds(seconds, tiers),
     )
     at_five[name] = found[0]["goodput_percent"]
     rows += found
@@ -359,6 +361,14 @@ def restarts_section(
   )
 
 
+def _save_seconds(seconds: dict, tiers: str) -> float:
+  """A save's cost: the bucket's blocks the step; a local one's is what it
+  costs the training around it, if more than the call."""
+  if tiers == "off":
+    return seconds["save_bucket"]
+  return max(seconds["save_local"], seconds.get("save_local_in_training", 0.0))
+
+
 def _restart_notes(restarts: dict, seconds: dict, from_bucket: float) -> list:
   spare = restarts["spare"]
   parts = ", ".join(
@@ -378,7 +388,10 @@ def _restart_notes(restarts: dict, seconds: dict, from_bucket: float) -> list:
     f"restart's first mark at {spare['to_first_mark']:.1f} s, restored at "
     f"{spare['to_restored']:.1f} s, its first resumed loop ended at "
     f"{spare['to_resumed_step']:.1f} s; its ledger: {parts}.",
-    f"Saves block {seconds['save_local']:.2f} s (local tier) and "
-    f"{seconds['save_bucket']:.2f} s (gs://), every Young/Daly interval "
-    "sqrt(2 x save x fault interval); lost work is half an interval.",
+    f"Saves cost {_save_seconds(seconds, 'on'):.2f} s (local tier: the "
+    "training's loss per save, measured in training, with the write on a "
+    f"thread; the call blocks {seconds['save_local']:.3f} s) and "
+    f"{seconds['save_bucket']:.2f} s (gs://, blocking), every Young/Daly "
+    "interval sqrt(2 x save x fault interval); lost work is half an "
+    "interval.",
   ]

@@ -53,9 +53,13 @@ from trainer.testing import trainer_command
 from trainer.testing import trainer_env
 
 MODES = ("cluster", "agent", "spare")
+IMAGE_SIZES = {"small_cnn": 8, "resnet50": 64}
 _MODEL_FLAGS = {
-  "small_cnn": ("--dataset=digits", "--image_size=8"),
-  "resnet50": ("--dataset=synthetic", "--image_size=64"),
+  "small_cnn": ("--dataset=digits", f"--image_size={IMAGE_SIZES['small_cnn']}"),
+  "resnet50": (
+    "--dataset=synthetic",
+    f"--image_size={IMAGE_SIZES['resnet50']}",
+  ),
 }
 _SEGMENTS = ("to_chief_down", "to_first_mark", "to_restored", "to_resumed_step")
 

@@ -31,6 +31,7 @@ from benchmarks import checkpointing_lib
 from benchmarks import goodput_model_lib
 from benchmarks import report as report_lib
 from benchmarks import restart_lib
+from benchmarks import save_cost_lib
 from benchmarks import settings
 from benchmarks import stats
 from ctl.checkpoint import checkpointing
@@ -149,13 +150,20 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
         config=dataclasses.asdict(config),
       )
     if config.model_restarts:
+      seconds = {key: statistics.median(times[key]) for key in times}
+      # At the restarts' image size: the checkpoint's is the same.
+      seconds["save_local_in_training"] = save_cost_lib.seconds_per_save(
+        model=config.model,
+        image_size=restart_lib.IMAGE_SIZES[config.model],
+        root=root,
+      )["in_training"]
       sections[f"{config.section}_model"] = goodput_model_lib.restarts_section(
         model=config.model,
         modes=GOODPUT_MODES,
         restarts=goodput_model_lib.timed_restarts(
           config.model, os.path.join(workdir, "restarts"), timeout=600
         ),
-        seconds={key: statistics.median(times[key]) for key in times},
+        seconds=seconds,
         config=dataclasses.asdict(config),
       )
   return sections

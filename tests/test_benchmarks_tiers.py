@@ -1,8 +1,10 @@
 """The checkpoint tiers benchmark (benchmarks/tiers.py) on tiny settings."""
 
 import json
+import os
 import sys
 
+from benchmarks import save_cost_lib
 from trainer.testing import run_command
 
 
@@ -25,3 +27,13 @@ def test_the_tiers_section_times_every_tier(tmp_path):
   assert len(rows) == 8 and all(seconds > 0 for seconds in rows.values())
   assert [t["threshold"] for t in section["targets"]] == [5.0, 3.0, 1.0]
   assert section["config"]["local_root"].startswith(str(tmp_path))
+
+
+def test_a_local_saves_cost_in_training_is_measured(tmp_path):
+  """benchmarks/save_cost_lib on the small CNN: loops with and without a
+  save after each; the cost per save and the step time come back."""
+  found = save_cost_lib.seconds_per_save(
+    model="small_cnn", image_size=8, root=str(tmp_path), blocks=1, loops=2
+  )
+  assert found["in_training"] >= 0 and found["step"] > 0
+  assert os.listdir(tmp_path) == []  # The tier it used is gone.
