@@ -38,30 +38,7 @@ def seconds_per_save(
     blocks: pairs of blocks, without and with saves.
     loops: train loops per block (a save after each in a saving block).
   """
-  strategy = tf.distribute.get_strategy()
-  dataset, num_classes = runners.synthetic_batch(
-    image_size=image_size, batch_size=_BATCH
-  )
-  group = runners.build_group(
-    strategy=strategy,
-    model_name=model,
-    image_size=image_size,
-    num_classes=num_classes,
-    precision="none",
-  )
-  loop = runners.train_loop(
-    strategy=strategy,
-    group=group,
-    global_batch_size=_BATCH,
-    steps_per_loop=_STEPS_PER_LOOP,
-    xla=False,
-  )
-  runner = runners.EngineRunner(
-    strategy=strategy,
-    loop=loop,
-    dataset=dataset,
-    steps_per_loop=_STEPS_PER_LOOP,
-  )
+  runner, group = _runner(model, image_size)
   checkpoint = tf.train.Checkpoint(model=group.model, optimizer=group.optimizer)
   with tempfile.TemporaryDirectory(prefix="bench-save-cost-", dir=root) as tier:
     tiered = checkpoint_tiers.TieredCheckpointer(
@@ -99,3 +76,33 @@ def seconds_per_save(
     ),
     "step": statistics.median(plain) / (loops * _STEPS_PER_LOOP),
   }
+
+
+def _runner(model: str, image_size: int):
+  """The engine's runner over synthetic in-memory batches, and its model
+  group (the trainer's model and optimizer), under the default strategy."""
+  strategy = tf.distribute.get_strategy()
+  dataset, num_classes = runners.synthetic_batch(
+    image_size=image_size, batch_size=_BATCH
+  )
+  group = runners.build_group(
+    strategy=strategy,
+    model_name=model,
+    image_size=image_size,
+    num_classes=num_classes,
+    precision="none",
+  )
+  loop = runners.train_loop(
+    strategy=strategy,
+    group=group,
+    global_batch_size=_BATCH,
+    steps_per_loop=_STEPS_PER_LOOP,
+    xla=False,
+  )
+  runner = runners.EngineRunner(
+    strategy=strategy,
+    loop=loop,
+    dataset=dataset,
+    steps_per_loop=_STEPS_PER_LOOP,
+  )
+  return runner, group

@@ -150,21 +150,8 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
         config=dataclasses.asdict(config),
       )
     if config.model_restarts:
-      seconds = {key: statistics.median(times[key]) for key in times}
-      # At the restarts' image size: the checkpoint's is the same.
-      seconds["save_local_in_training"] = save_cost_lib.seconds_per_save(
-        model=config.model,
-        image_size=restart_lib.IMAGE_SIZES[config.model],
-        root=root,
-      )["in_training"]
-      sections[f"{config.section}_model"] = goodput_model_lib.restarts_section(
-        model=config.model,
-        modes=GOODPUT_MODES,
-        restarts=goodput_model_lib.timed_restarts(
-          config.model, os.path.join(workdir, "restarts"), timeout=600
-        ),
-        seconds=seconds,
-        config=dataclasses.asdict(config),
+      sections[f"{config.section}_model"] = _restarts_model(
+        config, times, root, workdir
       )
   return sections
 
@@ -303,6 +290,27 @@ def _checkpoint(config: Config) -> tuple[tf.train.Checkpoint, str]:
     device=config.device,
   )
   return checkpoint, device.description
+
+
+def _restarts_model(config: Config, times: dict, root: str, workdir: str):
+  """The goodput model at 5 and 30 minutes from timed restarts of the
+  model and this run's saves, a local save's cost measured in training."""
+  seconds = {key: statistics.median(times[key]) for key in times}
+  # At the restarts' image size: the checkpoint's is the same.
+  seconds["save_local_in_training"] = save_cost_lib.seconds_per_save(
+    model=config.model,
+    image_size=restart_lib.IMAGE_SIZES[config.model],
+    root=root,
+  )["in_training"]
+  return goodput_model_lib.restarts_section(
+    model=config.model,
+    modes=GOODPUT_MODES,
+    restarts=goodput_model_lib.timed_restarts(
+      config.model, os.path.join(workdir, "restarts"), timeout=600
+    ),
+    seconds=seconds,
+    config=dataclasses.asdict(config),
+  )
 
 
 _ASYNC = tf.train.CheckpointOptions(enable_async=True)
