@@ -10,9 +10,9 @@ TensorFlow has each of these updates as one kernel (`ResourceApplyAdam`,
 subclasses call those kernels and change nothing else: the same variables
 (a checkpoint of the Keras optimizer restores into them, and back), the
 same hyperparameters, schedules, clipping, weight decay and loss scaling.
-Measured on a ResNet50 train loop (docs/goodput.md, "The optimizer's
-update"), a restart's tracing and first call take about a third less time,
-and a step on the CPU about a quarter less.
+Measured on a ResNet50 train loop (docs/framework.md, "The step"), a
+restart's tracing and first call take about a third less time, and a step
+on the CPU about a quarter less.
 
 What the kernels do not cover falls back to Keras's own update: Adam with
 `amsgrad`, sparse gradients (`tf.IndexedSlices`), and variables that are not
