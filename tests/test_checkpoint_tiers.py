@@ -19,6 +19,7 @@ import time
 import pytest
 
 from ctl.checkpoint import local_tier
+from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.telemetry import ledger
 from tests.conftest import FAST_FLAGS
 from tests.conftest import free_ports
@@ -305,6 +306,38 @@ def test_one_worker_under_the_launcher_restores_its_local_step(
   assert restored["step"] >= ahead > BUCKET_EVERY
   assert restored["tiers"] == ["local"]
   _assert_identical(model_dir, one_worker_reference[0])
+
+
+def test_a_local_checkpoint_of_another_input_shape_is_refused(tmp_path):
+  """As the bucket's (tests/test_errors.py): a run killed after its local
+  saves, restarted with another --image_size, restores the local step and
+  is refused in one sentence (exit 2), its checkpoints left as they were."""
+  flags = (
+    *ONE_WORKER,
+    f"--model_dir={tmp_path / 'run'}",
+    f"--local_checkpoints={tmp_path}/node0",
+  )
+  killed = run_trainer(
+    *flags, env=trainer_env(CTL_JOB_ID="shape", faults="crash@40"), check=False
+  )
+  assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+  kept = tier(tmp_path, 0)
+  newest = kept.steps()[-1]
+  assert newest > BUCKET_EVERY
+  result = run_trainer(
+    *flags,
+    "--image_size=24",
+    env=trainer_env(CTL_JOB_ID="shape"),
+    check=False,
+  )
+  assert result.returncode == USER_ERROR_EXIT_CODE, result.stderr[-3000:]
+  assert "Traceback" not in result.stderr, result.stderr[-3000:]
+  assert result.stderr.strip().splitlines()[-1] == (
+    f"error: The checkpoint {kept.prefix(newest)} was trained on inputs of "
+    "shape (16, 16, 3), not this run's (24, 24, 3); use the input shape it "
+    "was trained with, or another --checkpoint_dir or --model_dir."
+  )
+  assert kept.steps()[-1] == newest
 
 
 def test_a_full_local_tier_turns_off_with_one_warning(

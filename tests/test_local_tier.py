@@ -89,6 +89,51 @@ def test_a_local_save_holds_its_steps_values_while_training_goes_on(tmp_path):
   tiered.close()
 
 
+def _records(prefix: str) -> dict:
+  """The records a checkpoint holds beside its state (the weights and
+  TensorFlow's own count of saves by one object): {key: value}."""
+  reader = tf.train.load_checkpoint(prefix)
+  return {
+    key: reader.get_tensor(key).tolist()
+    for key in reader.get_variable_to_shape_map()
+    if not key.startswith(("weights/", "save_counter/", "_CHECKPOINTABLE"))
+  }
+
+
+def test_a_local_save_holds_the_records_a_bucket_save_holds(tmp_path):
+  """The local tier writes asynchronously, and TensorFlow's asynchronous
+  write saves only what the `tf.train.Checkpoint` was made with: the records
+  a `Checkpointer` keeps must be in it too, in the local file and its copy
+  in the bucket, or a restore could not check them."""
+  bucket = checkpointing.Checkpointer(
+    checkpoint=_checkpoint(1.0),
+    directory=str(tmp_path / "bucket"),
+    is_chief=True,
+    keep=3,
+    input_shape=(8, 8, 3),
+    global_batch_size=64,
+  )
+  tier = local_tier.LocalTier(str(tmp_path / "worker-0"))
+  tiered = checkpoint_tiers.TieredCheckpointer(
+    bucket=bucket,
+    tier=tier,
+    keep=3,
+    is_chief=True,
+    on_saved=lambda: None,
+    agreement=None,
+  )
+  bucket.save(5)
+  tiered.save(10)
+  tiered.sync()
+  expected = _records(os.path.join(bucket.directory, "ckpt-5"))
+  assert {"input_shape/.ATTRIBUTES/VARIABLE_VALUE": [8, 8, 3]}.items() <= (
+    expected.items()
+  )
+  assert _records(tier.prefix(10)) == expected
+  assert _records(os.path.join(bucket.directory, "ckpt-10")) == expected
+  tiered.close()
+
+
 def test_a_copy_to_the_bucket_is_what_a_checkpointer_restores(tmp_path):
   tier = local_tier.LocalTier(str(tmp_path / "tier"))
   bucket = str(tmp_path / "bucket")

@@ -132,9 +132,8 @@ class Checkpointer:
       self._records[_GLOBAL_BATCH] = global_batch_size
       self._records[_DATA_ORDER_CHANGED] = -1
     for name, value in self._records.items():
-      setattr(
-        checkpoint, name, tf.Variable(value, dtype=tf.int64, trainable=False)
-      )
+      variable = tf.Variable(value, dtype=tf.int64, trainable=False)
+      _attach(checkpoint, name, variable)
     self._directory = directory
     self._is_chief = is_chief
     self._async_save = async_save
@@ -374,6 +373,23 @@ class Checkpointer:
     self.sync()
     if self._scratch:
       shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def _attach(
+  checkpoint: tf.train.Checkpoint, name: str, variable: tf.Variable
+) -> None:
+  """Adds `variable` to `checkpoint` as `name`, for every kind of save.
+
+  TensorFlow's asynchronous save (`CheckpointOptions(enable_async=True)`:
+  the local tier's, `--async_checkpoint`) writes a copy of the checkpoint
+  that it builds from the `tf.train.Checkpoint` constructor's keyword
+  arguments only (`Checkpoint._kwargs`), so an object that is only set as an
+  attribute afterwards is left out of every asynchronous save. Each record
+  is therefore also added where that copy is built from (before the first
+  save builds it).
+  """
+  setattr(checkpoint, name, variable)
+  checkpoint._kwargs[name] = variable  # pylint: disable=protected-access
 
 
 def let_async_checkpoints_copy_keras_variables() -> None:
