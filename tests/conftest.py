@@ -77,8 +77,11 @@ def gcs_emulator(tmp_path):
 
 
 _HOLD_LEASE = """
+import socket
 import sys
 from ctl.resilience import lease
+if sys.argv[4]:  # A holder on another host: its pid means nothing here.
+  socket.gethostname = lambda: sys.argv[4]
 held = lease.acquire(model_dir=sys.argv[1], job=sys.argv[2],
                      stale_secs=float(sys.argv[3]), storage_route="gcsfs")
 print("held", flush=True)
@@ -89,16 +92,26 @@ held.release()
 
 @pytest.fixture
 def lease_holder():
-  """`start(model_dir, job=, stale_secs=)`: a process holding its lease.
+  """`start(model_dir, job=, stale_secs=, host=)`: a process holding its lease.
 
   The process takes the lease on `model_dir` (ctl.resilience.lease) and holds it,
   renewing it, until its stdin is closed; the fixture kills what is left.
+  `host` names another host it stands for ("": this one), where a lease is
+  judged by its renewals, not by its pid.
   """
   procs = []
 
-  def start(model_dir, *, job="", stale_secs=60.0):
+  def start(model_dir, *, job="", stale_secs=60.0, host=""):
     proc = subprocess.Popen(
-      [sys.executable, "-c", _HOLD_LEASE, model_dir, job, str(stale_secs)],
+      [
+        sys.executable,
+        "-c",
+        _HOLD_LEASE,
+        model_dir,
+        job,
+        str(stale_secs),
+        host,
+      ],
       cwd=REPO,
       env=trainer_env(),
       stdin=subprocess.PIPE,

@@ -88,7 +88,7 @@ def test_a_restart_of_the_same_job_takes_its_own_lease(lease_holder, tmp_path):
 def test_a_stale_lease_is_taken_over_and_its_old_holder_keeps_off(
   lease_holder, tmp_path
 ):
-  proc = lease_holder(str(tmp_path), stale_secs=1.0)
+  proc = lease_holder(str(tmp_path), stale_secs=1.0, host="elsewhere")
   proc.send_signal(signal.SIGSTOP)  # Alive, but renews no more.
   time.sleep(2.0)
   taken = _take(str(tmp_path), stale_secs=1.0)
@@ -99,6 +99,26 @@ def test_a_stale_lease_is_taken_over_and_its_old_holder_keeps_off(
   assert proc.returncode == 0
   assert _record(tmp_path)["pid"] == os.getpid()
   taken.release()
+
+
+def test_a_paused_holder_on_this_host_is_never_stale(lease_holder, tmp_path):
+  proc = lease_holder(str(tmp_path), stale_secs=1.0)
+  proc.send_signal(signal.SIGSTOP)  # Alive: it may go on and commit.
+  time.sleep(2.0)  # Past its staleness.
+  with pytest.raises(lease.LeaseHeld, match="alive on this host"):
+    _take(str(tmp_path), stale_secs=1.0)
+  assert _record(tmp_path)["pid"] == proc.pid
+
+
+def test_a_holder_is_judged_by_its_own_staleness_not_the_takers(
+  lease_holder, tmp_path
+):
+  proc = lease_holder(str(tmp_path), stale_secs=60.0, host="elsewhere")
+  time.sleep(2.0)  # Renewed 15 s apart: past the taker's 1 s, not its 60.
+  with pytest.raises(lease.LeaseHeld, match="stale after 60 s"):
+    _take(str(tmp_path), stale_secs=1.0)
+  assert _record(tmp_path)["pid"] == proc.pid
+  assert _record(tmp_path)["stale_secs"] == 60.0
 
 
 def test_take_over_lease_takes_a_live_holders_lease(lease_holder, tmp_path):
@@ -151,7 +171,7 @@ def test_the_holder_renews_its_lease(tmp_path):
 def test_the_lease_on_cloud_storage_is_exclusive(lease_holder, gcs_emulator):
   url = f"gs://{gcs_emulator.BUCKET}/run"
   fs = gcs_emulator.filesystem()
-  proc = lease_holder(url, stale_secs=1.0)
+  proc = lease_holder(url, stale_secs=1.0, host="elsewhere")
   object_path = f"{gcs_emulator.BUCKET}/run/{lease.LEASE_FILE}"
   assert json.loads(fs.cat_file(object_path))["pid"] == proc.pid
   with pytest.raises(lease.LeaseHeld, match=f"pid {proc.pid} on "):
@@ -224,10 +244,16 @@ def single_run_fingerprint(tmp_path_factory):
 def test_two_trainers_on_one_directory_the_second_is_refused(
   single_run_fingerprint, tmp_path
 ):
+  """Also with a shorter --lease_stale_secs than the holder's (issue 36):
+  the first renews every 30 s, so its record is older than the second's 2 s,
+  and it is paused; neither makes a holder alive on this host stale."""
   model_dir = str(tmp_path / "run")
-  first = _start_trainer(model_dir, tmp_path / "first.log")
+  first = _paused_in_first_loop(model_dir, str(tmp_path / "first.jsonl"))
+  time.sleep(3.0)  # Its record is past the second trainer's staleness.
   began = time.monotonic()
-  second = run_trainer(*_RUN, f"--model_dir={model_dir}", check=False)
+  second = run_trainer(
+    *_RUN, "--lease_stale_secs=2", f"--model_dir={model_dir}", check=False
+  )
   refused_in = time.monotonic() - began
   print(f"\nthe second trainer was refused in {refused_in:.2f} s")
   assert second.returncode == 2, second.stderr[-3000:]
@@ -235,7 +261,9 @@ def test_two_trainers_on_one_directory_the_second_is_refused(
   last = second.stderr.strip().splitlines()[-1]
   assert last.startswith(f"error: {model_dir} is in use by another trainer")
   assert f"pid {first.pid} on " in last and "--take_over_lease" in last
-  assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()
+  first.send_signal(signal.SIGCONT)
+  code, output = finish(first)
+  assert code == 0, output[-3000:]
   summary = read_summary(model_dir)
   assert summary["weights_fingerprint"] == single_run_fingerprint
   assert not os.path.exists(os.path.join(model_dir, lease.LEASE_FILE))
@@ -288,11 +316,23 @@ def _files(model_dir):
   return found
 
 
-def _paused_in_first_loop(model_dir, events, *flags):
-  """Starts a trainer holding the lease; SIGSTOPs it as its first loop starts."""
-  proc = start(
-    trainer_command(*_RUN, *flags, f"--model_dir={model_dir}"), events=events
-  )
+# A trainer that names its host "elsewhere": a lease holder on another host,
+# judged by its renewals, not by its pid.
+_ELSEWHERE = (
+  "import runpy, socket; socket.gethostname = lambda: 'elsewhere'; "
+  "runpy.run_module('trainer.task', run_name='__main__', alter_sys=True)"
+)
+
+
+def _paused_in_first_loop(model_dir, events, *flags, elsewhere=False):
+  """Starts a trainer holding the lease; SIGSTOPs it as its first loop starts.
+
+  `elsewhere`: it stands for a trainer on another host.
+  """
+  command = trainer_command(*_RUN, *flags, f"--model_dir={model_dir}")
+  if elsewhere:
+    command[1:3] = ["-c", _ELSEWHERE]
+  proc = start(command, events=events)
   wait_for_event(
     events,
     lambda e: e["phase"] == "first_loop" and e["seconds"] is None,
@@ -314,7 +354,10 @@ def test_a_paused_holder_taken_over_when_stale_stops_without_writing(
 ):
   model_dir = str(tmp_path / "run")
   old = _paused_in_first_loop(
-    model_dir, str(tmp_path / "old.jsonl"), "--lease_stale_secs=2"
+    model_dir,
+    str(tmp_path / "old.jsonl"),
+    "--lease_stale_secs=2",
+    elsewhere=True,
   )
   time.sleep(3.0)  # Past staleness: it renews no more.
   new = run_trainer(*_RUN, "--lease_stale_secs=2", f"--model_dir={model_dir}")

@@ -18,14 +18,17 @@ How it is made exclusive:
     precondition `ifGenerationMatch` (0 to create, the generation read to
     renew, take over or delete), so of two writers exactly one succeeds.
 
-A lease may be taken over when it is stale (not renewed for `stale_secs`,
-judged on the wall clock of the record, the only clock two hosts share),
-when it belongs to the same job (a restart by `ctl.launch`, which sets
-`CTL_JOB_ID`, or by Vertex AI, `CLOUD_ML_JOB_ID`), when its pid on this
-same host is gone (a SIGKILLed run on a laptop is reclaimed at once), or
-with `take_over=True` (`--take_over_lease`: an operator who knows the holder
-is dead). A renewal thread rewrites the record every `stale_secs / 4` on a
-monotonic clock. A holder that finds its lease taken over says so and stops
+A lease may be taken over when it belongs to the same job (a restart by
+`ctl.launch`, which sets `CTL_JOB_ID`, or by Vertex AI, `CLOUD_ML_JOB_ID`),
+when its pid on this same host is gone (a SIGKILLed run on a laptop is
+reclaimed at once), with `take_over=True` (`--take_over_lease`: an operator
+who knows the holder is dead), or when it is stale. Stale is judged by the
+holder's own terms, recorded in the lease: not renewed for the holder's
+`stale_secs` (on the wall clock of the record, the only clock two hosts
+share), so a taker with a shorter `stale_secs` cannot take a lease its
+holder renews at a slower pace; and a holder whose pid is alive on this
+host is never stale (paused, it may go on). A renewal thread rewrites the
+record every `stale_secs / 4` on a monotonic clock. A holder that finds its lease taken over says so and stops
 renewing; it never deletes another's lease.
 """
 
@@ -72,6 +75,9 @@ class Holder:
     generation: the fencing token: one more than the lease it replaced
       (1 for a new one), the same across renewals (0: a record written
       before generations existed).
+    stale_secs: the holder's own staleness: it renews every quarter of
+      it, and its lease is stale once not renewed for that long (0: a
+      record written before it was recorded; the taker's then applies).
   """
 
   host: str
@@ -80,6 +86,7 @@ class Holder:
   started: float
   renewed: float
   generation: int = 0
+  stale_secs: float = 0.0
 
   def describe(self) -> str:
     job = f", job {self.job}" if self.job else ""
@@ -105,7 +112,9 @@ class Terms:
     model_dir: the run directory (local, FUSE path or gs://).
     job: this process's job id ("" for none); a lease of the same job is
       taken over at once (a supervised restart).
-    stale_secs: a lease not renewed for this long may be taken over.
+    stale_secs: this holder renews its lease every quarter of it, and its
+      lease is stale once not renewed for that long; another's is judged
+      by the staleness recorded in it.
     take_over: take the lease whoever holds it (the operator knows the
       holder is dead).
     storage_route: how gs:// is reached (ctl.io.storage.ROUTES).
@@ -167,7 +176,11 @@ def check_free(terms: Terms | None) -> None:
     fuse_root=terms.fuse_root,
   ).read()
   if found is not None:
-    _judge(found[0], _me(terms.job), **dataclasses.asdict(terms))
+    _judge(
+      found[0],
+      _me(terms.job, terms.stale_secs),
+      **dataclasses.asdict(terms),
+    )
 
 
 def acquire(
@@ -195,7 +208,9 @@ def acquire(
   )
   for _ in range(_ATTEMPTS):
     found = store.read()
-    mine = _me(job, generation=found[0].generation + 1 if found else 1)
+    mine = _me(
+      job, stale_secs, generation=found[0].generation + 1 if found else 1
+    )
     try:
       if found is None:
         token = store.create(_encode(mine))
@@ -346,9 +361,11 @@ def fence_of(held: Lease | None) -> fencing.Fence:
   return held.fence() if held else fencing.OPEN
 
 
-def _me(job: str, generation: int = 0) -> Holder:
+def _me(job: str, stale_secs: float, generation: int = 0) -> Holder:
   now = time.time()
-  return Holder(socket.gethostname(), os.getpid(), job, now, now, generation)
+  return Holder(
+    socket.gethostname(), os.getpid(), job, now, now, generation, stale_secs
+  )
 
 
 def _judge(
@@ -366,13 +383,18 @@ def _judge(
     LeaseHeld: it may not.
   """
   del unused  # The other terms.
+  stale_secs = holder.stale_secs or stale_secs  # The holder's own terms.
   why = _reclaimable(holder, mine, stale_secs, take_over)
   if why is None:
+    live = (
+      "alive on this host"
+      if holder.host == mine.host
+      else f"stale after {stale_secs:g} s without renewal"
+    )
     raise LeaseHeld(
       f"{model_dir} is in use by another trainer ({holder.describe()}; "
-      f"stale after {stale_secs:g} s without renewal): wait for it to "
-      "end, use another --model_dir, or pass --take_over_lease if you "
-      "know that process is dead."
+      f"{live}): wait for it to end, use another --model_dir, or pass "
+      "--take_over_lease if you know that process is dead."
     )
   return why
 
@@ -380,12 +402,18 @@ def _judge(
 def _reclaimable(
   holder: Holder, mine: Holder, stale_secs: float, take_over: bool
 ) -> str | None:
-  """Why `holder`'s lease may be taken over, or None when it may not."""
+  """Why `holder`'s lease may be taken over, or None when it may not.
+
+  `stale_secs` is the holder's. A holder on this host is judged by its pid
+  alone: alive, it is never stale (a paused one may go on and commit).
+  """
   if take_over:
     return "--take_over_lease"
   if holder.job and holder.job == mine.job:
     return f"it belongs to this job ({holder.job}), restarted"
-  if holder.host == mine.host and not _alive(holder.pid):
+  if holder.host == mine.host:
+    if _alive(holder.pid):
+      return None
     return f"pid {holder.pid} is no longer running on this host"
   age = mine.renewed - holder.renewed
   if age > stale_secs:
@@ -409,9 +437,11 @@ def _encode(holder: Holder) -> bytes:
 
 def _decode(data: bytes) -> Holder:
   """The record, or a stale stand-in for an unreadable one (half written)."""
-  try:
-    return Holder(**json.loads(data))
-  except (ValueError, TypeError):
+  known = {field.name for field in dataclasses.fields(Holder)}
+  try:  # Fields a later version records are not this one's to judge.
+    record = json.loads(data)
+    return Holder(**{k: v for k, v in record.items() if k in known})
+  except (ValueError, TypeError, AttributeError):
     return Holder("?", 0, "", 0.0, 0.0)
 
 
