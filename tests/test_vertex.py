@@ -463,3 +463,201 @@ def test_missing_aiplatform_says_how_to_install(monkeypatch, capsys):
     "error: Vertex AI support needs google-cloud-aiplatform; install the "
     "vertex extra: pip install '.[vertex]'.\n"
   )
+
+
+_SPOT_FLAGS = [
+  f"--image={_IMAGE}",
+  "--num_workers=2",
+  "--machine_type=a2-highgpu-1g",
+  "--accelerator_type=NVIDIA_TESLA_A100",
+  "--base_output_dir=gs://bucket/run",
+  "--scheduling_strategy=spot",
+  "--timeout=36h",
+  "--service_account=trainer@my-project.iam.gserviceaccount.com",
+  "--network=projects/12345/global/networks/my-vpc",
+  "--reserved_ip_ranges=range-a,range-b",
+  "--boot_disk_type=pd-standard",
+  "--boot_disk_size_gb=200",
+  "--tensorboard=projects/my-project/locations/us-central1/tensorboards/42",
+  "--persistent_resource_id=my-cluster",
+  "--enable_web_access",
+]
+
+
+def test_every_job_setting_reaches_the_spec_and_its_proto(capsys):
+  exit_code = vertex.main(_SPOT_FLAGS)
+
+  out, err = capsys.readouterr()
+  assert exit_code == 0, err
+  spec = vertex_check.validate_job_spec(yaml.safe_load(out))
+  assert spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.SPOT
+  assert spec.scheduling.timeout.total_seconds() == 36 * 3600
+  assert spec.scheduling.restart_job_on_worker_restart
+  assert not spec.scheduling.disable_retries
+  assert spec.service_account == "trainer@my-project.iam.gserviceaccount.com"
+  assert spec.network == "projects/12345/global/networks/my-vpc"
+  assert list(spec.reserved_ip_ranges) == ["range-a", "range-b"]
+  assert spec.tensorboard.endswith("/tensorboards/42")
+  assert spec.persistent_resource_id == "my-cluster"
+  assert spec.enable_web_access
+  for pool in spec.worker_pool_specs:
+    assert pool.disk_spec.boot_disk_type == "pd-standard"
+    assert pool.disk_spec.boot_disk_size_gb == 200
+
+
+def test_flex_start_waits_as_long_as_asked():
+  settings = vertex.JobSettings(
+    scheduling_strategy="FLEX_START", max_wait_duration="0", timeout="7d"
+  )
+  spec = vertex.build_job_spec(
+    image=_IMAGE,
+    machine_type="g2-standard-8",
+    accelerator_type="NVIDIA_L4",
+    settings=settings,
+  )
+
+  scheduling = vertex_check.validate_job_spec(spec).scheduling
+  assert scheduling.strategy == aiplatform_v1.Scheduling.Strategy.FLEX_START
+  assert spec["scheduling"]["maxWaitDuration"] == "0s"
+  assert scheduling.timeout.total_seconds() == 7 * 86400
+
+
+def test_disabled_retries_do_not_restart_the_job_on_a_worker_restart():
+  spec = vertex.build_job_spec(
+    image=_IMAGE,
+    num_workers=2,
+    settings=vertex.JobSettings(disable_retries=True),
+  )
+
+  scheduling = vertex_check.validate_job_spec(spec).scheduling
+  assert scheduling.disable_retries
+  assert not scheduling.restart_job_on_worker_restart
+
+
+def test_a_spec_without_settings_has_none_of_their_fields():
+  spec = vertex.build_job_spec(image=_IMAGE, num_workers=2)
+
+  assert spec["scheduling"] == {"restartJobOnWorkerRestart": True}
+  assert set(spec) == {"workerPoolSpecs", "scheduling"}
+  assert all("diskSpec" not in pool for pool in spec["workerPoolSpecs"])
+
+
+_TENSORBOARD = "--tensorboard=projects/p/locations/us-central1/tensorboards/1"
+_SA = "--service_account=sa@p.iam.gserviceaccount.com"
+_A100 = ["--machine_type=a2-highgpu-1g", "--accelerator_type=NVIDIA_TESLA_A100"]
+
+
+@pytest.mark.parametrize(
+  "flags, words",
+  [
+    (
+      ["--scheduling_strategy=cheap"],
+      "scheduling.strategy 'CHEAP' is not a Vertex AI Strategy; use one of ",
+    ),
+    (
+      ["--scheduling_strategy=LOW_COST"],
+      "scheduling.strategy LOW_COST is deprecated; use SPOT",
+    ),
+    (["--timeout=soon"], "timeout 'soon' is not a duration"),
+    (["--timeout=0"], "scheduling.timeout must be more than 0s, not 0s."),
+    (
+      ["--max_wait_duration=1h"],
+      "scheduling.maxWaitDuration applies to FLEX_START only",
+    ),
+    (
+      [
+        "--scheduling_strategy=FLEX_START",
+        "--accelerator_type=NVIDIA_TESLA_V100",
+      ],
+      "FLEX_START needs workers with NVIDIA_L4, NVIDIA_TESLA_A100",
+    ),
+    (
+      ["--scheduling_strategy=FLEX_START", *_A100, "--timeout=8d"],
+      "scheduling.timeout must be at most 604800s (7 days) with FLEX_START",
+    ),
+    (
+      [
+        "--scheduling_strategy=FLEX_START",
+        *_A100,
+        "--num_workers=2",
+        "--reduction_server_count=1",
+      ],
+      "FLEX_START needs the same machineSpec in every worker pool",
+    ),
+    (
+      ["--disable_retries", "--restart_job_on_worker_restart"],
+      "scheduling.disableRetries turns restartJobOnWorkerRestart off",
+    ),
+    (
+      ["--service_account=trainer"],
+      "serviceAccount 'trainer' is not a service account email",
+    ),
+    (
+      ["--network=my-vpc"],
+      "network 'my-vpc' is not projects/PROJECT_NUMBER/global/networks/NAME",
+    ),
+    (["--reserved_ip_ranges=r1"], "reservedIpRanges need a network"),
+    (
+      ["--network=projects/1/global/networks/n", "--reserved_ip_ranges=R_1"],
+      "reservedIpRanges[0] 'R_1' is not a range name",
+    ),
+    (
+      ["--boot_disk_type=ssd"],
+      "workerPoolSpecs[0].diskSpec.bootDiskType 'ssd' is not one of pd-ssd,",
+    ),
+    (
+      ["--boot_disk_size_gb=50"],
+      "workerPoolSpecs[0].diskSpec.bootDiskSizeGb must be 100 to 64000, not 50",
+    ),
+    (
+      ["--tensorboard=tb", _SA, "--base_output_dir=gs://bucket/r"],
+      "tensorboard 'tb' is not projects/PROJECT/locations/REGION/tensorboards",
+    ),
+    (
+      [_TENSORBOARD, _SA],
+      "tensorboard shows what the trainer writes under baseOutputDirectory",
+    ),
+    (
+      [_TENSORBOARD, "--base_output_dir=gs://bucket/r"],
+      "tensorboard needs a serviceAccount",
+    ),
+    (
+      ["--persistent_resource_id=My_Cluster"],
+      "persistentResourceId 'My_Cluster' must be 5 to 63 lowercase letters",
+    ),
+  ],
+)
+def test_a_bad_job_setting_is_one_sentence_before_anything_is_sent(
+  flags, words, capsys
+):
+  exit_code = vertex.main([f"--image={_IMAGE}", *flags])
+
+  out, err = capsys.readouterr()
+  assert (exit_code, out) == (errors.USER_ERROR_EXIT_CODE, ""), out
+  assert words in err, err
+  assert len(err.splitlines()) == 1
+
+
+def test_a_tensorboard_of_another_region_is_refused_before_submitting(
+  fake_vertex,
+):
+  spec = vertex.build_job_spec(
+    image=_IMAGE,
+    base_output_dir="gs://bucket/run",
+    settings=vertex.JobSettings(
+      service_account="sa@p.iam.gserviceaccount.com",
+      tensorboard="projects/p/locations/europe-west4/tensorboards/1",
+    ),
+  )
+
+  with pytest.raises(
+    errors.UserError, match="in europe-west4, not us-central1"
+  ):
+    vertex.submit(
+      spec,
+      project="p",
+      region="us-central1",
+      display_name="cassava",
+      client=fake_vertex,
+    )
+  assert not _FakeVertex.requests

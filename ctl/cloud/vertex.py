@@ -25,8 +25,10 @@ Needs the `vertex` extra (google-cloud-aiplatform).
 
 import argparse
 from collections.abc import Mapping, Sequence
+import dataclasses
+import re
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ctl import errors
 from ctl.cloud import jobspecs
@@ -35,8 +37,52 @@ from ctl.cloud import vertex_check
 from ctl.io import storage
 from ctl.train import options
 
-if TYPE_CHECKING:
-  pass
+# A duration flag: seconds, or a number with s, m, h or d ("36h", "7d").
+_DURATION = re.compile(r"^(\d+(?:\.\d*)?)([smhd]?)$")
+_UNIT_SECS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSettings:
+  """How and where a custom job runs, beyond its machines; None: Vertex AI's
+  default. `vertex_check.validate_job_spec` checks every value.
+
+  Attributes:
+    scheduling_strategy: "STANDARD" (on-demand), "SPOT" (Spot VMs: cheap,
+      preempted with about 30 s notice, which the trainer turns into an
+      agreed save) or "FLEX_START" (Dynamic Workload Scheduler: waits for
+      all GPUs at once), any case.
+    timeout: The job's longest run, as a duration flag ("36h", "7d" or
+      seconds).
+    max_wait_duration: With FLEX_START, how long to wait for the machines
+      ("0": for ever; Vertex AI's default is a day).
+    disable_retries: Vertex AI does not retry the job after an internal
+      error (nor restarts it on a worker's restart).
+    service_account: The email of the service account the job runs as.
+    network: The VPC to peer with, projects/PROJECT_NUMBER/global/networks/N.
+    reserved_ip_ranges: Names of the network's ranges the job may use.
+    boot_disk_type: Every trainer machine's boot disk, e.g. "pd-standard".
+    boot_disk_size_gb: Its size in GB (Vertex AI's default: 100).
+    tensorboard: A Vertex AI TensorBoard resource,
+      projects/P/locations/REGION/tensorboards/ID, which then shows what the
+      trainer writes to AIP_TENSORBOARD_LOG_DIR (its default --tensorboard_dir).
+    persistent_resource_id: Run on this persistent resource's machines.
+    enable_web_access: An interactive shell into each machine, from the
+      console.
+  """
+
+  scheduling_strategy: str | None = None
+  timeout: str | None = None
+  max_wait_duration: str | None = None
+  disable_retries: bool = False
+  service_account: str | None = None
+  network: str | None = None
+  reserved_ip_ranges: tuple[str, ...] = ()
+  boot_disk_type: str | None = None
+  boot_disk_size_gb: int | None = None
+  tensorboard: str | None = None
+  persistent_resource_id: str | None = None
+  enable_web_access: bool = False
 
 
 def build_job_spec(
@@ -51,15 +97,14 @@ def build_job_spec(
   trainer_args: Sequence[str] = (),
   reduction_server_count: int = 0,
   reduction_server_machine_type: str = reduction_server.DEFAULT_MACHINE_TYPE,
+  settings: JobSettings = JobSettings(),
 ) -> dict[str, Any]:
-  """Builds a camelCase CustomJobSpec with identical machines in two pools.
-
-  The result is not checked; pass it to `vertex_check.validate_job_spec`.
+  """Builds a camelCase CustomJobSpec with identical machines in two pools,
+  unchecked (`vertex_check.validate_job_spec` checks it).
 
   Args:
     image: The trainer image URI.
-    num_workers: Machines in the job, the chief included. The chief is pool 0;
-      the other `num_workers - 1` machines form pool 1.
+    num_workers: Machines in the job: the chief (pool 0) and pool 1.
     machine_type: The Compute Engine machine type of every machine.
     accelerator_type: An `AcceleratorType` name such as "NVIDIA_TESLA_V100", or
       None for machines without accelerators.
@@ -67,20 +112,20 @@ def build_job_spec(
       comes with (8 for a3-highgpu-8g), else 1.
     base_output_dir: A gs:// directory Vertex AI derives the AIP_* output
       directories from, or None.
-    restart_job_on_worker_restart: Whether Vertex AI restarts the whole job when
-      one worker restarts, which multi-worker training needs to resume from a
-      checkpoint. None means "when there is more than one worker".
+    restart_job_on_worker_restart: Whether Vertex AI restarts the whole job
+      when one worker restarts (multi-worker resume); None: with workers.
     trainer_args: The trainer's command line (containerSpec.args). Empty means
       the image's default CMD.
+    reduction_server_count: Reducers in workerPoolSpecs[2] (of that machine
+      type); 0 for none.
+    settings: Scheduling (Spot, flex-start), identity, network, disks, ...
 
   Returns:
     The spec as a dict of camelCase fields, ready for YAML or JSON.
 
   Raises:
-    errors.UserError: If `num_workers` is below 1 or above
-      `vertex_check.MAX_MACHINES`, `base_output_dir` is
-      not a valid gs:// url, or reducers are asked for where they cannot pay
-      (one machine, no accelerators, a collective other than NCCL).
+    errors.UserError: For a job of no or too many machines, an output dir
+      off gs://, a bad duration, or reducers where they cannot pay.
   """
   _check_machines(num_workers=num_workers, base_output_dir=base_output_dir)
   pools = _worker_pools(
@@ -92,26 +137,89 @@ def build_job_spec(
     trainer_args=trainer_args,
     reducers=reduction_server_count,
     reducer_machine_type=reduction_server_machine_type,
+    disk_spec=_disk_spec(settings),
   )
-  return {
-    "workerPoolSpecs": pools,
-    **_job_settings(
-      num_workers, base_output_dir, restart_job_on_worker_restart
-    ),
-  }
+  scheduling = _scheduling(
+    settings, restart=restart_job_on_worker_restart, num_workers=num_workers
+  )
+  return {"workerPoolSpecs": pools} | _job_fields(
+    settings, base_output_dir=base_output_dir, scheduling=scheduling
+  )
 
 
-def _job_settings(
-  num_workers: int, base_output_dir: str | None, restart: bool | None
+def _scheduling(
+  settings: JobSettings, *, restart: bool | None, num_workers: int
 ) -> dict[str, Any]:
-  """The spec's output directory and restart policy (None: restart the job
-  on a worker's restart when there is more than one worker)."""
-  settings = {}
-  if base_output_dir:
-    settings["baseOutputDirectory"] = {"outputUriPrefix": base_output_dir}
-  if restart or (restart is None and num_workers > 1):
-    settings["scheduling"] = {"restartJobOnWorkerRestart": True}
-  return settings
+  """The spec's `scheduling`: strategy, limits, retries and restarts.
+
+  A job restarts on a worker's restart when asked, or by default when it has
+  more than one worker and Vertex AI may retry it (`disableRetries` turns
+  restarts off, so a default never asks for both).
+  """
+  scheduling: dict[str, Any] = {}
+  if restart or (
+    restart is None and num_workers > 1 and not settings.disable_retries
+  ):
+    scheduling["restartJobOnWorkerRestart"] = True
+  if settings.scheduling_strategy:
+    scheduling["strategy"] = settings.scheduling_strategy.upper()
+  for field, flag in (
+    ("timeout", "timeout"),
+    ("maxWaitDuration", "max_wait_duration"),
+  ):
+    if getattr(settings, flag) is not None:
+      scheduling[field] = duration(getattr(settings, flag), flag=flag)
+  if settings.disable_retries:
+    scheduling["disableRetries"] = True
+  return scheduling
+
+
+def _job_fields(
+  settings: JobSettings,
+  *,
+  base_output_dir: str | None,
+  scheduling: dict[str, Any],
+) -> dict[str, Any]:
+  """The spec's top-level fields but the pools, those that are set."""
+  fields = {
+    "baseOutputDirectory": base_output_dir
+    and {"outputUriPrefix": base_output_dir},
+    "scheduling": scheduling,
+    "serviceAccount": settings.service_account,
+    "network": settings.network,
+    "reservedIpRanges": list(settings.reserved_ip_ranges),
+    "tensorboard": settings.tensorboard,
+    "persistentResourceId": settings.persistent_resource_id,
+    "enableWebAccess": settings.enable_web_access,
+  }
+  return {name: value for name, value in fields.items() if value}
+
+
+def _disk_spec(settings: JobSettings) -> dict[str, Any]:
+  """The trainer machines' `diskSpec`, or {} for Vertex AI's default."""
+  disk: dict[str, Any] = {}
+  if settings.boot_disk_type:
+    disk["bootDiskType"] = settings.boot_disk_type
+  if settings.boot_disk_size_gb is not None:
+    disk["bootDiskSizeGb"] = settings.boot_disk_size_gb
+  return disk
+
+
+def duration(text: str, *, flag: str) -> str:
+  """A duration flag ("90s", "30m", "36h", "7d", or seconds) as the API's
+  "Ns" (what CustomJobSpec's Duration fields read).
+
+  Raises:
+    errors.UserError: If `text` is none of those.
+  """
+  match = _DURATION.match(str(text).strip())
+  if not match:
+    raise errors.UserError(
+      f"{flag} {text!r} is not a duration; give seconds or a number with s, "
+      "m, h or d, such as 36h."
+    )
+  secs = float(match[1]) * _UNIT_SECS[match[2]]
+  return f"{secs:.9f}".rstrip("0").rstrip(".") + "s"
 
 
 def _worker_pools(
@@ -122,11 +230,13 @@ def _worker_pools(
   trainer_args: Sequence[str],
   reducers: int,
   reducer_machine_type: str,
+  disk_spec: dict[str, Any],
   **machine: str,
 ) -> list[dict[str, Any]]:
   """The chief's pool, the other workers' pool, the reducers' pool.
 
-  Pools without machines are left out. An accelerator type without a count
+  Pools without machines are left out; `disk_spec` is the trainers' boot disk
+  (the reducers keep Vertex AI's). An accelerator type without a count
   takes what the machine type comes with (8 for a3-highgpu-8g), else 1.
   Reducers are refused where they cannot pay, and make the trainer's
   all-reduce NCCL.
@@ -146,6 +256,7 @@ def _worker_pools(
       accelerator_count=accelerator_count,
       trainer_args=trainer_args,
     )
+    | ({"diskSpec": dict(disk_spec)} if disk_spec else {})
     for count in (1, num_workers - 1)
     if count
   ]
@@ -251,6 +362,7 @@ def submit(
       Vertex AI refuses the request (a 4xx answer).
   """
   job_spec = vertex_check.validate_job_spec(spec)
+  vertex_check.check_region(job_spec, region)
   aiplatform_v1 = vertex_check.import_aiplatform()
   # Both come with google-cloud-aiplatform.
   from google.api_core import exceptions as api_exceptions  # pylint: disable=g-import-not-at-top
@@ -291,7 +403,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _build_and_send(args: argparse.Namespace, trainer_args: list[str]) -> str:
   """Builds the spec from the command line; returns it, or the job's name."""
-  spec = options.from_flags(build_job_spec, args, trainer_args=trainer_args)
+  spec = options.from_flags(
+    build_job_spec,
+    args,
+    trainer_args=trainer_args,
+    settings=options.from_flags(JobSettings, args),
+  )
   if not args.submit:
     vertex_check.validate_job_spec(spec)
     return jobspecs.format_spec(spec, args.format)
@@ -315,6 +432,7 @@ def _parser() -> argparse.ArgumentParser:
     "(containerSpec.args); without them the image default CMD runs.",
   )
   _add_job_flags(parser)
+  _add_settings_flags(parser)
   parser.add_argument(
     "--reduction_server_count",
     type=int,
@@ -395,6 +513,51 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
     dest="restart_job_on_worker_restart",
   )
   parser.set_defaults(restart_job_on_worker_restart=None)
+
+
+def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
+  """The flags of `JobSettings`: scheduling, identity, network, disks..."""
+  add = parser.add_argument
+  add(
+    "--scheduling_strategy",
+    help="STANDARD (on-demand, the default), SPOT (Spot VMs: preempted with "
+    "about 30 s notice, which the trainer turns into an agreed save) or "
+    "FLEX_START (waits until all machines can start at once).",
+  )
+  add("--timeout", help="Longest run of the job: seconds, or 90m, 36h, 7d.")
+  add(
+    "--max_wait_duration",
+    help="FLEX_START: longest wait for the machines (0: no limit; Vertex AI's "
+    "default: 1 day).",
+  )
+  add(
+    "--disable_retries",
+    action="store_true",
+    help="Do not retry the job after an internal error (no restart on a "
+    "worker's restart either).",
+  )
+  add("--service_account", help="Email of the service account the job runs as.")
+  add("--network", help="VPC to peer: projects/NUMBER/global/networks/NAME.")
+  add(
+    "--reserved_ip_ranges",
+    type=lambda text: tuple(name for name in text.split(",") if name),
+    default=(),
+    help="Comma-separated names of the network's ranges the job may use.",
+  )
+  add("--boot_disk_type", help="pd-ssd (default), pd-standard, ...")
+  add("--boot_disk_size_gb", type=int, help="Boot disk size: 100 to 64000.")
+  add(
+    "--tensorboard",
+    help="Vertex AI TensorBoard: projects/P/locations/REGION/tensorboards/ID; "
+    "shows the trainer's TensorBoard directory (needs --base_output_dir and "
+    "--service_account).",
+  )
+  add("--persistent_resource_id", help="Run on this persistent resource.")
+  add(
+    "--enable_web_access",
+    action="store_true",
+    help="An interactive shell into each machine, from the console.",
+  )
 
 
 if __name__ == "__main__":

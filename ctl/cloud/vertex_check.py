@@ -70,6 +70,26 @@ _G_SERIES_GPUS = {
 # Not a Vertex AI limit (that is quota) but a guard against a typo such as
 # --num_workers=1000000; raise it for a larger job.
 MAX_MACHINES = 1000
+# Vertex AI, "Schedule training jobs based on resource availability" (read
+# 2026): FLEX_START (Dynamic Workload Scheduler) takes these GPUs, the same
+# machines in every pool, and a timeout of at most 7 days.
+_FLEX_START_ACCELERATORS = (
+  "NVIDIA_L4", "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB", "NVIDIA_H100_80GB",
+  "NVIDIA_H100_MEGA_80GB", "NVIDIA_H200_141GB", "NVIDIA_B200",
+)  # fmt: skip
+_FLEX_START_MAX_TIMEOUT_SECS = 7 * 86400
+# Vertex AI, "Configure compute resources for custom training": boot disks.
+_BOOT_DISK_TYPES = ("pd-ssd", "pd-standard", "hyperdisk-balanced")
+_BOOT_DISK_GB = (100, 64000)
+_SERVICE_ACCOUNT = re.compile(r"^[^@\s]+@[-a-z0-9.]+\.gserviceaccount\.com$")
+_NETWORK = re.compile(
+  r"^projects/\d+/global/networks/[a-z]([-a-z0-9]*[a-z0-9])?$"
+)
+_RANGE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_TENSORBOARD = re.compile(
+  r"^projects/[^/]+/locations/(?P<region>[a-z0-9-]+)/tensorboards/[^/]+$"
+)
+_PERSISTENT_RESOURCE_ID = re.compile(r"^[a-z][-a-z0-9]{3,61}[a-z0-9]$")
 
 
 def validate_job_spec(spec: Any) -> "aiplatform_v1.CustomJobSpec":
@@ -83,7 +103,12 @@ def validate_job_spec(spec: Any) -> "aiplatform_v1.CustomJobSpec":
   to (a V100 on e2, an A100 on n1), GPU counts that do not match an
   accelerator-optimized machine type or that N1 does not take (nine V100s, one
   V100 on 32 vCPUs), more than `MAX_MACHINES` machines, and a non-gs://
-  output directory.
+  output directory; and of the job's settings, a scheduling that Vertex AI
+  refuses (a deprecated strategy, FLEX_START on other GPUs or machines, a
+  maximum wait without it, no retries with restarts), names that are not a
+  service account, network, range, TensorBoard or persistent resource, a
+  TensorBoard without the output directory it shows or the service account
+  it needs, and boot disks Vertex AI has not.
 
   Args:
     spec: The spec as loaded from YAML or JSON, or built by `build_job_spec`.
@@ -104,6 +129,9 @@ def validate_job_spec(spec: Any) -> "aiplatform_v1.CustomJobSpec":
     raise errors.UserError(_parse_error_sentence(e)) from None
   _check_worker_pools(message, aiplatform_v1)
   reduction_server.check(message.worker_pool_specs)
+  _check_scheduling(message, aiplatform_v1)
+  _check_identity_and_network(message)
+  _check_boot_disks(message.worker_pool_specs)
   if message.HasField("base_output_directory"):
     prefix = message.base_output_directory.output_uri_prefix
     if not prefix.startswith("gs://"):
@@ -112,6 +140,141 @@ def validate_job_spec(spec: Any) -> "aiplatform_v1.CustomJobSpec":
         f"{prefix!r}."
       )
   return aiplatform_v1.CustomJobSpec.wrap(message)
+
+
+def _check_scheduling(message: Any, aiplatform_v1: Any) -> None:
+  """Checks the strategy against the machines, durations and retries."""
+  scheduling = message.scheduling
+  strategy = aiplatform_v1.Scheduling.Strategy(scheduling.strategy).name
+  if strategy in ("ON_DEMAND", "LOW_COST"):
+    raise errors.UserError(
+      f"scheduling.strategy {strategy} is deprecated; use SPOT (Spot VMs) "
+      "or STANDARD (on-demand)."
+    )
+  if scheduling.HasField("timeout"):
+    timeout = scheduling.timeout.ToTimedelta().total_seconds()
+    if timeout <= 0:
+      raise errors.UserError(
+        f"scheduling.timeout must be more than 0s, not {timeout:g}s."
+      )
+  if strategy == "FLEX_START":
+    _check_flex_start(message, aiplatform_v1)
+  elif scheduling.HasField("max_wait_duration"):
+    raise errors.UserError(
+      "scheduling.maxWaitDuration applies to FLEX_START only; drop it or set "
+      "scheduling.strategy to FLEX_START."
+    )
+  if scheduling.disable_retries and scheduling.restart_job_on_worker_restart:
+    raise errors.UserError(
+      "scheduling.disableRetries turns restartJobOnWorkerRestart off; drop "
+      "one of them."
+    )
+
+
+def _check_flex_start(message: Any, aiplatform_v1: Any) -> None:
+  """FLEX_START's terms: its GPUs, one machineSpec, at most 7 days."""
+  pools = [pool for pool in message.worker_pool_specs if pool.ByteSize()]
+  for index, pool in enumerate(message.worker_pool_specs):
+    if not pool.ByteSize():
+      continue
+    if pool.machine_spec != pools[0].machine_spec:
+      raise errors.UserError(
+        "scheduling.strategy FLEX_START needs the same machineSpec in every "
+        f"worker pool; workerPoolSpecs[{index}] differs from the chief's."
+      )
+  accelerator = aiplatform_v1.AcceleratorType(
+    pools[0].machine_spec.accelerator_type
+  ).name
+  if accelerator not in _FLEX_START_ACCELERATORS:
+    raise errors.UserError(
+      "scheduling.strategy FLEX_START needs workers with "
+      f"{', '.join(_FLEX_START_ACCELERATORS)} GPUs, not {accelerator}."
+    )
+  scheduling = message.scheduling
+  timeout = scheduling.timeout.ToTimedelta().total_seconds()
+  if timeout > _FLEX_START_MAX_TIMEOUT_SECS:
+    raise errors.UserError(
+      f"scheduling.timeout must be at most {_FLEX_START_MAX_TIMEOUT_SECS}s "
+      f"(7 days) with FLEX_START, not {timeout:g}s."
+    )
+  if scheduling.max_wait_duration.ToTimedelta().total_seconds() < 0:
+    raise errors.UserError(
+      "scheduling.maxWaitDuration must be 0s (no limit) or more."
+    )
+
+
+def _check_identity_and_network(message: Any) -> None:
+  """Checks the names of the service account, network, ranges, TensorBoard
+  and persistent resource, and what a TensorBoard needs."""
+  for field, value, pattern, form in (
+    ("serviceAccount", message.service_account, _SERVICE_ACCOUNT,
+     "a service account email, NAME@PROJECT.iam.gserviceaccount.com"),
+    ("network", message.network, _NETWORK,
+     "projects/PROJECT_NUMBER/global/networks/NAME"),
+    ("tensorboard", message.tensorboard, _TENSORBOARD,
+     "projects/PROJECT/locations/REGION/tensorboards/ID"),
+  ):  # fmt: skip
+    if value and not pattern.match(value):
+      raise errors.UserError(f"{field} {value!r} is not {form}.")
+  resource = message.persistent_resource_id
+  if resource and not _PERSISTENT_RESOURCE_ID.match(resource):
+    raise errors.UserError(
+      f"persistentResourceId {resource!r} must be 5 to 63 lowercase letters, "
+      "digits and '-', starting with a letter."
+    )
+  if message.reserved_ip_ranges and not message.network:
+    raise errors.UserError("reservedIpRanges need a network; give network too.")
+  for index, name in enumerate(message.reserved_ip_ranges):
+    if not _RANGE_NAME.match(name):
+      raise errors.UserError(
+        f"reservedIpRanges[{index}] {name!r} is not a range name (lowercase "
+        "letters, digits and '-')."
+      )
+  if message.tensorboard and not message.HasField("base_output_directory"):
+    raise errors.UserError(
+      "tensorboard shows what the trainer writes under baseOutputDirectory "
+      "(AIP_TENSORBOARD_LOG_DIR); give baseOutputDirectory too."
+    )
+  if message.tensorboard and not message.service_account:
+    raise errors.UserError(
+      "tensorboard needs a serviceAccount that may write to it; give one."
+    )
+
+
+def _check_boot_disks(pools: Any) -> None:
+  """Checks each pool's boot disk type and size, where it sets them."""
+  low, high = _BOOT_DISK_GB
+  for index, pool in enumerate(pools):
+    disk = pool.disk_spec
+    where = f"workerPoolSpecs[{index}].diskSpec"
+    if disk.boot_disk_type and disk.boot_disk_type not in _BOOT_DISK_TYPES:
+      raise errors.UserError(
+        f"{where}.bootDiskType {disk.boot_disk_type!r} is not one of "
+        f"{', '.join(_BOOT_DISK_TYPES)}."
+      )
+    if disk.boot_disk_size_gb and not low <= disk.boot_disk_size_gb <= high:
+      raise errors.UserError(
+        f"{where}.bootDiskSizeGb must be {low} to {high}, not "
+        f"{disk.boot_disk_size_gb}."
+      )
+
+
+def check_region(job_spec: "aiplatform_v1.CustomJobSpec", region: str) -> None:
+  """Refuses a job whose TensorBoard lives in another region than the job's.
+
+  Args:
+    job_spec: A spec `validate_job_spec` returned.
+    region: The Vertex AI region the job is sent to.
+
+  Raises:
+    errors.UserError: If the regions differ.
+  """
+  match = _TENSORBOARD.match(job_spec.tensorboard)
+  if match and match["region"] != region:
+    raise errors.UserError(
+      f"tensorboard {job_spec.tensorboard} is in {match['region']}, not "
+      f"{region}, the job's region; use a TensorBoard of {region}."
+    )
 
 
 def _check_fields(
