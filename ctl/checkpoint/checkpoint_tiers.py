@@ -12,13 +12,18 @@ the other workers on the newest step any of them, or the bucket, holds
 Local writes are asynchronous (TensorFlow's async checkpoint): the step
 waits only while the variables are snapshotted on the host (on a CPU, the
 snapshot shares the buffers, and the next update copies them on write), and
-a commit thread waits for the files, commits the step in the tier's state
-file and then starts its copy to the bucket. A worker killed before the
-commit restores the step before it, as for a write cut short. The next save,
-a restore and the end wait for the commit.
+a commit thread waits for the files and commits the step in the tier's state
+file. A worker killed before the commit restores the step before it, as for
+a write cut short. The next save, a restore and the end wait for the commit.
+A save the chief copies to the bucket waits for its own write instead (one
+every bucket interval), then starts the copy on a thread: a write that
+failed is then known while the variables still hold its step, which the
+bucket saves instead, so the bucket's cadence loses nothing.
 
-A local tier that cannot be written (full, gone) is turned off with one
-warning line: the run goes on with bucket saves, as without the tier.
+A write that failed is never committed (`checkpointing.wait_for_write`
+raises its error, which TensorFlow's own sync keeps), and a local tier that
+cannot be written (full, gone) is turned off with one warning line: the run
+goes on with bucket saves, as without the tier.
 """
 
 from collections.abc import Callable
@@ -131,31 +136,39 @@ class TieredCheckpointer:
       path = self._tier.write(
         self._bucket.checkpoint, step, options=self._async
       )
+      if copy:  # Its write failed: the state is still `step`'s (below).
+        self._adopt(step)
     except (OSError, tf.errors.OpError) as e:
       self._turn_off(e)
       return self._bucket.save(step) if to_bucket else None
+    if copy:
+      self._start_copy(step)
+      logging.info("Saved checkpoint %s (local tier).", path)
+      return path
     errors = []
     thread = threading.Thread(
-      target=self._commit,
-      args=(step, copy, errors),
-      name=f"tier-commit-{step}",
+      target=self._commit, args=(step, errors), name=f"tier-commit-{step}"
     )
     thread.start()
     self._committing = (thread, errors)
     logging.info("Saved checkpoint %s (local tier, writing).", path)
     return path
 
-  def _commit(self, step: int, copy: bool, errors: list) -> None:
-    """The commit thread: waits for the files of `step`, commits it, and
-    starts its copy to the bucket when `copy`."""
+  def _adopt(self, step: int) -> None:
+    """Waits for the files of `step` and commits them.
+
+    Raises:
+      OSError, tf.errors.OpError: they could not be written.
+    """
+    checkpointing.wait_for_write(self._bucket.checkpoint)
+    self._tier.adopt(step)
+
+  def _commit(self, step: int, errors: list) -> None:
+    """The commit thread of a save the bucket does not wait for."""
     try:
-      self._bucket.checkpoint.sync()
-      self._tier.adopt(step)
+      self._adopt(step)
     except (OSError, tf.errors.OpError) as e:
       errors.append(e)
-      return
-    if copy:
-      self._start_copy(step)
 
   def _end_commit(self) -> None:
     """Waits for the running commit; a tier it could not write is turned

@@ -360,7 +360,7 @@ class Checkpointer:
     """Waits until the last save is written, then hands it to `on_saved`."""
     if self._async_save:
       try:
-        self._checkpoint.sync()
+        wait_for_write(self._checkpoint)
       except (OSError, tf.errors.OpError) as e:
         _raise_if_refused("a checkpoint", self._directory, e)
         raise
@@ -390,6 +390,25 @@ def _attach(
   """
   setattr(checkpoint, name, variable)
   checkpoint._kwargs[name] = variable  # pylint: disable=protected-access
+
+
+def wait_for_write(checkpoint: tf.train.Checkpoint) -> None:
+  """Waits for the asynchronous write of `checkpoint`; raises its error.
+
+  TensorFlow's `Checkpoint.sync()` waits, but keeps a failed write's error
+  until the next asynchronous write, or until the process exits (where it
+  prints it as a traceback): a caller that commits or publishes after
+  `sync()` would commit files that were never written.
+
+  Raises:
+    OSError, tf.errors.OpError: the write failed (a full or read-only disk).
+  """
+  checkpoint.sync()
+  helper = getattr(checkpoint, "_async_checkpointer_impl", None)
+  error = helper and helper._async_error  # pylint: disable=protected-access
+  if error:
+    helper._async_error = None  # pylint: disable=protected-access
+    raise error
 
 
 def let_async_checkpoints_copy_keras_variables() -> None:
