@@ -2,7 +2,8 @@
 
 Each section with rows carrying its `chart_key` gets a horizontal bar chart
 (median, with min-max whiskers); a last panel shows every target's measured
-ratio against its threshold, green for PASS and red for MISS.
+ratio against its threshold, green for PASS, red for MISS and grey for
+UNDECIDED.
 """
 
 from collections.abc import Mapping
@@ -88,13 +89,14 @@ def _draw_section(axis, name, body) -> None:
   axis.set_xlim(0, max(v + w for v, w in zip(values, high)) * 1.15 or 1)
 
 
+_COLORS = {"PASS": "tab:green", "MISS": "tab:red"}
+
+
 def _draw_targets(axis, targets) -> None:
   values = [t["measured"] for t in targets]
   low = [t["measured"] - t["min"] for t in targets]
   high = [t["max"] - t["measured"] for t in targets]
-  colors = [
-    "tab:green" if t["status"] == "PASS" else "tab:red" for t in targets
-  ]
+  colors = [_COLORS.get(t["status"], "tab:gray") for t in targets]
   positions = list(range(len(targets)))
   axis.barh(
     positions, values, xerr=[low, high], color=colors, ecolor="black", capsize=3

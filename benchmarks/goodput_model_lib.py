@@ -183,7 +183,7 @@ def agreement(name: str, measured_seconds: float, model_seconds: float):
   low, high = sorted((measured_seconds, model_seconds))
   value = low / high if high > 0 else 1.0
   return stats.verdict(
-    {"name": f"{name}: model / measured", **stats.spread([value])},
+    stats.summary(f"{name}: model / measured", [value]),
     threshold=0.8,
     name=f"{name}: the model predicts the seconds a kill costs within 20%",
   )
@@ -192,7 +192,7 @@ def agreement(name: str, measured_seconds: float, model_seconds: float):
 def above(name: str, value: float, threshold: float) -> dict:
   """A verdict on one value (a goodput in %, a difference in points)."""
   return stats.verdict(
-    {"name": name, **stats.spread([value])}, threshold=threshold, name=name
+    stats.summary(name, [value]), threshold=threshold, name=name
   )
 
 

@@ -1,14 +1,16 @@
 """Renders a report (see `report.py`) as Markdown: targets first, then sections.
 
-Nothing is hidden: every target is listed with its measured ratio and range,
-a MISS reads MISS, and a verdict whose range straddles the threshold says it
-is inside the noise.
+Nothing is hidden: every target is listed with its measured ratio, its
+confidence interval and range; a MISS reads MISS, an UNDECIDED one says why
+(its interval straddles the threshold, or the machine was busy), and each
+section shows the machine's state over it (`machine.py`).
 """
 
 from collections.abc import Mapping
 from typing import Any
 
 from benchmarks import report as report_lib
+from benchmarks import stats
 
 _HEADERS = {
   "name": "variant",
@@ -37,16 +39,45 @@ def render(report: Mapping[str, Any]) -> str:
 
 
 def verdict_text(target: Mapping[str, Any]) -> str:
-  """E.g. "PASS 1.01x (0.97-1.03: inside the noise)"."""
+  """E.g. "UNDECIDED 0.99x (95% CI 0.97-1.01, range 0.95-1.03, 10 rounds:
+  the interval straddles 1)"; a clear miss says that even its best round
+  is below."""
   if target["measured"] is None:
     return target["status"]
-  text = (
-    f"{target['status']} {target['measured']:.3g}x "
-    f"({target['min']:.3g}-{target['max']:.3g}"
-  )
-  if target.get("inside_noise"):
-    text += ": inside the noise"
-  return text + ")"
+  rounds = target["rounds"]
+  if rounds > 1:
+    spread = (
+      f"{stats.CONFIDENCE:.0%} CI {target['ci_low']:.3g}-"
+      f"{target['ci_high']:.3g}, range {target['min']:.3g}-"
+      f"{target['max']:.3g}, {rounds} rounds"
+    )
+  else:
+    spread = "1 round, no interval"
+  why = [target["reason"]] if target["reason"] else []
+  if target["clear"]:
+    why.append("clear miss: even the best round is below")
+  why_text = f": {'; '.join(why)}" if why else ""
+  return f"{target['status']} {target['measured']:.3g}x ({spread}{why_text})"
+
+
+def machine_text(state: Mapping[str, Any]) -> str:
+  """The machine's state over a section in one line, BUSY first if it was."""
+  parts = [f"BUSY ({state['why']})"] if state["busy"] else ["quiet"]
+  load = (_format(state["load_start"]), _format(state["load_end"]))
+  parts.append("load {} then {}".format(*load))
+  for key, label in (("steal_percent", "steal"), ("iowait_percent", "iowait")):
+    if state[key] is not None:
+      parts.append(f"{label} {state[key]:.1f}%")
+  if state["others_cores"] is not None:
+    parts.append(f"other processes {state['others_cores']:.2f} cores")
+  if state["cpu_mhz"]:
+    parts.append(f"{state['cpu_mhz']:.0f} MHz")
+  busiest = [
+    f"{p['name']} ({p['pid']}) {p['cores']:.2f}" for p in state["busiest"]
+  ]
+  if busiest:
+    parts.append("busiest others: " + ", ".join(busiest))
+  return "; ".join(parts)
 
 
 def _targets(report) -> list[str]:
@@ -67,11 +98,22 @@ def _targets(report) -> list[str]:
       for t in targets
     ],
   )
+  busy = [n for n, s in report["sections"].items() if _busy(s)]
+  if busy:
+    lines.append(
+      f"Measured on a busy machine, so UNDECIDED: {', '.join(busy)} "
+      "(see each section's Machine line)."
+    )
+    lines.append("")
   missing = [n for n, s in report["sections"].items() if s["status"] != "ok"]
   if missing:
     lines.append(f"Sections without numbers: {', '.join(missing)} (see below).")
     lines.append("")
   return lines
+
+
+def _busy(body: Mapping[str, Any]) -> bool:
+  return bool((body.get("machine") or {}).get("busy"))
 
 
 def _section(name: str, body: Mapping[str, Any]) -> list[str]:
@@ -81,6 +123,8 @@ def _section(name: str, body: Mapping[str, Any]) -> list[str]:
   if "seconds" in body:
     facts.append(f"took {body['seconds']:.0f} s")
   lines += ["; ".join(facts), ""]
+  if body.get("machine"):
+    lines += [f"Machine: {machine_text(body['machine'])}", ""]
   config = body.get("config") or {}
   if config:
     lines += [
@@ -97,11 +141,12 @@ def _section(name: str, body: Mapping[str, Any]) -> list[str]:
   ratios = body.get("ratios") or []
   if ratios:
     lines += _table(
-      ["ratio", "median", "min-max", "per round"],
+      ["ratio", "median", f"{stats.CONFIDENCE:.0%} CI", "min-max", "per round"],
       [
         [
           r["name"],
           f"{r['median']:.3g}x",
+          f"{r['ci_low']:.3g}-{r['ci_high']:.3g}",
           f"{r['min']:.3g}-{r['max']:.3g}",
           " ".join(f"{x:.3g}" for x in r["per_round"]),
         ]

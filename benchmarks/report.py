@@ -21,9 +21,10 @@ A section, as built by `section()`:
     "chart_key": "images_per_second",                # the PNG's bars
     "rows": [{"name": "engine spl=1", "images_per_second": 3.2, ...}],
     "ratios": [...],           # from stats.ratio()
-    "targets": [...],          # from stats.verdict(); PASS / MISS
+    "targets": [...],          # from stats.verdict(); PASS MISS UNDECIDED
     "notes": ["..."],
-    "seconds": 312.5           # the app's wall time (set by run_all)
+    "seconds": 312.5,          # the app's wall time (set by run_all)
+    "machine": {...}           # machine.state() over it (set by run_all)
   }
 
 A row value `k` with `k_min` and `k_max` beside it is shown as

@@ -43,6 +43,7 @@ from absl import app
 from absl import flags
 
 from benchmarks import chart
+from benchmarks import machine
 from benchmarks import markdown
 from benchmarks import report as report_lib
 
@@ -328,7 +329,11 @@ def run_benchmark(
   timeout_secs: float,
   sections: Mapping[str, dict],
 ) -> dict[str, dict]:
-  """Runs one benchmark app; returns its sections or a placeholder (why not)."""
+  """Runs one benchmark app; returns its sections or a placeholder (why not).
+
+  Each section it wrote gets the machine's state over the run beside it
+  (`benchmarks/machine.py`): on a busy machine its verdicts are UNDECIDED.
+  """
   name = benchmark.section
   if importlib.util.find_spec(benchmark.module) is None:
     return {
@@ -351,8 +356,36 @@ def run_benchmark(
     f"--time_budget_secs={section_budget(timeout_secs):.0f}",
   ]
   log_path = os.path.join(run_dir, "logs", f"{name}.log")
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  before = machine.snapshot()
   start = time.perf_counter()
+  code, session = _run_process(command, log_path, timeout_secs)
+  seconds = time.perf_counter() - start
+  state = machine.state(before, machine.snapshot(), session=session)
+  if code is None:
+    produced = _after_timeout(name, output, timeout_secs, log_path)
+  elif code or not os.path.exists(output):
+    note = f"Exited with code {code}: {_tail(log_path)} (log: {log_path})"
+    produced = {
+      name: report_lib.placeholder(title=name, status="failed", note=note)
+    }
+  else:
+    produced = {
+      key: dict(body, seconds=seconds)
+      for key, body in report_lib.read_sections(output).items()
+    }
+  return {key: machine.judge(body, state) for key, body in produced.items()}
+
+
+def _run_process(
+  command: Sequence[str], log_path: str, timeout_secs: float
+) -> tuple[int | None, int]:
+  """Runs `command` in its own session, its output to `log_path`.
+
+  Returns:
+    (its exit code, or None when it was stopped at `timeout_secs`; its
+    session id, which is its pid).
+  """
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   with open(log_path, "w") as log:
     log.write(" ".join(command) + "\n\n")
     log.flush()
@@ -365,21 +398,10 @@ def run_benchmark(
       start_new_session=True,
     )
     try:
-      code = process.wait(timeout=timeout_secs)
+      return process.wait(timeout=timeout_secs), process.pid
     except subprocess.TimeoutExpired:
       _stop(process)
-      return _after_timeout(name, output, timeout_secs, log_path)
-  seconds = time.perf_counter() - start
-  if code or not os.path.exists(output):
-    return {
-      name: report_lib.placeholder(
-        title=name,
-        status="failed",
-        note=f"Exited with code {code}: {_tail(log_path)} (log: {log_path})",
-      )
-    }
-  produced = report_lib.read_sections(output)
-  return {key: dict(body, seconds=seconds) for key, body in produced.items()}
+      return None, process.pid
 
 
 def section_budget(timeout_secs: float) -> float:
@@ -493,6 +515,8 @@ def run(
     report = report_lib.merge(report, produced)
     for name, body in produced.items():
       took = f" in {body['seconds']:.0f} s" if "seconds" in body else ""
+      if "machine" in body:
+        took += f"; machine: {markdown.machine_text(body['machine'])}"
       print(
         f"[{index}/{len(chosen)}] {name}: {body['status']}{took}", flush=True
       )

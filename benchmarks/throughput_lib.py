@@ -8,8 +8,10 @@ round starts one step further along the list (A B C, B C A, C A B, ...) so
 that no variant always runs first.
 The report gives images/s per variant (median and min-max over rounds), the
 ratios between variants (median of the per-round ratios, min-max), model
-FLOPs utilisation against the device's measured matmul rate, and PASS/MISS
-for the targets given. The app is `benchmarks/throughput.py`.
+FLOPs utilisation against the device's measured matmul rate, and a verdict
+(PASS, MISS or UNDECIDED, `stats.verdict`) for each target given. Under a
+time budget, rounds are added while a target is UNDECIDED and one more fits
+(`_one_more`). The app is `benchmarks/throughput.py`.
 """
 
 from collections.abc import Callable
@@ -46,6 +48,9 @@ DEFAULT_RATIOS = (
   "engine:N+xla/engine:N",
   "engine:N+xla/fit:1+xla",
 )
+# Rounds added to settle an UNDECIDED target stop at this many times the
+# planned ones (`_one_more`).
+_MAX_ROUNDS_FACTOR = 2
 # What --extras=auto adds, if the device supports the precision.
 _AUTO_EXTRAS = {
   "cpu": ("engine:N+bf16", "engine:N+fp16", "engine:N+xla"),
@@ -94,7 +99,9 @@ class Config(settings.Rounds):
     "did not run are left out.",
   )
   targets: tuple[str, ...] = settings.flag(
-    (), "Targets numerator/denominator>=threshold, stated as PASS or MISS."
+    (),
+    "Targets numerator/denominator>=threshold, stated as PASS, MISS or "
+    "UNDECIDED.",
   )
   optimizer: str = settings.flag(
     "adam",
@@ -159,20 +166,26 @@ def _rounds(
   config, device, defaults, setup, meters, notes, budget, progress
 ) -> dict:
   """Times the rounds (cut to `budget` after the first, which counts the
-  set-up too); the sections after the last, each round's to `progress`."""
+  set-up too, or added to while a target is UNDECIDED and a round fits, see
+  `_one_more`); the sections after the last, each round's to `progress`."""
   seconds = {variant: [] for variant in setup.runners}
   peak_rates = {precision: [] for precision in meters}
   rounds, round_index = config.repeats, 0
   while round_index < rounds:
     start = time.perf_counter()
     _time_round(config, setup, meters, round_index, seconds, peak_rates)
+    took = time.perf_counter() - start
     if round_index == 0:
-      rounds = budget.rounds(time.perf_counter() - start, config.repeats)
+      rounds = budget.rounds(took, config.repeats)
+    round_index += 1
+    if round_index == rounds and _one_more(
+      config, defaults, seconds, budget, took
+    ):
+      rounds += 1
     peaks = {
       precision: meters[precision].row(rates)
       for precision, rates in peak_rates.items()
     }
-    round_index += 1
     logging.info("round %d of %d done", round_index, rounds)
     sections = _sections(
       config,
@@ -188,6 +201,23 @@ def _rounds(
     if progress:
       progress(sections)
   return sections
+
+
+def _one_more(config, defaults, seconds, budget, round_secs) -> bool:
+  """Whether to add a round after the planned ones: only under a budget
+  (run_all's; by hand exactly --repeats run), while a target is UNDECIDED
+  because its interval straddles the threshold, another round of
+  `round_secs` fits the budget, and fewer than _MAX_ROUNDS_FACTOR x the
+  planned rounds have run (so the whole `make bench` keeps its 20 minutes).
+  """
+  done = len(next(iter(seconds.values())))
+  if not budget.secs or done >= _MAX_ROUNDS_FACTOR * config.repeats:
+    return False
+  targets = _targets(config.targets, defaults, _rates(config, seconds), [])
+  if stats.settled(targets) or not budget.fits(round_secs):
+    return False
+  budget.record("rounds", done + 1, config.repeats, "")
+  return True
 
 
 def _peak_meters(config, device, groups) -> dict:
@@ -344,9 +374,7 @@ def _sections(
   """The report sections from the rounds timed so far."""
   rounds = len(next(iter(seconds.values())))
   images = config.steps * config.batch_size
-  rates = {
-    variant: [images / s for s in times] for variant, times in seconds.items()
-  }
+  rates = _rates(config, seconds)
   rows = _rows(setup, peaks, seconds, rates, images)
   notes = list(notes)
   targets = _targets(config.targets, defaults, rates, notes)
@@ -380,6 +408,14 @@ def _sections(
       peaks, rows, setup.train_flops, config, status
     )
   return sections
+
+
+def _rates(config, seconds) -> dict:
+  """{variant: images/s in each round} from {variant: seconds per round}."""
+  images = config.steps * config.batch_size
+  return {
+    variant: [images / s for s in times] for variant, times in seconds.items()
+  }
 
 
 def _rows(setup, peaks, seconds, rates, images) -> list[dict]:
@@ -536,9 +572,10 @@ def _standard_notes(
   notes = [
     f"Each variant was warmed up, then timed over {config.steps} steps "
     f"({images} images) per round, {rounds} round{'s' * (rounds > 1)}"
-    f"{f' of {config.repeats}' if rounds < config.repeats else ''}, "
+    f"{_rounds_planned(rounds, config.repeats)}, "
     "interleaved, each round starting further along the list.",
-    "Ratios are medians of per-round ratios (min-max in brackets).",
+    f"Ratios are medians of per-round ratios, with a {stats.CONFIDENCE:.0%} "
+    "bootstrap confidence interval and the min-max over rounds.",
     "fit is timed from its first batch to the end of its epoch, without "
     "the setup of each fit call, which favours fit.",
     "Engine variants of one precision with more than one step per call "
@@ -561,6 +598,16 @@ def _standard_notes(
       "'fit spe=1 +xla' for that case."
     )
   return notes
+
+
+def _rounds_planned(rounds: int, planned: int) -> str:
+  """What follows "N rounds": e.g. " of 10" when rounds were cut, or
+  " (10 planned; ...)" when some were added."""
+  if rounds < planned:
+    return f" of {planned}"
+  if rounds > planned:
+    return f" ({planned} planned; more added while a target was UNDECIDED)"
+  return ""
 
 
 def _limits_section(peaks, rows, train_flops, config, status) -> dict:
