@@ -24,8 +24,9 @@ PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
 # and worth a restart: the same command continues from the last checkpoint.
 STALL_EXIT_CODE = 75
 # EX_IOERR: an output could not be written (disk full, write permission lost
-# mid-run); what was saved before is intact, and the same command continues
-# once the space or the permission is back.
+# mid-run, the run's lease file vanished under it); what was saved before is
+# intact, and the same command continues once the space, the permission or
+# the lease is back.
 CANNOT_WRITE_EXIT_CODE = 74
 # EX_NOPERM: this trainer lost the run directory's lease (ctl.resilience.lease) to
 # another trainer, which now owns it (paused past the lease's staleness, or
@@ -113,11 +114,34 @@ def refused_write(error: Exception) -> str | None:
 
 
 class LeaseLost(Exception):
-  """Another trainer took the lease; exit with LEASE_LOST_EXIT_CODE.
+  """This trainer no longer holds the lease; exit with `exit_code`.
 
   Raised at a commit point (ctl.io.fencing) before anything is written, so
-  nothing the new holder wrote is touched.
+  nothing the new holder wrote is touched. `exit_code` is
+  LEASE_LOST_EXIT_CODE: another trainer took the lease over.
   """
+
+  exit_code = LEASE_LOST_EXIT_CODE
+
+
+class LeaseVanished(LeaseLost):
+  """The lease record vanished, and no other trainer was seen taking it.
+
+  The lease file was deleted (by hand, or released by a trainer that took it
+  over unseen and has since ended), or the run directory itself was moved
+  or deleted. Like a lost lease, nothing more is written; unlike it, no
+  other trainer is known to own the run, so the exit code says what a
+  restart does: CANNOT_WRITE_EXIT_CODE when the run directory is there (a
+  restart takes the lease again and continues from the last checkpoint),
+  USER_ERROR_EXIT_CODE when it is gone (a restart would start over from
+  step 0 in a new, empty directory: the user decides where the run is).
+  """
+
+  def __init__(self, message: str, *, directory_gone: bool):
+    super().__init__(message)
+    self.exit_code = (
+      USER_ERROR_EXIT_CODE if directory_gone else CANNOT_WRITE_EXIT_CODE
+    )
 
 
 class Preempted(Exception):

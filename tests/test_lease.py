@@ -168,6 +168,34 @@ def test_the_holder_renews_its_lease(tmp_path):
       time.sleep(0.05)
 
 
+def test_a_lease_file_deleted_under_its_holder_is_said_so(tmp_path):
+  held = _take(str(tmp_path))
+  os.remove(tmp_path / lease.LEASE_FILE)  # By hand: no other trainer.
+  with pytest.raises(errors.LeaseVanished) as vanished:
+    held.check_held("the checkpoint of step 10")
+  assert vanished.value.exit_code == errors.CANNOT_WRITE_EXIT_CODE
+  message = str(vanished.value)
+  assert f"found its lease file {lease.LEASE_FILE} gone from " in message
+  assert "lost the lease" not in message
+  held.release()
+  assert not (tmp_path / lease.LEASE_FILE).exists()  # Nothing recreated.
+
+
+def test_a_run_directory_moved_away_under_its_holder_is_said_so(tmp_path):
+  run = tmp_path / "run"
+  held = _take(str(run))
+  run.rename(tmp_path / "moved")
+  with pytest.raises(errors.LeaseVanished) as vanished:
+    held.check_held("the checkpoint of step 10")
+  assert vanished.value.exit_code == errors.USER_ERROR_EXIT_CODE
+  assert str(vanished.value).startswith(
+    f"The run directory {run} vanished (moved or deleted) while this trainer"
+  )
+  held.release()
+  assert not run.exists()
+  assert (tmp_path / "moved" / lease.LEASE_FILE).exists()  # Not its own now.
+
+
 def test_the_lease_on_cloud_storage_is_exclusive(lease_holder, gcs_emulator):
   url = f"gs://{gcs_emulator.BUCKET}/run"
   fs = gcs_emulator.filesystem()
@@ -367,10 +395,42 @@ def test_a_paused_holder_taken_over_when_stale_stops_without_writing(
   )
   left = _files(model_dir)
   code, last = _stopped_for_lost_lease(old)
-  assert code == errors.LEASE_LOST_EXIT_CODE, last
+  # The new holder has released it: the old one, paused, never saw it, and
+  # says what it finds, which a restart (exit 74) finds finished.
+  assert code == errors.CANNOT_WRITE_EXIT_CODE, last
   assert last.startswith("error: This trainer "), last
-  assert f"lost the lease on {model_dir} to another trainer" in last
+  assert f"found its lease file {lease.LEASE_FILE} gone from " in last
   assert _files(model_dir) == left  # Nothing the new holder wrote changed.
+
+
+@pytest.mark.parametrize(
+  "vanish, code",
+  [
+    ("lease_file", errors.CANNOT_WRITE_EXIT_CODE),
+    ("run_directory", errors.USER_ERROR_EXIT_CODE),
+  ],
+)
+def test_a_holder_whose_lease_vanished_stops_saying_so(vanish, code, tmp_path):
+  """The lease file deleted by hand, or the run directory moved away, while
+  the holder is paused: it stops at its next commit, in one sentence that
+  blames no trainer (was: exit 77, "lost the lease ... to another trainer,
+  which has since released it"), and writes nothing more."""
+  model_dir = str(tmp_path / "run")
+  holder = _paused_in_first_loop(model_dir, str(tmp_path / "events.jsonl"))
+  if vanish == "lease_file":
+    os.remove(os.path.join(model_dir, lease.LEASE_FILE))
+    run_files, expected = model_dir, "error: This trainer "
+  else:
+    run_files = str(tmp_path / "moved")
+    os.rename(model_dir, run_files)
+    expected = f"error: The run directory {model_dir} vanished"
+  left = _files(run_files)
+  exit_code, last = _stopped_for_lost_lease(holder)
+  assert exit_code == code, last
+  assert last.startswith(expected), last
+  assert "another trainer" not in last
+  assert _files(run_files) == left
+  assert os.path.exists(model_dir) == (vanish == "lease_file")
 
 
 def test_take_over_lease_stops_the_live_holder_naming_the_new_one(

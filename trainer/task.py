@@ -102,7 +102,7 @@ def main(argv):
   except errors.CannotWrite as e:
     _fail(str(e), errors.CANNOT_WRITE_EXIT_CODE)
   except errors.LeaseLost as e:
-    _fail(str(e), errors.LEASE_LOST_EXIT_CODE)
+    _fail(str(e), e.exit_code)
 
 
 def _parse_flags(argv):

@@ -252,6 +252,7 @@ class Lease:
     self._lock = threading.Lock()
     self._released = threading.Event()
     self._lost = threading.Event()
+    self._taker = None  # The record the renewal thread found instead.
     self._thread = threading.Thread(
       target=self._renew_until_released,
       args=(stale_secs / 4,),
@@ -283,8 +284,8 @@ class Lease:
   def check_held(self, what: str) -> None:
     """Returns if this process still holds the lease; else stops it.
 
-    Held when the renewal thread has not found it taken over and a fresh
-    read finds this holding's record (generation, host, pid, start): after a
+    Held when the renewal thread has not found it lost and a fresh read
+    finds this holding's record (generation, host, pid, start): after a
     pause the thread may not have run yet. A read that fails (a hiccup)
     leaves the thread's finding.
 
@@ -294,6 +295,8 @@ class Lease:
     Raises:
       LeaseLost: another trainer took the lease over (it may have ended
         and released it since).
+      LeaseVanished: the lease record is gone and no taker was seen: the
+        lease file was deleted, or the run directory moved away.
     """
     try:
       found = self._store.read()
@@ -301,23 +304,52 @@ class Lease:
     except OSError as e:
       logging.warning("Could not read the run lease: %s", e)
       current = self._holder
-    if (
-      not self._lost.is_set() and current and current.same_holding(self._holder)
-    ):
-      return
+    if current and current.same_holding(self._holder):
+      if not self._lost.is_set():
+        return
+      current = None  # A hiccup's stand-in: the thread's finding holds.
     with self._lock:
       self._lost.set()
       self._token = None  # Nothing of the new holder's is ever deleted.
-    taker = (
-      current.describe()
-      if current
-      else "another trainer, which has since released it"
-    )
-    raise errors.LeaseLost(
+    raise self._loss(what, current)
+
+  def _loss(self, what: str, current: Holder | None) -> errors.LeaseLost:
+    """The sentence of a lease found lost before `what`, as its error.
+
+    Args:
+      what: what was about to be written.
+      current: the record found in the lease now, another's; None if none.
+    """
+    me = (
       f"This trainer (pid {os.getpid()}, lease generation "
-      f"{self._holder.generation}) lost the lease on {self._model_dir} to "
-      f"{taker}; it stopped before writing {what} and leaves the run "
-      "directory to that trainer."
+      f"{self._holder.generation})"
+    )
+    if current or self._taker:
+      taker = (
+        current.describe()
+        if current
+        else f"{self._taker.describe()}, which has since released it"
+      )
+      return errors.LeaseLost(
+        f"{me} lost the lease on {self._model_dir} to {taker}; it stopped "
+        f"before writing {what} and leaves the run directory to that trainer."
+      )
+    if not self._store.has_directory():
+      return errors.LeaseVanished(
+        f"The run directory {self._model_dir} vanished (moved or deleted) "
+        f"while this trainer (pid {os.getpid()}) held its lease; it stopped "
+        f"before writing {what}: to continue the run, point --model_dir "
+        "at where the directory is now (the same command would start over "
+        "from step 0).",
+        directory_gone=True,
+      )
+    return errors.LeaseVanished(
+      f"{me} found its lease file {LEASE_FILE} gone from {self._model_dir} "
+      "(deleted, or released by a trainer that took the lease over unseen "
+      f"and has since ended); it stopped before writing {what}: the "
+      "checkpoints saved before are intact, run the same command to "
+      "continue.",
+      directory_gone=False,
     )
 
   def __enter__(self) -> "Lease":
@@ -335,15 +367,31 @@ class Lease:
         try:
           self._token = self._store.replace(_encode(self._holder), self._token)
         except FileExistsError:
-          logging.error(
-            "The lease on the run directory was taken over by another "
-            "trainer; this process no longer owns it and writes nothing more."
-          )
-          self._lost.set()
-          self._token = None
+          self._lost_in_renewal()
           return
         except OSError as e:  # A hiccup: the next renewal tries again.
           logging.warning("Could not renew the run lease: %s", e)
+
+  def _lost_in_renewal(self) -> None:
+    """Records, under the lock, that a renewal found another's record or
+    none, and says which."""
+    with contextlib.suppress(OSError):
+      found = self._store.read()
+      self._taker = found and found[0]
+    if self._taker:
+      logging.error(
+        "The lease on the run directory was taken over by %s; this process "
+        "no longer owns it and writes nothing more.",
+        self._taker.describe(),
+      )
+    else:
+      logging.error(
+        "The lease file of the run directory vanished (deleted, or the "
+        "directory moved away); this process no longer owns it and writes "
+        "nothing more."
+      )
+    self._lost.set()
+    self._token = None
 
 
 class _HeldFence(fencing.Fence):
@@ -511,6 +559,9 @@ class _FileStore:
     finally:
       os.close(fd)
 
+  def has_directory(self) -> bool:
+    return os.path.isdir(os.path.dirname(self._path))
+
   def replace(self, data: bytes, token: bytes) -> bytes:
     with self._locked():
       found = self.read()
@@ -566,6 +617,13 @@ class _GcsStore:
     except FileNotFoundError:
       data = None  # Deleted in between.
     return None if data is None else (_decode(data), generation)
+
+  def has_directory(self) -> bool:
+    """Whether any object is left under the run directory (its prefix)."""
+    try:
+      return bool(self._fs.ls(self._path.rpartition("/")[0], refresh=True))
+    except FileNotFoundError:
+      return False
 
   def create(self, data: bytes) -> str:
     return self._write(data, "0")
