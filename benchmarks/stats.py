@@ -193,8 +193,11 @@ def verdict(ratio_summary: dict, *, threshold: float, name: str) -> dict:
 
 
 def undecided(target: dict, reason: str) -> dict:
-  """`target` made UNDECIDED for `reason` (a busy machine, say); a target
-  that was not measured stays as it is."""
+  """`target` made UNDECIDED for `reason` (a busy machine, say), added to
+  the reason it had if it was UNDECIDED already; a target that was not
+  measured stays as it is."""
+  if target["status"] == UNDECIDED:
+    return dict(target, reason=f"{target['reason']}; {reason}")
   if target["status"] not in (PASS, MISS):
     return dict(target)
   return dict(target, status=UNDECIDED, clear=False, reason=reason)

@@ -97,6 +97,10 @@ def test_undecided_and_settled():
   assert stats.undecided(absent, "busy")["status"] == "NOT MEASURED"
   assert stats.settled([passed, absent])
   assert not stats.settled([passed, busy])
+  straddles = stats.verdict(_ratio(_NOISY), threshold=1.0, name="t")
+  assert stats.undecided(straddles, "machine busy")["reason"] == (
+    "the interval straddles 1; machine busy"
+  )
 
 
 def _snapshot(proc_stat, processes, clock, own_seconds=0.0, load=0.5):
