@@ -55,7 +55,7 @@ def verdict_text(target: Mapping[str, Any]) -> str:
     spread = "1 round, no interval"
   why = [target["reason"]] if target["reason"] else []
   if target["clear"]:
-    why.append("clear miss: even the best round is below")
+    why.append("clear miss, even the best round is below")
   why_text = f": {'; '.join(why)}" if why else ""
   return f"{target['status']} {target['measured']:.3g}x ({spread}{why_text})"
 

@@ -58,7 +58,7 @@ def test_a_clear_difference_is_pass_or_miss():
   assert stats.verdict(summary, threshold=1.0, name="t")["status"] == "PASS"
   missed = stats.verdict(summary, threshold=1.5, name="t")
   assert (missed["status"], missed["clear"]) == ("MISS", True)
-  assert "clear miss: even the best round is below" in (
+  assert "clear miss, even the best round is below" in (
     markdown.verdict_text(missed)
   )
   # The interval is below the threshold, yet one round reaches it: a MISS,
