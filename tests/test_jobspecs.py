@@ -34,3 +34,9 @@ def test_run_prints_the_result_or_one_error_line(capsys):
   assert jobspecs.run(refuse) == errors.USER_ERROR_EXIT_CODE
   captured = capsys.readouterr()
   assert (captured.out, captured.err) == ("", "error: image is missing.\n")
+
+
+def test_run_returns_the_exit_code_an_action_returns(capsys):
+  assert jobspecs.run(lambda: 1) == 1
+  assert jobspecs.run(lambda: 0) == 0
+  assert capsys.readouterr().out == ""

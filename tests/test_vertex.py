@@ -2,12 +2,14 @@
 
 import copy
 import http.server
+import io
 import json
 import os
 import pathlib
 import subprocess
 import sys
 import threading
+import urllib.parse
 
 from google.auth import credentials
 from google.cloud import aiplatform_v1
@@ -17,6 +19,7 @@ import yaml
 from ctl import errors
 from ctl.cloud import vertex
 from ctl.cloud import vertex_check
+from ctl.cloud import vertex_follow
 from tests.conftest import REPO
 from tests.conftest import run_trainer
 from tests.conftest import trainer_env
@@ -339,16 +342,25 @@ def test_config_mistake_is_one_clear_sentence(path, value, message):
 
 
 class _FakeVertex(http.server.BaseHTTPRequestHandler):
-  """Answers CreateCustomJob over REST the way Vertex AI does, or refuses."""
+  """Vertex AI's custom jobs over REST, as the library's transport sees them:
+  CreateCustomJob (or a refusal), GetCustomJob answering the next of
+  `states` on each read (the last one for good), CancelCustomJob."""
 
   requests = []
   refuse = False
+  states = ["JOB_STATE_QUEUED"]
+  error = {}
+  web_access_uris = {}
 
   def do_POST(self):  # pylint: disable=invalid-name
     body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-    self.requests.append((self.path, body))
-    if self.refuse:
-      status, answer = (
+    path = urllib.parse.urlsplit(self.path).path
+    self.requests.append((path, body))
+    if path.endswith(":cancel"):
+      self.states[:] = ["JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"]
+      self._answer(200, {})
+    elif self.refuse:
+      self._answer(
         403,
         {
           "error": {
@@ -359,14 +371,23 @@ class _FakeVertex(http.server.BaseHTTPRequestHandler):
         },
       )
     else:
-      status, answer = (
-        200,
-        dict(
-          body,
-          name="projects/p/locations/r/customJobs/123",
-          state="JOB_STATE_QUEUED",
-        ),
-      )
+      self._answer(200, dict(body, name=_JOB, state="JOB_STATE_QUEUED"))
+
+  def do_GET(self):  # pylint: disable=invalid-name
+    path = urllib.parse.urlsplit(self.path).path
+    self.requests.append((path, None))
+    if path != f"/v1/{_JOB}":
+      self._answer(404, {"error": {"code": 404, "message": "No such job."}})
+      return
+    state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+    job = {"name": _JOB, "displayName": "cassava", "state": state}
+    if state != "JOB_STATE_QUEUED" and self.web_access_uris:
+      job["webAccessUris"] = self.web_access_uris
+    if state == "JOB_STATE_FAILED":
+      job["error"] = self.error
+    self._answer(200, job)
+
+  def _answer(self, status, answer):
     payload = json.dumps(answer).encode()
     self.send_response(status)
     self.send_header("Content-Type", "application/json")
@@ -378,10 +399,14 @@ class _FakeVertex(http.server.BaseHTTPRequestHandler):
     del args  # Quiet test output.
 
 
+_JOB = "projects/p/locations/r/customJobs/123"
+
+
 @pytest.fixture(name="fake_vertex")
 def fixture_fake_vertex(monkeypatch):
   """A JobServiceClient talking REST to a local fake of Vertex AI."""
   monkeypatch.setattr(_FakeVertex, "requests", [])
+  monkeypatch.setattr(_FakeVertex, "states", ["JOB_STATE_QUEUED"])
   server = http.server.HTTPServer(("127.0.0.1", 0), _FakeVertex)
   thread = threading.Thread(
     target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -661,3 +686,150 @@ def test_a_tensorboard_of_another_region_is_refused_before_submitting(
       client=fake_vertex,
     )
   assert not _FakeVertex.requests
+
+
+def _follow(fake_vertex, monkeypatch, capsys, states):
+  """Runs `ctl-vertex --submit --wait` against the fake Vertex AI, whose job
+  goes through `states`; returns the exit code, stdout and stderr."""
+  monkeypatch.setattr(_FakeVertex, "states", list(states))
+  monkeypatch.setattr(vertex, "client_for", lambda region: fake_vertex)
+  exit_code = vertex.main(
+    [
+      f"--image={_IMAGE}",
+      "--scheduling_strategy=SPOT",
+      "--submit",
+      "--wait",
+      "--project=p",
+      "--region=r",
+      "--poll_secs=0",
+    ]
+  )
+  out, err = capsys.readouterr()
+  return exit_code, out, err
+
+
+def test_wait_follows_a_succeeded_job_to_exit_0(
+  fake_vertex, monkeypatch, capsys
+):
+  monkeypatch.setattr(
+    _FakeVertex, "web_access_uris", {"workerpool0-0": "https://shell.example"}
+  )
+  exit_code, out, err = _follow(
+    fake_vertex,
+    monkeypatch,
+    capsys,
+    [
+      "JOB_STATE_QUEUED",
+      "JOB_STATE_QUEUED",
+      "JOB_STATE_PENDING",
+      "JOB_STATE_RUNNING",
+      "JOB_STATE_RUNNING",
+      "JOB_STATE_SUCCEEDED",
+    ],
+  )
+
+  assert exit_code == 0, err
+  assert out == f"{_JOB}\n"
+  states = [
+    line.split(": ")[1] for line in err.splitlines() if _JOB + ": " in line
+  ]
+  assert states == [
+    "JOB_STATE_QUEUED",
+    "JOB_STATE_PENDING",
+    "JOB_STATE_RUNNING",
+    "JOB_STATE_SUCCEEDED",
+  ]
+  assert "Logs: gcloud ai custom-jobs stream-logs 123 --region=r" in err
+  assert err.count("Web access, workerpool0-0: https://shell.example") == 1
+  reads = [path for path, body in _FakeVertex.requests if body is None]
+  assert len(reads) == 6
+
+
+@pytest.mark.parametrize(
+  "state, words",
+  [
+    (
+      "JOB_STATE_FAILED",
+      f"error: job {_JOB} failed: The replica workerpool0-0 exited with a "
+      "non-zero status of 143.",
+    ),
+    ("JOB_STATE_CANCELLED", f"error: job {_JOB} cancelled."),
+    ("JOB_STATE_EXPIRED", f"error: job {_JOB} expired."),
+  ],
+)
+def test_wait_ends_non_zero_with_the_error_of_a_job_that_did_not_succeed(
+  fake_vertex, monkeypatch, capsys, state, words
+):
+  monkeypatch.setattr(
+    _FakeVertex,
+    "error",
+    {
+      "code": 3,
+      "message": "The replica workerpool0-0 exited with a non-zero status of "
+      "143.",
+    },
+  )
+
+  exit_code, _, err = _follow(
+    fake_vertex, monkeypatch, capsys, ["JOB_STATE_RUNNING", state]
+  )
+
+  assert exit_code == vertex_follow.FAILED_EXIT_CODE
+  assert err.splitlines()[-1] == words
+
+
+def _interrupt(secs):
+  del secs
+  raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("cancel", [False, True])
+def test_ctrl_c_leaves_the_job_running_and_says_so_or_cancels_it(
+  fake_vertex, monkeypatch, cancel
+):
+  monkeypatch.setattr(_FakeVertex, "states", ["JOB_STATE_RUNNING"])
+  out = io.StringIO()
+
+  exit_code = vertex_follow.follow(
+    _JOB,
+    client=fake_vertex,
+    cancel_on_interrupt=cancel,
+    out=out,
+    sleep=_interrupt,
+  )
+
+  assert exit_code == vertex_follow.INTERRUPTED_EXIT_CODE
+  last = out.getvalue().splitlines()[-1]
+  cancels = [path for path, _ in _FakeVertex.requests if ":cancel" in path]
+  state = fake_vertex.get_custom_job(name=_JOB).state.name
+  if cancel:
+    assert last == f"Asked Vertex AI to cancel {_JOB}."
+    assert cancels == [f"/v1/{_JOB}:cancel"]
+    assert state == "JOB_STATE_CANCELLING"
+  else:
+    assert last.startswith(f"Stopped following; {_JOB} is still running.")
+    assert "gcloud ai custom-jobs cancel 123 --region=r --project=p" in last
+    assert (cancels, state) == ([], "JOB_STATE_RUNNING")
+
+
+def test_a_job_vertex_does_not_show_is_a_user_error(fake_vertex):
+  with pytest.raises(errors.UserError) as raised:
+    vertex_follow.follow(
+      "projects/p/locations/r/customJobs/999",
+      client=fake_vertex,
+      out=io.StringIO(),
+    )
+
+  assert str(raised.value) == (
+    "Vertex AI does not show job projects/p/locations/r/customJobs/999: "
+    "No such job."
+  )
+
+
+def test_wait_without_submit_is_refused(capsys):
+  exit_code = vertex.main([f"--image={_IMAGE}", "--wait"])
+
+  assert exit_code == errors.USER_ERROR_EXIT_CODE
+  assert capsys.readouterr().err == (
+    "error: --wait follows the job --submit creates; give --submit too.\n"
+  )

@@ -7,6 +7,8 @@ Modules (lowest first):
     job, and its terms.
   vertex_check: Checks a Vertex AI CustomJobSpec offline, the way gcloud and
     Vertex AI would.
+  vertex_follow: Follows a Vertex AI custom job until it ends, for
+    `ctl-vertex --wait`.
   vertex: Vertex AI custom jobs: build a CustomJobSpec, check it offline,
     submit it.
   k8s: Kubernetes: a JobSet manifest for the trainer image, checked offline.

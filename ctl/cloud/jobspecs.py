@@ -32,19 +32,24 @@ def format_spec(spec: Mapping[str, Any], output_format: str) -> str:
   return yaml.safe_dump(spec, sort_keys=False)
 
 
-def run(action: Callable[[], str]) -> int:
+def run(action: Callable[[], str | int]) -> int:
   """Prints what `action` returns; a `UserError` becomes one line and exit 2.
 
   Args:
-    action: Builds, checks and renders (or submits) the spec.
+    action: Builds, checks and renders (or submits) the spec and returns the
+      text to print, or having printed what it had to say, an exit code (how
+      a followed job ended).
 
   Returns:
-    The exit code: 0, or `errors.USER_ERROR_EXIT_CODE`.
+    The exit code: 0, the one `action` returned, or
+    `errors.USER_ERROR_EXIT_CODE`.
   """
   try:
     text = action()
   except errors.UserError as e:
     print(f"error: {e}", file=sys.stderr)
     return errors.USER_ERROR_EXIT_CODE
+  if isinstance(text, int):
+    return text
   print(text, end="" if text.endswith("\n") else "\n")
   return 0

@@ -19,7 +19,9 @@ Usage:
       -- --flagfile=configs/cassava_resnet50.cfg --strategy=multi_worker
 
 prints the spec as YAML for `gcloud ai custom-jobs create --config`; add
-`--submit --project=PROJECT --region=us-central1` to create the job directly.
+`--submit --project=PROJECT --region=us-central1` to create the job directly,
+and `--wait` to follow it until it ends (`ctl.cloud.vertex_follow`), the exit
+status saying how it ended.
 Needs the `vertex` extra (google-cloud-aiplatform).
 """
 
@@ -34,6 +36,7 @@ from ctl import errors
 from ctl.cloud import jobspecs
 from ctl.cloud import reduction_server
 from ctl.cloud import vertex_check
+from ctl.cloud import vertex_follow
 from ctl.io import storage
 from ctl.train import options
 
@@ -351,8 +354,7 @@ def submit(
     project: The Google Cloud project ID.
     region: The Vertex AI region, e.g. "us-central1".
     display_name: The job's name in the console.
-    client: A `JobServiceClient`; None means the regional endpoint with
-      Application Default Credentials.
+    client: A `JobServiceClient`; None means `client_for(region)`.
 
   Returns:
     The job's resource name, projects/P/locations/R/customJobs/ID.
@@ -364,21 +366,37 @@ def submit(
   job_spec = vertex_check.validate_job_spec(spec)
   vertex_check.check_region(job_spec, region)
   aiplatform_v1 = vertex_check.import_aiplatform()
-  # Both come with google-cloud-aiplatform.
+  # It comes with google-cloud-aiplatform.
   from google.api_core import exceptions as api_exceptions  # pylint: disable=g-import-not-at-top
-  from google.auth import exceptions as auth_exceptions  # pylint: disable=g-import-not-at-top
 
+  client = client or client_for(region)
   try:
-    if client is None:
-      endpoint = f"{region}-aiplatform.googleapis.com"
-      client = aiplatform_v1.JobServiceClient(
-        client_options={"api_endpoint": endpoint}
-      )
     job = client.create_custom_job(
       parent=f"projects/{project}/locations/{region}",
       custom_job=aiplatform_v1.CustomJob(
         display_name=display_name, job_spec=job_spec
       ),
+    )
+  except api_exceptions.ClientError as e:
+    reason = e.message.rstrip(".")
+    raise errors.UserError(f"Vertex AI refused the job: {reason}.") from None
+  return job.name
+
+
+def client_for(region: str) -> Any:
+  """A `JobServiceClient` of the regional endpoint, with Application Default
+  Credentials.
+
+  Raises:
+    errors.UserError: If there are no credentials, saying how to get them.
+  """
+  aiplatform_v1 = vertex_check.import_aiplatform()
+  # It comes with google-cloud-aiplatform.
+  from google.auth import exceptions as auth_exceptions  # pylint: disable=g-import-not-at-top
+
+  try:
+    return aiplatform_v1.JobServiceClient(
+      client_options={"api_endpoint": f"{region}-aiplatform.googleapis.com"}
     )
   except auth_exceptions.DefaultCredentialsError as e:
     reason = str(e).split(". ")[0].rstrip(".")
@@ -386,10 +404,6 @@ def submit(
       f"Google Cloud credentials are missing ({reason}); run gcloud auth "
       "application-default login."
     ) from None
-  except api_exceptions.ClientError as e:
-    reason = e.message.rstrip(".")
-    raise errors.UserError(f"Vertex AI refused the job: {reason}.") from None
-  return job.name
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -401,24 +415,38 @@ def main(argv: Sequence[str] | None = None) -> int:
   return jobspecs.run(lambda: _build_and_send(args, trainer_args))
 
 
-def _build_and_send(args: argparse.Namespace, trainer_args: list[str]) -> str:
-  """Builds the spec from the command line; returns it, or the job's name."""
+def _build_and_send(
+  args: argparse.Namespace, trainer_args: list[str]
+) -> str | int:
+  """Builds the spec from the command line; returns it, or the job's name,
+  or with --wait how the job ended (the name printed first)."""
   spec = options.from_flags(
     build_job_spec,
     args,
     trainer_args=trainer_args,
     settings=options.from_flags(JobSettings, args),
   )
+  if args.wait and not args.submit:
+    raise errors.UserError(
+      "--wait follows the job --submit creates; give --submit too."
+    )
   if not args.submit:
     vertex_check.validate_job_spec(spec)
     return jobspecs.format_spec(spec, args.format)
   if not (args.project and args.region):
     raise errors.UserError("--submit needs --project and --region.")
-  return submit(
-    spec,
-    project=args.project,
-    region=args.region,
-    display_name=args.display_name,
+  # A bad spec is said before credentials are looked for.
+  vertex_check.check_region(vertex_check.validate_job_spec(spec), args.region)
+  client = client_for(args.region)
+  name = options.from_flags(submit, args, spec=spec, client=client)
+  if not args.wait:
+    return name
+  print(name, flush=True)
+  return vertex_follow.follow(
+    name,
+    client=client,
+    poll_secs=args.poll_secs,
+    cancel_on_interrupt=args.cancel_on_interrupt,
   )
 
 
@@ -455,6 +483,23 @@ def _parser() -> argparse.ArgumentParser:
     "--submit",
     action="store_true",
     help="Create the job on Vertex AI instead of printing the spec.",
+  )
+  parser.add_argument(
+    "--wait",
+    action="store_true",
+    help="With --submit: follow the job until it ends, printing its state "
+    "changes and where its logs are; exit 0 if it succeeded, 1 if not.",
+  )
+  parser.add_argument(
+    "--poll_secs",
+    type=float,
+    default=vertex_follow.DEFAULT_POLL_SECS,
+    help="With --wait: seconds between two reads of the job's state.",
+  )
+  parser.add_argument(
+    "--cancel_on_interrupt",
+    action="store_true",
+    help="With --wait: Ctrl-C cancels the job (default: it runs on).",
   )
   parser.add_argument("--project", help="Google Cloud project for --submit.")
   parser.add_argument("--region", help="Vertex AI region for --submit.")
