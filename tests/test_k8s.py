@@ -18,6 +18,7 @@ import yaml
 from ctl import errors
 from ctl.cloud import k8s
 from ctl.distributed import cluster
+from ctl.launch import launcher
 from tests.conftest import REPO
 from tests.conftest import run_trainer
 from tests.conftest import trainer_env
@@ -345,6 +346,10 @@ def test_a_broken_manifest_is_refused_in_one_sentence(edit, words):
     ({"accelerator": "nvidia-tesla-k9000"}, "is not a GKE accelerator"),
     ({"accelerator": "nvidia-l4"}, "gpus_per_node is 0"),
     ({"grace_secs": 5}, "too short for the agreed save"),
+    (
+      {"spot": True, "grace_secs": 300},
+      "a Spot node gives its pods at most 120 s",
+    ),
     ({"gcsfuse_bucket": "gs://b/x"}, "is not a bucket name"),
     ({"name": "x" * 60}, "63 characters or fewer"),
     ({"port": 0}, "port must be a port"),
@@ -396,3 +401,83 @@ def test_the_vendored_schema_is_the_pinned_release():
     digest = hashlib.sha256(f.read()).hexdigest()
   assert f"sha256: `{digest}`" in readme
   assert "v0.12.0" in readme
+
+
+def test_a_spot_job_runs_on_spot_nodes_within_their_grace():
+  manifest = _manifest(
+    num_workers=2,
+    gpus_per_node=1,
+    accelerator="nvidia-l4",
+    agent_restarts=2,
+    spot=True,
+  )
+  k8s.validate_manifest(manifest)
+
+  for index in (0, 1):
+    pod = _pod(manifest, index)
+    assert pod["nodeSelector"] == {
+      "cloud.google.com/gke-accelerator": "nvidia-l4",
+      "cloud.google.com/gke-spot": "true",
+    }
+    assert pod["tolerations"] == [
+      {
+        "key": "cloud.google.com/gke-spot",
+        "operator": "Equal",
+        "value": "true",
+        "effect": "NoSchedule",
+      }
+    ]
+    # GKE gives a Spot node's pods 15 s of its 30 s notice.
+    assert pod["terminationGracePeriodSeconds"] == 15
+    [container] = pod["containers"]
+    assert container["command"][:6] == [
+      "python",
+      "-m",
+      "ctl.launch",
+      "--agent",
+      "--max_restarts=2",
+      f"--grace_secs={15 - k8s.AGENT_GRACE_MARGIN_SECS}",
+    ]
+
+
+@pytest.mark.parametrize(
+  "spot, grace_secs, pod_grace",
+  [(False, None, 300), (True, None, 15), (True, 60, 60), (False, 45, 45)],
+)
+def test_the_agent_stops_its_trainer_within_the_pod_grace(
+  spot, grace_secs, pod_grace
+):
+  manifest = _manifest(
+    agent_restarts=1,
+    spot=spot,
+    **({"grace_secs": grace_secs} if grace_secs else {}),
+  )
+  k8s.validate_manifest(manifest)
+  pod = _pod(manifest, 0)
+  [container] = pod["containers"]
+  command = container["command"]
+
+  # The agent's own command line, as it reads it: it sends SIGKILL this long
+  # after it forwards SIGTERM, and the kubelet kills the pod at pod_grace.
+  agent = launcher._parse_args(command[3:])
+  assert pod["terminationGracePeriodSeconds"] == pod_grace
+  assert agent.grace_secs == pod_grace - k8s.AGENT_GRACE_MARGIN_SECS
+  on_spot = "cloud.google.com/gke-spot" in pod.get("nodeSelector", {})
+  assert on_spot == spot
+
+
+def test_the_cli_writes_a_spot_job(capsys):
+  exit_code = k8s.main(
+    [
+      "--name=train",
+      f"--image={_IMAGE}",
+      "--spot",
+      "--grace_secs=25",
+      "--agent_restarts=3",
+    ]
+  )
+
+  assert exit_code == 0
+  assert yaml.safe_load(capsys.readouterr().out) == _manifest(
+    spot=True, grace_secs=25, agent_restarts=3
+  )

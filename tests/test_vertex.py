@@ -20,6 +20,7 @@ from ctl import errors
 from ctl.cloud import vertex
 from ctl.cloud import vertex_check
 from ctl.cloud import vertex_follow
+from ctl.launch import launcher
 from tests.conftest import REPO
 from tests.conftest import run_trainer
 from tests.conftest import trainer_env
@@ -833,3 +834,20 @@ def test_wait_without_submit_is_refused(capsys):
   assert capsys.readouterr().err == (
     "error: --wait follows the job --submit creates; give --submit too.\n"
   )
+
+
+def test_the_node_agent_on_vertex_stops_its_trainer_before_the_vm_stops():
+  # The entrypoint docs/fault-tolerance.md shows for Vertex AI: a Spot VM is
+  # stopped 30 s after its preemption notice; the agent must leave the
+  # trainer most of it for the agreed save, and itself time to exit.
+  agent = launcher._parse_args(
+    ["--agent", "--max_restarts=3", "--", "python", "-m", "trainer.task"]
+  )
+  local = launcher._parse_args(["--num_workers=2", "--", "true"])
+
+  assert agent.grace_secs == (
+    launcher.PREEMPTION_NOTICE_SECS - launcher.AGENT_GRACE_MARGIN_SECS
+  )
+  assert launcher.PREEMPTION_NOTICE_SECS == 30
+  assert 0 < launcher.AGENT_GRACE_MARGIN_SECS < 10
+  assert local.grace_secs == launcher.LaunchOptions.grace_secs

@@ -10,7 +10,9 @@ trainer builds the cluster itself. A failed pod fails its Job
 (`failurePolicy.maxRestarts`), which resumes from the last checkpoint; the
 JobSet succeeds when the chief does (`successPolicy`). A user error (exit 2)
 fails the JobSet at once, and a node disruption replaces pods without using up
-`maxRestarts` (`POD_FAILURE_POLICY`, `JOBSET_USER_ERROR_RULE`).
+`maxRestarts` (`POD_FAILURE_POLICY`, `JOBSET_USER_ERROR_RULE`). With `spot`
+the pods run on GKE Spot nodes, whose preemption gives them 15 s: their grace,
+and the node agent's a margin inside it, follow what the nodes give.
 
 The manifest is checked before anything is applied: against the JobSet CRD's
 OpenAPI schema vendored in `ctl/cloud/schemas/` (made strict: an unknown field is an
@@ -48,6 +50,7 @@ from ctl import errors
 from ctl.cloud import jobspecs
 from ctl.distributed import cluster
 from ctl.io import storage
+from ctl.launch import launcher
 from ctl.train import options as options_lib
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -79,7 +82,18 @@ SCHEMA_FILE = os.path.join(
 # The agreed save needs the next loop boundary plus one checkpoint write;
 # Kubernetes' default of 30 s is short for a ResNet50 on Cloud Storage.
 DEFAULT_GRACE_SECS = 300
-MIN_GRACE_SECS = 30
+# A Spot VM stops 30 s after its preemption notice, and GKE's graceful node
+# shutdown gives non-system pods the first 15 s of it, whatever their
+# terminationGracePeriodSeconds; a node pool can extend the whole period to
+# 120 s (GKE, "Spot VMs" and "graceful node shutdown").
+SPOT_GRACE_SECS = 15
+SPOT_MAX_GRACE_SECS = 120
+SPOT_LABEL = "cloud.google.com/gke-spot"
+# The node agent sends SIGKILL this long before the kubelet would, so that it
+# reaps its trainer and exits in the pod's grace instead of being killed with
+# it.
+AGENT_GRACE_MARGIN_SECS = launcher.AGENT_GRACE_MARGIN_SECS
+MIN_GRACE_SECS = 10
 FUSE_ROOT = "/gcs"  # The trainer's --fuse_root default: /gcs/BUCKET/...
 # How a failed pod fails its Job (backoffLimit 0: any counted failure does).
 # Rules apply in order, the first match acts (Kubernetes' podFailurePolicy,
@@ -139,11 +153,16 @@ class JobSetOptions:
       trainer in place up to N times before the pod fails and JobSet's
       `max_restarts` recreates every pod; 0 runs the trainer alone.
     warm_spare: The agent keeps a warm spare (`--warm_spare`).
+    spot: Run on GKE Spot nodes (their node selector and toleration), whose
+      pods get `SPOT_GRACE_SECS` to stop unless the node pool gives more.
     namespace: The namespace, or None for kubectl's current one.
     gpus_per_node: `nvidia.com/gpu` per pod; 0 for none.
     accelerator: A `cloud.google.com/gke-accelerator` node selector, or None.
     max_restarts: How often JobSet recreates all pods after a failure.
-    grace_secs: terminationGracePeriodSeconds: SIGTERM to SIGKILL.
+    grace_secs: terminationGracePeriodSeconds, SIGTERM to SIGKILL: what the
+      platform gives; None: `SPOT_GRACE_SECS` with `spot`, else
+      `DEFAULT_GRACE_SECS`. The node agent's own grace is this less
+      `AGENT_GRACE_MARGIN_SECS`.
     gcsfuse_bucket: A bucket the Cloud Storage FUSE CSI driver mounts at
       /gcs/<bucket>, or None to write gs:// urls directly.
     service_account: The Kubernetes service account (Workload Identity for
@@ -157,22 +176,34 @@ class JobSetOptions:
   trainer_args: tuple[str, ...] = ()
   agent_restarts: int = 0
   warm_spare: bool = False
+  spot: bool = False
   namespace: str | None = None
   gpus_per_node: int = 0
   accelerator: str | None = None
   max_restarts: int = 3
-  grace_secs: int = DEFAULT_GRACE_SECS
+  grace_secs: int | None = None
   gcsfuse_bucket: str | None = None
   service_account: str | None = None
   port: int = cluster.JOBSET_DEFAULT_PORT
 
 
+def pod_grace_secs(options: JobSetOptions) -> int:
+  """The pods' terminationGracePeriodSeconds: what the platform gives."""
+  if options.grace_secs is not None:
+    return options.grace_secs
+  return SPOT_GRACE_SECS if options.spot else DEFAULT_GRACE_SECS
+
+
 def container_command(options: JobSetOptions) -> tuple[str, ...]:
-  """The trainer, or the node agent that runs and restarts it in place."""
+  """The trainer, or the node agent that runs and restarts it in place and
+  kills it, when stopped, before the kubelet kills the pod."""
   if not options.agent_restarts:
     return TRAINER_COMMAND
   agent = ("python", "-m", "ctl.launch", "--agent")
-  flags = (f"--max_restarts={options.agent_restarts}",)
+  flags = (
+    f"--max_restarts={options.agent_restarts}",
+    f"--grace_secs={pod_grace_secs(options) - AGENT_GRACE_MARGIN_SECS}",
+  )
   flags += ("--warm_spare",) * options.warm_spare
   return (*agent, *flags, "--", *TRAINER_COMMAND)
 
@@ -226,7 +257,7 @@ def _job_spec(options: JobSetOptions, *, pods: int, shape: str) -> dict:
   }
   pod: dict[str, Any] = {
     "restartPolicy": "Never",
-    "terminationGracePeriodSeconds": options.grace_secs,
+    "terminationGracePeriodSeconds": pod_grace_secs(options),
     "containers": [container],
   }
   metadata = {}
@@ -234,10 +265,7 @@ def _job_spec(options: JobSetOptions, *, pods: int, shape: str) -> dict:
     container["resources"] = {
       "limits": {"nvidia.com/gpu": options.gpus_per_node}
     }
-  if options.accelerator:
-    pod["nodeSelector"] = {
-      "cloud.google.com/gke-accelerator": options.accelerator
-    }
+  _add_node_selection(pod, options)
   if options.service_account:
     pod["serviceAccountName"] = options.service_account
   if options.gcsfuse_bucket:
@@ -268,6 +296,26 @@ def _job_spec(options: JobSetOptions, *, pods: int, shape: str) -> dict:
     "podFailurePolicy": copy.deepcopy(POD_FAILURE_POLICY),
     "template": template,
   }
+
+
+def _add_node_selection(pod: dict[str, Any], options: JobSetOptions) -> None:
+  """Selects GPU nodes of the accelerator, and Spot nodes, which GKE taints
+  so that only pods that tolerate preemption run there."""
+  selector = {}
+  if options.accelerator:
+    selector["cloud.google.com/gke-accelerator"] = options.accelerator
+  if options.spot:
+    selector[SPOT_LABEL] = "true"
+    pod["tolerations"] = [
+      {
+        "key": SPOT_LABEL,
+        "operator": "Equal",
+        "value": "true",
+        "effect": "NoSchedule",
+      }
+    ]
+  if selector:
+    pod["nodeSelector"] = selector
 
 
 def _env(options: JobSetOptions, *, shape: str) -> list[dict[str, Any]]:
@@ -320,9 +368,15 @@ def _check_options(options: JobSetOptions) -> None:
       "warm_spare is kept by the node agent: give agent_restarts=N too.",
     ),
     (
-      options.grace_secs >= MIN_GRACE_SECS,
+      pod_grace_secs(options) >= MIN_GRACE_SECS,
       f"grace_secs {options.grace_secs} is too short for the agreed save at "
       f"the next loop boundary; give at least {MIN_GRACE_SECS}.",
+    ),
+    (
+      not options.spot or pod_grace_secs(options) <= SPOT_MAX_GRACE_SECS,
+      f"grace_secs {options.grace_secs} is more than a Spot node gives: a "
+      f"Spot node gives its pods at most {SPOT_MAX_GRACE_SECS} s (GKE's "
+      f"default is {SPOT_GRACE_SECS} s).",
     ),
     (0 < options.port < 65536, f"port must be a port, not {options.port}."),
     (
@@ -609,11 +663,14 @@ def _parser() -> argparse.ArgumentParser:
     action="store_true",
     help="The node agent keeps a warm spare trainer process.",
   )
+  add("--spot", action="store_true", help="Run on GKE Spot nodes.")
   add(
     "--grace_secs",
     type=int,
-    default=DEFAULT_GRACE_SECS,
-    help="terminationGracePeriodSeconds: time for the agreed save.",
+    help="terminationGracePeriodSeconds, time for the agreed save: what the "
+    f"nodes give (default {DEFAULT_GRACE_SECS}, with --spot {SPOT_GRACE_SECS};"
+    f" more where the node pool gives more); the node agent takes "
+    f"{AGENT_GRACE_MARGIN_SECS} s less.",
   )
   add("--gcsfuse_bucket", help="Mount this bucket at /gcs/BUCKET (GKE CSI).")
   add("--service_account", help="Kubernetes service account of the pods.")

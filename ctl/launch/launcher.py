@@ -69,6 +69,12 @@ from ctl.launch import tier_service
 from ctl.launch import workers
 
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Compute Engine stops a Spot (or preemptible) VM 30 s after its preemption
+# notice, on Vertex AI too. The node agent's default grace leaves its trainer
+# that less a margin, in which the agent reaps it and exits itself; ctl-k8s
+# passes a pod's own grace less the same margin.
+PREEMPTION_NOTICE_SECS = 30
+AGENT_GRACE_MARGIN_SECS = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +227,10 @@ def run(options: LaunchOptions) -> int:
 def _parse_args(argv: Sequence[str]) -> LaunchOptions:
   args = _parser().parse_args(argv)
   command = args.command[1:] if args.command[:1] == ["--"] else args.command
+  if args.grace_secs is None and args.agent:
+    args.grace_secs = PREEMPTION_NOTICE_SECS - AGENT_GRACE_MARGIN_SECS
+  elif args.grace_secs is None:
+    args.grace_secs = LaunchOptions.grace_secs
   options = {field.name: getattr(args, field.name) for field in _FLAG_FIELDS}
   return LaunchOptions(command=tuple(command), **options)
 
@@ -261,8 +271,9 @@ def _parser() -> errors.ArgumentParser:
   parser.add_argument(
     "--grace_secs",
     type=float,
-    default=10.0,
-    help="Time stopped workers get before SIGKILL.",
+    help="Time stopped workers get before SIGKILL (default 10; with --agent"
+    f" {PREEMPTION_NOTICE_SECS - AGENT_GRACE_MARGIN_SECS}: a VM's preemption"
+    " notice less a margin).",
   )
   parser.add_argument(
     "--heartbeat_grace_secs",
