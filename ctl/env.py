@@ -24,6 +24,11 @@ sentence (`UserError`, exit 2) rather than a traceback:
   CTL_TIER_PORT           the port of the node agent's checkpoint file
                           service (ctl.launch.tier_service)
 
+A value that is well formed but cannot be true of this process (a
+`CTL_ATTEMPT_START` before the process started or after now, a
+`CTL_PREVIOUS_EXIT_TIME` after now: a variable left in a shell) is said in
+one warning and read as not given, so the run records what it can see.
+
 A Kubernetes pod's `CTL_JOBSET_*` variables come from its manifest, not from
 the launcher; `ctl.distributed.cluster` reads them. This module imports nothing else of
 `ctl` but its errors (nor absl), so every layer, and the system Python
@@ -31,8 +36,10 @@ of `make container-check`, may use it.
 """
 
 from collections.abc import Callable, Mapping
+import logging
 import math
 import os
+import time
 
 from ctl.errors import UserError
 
@@ -48,6 +55,10 @@ FAULTS = "CTL_FAULTS"
 FAULTS_ENABLED = "CTL_FAULTS_ENABLED"
 TIER_POINTER = "CTL_TIER_POINTER"
 TIER_PORT = "CTL_TIER_PORT"
+# How far a handed time may lie outside what this process sees: the
+# launcher writes it to the millisecond, /proc counts in clock ticks.
+_CLOCK_SLACK_SECS = 1.0
+_warned = set()  # The (name, value) pairs already warned of, once each.
 
 
 def restart_count(environ: Mapping[str, str] = os.environ) -> int:
@@ -72,19 +83,72 @@ def previous_exit(environ: Mapping[str, str] = os.environ) -> int | None:
 def previous_exit_time(environ: Mapping[str, str] = os.environ) -> float | None:
   """When the previous start ended (seconds since the epoch), or None.
 
+  None also for a time after now, with one warning: it cannot be true.
+
   Raises:
     UserError: for a value that is not a time.
   """
-  return _read(environ, PREVIOUS_EXIT_TIME, float, _is_time)
+  ended = _read(environ, PREVIOUS_EXIT_TIME, float, _is_time)
+  if ended is not None and ended > time.time() + _CLOCK_SLACK_SECS:
+    return _untrue(PREVIOUS_EXIT_TIME, ended, "after now")
+  return ended
 
 
 def attempt_start(environ: Mapping[str, str] = os.environ) -> float | None:
   """When a warm spare was handed this start (seconds since the epoch).
 
+  None also, with one warning, for a time this process shows cannot be
+  true: before the process started (a spare is handed its start after it
+  was made) or after now.
+
   Raises:
     UserError: for a value that is not a time.
   """
-  return _read(environ, ATTEMPT_START, float, _is_time)
+  handed = _read(environ, ATTEMPT_START, float, _is_time)
+  if handed is None:
+    return None
+  now = time.time()
+  age = process_age()
+  if age is not None and handed < now - age - _CLOCK_SLACK_SECS:
+    return _untrue(ATTEMPT_START, handed, "before this process started")
+  if handed > now + _CLOCK_SLACK_SECS:
+    return _untrue(ATTEMPT_START, handed, "after now")
+  return handed
+
+
+def process_age() -> float | None:
+  """Seconds since this process started, or None where /proc cannot say.
+
+  Read from /proc (Linux: the boot clock, to about 10 ms), so a step of the
+  wall clock changes nothing.
+  """
+  try:
+    with open("/proc/self/stat") as f:
+      stat = f.read()
+    with open("/proc/uptime") as f:
+      uptime = float(f.read().split()[0])
+    # Field 22 (starttime, in clock ticks after boot); the command name in
+    # field 2 may hold spaces, so count from its closing parenthesis.
+    ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
+    return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+  except (OSError, ValueError, IndexError):
+    return None
+
+
+def _untrue(name: str, value: float, why: str) -> None:
+  """Warns, once per value, of a handed time that cannot be true; None."""
+  if (name, value) not in _warned:
+    _warned.add((name, value))
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
+    logging.getLogger(__name__).warning(
+      "%s=%r (%s) is %s, which cannot be true of this start (a variable "
+      "left in the shell?); it is ignored.",
+      name,
+      value,
+      when,
+      why,
+    )
+  return None
 
 
 def job_id(environ: Mapping[str, str] = os.environ) -> str:

@@ -75,20 +75,11 @@ def process_age() -> float:
   this module was imported. A warm spare (ctl.launch.spare) was started long before
   its attempt: for it, since it was handed the restart.
   """
-  handed = env.attempt_start()
+  handed = env.attempt_start()  # None too when it cannot be true.
   if handed is not None:
     return max(0.0, time.time() - handed)
-  try:
-    with open("/proc/self/stat") as f:
-      stat = f.read()
-    with open("/proc/uptime") as f:
-      uptime = float(f.read().split()[0])
-    # Field 22 (starttime, in clock ticks after boot); the command name in
-    # field 2 may hold spaces, so count from its closing parenthesis.
-    ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
-    return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
-  except (OSError, ValueError, IndexError):
-    return time.monotonic() - _IMPORTED
+  age = env.process_age()
+  return time.monotonic() - _IMPORTED if age is None else age
 
 
 def _begin_attempt() -> tuple[float, float, str]:
