@@ -341,6 +341,36 @@ def test_a_local_checkpoint_of_another_input_shape_is_refused(tmp_path):
   assert kept.steps()[-1] == newest
 
 
+def test_a_deleted_run_directory_starts_over_though_the_tier_is_there(
+  one_worker_reference, tmp_path
+):
+  """The tier belongs to one run: a run killed after its local saves, its
+  --model_dir deleted, then started again by the same job, starts at step 0
+  (one line says why the tier is not used) and ends as the uninterrupted
+  run; the other run's local steps are removed, not restored."""
+  model_dir = tmp_path / "run"
+  flags = (
+    *ONE_WORKER,
+    f"--model_dir={model_dir}",
+    f"--local_checkpoints={tmp_path}/node0",
+  )
+  killed = run_trainer(
+    *flags, env=trainer_env(CTL_JOB_ID="ghost", faults="crash@40"), check=False
+  )
+  assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+  ghost = tier(tmp_path, 0)
+  assert ghost.steps()[-1] > BUCKET_EVERY
+  shutil.rmtree(model_dir)
+  again = run_trainer(
+    *flags, env=trainer_env(CTL_JOB_ID="ghost"), events=f"{model_dir}.jsonl"
+  )
+  said = [line for line in again.stderr.splitlines() if "another run" in line]
+  assert len(said) == 1, again.stderr[-3000:]
+  assert restores(model_dir) == []
+  assert "starting at step 0" in again.stderr
+  _assert_identical(model_dir, one_worker_reference[0])
+
+
 def test_a_full_local_tier_turns_off_with_one_warning(
   one_worker_reference,
   small_disk,  # noqa: F811 (the fixture imported above)

@@ -29,6 +29,9 @@ goes on with bucket saves, as without the tier.
 from collections.abc import Callable
 import contextlib
 import functools
+import os
+import posixpath
+import secrets
 import shutil
 import threading
 
@@ -40,6 +43,8 @@ from ctl.checkpoint import local_tier
 from ctl.checkpoint import tier_restore
 from ctl.distributed import worker_exchange
 from ctl.errors import write_failure
+from ctl.io import mirror
+from ctl.io import storage
 
 
 class TieredCheckpointer:
@@ -291,6 +296,9 @@ def build(
       need_bytes=need_bytes,
       keep_in_bucket=keep,
     )
+    run = _agreed_run(bucket_url, strategy=strategy, is_chief=is_chief)
+    if tier:
+      tier.bind(run)
     agreement = functools.partial(
       tier_restore.restore_agreed,
       hosts=worker_exchange.worker_hosts(strategy),
@@ -306,3 +314,39 @@ def build(
     agreement=agreement,
     waiting=waiting,
   )
+
+
+def _agreed_run(bucket_url: str, *, strategy, is_chief: bool) -> int:
+  """The id of the run the checkpoint directory belongs to, the same on
+  every worker: the chief reads it (`run_id`) and sends it to the others,
+  which need not reach the directory for it (one exchange)."""
+  own = run_id(bucket_url) if is_chief else 0
+  return int(worker_exchange.gather_rows(strategy, [own])[:, 0].max())
+
+
+def run_id(checkpoint_dir: str) -> int:
+  """The id of the run whose checkpoints `checkpoint_dir` holds (a number
+  under 2**40, exact in `worker_exchange`), made with the directory: one
+  deleted and made again is another run's (`LocalTier.bind`).
+
+  Kept in the file `local_tier.RUN_FILE` there, made by the chief (the
+  lease holder) when missing: on Cloud Storage with the generation
+  precondition 0 (only if still missing); elsewhere whole or not at all.
+  """
+  root, fs = storage.read_route(checkpoint_dir)
+  made = str(secrets.randbits(40) or 1)
+  if fs is not None:
+    path = posixpath.join(root, local_tier.RUN_FILE)
+    with contextlib.suppress(FileExistsError):
+      mirror.put_if_generation(fs, path, made.encode(), generation="0")
+    return int(fs.cat_file(path))
+  path = os.path.join(root, local_tier.RUN_FILE)
+  with contextlib.suppress(FileNotFoundError, ValueError):
+    with open(path) as f:
+      return int(f.read())
+  os.makedirs(root, exist_ok=True)
+  temporary = f"{path}.{os.getpid()}.tmp"
+  with open(temporary, "w") as f:
+    f.write(made)
+  os.replace(temporary, path)
+  return int(made)

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 STATE_FILE = "tier_state.json"
+RUN_FILE = "run_id"  # The id of the run the tier belongs to (`bind`).
 RAM_ROOT = "/dev/shm"
 _STEP_FILE = re.compile(r"ckpt-(?P<step>\d+)\.(index|data-\d+-of-\d+)")
 _UPLOADS = ".uploads"  # Hard-linked snapshots being copied to the bucket.
@@ -146,6 +147,35 @@ class LocalTier:
     self.directory = directory
     self._keep = keep
     os.makedirs(directory, mode=0o700, exist_ok=True)
+
+  def bind(self, run: int) -> None:
+    """Makes this the tier of run `run` (the id its run directory keeps).
+
+    A job id names a tier, and a user may delete a run directory and start
+    the same job again: the tier then holds another run's steps, which a
+    restore would resume into the new directory. A tier of another run, or
+    of no recorded run, is emptied with one line instead.
+    """
+    path = os.path.join(self.directory, RUN_FILE)
+    try:
+      with open(path) as f:
+        found = f.read().strip()
+    except FileNotFoundError:
+      found = None
+    if found == str(run):
+      return
+    if found is not None or self.entries():
+      logging.warning(
+        "The local checkpoint tier %s belongs to another run (run id %s, "
+        "not the run directory's %d: the directory was made again); its "
+        "checkpoints are removed, not restored.",
+        self.directory,
+        found,
+        run,
+      )
+      shutil.rmtree(self.directory, ignore_errors=True)
+      os.makedirs(self.directory, mode=0o700, exist_ok=True)
+    _write_whole(path, str(run))
 
   def prefix(self, step: int) -> str:
     """The checkpoint prefix of `step` (for a restore)."""
@@ -332,9 +362,15 @@ def copy_to_bucket(source: str, *, step: int, bucket_dir: str, keep: int):
 def write_pointer(path: str, **fields) -> None:
   """Tells the node agent (file `path`) where this worker's tier is:
   `directory`, `bucket_dir` and `keep`."""
+  _write_whole(path, json.dumps(fields))
+
+
+def _write_whole(path: str, text: str) -> None:
+  """Writes `text` to `path` under a temporary name, then renames it, so a
+  reader finds the old text or the new, never half of it."""
   temporary = f"{path}.tmp"
   with open(temporary, "w") as f:
-    json.dump(fields, f)
+    f.write(text)
   os.replace(temporary, path)
 
 
