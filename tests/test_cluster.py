@@ -6,6 +6,9 @@ import pytest
 
 from ctl.distributed import cluster
 from ctl.errors import UserError
+from trainer.testing import FAST_FLAGS
+from trainer.testing import run_trainer
+from trainer.testing import trainer_env
 
 VERTEX_CHIEF = "cmle-training-workerpool0-ab-0:2222"
 VERTEX_WORKERS = [
@@ -248,6 +251,16 @@ def test_tf_config_wins_over_cluster_spec():
       "parameter server",
     ),
     ('{"task": {"type": "ps", "index": 0}}', "parameter server"),
+    (
+      '{"cluster": {"worker": ["a:1", "b:1", "a:1"]},'
+      ' "task": {"type": "worker", "index": 0}}',
+      "gives the address a:1 to both worker 0 and worker 2",
+    ),
+    (
+      '{"cluster": {"chief": ["a:1"], "worker": ["b:1", "A:1"]},'
+      ' "task": {"type": "worker", "index": 1}}',
+      "gives the address A:1 to both chief 0 and worker 1",
+    ),
   ],
 )
 @pytest.mark.parametrize("var", ["TF_CONFIG", "CLUSTER_SPEC"])
@@ -396,3 +409,31 @@ def test_bad_jobset_env_is_one_sentence(changes, words):
   with pytest.raises(UserError) as e:
     cluster.resolve(environ=_jobset_env("worker", 0, 0, **changes))
   assert words in str(e.value) and str(e.value).endswith(".")
+
+
+def test_one_address_for_two_tasks_stops_the_trainer_before_tensorflow(
+  tmp_path,
+):
+  """This worker's address twice in TF_CONFIG: start-up used to block in
+  MultiWorkerMirroredStrategy until the backstop killed it (exit 137, which
+  a supervisor restarts). Now one sentence, exit 2, nothing written."""
+  config = {
+    "cluster": {"chief": ["localhost:1"], "worker": ["localhost:1"]},
+    "task": {"type": "chief", "index": 0},
+  }
+  model_dir = tmp_path / "run"
+  result = run_trainer(
+    *FAST_FLAGS,
+    "--train_steps=20",
+    "--startup_timeout_secs=30",  # Before: blocked until its backstop.
+    f"--model_dir={model_dir}",
+    env=trainer_env(TF_CONFIG=json.dumps(config)),
+    check=False,
+  )
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert "Traceback" not in result.stderr
+  assert result.stderr.strip().splitlines()[-1] == (
+    "error: TF_CONFIG gives the address localhost:1 to both chief 0 and "
+    "worker 0; each task needs its own host:port."
+  )
+  assert not model_dir.exists()

@@ -365,7 +365,27 @@ def _parse_jobs(var: str, cluster: Any) -> dict[str, tuple[str, ...]]:
       f"{var} lists {len(jobs['evaluator'])} evaluator tasks, but"
       " TensorFlow supports at most one evaluator."
     )
+  _check_distinct_addresses(var, jobs)
   return jobs
+
+
+def _check_distinct_addresses(
+  var: str, jobs: Mapping[str, tuple[str, ...]]
+) -> None:
+  """Refuses an address given to two tasks (this worker's twice, or a chief
+  and a worker on one): each task serves on its own, so TensorFlow's
+  start-up would wait for the task that can never come, until a stall
+  limit killed it."""
+  seen = {}
+  for job, addresses in jobs.items():
+    for index, address in enumerate(addresses):
+      key = address.strip().lower()
+      if key in seen:
+        raise UserError(
+          f"{var} gives the address {address} to both {seen[key]} and "
+          f"{job} {index}; each task needs its own host:port."
+        )
+      seen[key] = f"{job} {index}"
 
 
 def _job_name(var: str, name: Any, *, what: str) -> str:
