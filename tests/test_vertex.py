@@ -381,6 +381,9 @@ class _FakeVertex(http.server.BaseHTTPRequestHandler):
       self._answer(404, {"error": {"code": 404, "message": "No such job."}})
       return
     state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+    if state == "UNAVAILABLE":
+      self._answer(503, {"error": {"code": 503, "message": "Try later."}})
+      return
     job = {"name": _JOB, "displayName": "cassava", "state": state}
     if state != "JOB_STATE_QUEUED" and self.web_access_uris:
       job["webAccessUris"] = self.web_access_uris
@@ -723,6 +726,7 @@ def test_wait_follows_a_succeeded_job_to_exit_0(
       "JOB_STATE_QUEUED",
       "JOB_STATE_QUEUED",
       "JOB_STATE_PENDING",
+      "UNAVAILABLE",  # A read that fails for now is tried again.
       "JOB_STATE_RUNNING",
       "JOB_STATE_RUNNING",
       "JOB_STATE_SUCCEEDED",
@@ -742,8 +746,9 @@ def test_wait_follows_a_succeeded_job_to_exit_0(
   ]
   assert "Logs: gcloud ai custom-jobs stream-logs 123 --region=r" in err
   assert err.count("Web access, workerpool0-0: https://shell.example") == 1
+  assert f"Reading {_JOB} failed (Try later); trying again." in err
   reads = [path for path, body in _FakeVertex.requests if body is None]
-  assert len(reads) == 6
+  assert len(reads) == 7
 
 
 @pytest.mark.parametrize(

@@ -99,15 +99,15 @@ def _read(client: Any, name: str, out: TextIO) -> Any:
 
   try:
     return client.get_custom_job(name=name)
-  except api_exceptions.ClientError as e:
+  except api_exceptions.GoogleAPICallError as e:
     # The REST transport starts its message with the request ("GET url: ").
     reason = re.sub(r"^[A-Z]+ \S+: ", "", e.message).rstrip(".")
-    raise errors.UserError(
-      f"Vertex AI does not show job {name}: {reason}."
-    ) from None
-  except api_exceptions.GoogleAPICallError as e:
-    print(f"Reading {name} failed ({e.message}); trying again.", file=out)
-    return None
+    if isinstance(e, api_exceptions.ClientError):
+      raise errors.UserError(
+        f"Vertex AI does not show job {name}: {reason}."
+      ) from None
+  print(f"Reading {name} failed ({reason}); trying again.", file=out)
+  return None
 
 
 def _failed(name: str, job: Any, out: TextIO) -> int:
