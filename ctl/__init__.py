@@ -15,9 +15,18 @@ waiting; a stall watchdog, ctl.resilience.watchdog, exits with it too). The
 modules live in folders by role (`ctl.train.controller`, `ctl.train.options`,
 ...; docs/design.md, "Layers").
 
-`run`, `Task` and `RunOptions` are loaded on first use: they import
-TensorFlow, which `import ctl` (and the command-line tools' `--help`) need not
-pay for.
+A job of several workers takes its strategy, chief, job id and output
+directories from the platform's environment (TF_CONFIG, Vertex AI, a GKE
+JobSet) in one call, the reference trainer's own path
+(ctl.distributed.environment):
+
+  env = ctl.environment(model_dir="runs/x")
+  ctl.run(task=..., strategy=env.strategy,
+          options=ctl.RunOptions(**env.option_values(), train_steps=N))
+
+`run`, `Task`, `RunOptions` and `environment` are loaded on first use: they
+import TensorFlow (`environment` when called), which `import ctl` (and the
+command-line tools' `--help`) need not pay for.
 """
 
 import importlib
@@ -36,6 +45,7 @@ _LAZY = {
   "RunOptions": "ctl.train.options",
   "LoopResult": "ctl.train.actions",
   "StopTraining": "ctl.train.actions",
+  "environment": "ctl.distributed.environment",
 }
 
 __all__ = [
@@ -50,6 +60,7 @@ __all__ = [
   "Task",
   "TrainingDiverged",
   "UserError",
+  "environment",
   "run",
 ]
 

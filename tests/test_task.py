@@ -14,9 +14,8 @@ import types
 from absl import flags
 import pytest
 
-from ctl.distributed import cluster
+from ctl.distributed import environment
 from ctl.distributed import strategies
-from ctl.io import outputs
 from ctl.io import storage
 from ctl.resilience import watchdog
 from ctl.train import options
@@ -31,16 +30,11 @@ from trainer import model
 _CONFIG = types.SimpleNamespace(
   **{name: flags.FLAGS[name].default for name in flags.FLAGS}
 )
-_DIRS = outputs.OutputDirs("runs/r", "runs/r/c", "runs/r/t", "runs/r/e")
-_ON_ONE_MACHINE = {
-  "cluster": cluster.resolve(environ={}),
-  "environ": {},
-  "train_steps": 0,
-}
+_ON_ONE_MACHINE = environment.resolve(model_dir="runs/r", environ={})
 _SET_OTHERWISE = checks.options_set_otherwise(
-  _CONFIG, _DIRS, global_batch=0, **_ON_ONE_MACHINE
+  _CONFIG, _ON_ONE_MACHINE, train_steps=0, global_batch=0
 )
-_DEFAULT_OPTIONS = checks.run_options(_CONFIG, _DIRS, **_ON_ONE_MACHINE)
+_DEFAULT_OPTIONS = checks.run_options(_CONFIG, _ON_ONE_MACHINE, train_steps=0)
 
 
 def _flag(name):

@@ -13,8 +13,7 @@ from typing import Any
 
 from absl import logging
 
-from ctl import env
-from ctl.distributed import cluster as cluster_lib
+from ctl.distributed import environment as environment_lib
 from ctl.errors import UserError
 from ctl.io import outputs
 from ctl.io import storage
@@ -35,31 +34,24 @@ def check(config: Any, environ: Mapping[str, str]) -> None:
     environ: the process environment (TF_CONFIG, AIP_*, ...).
   """
   check_flags(config)
-  env.check(environ)
-  cluster = cluster_lib.resolve(environ=environ)
-  dirs = output_dirs(config, environ)
+  platform = environment(config, environ)
+  dirs = platform.dirs
   for url in (
     dirs.checkpoint_dir,
     *(
       (dirs.model_dir, dirs.tensorboard_dir, dirs.export_dir)
-      if cluster.is_chief
+      if platform.is_chief
       else ()
     ),
   ):
     storage.check_reachable(
       url, storage=config.storage, fuse_root=config.fuse_root
     )
-  if cluster.is_chief:
+  if platform.is_chief:
     outputs.check_writable(dirs, fuse_root=config.fuse_root)
   # With --epochs the step target is known once the data is loaded; any
   # target >= 0 passes, so 0 stands in for it here.
-  options = run_options(
-    config,
-    dirs,
-    cluster=cluster,
-    environ=environ,
-    train_steps=config.train_steps or 0,
-  )
+  options = run_options(config, platform, train_steps=config.train_steps or 0)
   options.validate()
   if not config.dry_run:  # Before TensorFlow loads: refused in a second.
     lease.check_free(options.lease_terms())
@@ -180,49 +172,51 @@ def check_weights(*, name: str, weights: str) -> None:
     )
 
 
-def output_dirs(config: Any, environ: Mapping[str, str]) -> outputs.OutputDirs:
+def environment(
+  config: Any, environ: Mapping[str, str]
+) -> environment_lib.Environment:
+  """The platform's environment and the output directory flags, without
+  TensorFlow: the path every `ctl.environment` user takes."""
   flags = {name: getattr(config, name) for name in outputs.DIR_FLAGS}
-  return outputs.resolve_output_dirs(**flags, environ=environ)
+  return environment_lib.resolve(**flags, environ=environ)
 
 
-def run_options(config: Any, dirs: outputs.OutputDirs, **known) -> RunOptions:
+def run_options(
+  config: Any, platform: environment_lib.Environment, **known
+) -> RunOptions:
   """The ctl.RunOptions the flags ask for (not yet validated).
 
   An option takes the flag of its name; `options_set_otherwise` gives the
-  rest from `known`, its keyword arguments (declared there only).
+  rest from `platform` and `known`, its keyword arguments (declared there
+  only).
   """
   return options_lib.from_flags(
-    RunOptions, config, **options_set_otherwise(config, dirs, **known)
+    RunOptions, config, **options_set_otherwise(config, platform, **known)
   )
 
 
 def options_set_otherwise(
   config: Any,
-  dirs: outputs.OutputDirs,
+  platform: environment_lib.Environment,
   *,
-  cluster: cluster_lib.ClusterInfo,
-  environ: Mapping[str, str],
   train_steps: int,
   global_batch: int = 0,
 ) -> dict[str, Any]:
   """The RunOptions that are not the value of the flag of their name.
 
-  They come from the cluster, the environment or what the data tells, or
-  are a flag's text parsed; tests/test_task.py checks that every other
-  option has a flag of its name, so a new option cannot be forgotten.
-  `global_batch` (known once the strategy exists) only labels the run in
-  TensorBoard's HParams; 0 stands in for it in the early checks.
+  They come from the platform's environment (its `option_values`, as for
+  any `ctl.environment` user) or what the data tells, or are a flag's text
+  parsed; tests/test_task.py checks that every other option has a flag of
+  its name, so a new option cannot be forgotten. `global_batch` (known once
+  the strategy exists) only labels the run in TensorBoard's HParams; 0
+  stands in for it in the early checks.
   """
   return {
-    "dirs": dirs,
+    **platform.option_values(),
     "train_steps": train_steps,
     "checkpoint_every_secs": every_secs(config.checkpoint_every_secs),
-    "is_chief": cluster.is_chief,
-    "restarts": env.restart_count(environ),
     "profile_steps": profile_steps(config.profile_steps),
     "hparams": hparams(
       config, global_batch=global_batch, train_steps=train_steps
     ),
-    "evaluator_writes_validation": cluster.has_evaluator,
-    "job_id": env.job_id(environ),
   }

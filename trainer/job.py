@@ -11,16 +11,14 @@ import dataclasses
 import os
 from typing import Any
 
-from absl import logging
 import keras
 import tensorflow as tf
 
 from ctl import env
 from ctl.data import datafiles
 from ctl.data import input as input_lib
-from ctl.distributed import cluster as cluster_lib
+from ctl.distributed import environment as environment_lib
 from ctl.distributed import peers
-from ctl.distributed import strategies
 from ctl.errors import UserError
 from ctl.io import storage
 from ctl.resilience import faults as faults_lib
@@ -93,44 +91,42 @@ def build_job(config: Any, environ=os.environ) -> Job:
   """
   if config.data_dir:  # Not in `checks`: --dry_run accepts placeholders.
     storage.check_url(config.data_dir, fuse_root=config.fuse_root)
-  cluster = cluster_lib.resolve(environ=environ)
-  restarts = env.restart_count(environ)
-  rank = cluster.rank
+  # The same path as a `ctl.environment` user's, with the watchdog started
+  # between the peers' answer and the strategy, so it watches the build.
+  platform = checks.environment(config, environ)
+  rank, restarts = platform.rank, platform.restarts
   faults = faults_lib.from_environ(environ, worker=rank, attempt=restarts)
-  dirs = checks.output_dirs(config, environ)
   if config.deterministic:
     tf.config.experimental.enable_op_determinism()
   keras.utils.set_random_seed(config.seed)
-  watchdog = _await_peers(config, cluster, rank=rank, environ=environ)
+  watchdog = _await_peers(config, platform, environ=environ)
   listeners = progress.events_from_environ(
     environ, worker=rank, attempt=restarts
   )
-  strategy = _strategy(config, cluster)
+  platform = platform.with_strategy(
+    name=config.strategy, collective=config.collective
+  )
+  strategy = platform.strategy
   keras.mixed_precision.set_global_policy(_POLICIES[config.mixed_precision])
   source = _load_data(
     config,
-    manifest_dir=dirs.checkpoint_dir,
-    is_chief=cluster.is_chief,
+    manifest_dir=platform.dirs.checkpoint_dir,
+    is_chief=platform.is_chief,
     watchdog=watchdog,
     listeners=listeners,
   )
   global_batch = config.per_replica_batch_size * strategy.num_replicas_in_sync
   train_steps = _train_steps(config, source, global_batch)
   options = checks.run_options(
-    config,
-    dirs,
-    cluster=cluster,
-    environ=environ,
-    train_steps=train_steps,
-    global_batch=global_batch,
+    config, platform, train_steps=train_steps, global_batch=global_batch
   )
   options.validate()
   return Job(
     task=_task(config, source, global_batch, train_steps),
     options=options,
     strategy=strategy,
-    eval_callbacks=_eval_callbacks(config, cluster),
-    is_evaluator=cluster.is_evaluator,
+    eval_callbacks=_eval_callbacks(config, platform.is_chief),
+    is_evaluator=platform.is_evaluator,
     watchdog=watchdog,
     faults=faults,
     progress_listeners=listeners,
@@ -166,50 +162,36 @@ def _load_data(
 
 
 def _await_peers(
-  config, cluster, *, rank: int, environ
+  config, platform: environment_lib.Environment, *, environ
 ) -> watchdog_lib.Watchdog | None:
   """Waits for the other workers; the started watchdog, if any.
 
   From the watchdog's start on, start-up is watched; an evaluator waits for
   no one and is not watched.
   """
-  if cluster.is_evaluator:
+  if platform.is_evaluator:
     return None
-  peers.wait_for_peers(cluster, timeout_secs=config.startup_timeout_secs)
+  peers.wait_for_peers(
+    platform.cluster, timeout_secs=config.startup_timeout_secs
+  )
   limits = checks.watchdog_limits(config)
   if not limits.enabled:
     return None
   return watchdog_lib.Watchdog(
     limits=limits,
-    worker=rank,
+    worker=platform.rank,
     heartbeat_dir=env.heartbeat_dir(environ),
   ).start()
 
 
-def _strategy(config, cluster) -> tf.distribute.Strategy:
-  """The distribution strategy, said in one line."""
-  # An evaluator trains with no one, whatever strategy the workers use.
-  strategy = strategies.make_strategy(
-    name="auto" if cluster.is_evaluator else config.strategy,
-    cluster=cluster,
-    collective=config.collective,
-  )
-  logging.info(
-    "%s; this process is %s %d of a %d-worker cluster.",
-    strategies.describe(strategy),
-    cluster.task_type,
-    cluster.task_index,
-    cluster.num_workers,
-  )
-  return strategy
-
-
-def _eval_callbacks(config, cluster) -> tuple[Callable[[int, dict], None], ...]:
+def _eval_callbacks(
+  config, is_chief: bool
+) -> tuple[Callable[[int, dict], None], ...]:
   """Reports `--hypertune_metric` after each evaluation (Vertex AI tuning)."""
   if not config.hypertune_metric:
     return ()
   reporter = hypertune.MetricReporter(
-    config.hypertune_metric, is_chief=cluster.is_chief
+    config.hypertune_metric, is_chief=is_chief
   )
   return (
     lambda step, metrics: reporter.report(
@@ -224,10 +206,10 @@ def describe(config: Any, environ=os.environ) -> dict:
   Used by `--dry_run` (e.g. to check a container's default command), after
   `checks.check`.
   """
-  cluster = cluster_lib.resolve(environ=environ)
+  platform = checks.environment(config, environ)
   return {
-    "cluster": dataclasses.asdict(cluster),
-    "output_dirs": dataclasses.asdict(checks.output_dirs(config, environ)),
+    "cluster": dataclasses.asdict(platform.cluster),
+    "output_dirs": dataclasses.asdict(platform.dirs),
     "flags": vars(config),
   }
 

@@ -1,5 +1,5 @@
-"""Who is in the cluster and how its workers meet: TF_CONFIG, strategies,
-waiting for peers.
+"""Who is in the cluster and how its workers meet: the platform's
+environment (TF_CONFIG, Vertex AI, GKE JobSet), strategies, waiting for peers.
 
 Modules (lowest first):
   cluster: Who am I in the cluster: TF_CONFIG (or CLUSTER_SPEC) as a value
@@ -9,4 +9,6 @@ Modules (lowest first):
     does.
   worker_exchange: A small exchange among the workers: every worker's row, to
     every worker.
+  environment: What the platform says this process is: one call for a
+    multi-worker run.
 """

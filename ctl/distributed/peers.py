@@ -20,6 +20,9 @@ from ctl.distributed import cluster as cluster_lib
 from ctl.errors import Stalled
 
 _FLAG = "--startup_timeout_secs"
+# How long a worker waits for the others by default; the stall watchdog's
+# start-up limit is the same (ctl.resilience.watchdog.Limits).
+STARTUP_TIMEOUT_SECS = 900.0
 
 
 def wait_for_peers(

@@ -47,6 +47,7 @@ import threading
 import time
 from typing import NamedTuple
 
+from ctl.distributed import peers
 from ctl.errors import STALL_EXIT_CODE
 from ctl.errors import UserError
 from ctl.resilience import backstop as backstop_lib
@@ -79,7 +80,7 @@ class Limits:
   """
 
   stall_timeout_secs: float | None = None
-  startup_timeout_secs: float = 900.0
+  startup_timeout_secs: float = peers.STARTUP_TIMEOUT_SECS
   floor_secs: float = 120.0
   factor: float = 10.0
 
