@@ -481,3 +481,88 @@ def test_the_cli_writes_a_spot_job(capsys):
   assert yaml.safe_load(capsys.readouterr().out) == _manifest(
     spot=True, grace_secs=25, agent_restarts=3
   )
+
+
+def _ledger(model_dir, *phases):
+  """A run's ledger of one attempt: (phase, seconds, loops) phase events."""
+  os.makedirs(model_dir / "ledger")
+  events = [{"event": "start", "time": 1000.0, "sequence": 1}]
+  m = 0.0
+  for phase, secs, loops in phases:
+    event = {"event": "phase", "phase": phase, "t0": 1000.0 + m}
+    event |= {"t1": 1000.0 + m + secs, "m0": m, "m1": m + secs}
+    event |= {"step0": 0, "step": 10, "ok": True}
+    if loops:
+      event |= {"loops": loops, "busy": secs}
+    events.append(event)
+    m += secs
+  (model_dir / "ledger" / "attempt-1.jsonl").write_text(
+    "".join(json.dumps(event) + "\n" for event in events)
+  )
+  return str(model_dir)
+
+
+@pytest.mark.parametrize(
+  "phases, flags, warned",
+  [
+    # A loop of 2 s and a save of 9 s: 11 s, over the agent's 10 s on Spot.
+    ([("train_loop", 8.0, 4), ("checkpoint_save", 9.0, 0)], ["--spot"], True),
+    ([("train_loop", 8.0, 4), ("checkpoint_save", 9.0, 0)], [], False),
+    (
+      [("train_loop", 8.0, 4), ("checkpoint_save", 7.0, 0)],
+      ["--spot"],
+      False,
+    ),
+    # With the local tier the agreed save is the local one.
+    (
+      [
+        ("train_loop", 8.0, 4),
+        ("checkpoint_save", 30.0, 0),
+        ("local_checkpoint_save", 0.5, 0),
+      ],
+      ["--spot"],
+      False,
+    ),
+  ],
+)
+def test_a_measured_agreed_save_that_does_not_fit_the_grace_is_a_warning(
+  tmp_path, capsys, phases, flags, warned
+):
+  run = _ledger(tmp_path / "run", *phases)
+
+  exit_code = k8s.main(
+    [
+      "--name=train",
+      f"--image={_IMAGE}",
+      "--agent_restarts=1",
+      f"--measured_run={run}",
+      *flags,
+    ]
+  )
+
+  out, err = capsys.readouterr()
+  assert exit_code == 0, err
+  assert yaml.safe_load(out)["kind"] == "JobSet"
+  if warned:
+    assert err == (
+      f"warning: an agreed save in {run} takes up to 11.0 s (a loop of 2.0 s "
+      "and a save of 9.0 s), more than the 10 s the trainer gets after "
+      "SIGTERM; save locally (the local tier), or give --grace_secs where "
+      "the nodes give more.\n"
+    )
+  else:
+    assert err == ""
+
+
+def test_a_run_without_a_measured_save_is_said(tmp_path, capsys):
+  run = _ledger(tmp_path / "run", ("train_loop", 8.0, 4))
+
+  exit_code = k8s.main(
+    ["--name=train", f"--image={_IMAGE}", f"--measured_run={run}"]
+  )
+
+  assert exit_code == 0
+  assert capsys.readouterr().err == (
+    f"warning: the ledger of {run} has no checkpoint save to measure the "
+    "agreed save by.\n"
+  )

@@ -51,6 +51,8 @@ from ctl.cloud import jobspecs
 from ctl.distributed import cluster
 from ctl.io import storage
 from ctl.launch import launcher
+from ctl.telemetry import ledger
+from ctl.telemetry import progress
 from ctl.train import options as options_lib
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -625,9 +627,63 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     manifest = build_manifest(options)
     validate_manifest(manifest, kubernetes_version=args.kubernetes_version)
+    if args.measured_run:
+      _warn_if_the_save_does_not_fit(options, args.measured_run)
     return jobspecs.format_spec(manifest, args.format)
 
   return jobspecs.run(build)
+
+
+def agreed_save_secs(model_dir: str) -> tuple[float, float] | None:
+  """How long an agreed save takes, as the run's ledger measured it.
+
+  A SIGTERM is answered at the next loop boundary, then one checkpoint is
+  written: the local tier's when the run has one, else the bucket's.
+
+  Args:
+    model_dir: The run directory of an earlier run of the job.
+
+  Returns:
+    (the longest loop, the longest save) in seconds, or None when the ledger
+    has no save.
+  """
+  loops, saves = [0.0], {"checkpoint_save": [], "local_checkpoint_save": []}
+  for events in ledger.read(ledger.ledger_dir(model_dir)):
+    for event in events:
+      if event["event"] != "phase" or not event["ok"]:
+        continue
+      if event["phase"] == progress.TRAIN_LOOP:
+        loops.append(event["busy"] / max(1, event.get("loops", 1)))
+      elif event["phase"] in saves:
+        start, end = event.get("m0", event["t0"]), event.get("m1", event["t1"])
+        saves[event["phase"]].append(end - start)
+  agreed = saves["local_checkpoint_save"] or saves["checkpoint_save"]
+  return (max(loops), max(agreed)) if agreed else None
+
+
+def _warn_if_the_save_does_not_fit(options: JobSetOptions, run: str) -> None:
+  """Says on stderr when `run`'s agreed save needs more than the trainer
+  gets between SIGTERM and SIGKILL (the agent's grace, or the pod's)."""
+  measured = agreed_save_secs(run)
+  if measured is None:
+    print(
+      f"warning: the ledger of {run} has no checkpoint save to measure the "
+      "agreed save by.",
+      file=sys.stderr,
+    )
+    return
+  grace = pod_grace_secs(options)
+  if options.agent_restarts:
+    grace -= AGENT_GRACE_MARGIN_SECS
+  loop, save = measured
+  if loop + save > grace:
+    print(
+      f"warning: an agreed save in {run} takes up to {loop + save:.1f} s (a "
+      f"loop of {loop:.1f} s and a save of {save:.1f} s), more than the "
+      f"{grace} s the trainer gets after SIGTERM; save locally (the local "
+      "tier), or give --grace_secs where the nodes give more.",
+      file=sys.stderr,
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -658,11 +714,7 @@ def _parser() -> argparse.ArgumentParser:
     help="Run the node agent, which restarts a failed trainer in place this"
     " many times before the pod fails (0: the trainer alone).",
   )
-  add(
-    "--warm_spare",
-    action="store_true",
-    help="The node agent keeps a warm spare trainer process.",
-  )
+  add("--warm_spare", action="store_true", help="The agent keeps a spare.")
   add("--spot", action="store_true", help="Run on GKE Spot nodes.")
   add(
     "--grace_secs",
@@ -685,6 +737,7 @@ def _parser() -> argparse.ArgumentParser:
     default=KUBERNETES_VERSION,
     help="Check the pods against this Kubernetes version's schemas.",
   )
+  add("--measured_run", help="Warn if this run's agreed save exceeds grace.")
   add("--format", choices=("yaml", "json"), default="yaml")
   return parser
 
