@@ -11,6 +11,7 @@ import pytest
 from ctl import env
 from ctl.checkpoint import local_tier
 from ctl.launch import tier_service
+from tests.conftest import absl_messages
 
 
 @pytest.fixture
@@ -72,3 +73,37 @@ def test_closing_at_the_jobs_end_removes_the_tier(tmp_path):
   )
   served.close(remove_tier=True)
   assert not tier.exists() and not os.path.exists(served.pointer)
+
+
+class _GoneReader:
+  """A request whose peer stopped reading: every write is a broken pipe."""
+
+  path = "/ckpt-5.index"
+
+  def __init__(self):
+    self.wfile = self
+    self.sent = []
+
+  def send_response(self, code):
+    self.sent.append(code)
+
+  def send_header(self, *header):
+    del header
+
+  def end_headers(self):
+    pass
+
+  def write(self, data):
+    raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_peer_that_stopped_reading_is_one_line_not_a_traceback(service):
+  """A frozen agent continued (SIGCONT) writes to a peer that gave up on
+  it: a BrokenPipeError out of the handler was a traceback per request."""
+  served, _ = service
+  with absl_messages() as messages:
+    served.answer(_GoneReader())  # Raised BrokenPipeError.
+  assert messages == [
+    "A peer stopped reading ckpt-5.index from this node's checkpoint "
+    "service (BrokenPipeError); it fetches elsewhere."
+  ]

@@ -10,13 +10,20 @@ ctl.launch.tier_service), or the bucket, and restores it; a second exchange says
 whether every worker did, and if one could not (a peer that is gone, a file
 that does not read), all try the next candidate. So every worker restores
 the same step, the newest that all of them can get.
+
+A peer that does not answer (its node agent frozen, its machine gone) costs
+one `PEER_SILENCE_SECS`: a limit on silence, not on the whole copy, so a slow
+but steady copy goes on; and it is not asked again in that restore (was: 60 s
+for each step it listed, then the bucket's step anyway).
 """
 
 import dataclasses
+import http.client
 import json
 import os
 import shutil
 import time
+import urllib.error
 import urllib.request
 
 from absl import logging
@@ -24,8 +31,9 @@ import numpy as np
 
 from ctl.checkpoint import local_tier
 
-# Seconds a request to a peer's file service may take before it is given up.
-FETCH_TIMEOUT_SECS = 60.0
+# Seconds a peer's file service may send nothing (connecting, or mid-file)
+# before it is given up: a socket timeout, each read waits this long at most.
+PEER_SILENCE_SECS = 5.0
 # A worker's row: its two newest local steps, its service port, the bucket's
 # newest step; steps are sent as step + 1 (0: none).
 TIERS = ("local", "peer", "bucket")
@@ -79,9 +87,16 @@ def restore_agreed(
   bucket = local_tier.newest_in_bucket(bucket_dir)
   row = [s + 1 for s in reversed(own)] + [0] * (2 - len(own))
   table = gather([*row, service_port, -1 if bucket is None else bucket + 1])
+  silent = set()  # Peers that did not answer: not asked again.
   for step in _candidates(table):
     where, path = _obtain(
-      step, tier=tier, bucket_dir=bucket_dir, table=table, hosts=hosts, own=own
+      step,
+      tier=tier,
+      bucket_dir=bucket_dir,
+      table=table,
+      hosts=hosts,
+      own=own,
+      silent=silent,
     )
     done = path is not None and restore(path)
     code = TIERS.index(where) if done else -1
@@ -112,14 +127,17 @@ def _candidates(table: np.ndarray) -> list[int]:
   return sorted(steps, reverse=True)
 
 
-def _obtain(step, *, tier, bucket_dir, table, hosts, own):
+def _obtain(step, *, tier, bucket_dir, table, hosts, own, silent):
   """(tier name, prefix) of `step` from the nearest place that has it;
-  (None, None) when none does."""
+  (None, None) when none does. Peers in `silent` are not asked."""
   if step in own:
     return "local", tier.prefix(step)
   for rank, row in enumerate(table):
     if tier and step + 1 in row[:2] and row[2] > 0 and rank < len(hosts):
-      if fetch_from_peer(tier, step, address=f"{hosts[rank]}:{int(row[2])}"):
+      address = f"{hosts[rank]}:{int(row[2])}"
+      if address in silent:
+        continue
+      if fetch_from_peer(tier, step, address=address, silent=silent):
         return "peer", tier.prefix(step)
   prefix = os.path.join(bucket_dir, f"ckpt-{step}")
   if step + 1 in table[:, 3]:
@@ -127,8 +145,21 @@ def _obtain(step, *, tier, bucket_dir, table, hosts, own):
   return None, None
 
 
-def fetch_from_peer(tier: local_tier.LocalTier, step: int, *, address: str):
+def fetch_from_peer(
+  tier: local_tier.LocalTier,
+  step: int,
+  *,
+  address: str,
+  silent: set[str] | None = None,
+):
   """Copies committed `step` from a peer's file service into `tier`.
+
+  Args:
+    tier: this worker's tier.
+    step: the step to copy.
+    address: the peer's service, "host:port".
+    silent: the peers that did not answer; `address` is added to it when it
+      does not answer now (silent `PEER_SILENCE_SECS`, refused, reset).
 
   Returns:
     Whether the step is now committed in `tier` (False: said why).
@@ -149,17 +180,37 @@ def fetch_from_peer(tier: local_tier.LocalTier, step: int, *, address: str):
           f"{name}: {os.path.getsize(temporary)} of {size} bytes"
         )
       os.replace(temporary, os.path.join(tier.directory, name))
-  except (OSError, ValueError, KeyError, TypeError) as e:
+  except (
+    OSError,
+    ValueError,
+    KeyError,
+    TypeError,
+    http.client.HTTPException,
+  ) as e:
+    unanswered = _did_not_answer(e)
+    if unanswered and silent is not None:
+      silent.add(address)
     logging.warning(
-      "Could not fetch the checkpoint of step %d from the peer at %s (%s).",
+      "Could not fetch the checkpoint of step %d from the peer at %s (%s)%s.",
       step,
       address,
       e,
+      "; it is not asked again in this restore" if unanswered else "",
     )
     return False
   tier.adopt(step)
   return True
 
 
+def _did_not_answer(error: Exception) -> bool:
+  """Whether a fetch failed for want of an answer (silence, refused, reset),
+  not for what the peer answered (404, a short file, a bad state file)."""
+  if isinstance(error, urllib.error.HTTPError):
+    return False
+  if isinstance(error, urllib.error.URLError):
+    error = error.reason
+  return isinstance(error, (TimeoutError, ConnectionError))
+
+
 def _open(url: str):
-  return urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_SECS)
+  return urllib.request.urlopen(url, timeout=PEER_SILENCE_SECS)

@@ -95,6 +95,13 @@ class TierService:
         shutil.copyfileobj(f, request.wfile, 1 << 20)
     except FileNotFoundError:
       request.send_error(404)
+    except ConnectionError as e:  # The peer gave up (it timed out, it died).
+      logging.warning(
+        "A peer stopped reading %s from this node's checkpoint service "
+        "(%s); it fetches elsewhere.",
+        name,
+        type(e).__name__,
+      )
 
   def persist(self) -> None:
     """Starts copying the tier's newest step to the bucket, if it is newer
