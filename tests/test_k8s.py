@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import sys
 
 import pytest
@@ -19,10 +20,16 @@ from ctl import errors
 from ctl.cloud import k8s
 from ctl.distributed import cluster
 from ctl.launch import launcher
+from ctl.telemetry import ledger
+from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
 from tests.conftest import run_trainer
 from tests.conftest import trainer_env
+from trainer.testing import RESUME_FLAGS
+from trainer.testing import finish
 from trainer.testing import run_command
+from trainer.testing import start_until_step
+from trainer.testing import train_to_summary
 
 _IMAGE = "us-docker.pkg.dev/project/ctl/trainer:latest"
 _EXAMPLE = os.path.join(REPO, "configs", "k8s", "cassava_a100x4.yaml")
@@ -566,3 +573,43 @@ def test_a_run_without_a_measured_save_is_said(tmp_path, capsys):
     f"warning: the ledger of {run} has no checkpoint save to measure the "
     "agreed save by.\n"
   )
+
+
+_RESUME_FLAGS = (*FAST_FLAGS, *RESUME_FLAGS, "--train_steps=60")
+
+
+def test_a_spot_preemption_ends_in_the_agreed_save_and_the_same_weights(
+  tmp_path,
+):
+  # The pod command of a Spot job (the agent's grace 10 s inside the pod's
+  # 15 s), SIGTERMed as the kubelet does on a preemption: the trainer must
+  # commit its agreed save before the agent's SIGKILL. The agent exits 143
+  # either way; the trainer's ledger says it ended Preempted (after the
+  # save), and the next run restores that very step.
+  manifest = _manifest(spot=True, agent_restarts=1)
+  [container] = _pod(manifest, 0)["containers"]
+  command = [
+    sys.executable if word == "python" else word
+    for word in container["command"]
+  ]
+  reference = train_to_summary(
+    *_RESUME_FLAGS, model_dir=str(tmp_path / "reference")
+  )
+  model_dir = str(tmp_path / "run")
+
+  pod = start_until_step(
+    [*command, *_RESUME_FLAGS, f"--model_dir={model_dir}"],
+    events=f"{model_dir}.events.jsonl",
+    step=20,
+  )
+  pod.send_signal(signal.SIGTERM)
+  code, output = finish(pod)
+  summary = train_to_summary(*_RESUME_FLAGS, model_dir=model_dir)
+
+  assert code == errors.PREEMPTED_EXIT_CODE, output[-3000:]
+  preempted, resumed = ledger.read(ledger.ledger_dir(model_dir))
+  [end] = [e for e in preempted if e["event"] == "end"]
+  assert end["outcome"] == "Preempted"
+  [restore] = [e for e in resumed if e.get("phase") == "restore"]
+  assert restore["step"] == end["step"] >= 20
+  assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
