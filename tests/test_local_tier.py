@@ -170,6 +170,40 @@ def test_an_agent_persists_only_a_step_newer_than_the_buckets(tmp_path):
   assert local_tier.newest_in_bucket(bucket) == 10
 
 
+def test_a_stale_agent_cannot_change_the_buckets_state_file(
+  lease_holder, tmp_path
+):
+  """Every write of the bucket's state file is fenced: the node agent of a
+  job that no longer holds the run directory (another job took its lease
+  over, at the next generation) persists nothing of its dead worker's newer
+  step, and the state file stays as the holder left it."""
+  model_dir = str(tmp_path / "run")
+  bucket = os.path.join(model_dir, "checkpoints")
+  tier = local_tier.LocalTier(str(tmp_path / "tier"))
+  tier.save(_checkpoint(10), 10)
+  local_tier.copy_to_bucket(
+    tier.snapshot(10), step=10, bucket_dir=bucket, keep=3
+  )
+  tier.save(_checkpoint(20), 20)  # Newer than the bucket's: worth a copy.
+  service = tier_service.TierService()
+  local_tier.write_pointer(
+    service.pointer,
+    directory=tier.directory,
+    bucket_dir=bucket,
+    keep=3,
+    lease={"model_dir": model_dir, "job": "old"},
+  )
+  lease_holder(model_dir, job="new")
+  with open(os.path.join(bucket, "checkpoint"), "rb") as f:
+    before = f.read()
+  service.persist()  # As after its worker died.
+  service.close(remove_tier=False)
+  with open(os.path.join(bucket, "checkpoint"), "rb") as f:
+    assert f.read() == before
+  assert not tf.io.gfile.glob(os.path.join(bucket, "ckpt-20*"))
+  assert local_tier.newest_in_bucket(bucket) == 10
+
+
 @pytest.fixture
 def service():
   served = tier_service.TierService()

@@ -43,6 +43,7 @@ from ctl.checkpoint import local_tier
 from ctl.checkpoint import tier_restore
 from ctl.distributed import worker_exchange
 from ctl.errors import write_failure
+from ctl.io import fencing
 from ctl.io import mirror
 from ctl.io import storage
 
@@ -62,6 +63,7 @@ class TieredCheckpointer:
     waiting: Callable[
       [], contextlib.AbstractContextManager
     ] = contextlib.nullcontext,
+    fence: fencing.Fence = fencing.OPEN,
   ):
     """Initializes the checkpointer.
 
@@ -79,6 +81,8 @@ class TieredCheckpointer:
         when tiers are off (the bucket's own restore).
       waiting: a context the wait for an unfinished copy runs in (the
         `checkpoint_upload` phase: a copy that hangs is a stall there).
+      fence: the chief's lease fence (ctl.io.fencing), checked by each copy
+        to the bucket before its files and at its commit.
     """
     self._bucket = bucket
     self._tier = tier
@@ -87,6 +91,7 @@ class TieredCheckpointer:
     self._on_saved = on_saved
     self._agreement = agreement
     self._waiting = waiting
+    self._fence = fence
     self._copy = None  # The running copy to the bucket: (thread, errors).
     self._committing = None  # The running commit: (thread, errors).
     self._async = tf.train.CheckpointOptions(enable_async=True)
@@ -204,7 +209,11 @@ class TieredCheckpointer:
     def copy():
       try:
         local_tier.copy_to_bucket(
-          snapshot, step=step, bucket_dir=self.directory, keep=self._keep
+          snapshot,
+          step=step,
+          bucket_dir=self.directory,
+          keep=self._keep,
+          fence=self._fence,
         )
         self._on_saved()
       except Exception as e:  # pylint: disable=broad-except
@@ -269,6 +278,8 @@ def build(
   waiting: Callable[
     [], contextlib.AbstractContextManager
   ] = contextlib.nullcontext,
+  fence: fencing.Fence = fencing.OPEN,
+  lease_place: dict | None = None,
 ) -> TieredCheckpointer:
   """The run's checkpointer for `--local_checkpoints=setting`.
 
@@ -284,6 +295,9 @@ def build(
     on_saved: called once a copy is in the bucket's directory.
     need_bytes: the size of one checkpoint.
     waiting: the context of a wait for an unfinished copy to the bucket.
+    fence: the chief's lease fence, checked by its copies to the bucket.
+    lease_place: the run directory's lease, for a node agent's fence
+      (`local_tier.open_tier`).
   """
   if setting == "off":
     tier, agreement = None, None
@@ -295,6 +309,7 @@ def build(
       rank=worker_exchange.worker_index(strategy),
       need_bytes=need_bytes,
       keep_in_bucket=keep,
+      lease_place=lease_place,
     )
     run = _agreed_run(bucket_url, strategy=strategy, is_chief=is_chief)
     if tier:
@@ -313,6 +328,7 @@ def build(
     on_saved=on_saved,
     agreement=agreement,
     waiting=waiting,
+    fence=fence,
   )
 
 

@@ -37,6 +37,7 @@ from tensorflow.python.checkpoint import checkpoint_management  # pylint: disabl
 
 from ctl.errors import UserError
 from ctl.errors import write_failure
+from ctl.io import fencing
 from ctl.io import tempdirs
 
 # Errors that mean "these files are damaged", as opposed to "wrong model"
@@ -217,9 +218,8 @@ class Checkpointer:
       restored,
     )
     if self._is_chief and restored in candidates:
-      _rewrite_state(
-        self._directory, candidates[: candidates.index(restored) + 1]
-      )
+      kept = candidates[: candidates.index(restored) + 1]
+      commit_state(self._directory, lambda listed: kept)
 
   def restore(self, path: str) -> bool:
     """Restores `path`; False (said why) when it is incomplete or damaged.
@@ -529,6 +529,39 @@ def _checkpoints_on_disk(directory: str) -> list[str]:
         )
       )
   return [prefix for _, prefix in sorted(found)]
+
+
+def commit_state(
+  directory: str,
+  update: Callable[[list[str]], list[str]],
+  *,
+  fence: fencing.Fence = fencing.OPEN,
+) -> list[str]:
+  """Rewrites the state file of `directory`, the commit point of its
+  checkpoints: the one way a state file is written other than by a
+  CheckpointManager's own (fenced) save. Its callers: a copy from the local
+  tier (the chief's copy thread, a node agent persisting its dead worker's
+  step) and the mend of a damaged state file.
+
+  Args:
+    directory: the checkpoint directory.
+    update: `update(listed)`, the prefixes the state file is to list (the
+      last one the latest), from those it lists now (`listed`; found from
+      the files when it is damaged).
+    fence: checked first (ctl.io.fencing): a writer that no longer holds
+      the run directory commits nothing.
+
+  Returns:
+    The prefixes listed before and no longer (the caller removes them).
+
+  Raises:
+    LeaseLost: the fence failed; nothing was written.
+  """
+  fence.check(f"the checkpoint state file of {directory}")
+  listed, _ = _candidates(directory)
+  kept = update(listed)
+  _rewrite_state(directory, kept)
+  return [prefix for prefix in listed if prefix not in kept]
 
 
 def _rewrite_state(directory: str, prefixes: list[str]) -> None:

@@ -35,7 +35,9 @@ from typing import TYPE_CHECKING
 from absl import logging
 
 from ctl import env
+from ctl.io import fencing
 from ctl.io import tempdirs
+from ctl.resilience import lease
 
 if TYPE_CHECKING:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -323,16 +325,35 @@ def newest_in_bucket(bucket_dir: str) -> int | None:
   return max(steps) if steps else None
 
 
-def copy_to_bucket(source: str, *, step: int, bucket_dir: str, keep: int):
+def copy_to_bucket(
+  source: str,
+  *,
+  step: int,
+  bucket_dir: str,
+  keep: int,
+  fence: fencing.Fence = fencing.OPEN,
+):
   """Copies the checkpoint of `step` from directory `source` into the
   bucket, its state file last, and keeps the newest `keep` there.
 
   Each file is written under a temporary name and renamed, so a reader (or
   a second agent persisting the same step) never sees half a file; the
-  state file names the step only once all its files are in place.
+  state file names the step only once all its files are in place, through
+  the one fenced commit (`checkpointing.commit_state`).
+
+  Args:
+    source: the directory holding the step's files (a tier's snapshot).
+    step: the step.
+    bucket_dir: the checkpoint directory.
+    keep: how many checkpoints the bucket keeps.
+    fence: checked before the files and at the commit: the chief's lease,
+      or the node agent's job (`lease.job_fence`).
 
   Returns:
     The checkpoint's prefix in the bucket.
+
+  Raises:
+    LeaseLost: the fence failed; the state file was not written.
   """
   # TensorFlow (gfile reaches gs:// too) loads here, not on import: a node
   # agent imports this module and needs it only to persist a step.
@@ -340,6 +361,7 @@ def copy_to_bucket(source: str, *, step: int, bucket_dir: str, keep: int):
 
   from ctl.checkpoint import checkpointing  # pylint: disable=g-import-not-at-top
 
+  fence.check(f"the checkpoint of step {step} in {bucket_dir}")
   tf.io.gfile.makedirs(bucket_dir)
   names = sorted(n for n in os.listdir(source) if _step_of(n) == step)
   for name in sorted(names, key=lambda n: n.endswith(".index")):
@@ -348,14 +370,19 @@ def copy_to_bucket(source: str, *, step: int, bucket_dir: str, keep: int):
     tf.io.gfile.copy(os.path.join(source, name), temporary, overwrite=True)
     tf.io.gfile.rename(temporary, target, overwrite=True)
   prefix = os.path.join(bucket_dir, f"ckpt-{step}")
-  listed, _ = checkpointing._candidates(bucket_dir)  # pylint: disable=protected-access
-  by_step = {_step_of(os.path.basename(p) + ".index"): p for p in listed}
-  by_step[step] = prefix
-  ordered = [by_step[s] for s in sorted(s for s in by_step if s is not None)]
-  checkpointing._rewrite_state(bucket_dir, ordered[-keep:])  # pylint: disable=protected-access
-  for dropped in ordered[:-keep]:
-    for path in tf.io.gfile.glob(dropped + ".*"):
-      tf.io.gfile.remove(path)
+
+  def with_step(listed: list[str]) -> list[str]:
+    """The newest `keep` of the listed steps and `step`, by step."""
+    by_step = {_step_of(os.path.basename(p) + ".index"): p for p in listed}
+    by_step[step] = prefix
+    return [by_step[s] for s in sorted(s for s in by_step if s is not None)][
+      -keep:
+    ]
+
+  for dropped in checkpointing.commit_state(bucket_dir, with_step, fence=fence):
+    if _step_of(os.path.basename(dropped) + ".index") is not None:
+      for path in tf.io.gfile.glob(dropped + ".*"):
+        tf.io.gfile.remove(path)
   return prefix
 
 
@@ -391,6 +418,9 @@ def persist_newest(pointer: dict) -> int | None:
     The step copied, or None when the bucket was as new.
   """
   tier = LocalTier(pointer["directory"])
+  fence = (
+    lease.job_fence(**pointer["lease"]) if "lease" in pointer else fencing.OPEN
+  )
   steps = tier.steps()
   in_bucket = newest_in_bucket(pointer["bucket_dir"])
   if not steps or (in_bucket is not None and in_bucket >= steps[-1]):
@@ -402,6 +432,7 @@ def persist_newest(pointer: dict) -> int | None:
       step=steps[-1],
       bucket_dir=pointer["bucket_dir"],
       keep=pointer["keep"],
+      fence=fence,
     )
   finally:
     shutil.rmtree(snapshot, ignore_errors=True)
@@ -416,6 +447,7 @@ def open_tier(
   rank: int,
   need_bytes: int,
   keep_in_bucket: int,
+  lease_place: dict | None = None,
   environ=os.environ,
 ) -> LocalTier | None:
   """This worker's tier for `--local_checkpoints=setting`, or None.
@@ -431,6 +463,9 @@ def open_tier(
     need_bytes: the size of one checkpoint.
     keep_in_bucket: how many checkpoints the bucket keeps (for an agent
       that persists a step).
+    lease_place: the run directory's lease as `lease.job_fence` takes it
+      (`model_dir`, `job`, `storage_route`, `fuse_root`): an agent persists
+      a step only while this job holds the run directory; None: unfenced.
     environ: where `env.TIER_POINTER` is read.
   """
   try:
@@ -453,6 +488,7 @@ def open_tier(
       directory=tier.directory,
       bucket_dir=checkpoint_dir,
       keep=keep_in_bucket,
+      **({"lease": lease_place} if lease_place else {}),
     )
   return tier
 

@@ -409,6 +409,49 @@ def fence_of(held: Lease | None) -> fencing.Fence:
   return held.fence() if held else fencing.OPEN
 
 
+def job_fence(
+  *,
+  model_dir: str,
+  job: str,
+  storage_route: str = "auto",
+  fuse_root: str = "/gcs",
+) -> fencing.Fence:
+  """The fence of a process that commits for job `job` without holding the
+  lease: a node agent persisting its dead worker's newest local step.
+
+  It passes while the run directory's lease is free or held by `job` (the
+  job's restarted chief takes the lease over, at the next generation, and
+  both merge the state file by step), and fails once another job's trainer
+  holds it: that job's lease generation moved past every holding of `job`.
+
+  Args:
+    model_dir, job, storage_route, fuse_root: as in `Terms`.
+  """
+  store = _open_store(
+    model_dir, storage_route=storage_route, fuse_root=fuse_root
+  )
+  return _JobFence(store, job=job, model_dir=model_dir)
+
+
+class _JobFence(fencing.Fence):
+  """Passes while the lease is free or held by one job (`job_fence`)."""
+
+  def __init__(self, store, *, job: str, model_dir: str):
+    self._store = store
+    self._job = job
+    self._model_dir = model_dir
+
+  def check(self, what: str) -> None:
+    found = self._store.read()
+    if found is None or (self._job and found[0].job == self._job):
+      return
+    raise errors.LeaseLost(
+      f"This process (pid {os.getpid()}) writes for job {self._job or '(none)'}"
+      f", but {found[0].describe()} holds the lease on {self._model_dir} "
+      f"now; it stopped before writing {what}."
+    )
+
+
 def _me(job: str, stale_secs: float, generation: int = 0) -> Holder:
   now = time.time()
   return Holder(

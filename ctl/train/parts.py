@@ -180,6 +180,13 @@ def _checkpoints(
       on_saved=lambda: location.publish(commit_file=checkpointing.STATE_FILE),
       need_bytes=state_lib.checkpoint_bytes(state),
       waiting=lambda: progress.phase(progress_lib.CHECKPOINT_UPLOAD),
+      fence=fence,
+      lease_place=dict(
+        model_dir=options.dirs.model_dir,
+        job=options.job_id,
+        storage_route=options.storage,
+        fuse_root=options.fuse_root,
+      ),
     ),
     policy=save_policy.SavePolicy(
       every_steps=options.checkpoint_every_steps,
