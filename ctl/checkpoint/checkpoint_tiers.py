@@ -311,15 +311,8 @@ def build(
       keep_in_bucket=keep,
       lease_place=lease_place,
     )
-    run = _agreed_run(bucket_url, strategy=strategy, is_chief=is_chief)
-    if tier:
-      tier.bind(run)
-    agreement = functools.partial(
-      tier_restore.restore_agreed,
-      hosts=worker_exchange.worker_hosts(strategy),
-      service_port=local_tier.service_port(),
-      gather=lambda row: worker_exchange.gather_rows(strategy, row),
-    )
+    _bind(tier, bucket_url, strategy=strategy, is_chief=is_chief)
+    agreement = _agreement(strategy)
   return TieredCheckpointer(
     bucket=bucket,
     tier=tier,
@@ -332,12 +325,26 @@ def build(
   )
 
 
-def _agreed_run(bucket_url: str, *, strategy, is_chief: bool) -> int:
-  """The id of the run the checkpoint directory belongs to, the same on
-  every worker: the chief reads it (`run_id`) and sends it to the others,
-  which need not reach the directory for it (one exchange)."""
+def _agreement(strategy: tf.distribute.Strategy) -> Callable[..., object]:
+  """The tiered restore (`tier_restore.restore_agreed`), the cluster of
+  `strategy` bound in."""
+  return functools.partial(
+    tier_restore.restore_agreed,
+    hosts=worker_exchange.worker_hosts(strategy),
+    service_port=local_tier.service_port(),
+    gather=lambda row: worker_exchange.gather_rows(strategy, row),
+  )
+
+
+def _bind(tier, bucket_url: str, *, strategy, is_chief: bool) -> None:
+  """Binds `tier` (None: none, yet this worker takes part) to the run of
+  the checkpoint directory (`LocalTier.bind`). Its id is the same on every
+  worker: the chief reads it (`run_id`) and sends it to the others, which
+  need not reach the directory for it (one exchange)."""
   own = run_id(bucket_url) if is_chief else 0
-  return int(worker_exchange.gather_rows(strategy, [own])[:, 0].max())
+  run = int(worker_exchange.gather_rows(strategy, [own])[:, 0].max())
+  if tier:
+    tier.bind(run)
 
 
 def run_id(checkpoint_dir: str) -> int:
