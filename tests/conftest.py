@@ -7,13 +7,16 @@ readers of a run's files in `ctl/testing/`. Tests import them from this module
 """
 
 import contextlib
+import glob
 import logging
+import os
 import signal
 import subprocess
 import sys
 
 import pytest
 
+from ctl.checkpoint import local_tier
 from ctl.distributed.cluster import free_ports
 from ctl.testing import gcs_emulator as gcs_emulator_lib
 from ctl.testing.run_files import read_scalars
@@ -128,3 +131,32 @@ def lease_holder():
       proc.send_signal(signal.SIGCONT)
       proc.kill()
     proc.wait()
+
+
+# The local checkpoint tiers in RAM when the session started (not its own).
+_RAM_TIERS = os.path.join(local_tier.RAM_ROOT, f"ctl-tier-{os.getuid()}")
+_TIERS_BEFORE = set(os.listdir(_RAM_TIERS) if os.path.isdir(_RAM_TIERS) else [])
+
+
+def pytest_sessionfinish(session):
+  """Fails a session that leaves a local checkpoint tier in RAM which the
+  next start on the node could not remove (`local_tier.remove_stale`).
+
+  Tiers outlive their workers on purpose and tests kill launchers, so the
+  session ends as the next start would begin: it removes the tiers whose
+  owners are gone, and any tier it made that names no owner fails it. An
+  xdist worker leaves this to the controller, which ends after them all.
+  """
+  if hasattr(session.config, "workerinput") or not os.path.isdir(_RAM_TIERS):
+    return
+  local_tier.remove_stale(_RAM_TIERS)
+  unowned = [
+    name
+    for name in set(os.listdir(_RAM_TIERS)) - _TIERS_BEFORE
+    if not glob.glob(
+      os.path.join(_RAM_TIERS, name, "worker-*", local_tier.OWNER_FILE)
+    )
+  ]
+  if unowned:
+    print(f"\nLocal checkpoint tiers left in {_RAM_TIERS}: {sorted(unowned)}")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -3,7 +3,9 @@
 Real files, a real `tf.train.Checkpoint`, a real HTTP service on loopback.
 """
 
+import glob
 import os
+import signal
 import subprocess
 import sys
 
@@ -16,8 +18,12 @@ from ctl.checkpoint import checkpointing
 from ctl.checkpoint import local_tier
 from ctl.checkpoint import tier_restore
 from ctl.launch import tier_service
+from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
 from tests.conftest import trainer_env
+from trainer.testing import finish
+from trainer.testing import launch_command
+from trainer.testing import start_until_step
 
 
 def _checkpoint(value: float) -> tf.train.Checkpoint:
@@ -322,6 +328,53 @@ def test_the_tiers_of_job_less_runs_that_are_gone_are_removed(tmp_path):
     "job-0123abcd",
     f"pid{os.getpid()}-0123abcd",
   ]
+
+
+def _open_other_job(root) -> local_tier.LocalTier:
+  """The next start on the node: another job's tier under `root`."""
+  return local_tier.open_tier(
+    str(root),
+    job_id="next",
+    checkpoint_dir="/elsewhere",
+    rank=0,
+    need_bytes=0,
+    keep_in_bucket=2,
+    environ={},
+  )
+
+
+def test_the_tier_of_a_launcher_stopped_by_ctrl_c_is_removed_next(tmp_path):
+  """Ctrl-C on ctl-launch ends its job, whose id nothing finds again: the
+  next start on the node removes its tier (its launcher and worker are
+  gone), while a tier whose launcher runs is kept."""
+  root, events = tmp_path / "root", str(tmp_path / "events.jsonl")
+  launcher = start_until_step(
+    launch_command(
+      "--num_workers=1",
+      "--max_restarts=0",
+      trainer_flags=(
+        *FAST_FLAGS,
+        "--train_steps=100000",
+        f"--model_dir={tmp_path / 'run'}",
+        f"--local_checkpoints={root}",
+      ),
+    ),
+    events=events,
+    step=20,
+  )
+  try:
+    (theirs,) = glob.glob(f"{root}/ctl-tier-*/*/worker-0")
+    _open_other_job(root)
+    assert os.path.isdir(theirs)  # Its launcher runs.
+    launcher.send_signal(signal.SIGINT)
+    code, output = finish(launcher)
+    assert code == 130, output[-3000:]
+  finally:
+    if launcher.poll() is None:
+      launcher.kill()
+  assert os.path.isdir(theirs)  # Left, as before: nothing else ran yet.
+  _open_other_job(root)
+  assert not os.path.exists(os.path.dirname(theirs))
 
 
 def test_the_last_worker_to_remove_its_tier_removes_the_runs_directory(

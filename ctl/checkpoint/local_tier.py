@@ -17,19 +17,24 @@ commit point: it lists the committed steps and the size of each of their
 files. A step is complete when its every file is there at its committed
 size, so a checkpoint cut short after its commit (a full disk, a node that
 lost power) is skipped, and one cut short before it was never listed.
+Beside them, `run_id` says which run the tier belongs to (`LocalTier.bind`)
+and `owner.json` which processes it lives for (`remove_stale`).
 
 A node agent that outlives its worker learns where the worker keeps its
 tier from a small pointer file (`write_pointer`), to serve it to peers and
 to persist its newest step to the bucket when the worker dies.
 """
 
+import contextlib
 import dataclasses
+import glob
 import hashlib
 import json
 import os
 import re
 import shutil
 import tempfile
+import time
 from typing import TYPE_CHECKING
 
 from absl import logging
@@ -44,6 +49,9 @@ if TYPE_CHECKING:
 
 STATE_FILE = "tier_state.json"
 RUN_FILE = "run_id"  # The id of the run the tier belongs to (`bind`).
+OWNER_FILE = "owner.json"  # The processes the tier lives for (`remove_stale`).
+# A tier with no owner recorded is removed once untouched for this long.
+_UNOWNED_SECS = 24 * 3600
 RAM_ROOT = "/dev/shm"
 _STEP_FILE = re.compile(r"ckpt-(?P<step>\d+)\.(index|data-\d+-of-\d+)")
 _UPLOADS = ".uploads"  # Hard-linked snapshots being copied to the bucket.
@@ -120,12 +128,49 @@ def _free_bytes(path: str) -> int:
   return status.f_bavail * status.f_frsize
 
 
-def remove_stale(root: str) -> None:
-  """Removes the tiers of job-less runs whose process is gone."""
+def remove_stale(root: str, *, keep: str = "") -> None:
+  """Removes the tiers under `root` whose run is gone, but run `keep`'s.
+
+  A tier outlives its worker on purpose (a restart of the job finds it), so
+  nothing removes it when its job ends badly (Ctrl-C on ctl-launch, a job
+  given up) and its RAM stays taken; the next start on the node removes it
+  here. A job-less run's tier is gone with its process (`run_name`); a job's
+  with the processes its workers named as owners (`OWNER_FILE`: the worker
+  and the launcher or node agent that restarts it), and one without owners
+  (made before they were named) once untouched for `_UNOWNED_SECS`.
+  """
   for name in os.listdir(root):
+    path = os.path.join(root, name)
     match = re.fullmatch(r"pid(\d+)-[0-9a-f]+", name)
-    if match and not tempdirs.pid_alive(int(match.group(1))):
-      shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    if match:
+      gone = not tempdirs.pid_alive(int(match.group(1)))
+    else:
+      gone = name != keep and _owners_gone(path)
+    if gone:
+      shutil.rmtree(path, ignore_errors=True)
+
+
+def _owners_gone(run: str) -> bool:
+  """Whether no owner of the run directory `run`'s tiers is alive."""
+  owners = []
+  for owner in glob.glob(os.path.join(run, "worker-*", OWNER_FILE)):
+    with contextlib.suppress(OSError, ValueError):
+      with open(owner) as f:
+        owners += [int(pid) for pid in json.load(f)["pids"]]
+  if owners:
+    return not any(tempdirs.pid_alive(pid) for pid in owners)
+  with contextlib.suppress(OSError):
+    return time.time() - os.stat(run).st_mtime > _UNOWNED_SECS
+  return False
+
+
+def _claim(tier: "LocalTier") -> None:
+  """Names this worker and its parent (the launcher or node agent that
+  restarts it, or the container's entry) as the tier's owners."""
+  pids = [pid for pid in (os.getpid(), os.getppid()) if pid > 1]
+  _write_whole(
+    os.path.join(tier.directory, OWNER_FILE), json.dumps({"pids": pids})
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,8 +220,7 @@ class LocalTier:
         found,
         run,
       )
-      shutil.rmtree(self.directory, ignore_errors=True)
-      os.makedirs(self.directory, mode=0o700, exist_ok=True)
+      self._commit([])  # No step listed: every checkpoint file removed.
     _write_whole(path, str(run))
 
   def prefix(self, step: int) -> str:
@@ -472,9 +516,10 @@ def open_tier(
     root = choose_root(setting, need_bytes=need_bytes)
     if root is None:
       return None
-    remove_stale(root)
     name = run_name(job_id=job_id, checkpoint_dir=checkpoint_dir)
+    remove_stale(root, keep=name)
     tier = LocalTier(os.path.join(root, name, f"worker-{rank}"))
+    _claim(tier)
     # Snapshots a killed copy left (hard links: they hold the space).
     shutil.rmtree(os.path.join(tier.directory, _UPLOADS), ignore_errors=True)
   except OSError as e:
