@@ -23,7 +23,9 @@ import tensorflow as tf
 from benchmarks import device as device_lib
 from ctl.data import input as input_lib
 from ctl.train import loop as loop_lib
+from ctl.train import metric_set
 from ctl.train import optimizers
+from ctl.train import step as step_lib
 from trainer import data as data_lib
 from trainer import model as model_lib
 
@@ -124,7 +126,8 @@ def train_loop(
   xla: bool,
   train_accuracy: bool = True,
 ) -> loop_lib.TrainLoop:
-  """The engine's compiled loops for `group`, up to `steps_per_loop` a call."""
+  """The engine's compiled loops for `group`, up to `steps_per_loop` a call,
+  with the trainer's one train metric, its accuracy (`train_accuracy`)."""
   return loop_lib.TrainLoop(
     strategy=strategy,
     model=group.model,
@@ -133,7 +136,8 @@ def train_loop(
     global_batch_size=global_batch_size,
     steps_per_loop=steps_per_loop,
     jit_compile=xla,
-    train_accuracy=train_accuracy,
+    metrics=metric_set.MetricSet(metric_set.sparse_accuracy, strategy=strategy),
+    train_metrics=train_accuracy,
   )
 
 
@@ -194,7 +198,7 @@ class BareRunner:
       with tf.GradientTape() as tape:
         logits = model(images, training=True)
         loss = tf.nn.compute_average_loss(
-          loop_lib.sparse_softmax_cross_entropy(labels, logits),
+          step_lib.sparse_softmax_cross_entropy(labels, logits),
           global_batch_size=global_batch_size,
         )
         scaled_loss = optimizer.scale_loss(loss)

@@ -45,10 +45,22 @@ _LAZY = {
   "RunOptions": "ctl.train.options",
   "LoopResult": "ctl.train.actions",
   "StopTraining": "ctl.train.actions",
+  "EarlyStopping": "ctl.train.actions",
+  "KeepBest": "ctl.train.actions",
+  "StepOutput": "ctl.train.step",
+  "StepContext": "ctl.train.step",
+  "Serving": "ctl.train.options",
+  "image_classification": "ctl.train.options",
   "environment": "ctl.distributed.environment",
 }
 
 __all__ = [
+  "EarlyStopping",
+  "KeepBest",
+  "Serving",
+  "StepContext",
+  "StepOutput",
+  "image_classification",
   "PREEMPTED_EXIT_CODE",
   "STALL_EXIT_CODE",
   "USER_ERROR_EXIT_CODE",

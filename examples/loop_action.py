@@ -1,16 +1,21 @@
 """Early stopping on validation accuracy, as a loop action of `ctl.run`.
 
 A loop action is any callable `fn(step, result)`; `ctl.run` calls it after
-every train loop, once that loop's own duties are done (log line, evaluation,
-checkpoint). `result.eval_metrics` holds the evaluation that ran after the
-loop, if one did. Raising `ctl.StopTraining` ends the run at that step the way
+every train loop, once that loop's log line and evaluation are done and
+before its checkpoint (which so holds what the action decided).
+`result.eval_metrics` holds the evaluation that ran after the loop, if one
+did. Raising `ctl.StopTraining` ends the run at that step the way
 `train_steps` would: the checkpoint of the step, the SavedModel and
 `train_summary.json`, whose `stopped_early` says where and why.
 
-`EarlyStopping` below stops when the validation accuracy has not improved
-on its best by `min_delta` in `patience` evaluations. It reads only reduced
+`ctl.EarlyStopping` stops when the validation accuracy has not improved on
+its best by `min_delta` in `patience` evaluations. It reads only reduced
 metrics (the same on every worker), so under a multi-worker strategy every
-worker stops at the same step. The model and data are those of
+worker stops at the same step; its best value and patience counter are
+variables saved in every checkpoint, so a run killed and resumed stops at the
+step the uninterrupted run stops at (tests/test_actions.py). Any callable
+`fn(step, result)` is an action; one that is a `tf.Module` holding variables
+has them checkpointed the same way. The model and data are those of
 `own_model.py`: a small CNN learns three classes of noisy images quickly and
 then plateaus, well before the `train_steps` of 400.
 
@@ -33,35 +38,6 @@ TRAIN_STEPS = 400
 EVAL_EVERY_STEPS = 10
 
 
-class EarlyStopping:
-  """A loop action: stops when validation accuracy stops improving."""
-
-  def __init__(self, *, patience: int, min_delta: float = 0.0):
-    """Initializes the rule.
-
-    Args:
-      patience: how many evaluations in a row may fail to improve the best.
-      min_delta: how much better than the best counts as an improvement.
-    """
-    self._patience = patience
-    self._min_delta = min_delta
-    self.best, self.best_step, self._waited = None, None, 0
-
-  def __call__(self, step: int, result: ctl.LoopResult) -> None:
-    accuracy = result.eval_metrics.get("accuracy")
-    if accuracy is None:  # No evaluation after this loop.
-      return
-    if self.best is None or accuracy > self.best + self._min_delta:
-      self.best, self.best_step, self._waited = accuracy, step, 0
-      return
-    self._waited += 1
-    if self._waited >= self._patience:
-      raise ctl.StopTraining(
-        f"validation accuracy {self.best:.4f} at step {self.best_step} "
-        f"not improved in {self._patience} evaluations"
-      )
-
-
 def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--model_dir", default=None)
@@ -75,7 +51,9 @@ def main(argv: list[str]) -> int:
     eval_every_steps=EVAL_EVERY_STEPS,
     checkpoint_every_steps=50,
   )
-  stopping = EarlyStopping(patience=3, min_delta=0.005)
+  stopping = ctl.EarlyStopping(
+    metric="accuracy", mode="max", patience=3, min_delta=0.005
+  )
   summary = ctl.run(
     task=own_model.make_task(),
     options=options,

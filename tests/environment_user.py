@@ -31,9 +31,8 @@ task = ctl.Task(
   train_dataset_fn=train_dataset_fn,
   eval_dataset_fn=None,
   global_batch_size=16,
-  image_shape=(4,),
   loss_fn=lambda labels, outputs: tf.square(labels - outputs[:, 0]),
 )
 steps = dict(train_steps=20, steps_per_loop=10, log_every_steps=10)
-options = ctl.RunOptions(**env.option_values(), **steps, train_accuracy=False)
+options = ctl.RunOptions(**env.option_values(), **steps, train_metrics=False)
 ctl.run(task=task, options=options, strategy=env.strategy)

@@ -689,9 +689,10 @@ def test_checkpoint_of_another_input_shape(model_dir):
   last = _fails_cleanly(model_dir, "--image_size=24")
   checkpoints = os.path.join(model_dir, "checkpoints")
   assert last == (
-    f"error: The checkpoint {checkpoints}/ckpt-10 was trained on inputs of "
-    "shape (16, 16, 3), not this run's (24, 24, 3); use the input shape it "
-    "was trained with, or another --checkpoint_dir or --model_dir."
+    f"error: The checkpoint {checkpoints}/ckpt-10 was trained on batches of "
+    "(float32[16,16,3], int64[]), not this run's (float32[24,24,3], "
+    "int64[]); use the inputs it was trained with (e.g. its --image_size), "
+    "or another --checkpoint_dir or --model_dir."
   )
 
 

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from ctl.checkpoint import export
 from ctl.io import storage
+from ctl.train import options
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
 from tests.conftest import run_trainer
@@ -22,6 +23,7 @@ from tests.conftest import trainer_env
 from trainer import model as model_lib
 
 IMAGE_SHAPE = (12, 12, 3)
+SERVING = options.image_serving(IMAGE_SHAPE)
 
 
 def _model():
@@ -43,7 +45,7 @@ def test_reloaded_saved_model_agrees_with_the_model(tmp_path):
   export.export_saved_model(
     model=model,
     location=storage.open_location(export_dir),
-    image_shape=IMAGE_SHAPE,
+    serving=SERVING,
     step=7,
   )
   assert os.path.isfile(os.path.join(export_dir, "saved_model.pb"))
@@ -75,7 +77,7 @@ def test_non_chief_export_leaves_no_directory(tmp_path, monkeypatch):
   monkeypatch.setattr(tempfile, "tempdir", str(scratch_root))
   monkeypatch.chdir(tmp_path)
   export.export_saved_model(
-    model=_model(), location=None, image_shape=IMAGE_SHAPE, step=7
+    model=_model(), location=None, serving=SERVING, step=7
   )
   # TensorFlow's autograph caches the code it converts in the temporary
   # directory (the first conversion in this process): not an export's.
@@ -93,7 +95,7 @@ def test_a_new_export_replaces_the_old_one_whole(tmp_path):
   location = storage.open_location(export_dir)
   assert export.exported_step(location) is None
   export.export_saved_model(
-    model=_model(), location=location, image_shape=IMAGE_SHAPE, step=1
+    model=_model(), location=location, serving=SERVING, step=1
   )
   assert export.exported_step(location) == 1
   keras.utils.set_random_seed(1)
@@ -102,7 +104,7 @@ def test_a_new_export_replaces_the_old_one_whole(tmp_path):
   )
   os.mkdir(export_dir + ".partial-1-dead")  # Left by a killed export.
   export.export_saved_model(
-    model=other, location=location, image_shape=IMAGE_SHAPE, step=2
+    model=other, location=location, serving=SERVING, step=2
   )
   assert export.exported_step(location) == 2
   assert os.listdir(tmp_path) == ["saved_model"]  # Nothing left beside it.

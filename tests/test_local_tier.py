@@ -116,7 +116,7 @@ def test_a_local_save_holds_the_records_a_bucket_save_holds(tmp_path):
     directory=str(tmp_path / "bucket"),
     is_chief=True,
     keep=3,
-    input_shape=(8, 8, 3),
+    element_spec="(float32[8,8,3], int64[])",
     global_batch_size=64,
   )
   tier = local_tier.LocalTier(str(tmp_path / "worker-0"))
@@ -132,9 +132,9 @@ def test_a_local_save_holds_the_records_a_bucket_save_holds(tmp_path):
   tiered.save(10)
   tiered.sync()
   expected = _records(os.path.join(bucket.directory, "ckpt-5"))
-  assert {"input_shape/.ATTRIBUTES/VARIABLE_VALUE": [8, 8, 3]}.items() <= (
-    expected.items()
-  )
+  assert {
+    "element_spec/.ATTRIBUTES/VARIABLE_VALUE": b"(float32[8,8,3], int64[])"
+  }.items() <= (expected.items())
   assert _records(tier.prefix(10)) == expected
   assert _records(os.path.join(bucket.directory, "ckpt-10")) == expected
   tiered.close()

@@ -1,18 +1,23 @@
 """Tests for ctl.train.metrics_window: means over a window, its log line, scalars."""
 
 import numpy as np
+import tensorflow as tf
 
 from ctl.telemetry import summaries
 from ctl.testing.run_files import read_scalars
 from ctl.train import loop as loop_lib
+from ctl.train import metric_set
 from ctl.train import metrics_window
 from tests.conftest import absl_messages
 
 
-def _output(losses, accuracy=None):
+def _output(losses, correct_and_count=None):
+  """A loop's output; its accuracy metric's state is (correct, examples)."""
   return loop_lib.LoopOutput(
     step_losses=np.array(losses),
-    accuracy=accuracy,
+    metric_state=(
+      None if correct_and_count is None else np.array(correct_and_count)
+    ),
     stop_requested=False,
     save_requested=False,
     host_seconds=np.zeros(1),
@@ -24,13 +29,18 @@ def test_a_window_logs_its_means_writes_scalars_and_starts_again(
 ):
   writer = summaries.ScalarWriter(logdir=str(tmp_path))
   window = metrics_window.MetricsWindow(
+    metrics=metric_set.MetricSet(
+      metric_set.sparse_accuracy,
+      strategy=tf.distribute.get_strategy(),
+    ),
     train_steps=40,
     global_batch_size=8,
     writer=writer,
     learning_rate=lambda: 0.5,
   )
-  window.add(_output([1.0, 3.0], accuracy=0.5), 2, seconds=1.0)
-  window.add(_output([2.0, 2.0], accuracy=1.0), 2, seconds=1.0)
+  # Sums, not a mean of means: 8 of 16, then 16 of 16 examples right.
+  window.add(_output([1.0, 3.0], (8.0, 16.0)), 2, seconds=1.0)
+  window.add(_output([2.0, 2.0], (16.0, 16.0)), 2, seconds=1.0)
   window.log(4, {"straggler/ratio": 2.0})
   assert window.metrics == {"loss": 2.0, "accuracy": 0.75}
   assert window.throughput == [16.0]  # 4 steps of 8 in 2 s.

@@ -37,25 +37,27 @@ def _checkpoints(directory, marks):
   return duty, step, restores
 
 
-def test_a_fresh_start_saves_step_0_when_asked_then_a_restart_restores(
+def test_a_fresh_start_restores_nothing_and_saves_nothing_then_a_restart_restores(
   tmp_path,
 ):
+  # The controller saves step 0 itself, once the first loop is traced.
   marks = []
   duty, step, _ = _checkpoints(tmp_path, marks)
-  assert duty.restore_at_start(
-    directory=str(tmp_path), train_steps=40, save_if_none=True
-  ) == (False, 0)
-  assert [m.phase for m in marks] == ["checkpoint_save"] * 2
-  assert duty.policy.last_step == 0
+  assert duty.restore_at_start(directory=str(tmp_path), train_steps=40) == (
+    False,
+    0,
+  )
+  assert marks == [] and not os.listdir(tmp_path)
   step.assign(20)
   duty.save(20)
   duty.close()
   assert os.path.exists(tmp_path / "ckpt-20.index")
 
   again, _, restores = _checkpoints(tmp_path, [])
-  assert again.restore_at_start(
-    directory=str(tmp_path), train_steps=40, save_if_none=True
-  ) == (True, 20)
+  assert again.restore_at_start(directory=str(tmp_path), train_steps=40) == (
+    True,
+    20,
+  )
   assert int(restores.numpy()) == 1 and again.policy.last_step == 20
   again.close()
 
@@ -63,9 +65,10 @@ def test_a_fresh_start_saves_step_0_when_asked_then_a_restart_restores(
 def test_nothing_to_train_and_no_checkpoint_saves_nothing(tmp_path):
   marks = []
   duty, _, _ = _checkpoints(tmp_path, marks)
-  assert duty.restore_at_start(
-    directory=str(tmp_path), train_steps=0, save_if_none=True
-  ) == (False, 0)
+  assert duty.restore_at_start(directory=str(tmp_path), train_steps=0) == (
+    False,
+    0,
+  )
   duty.close()
   assert marks == [] and not os.listdir(tmp_path)
 
@@ -73,9 +76,7 @@ def test_nothing_to_train_and_no_checkpoint_saves_nothing(tmp_path):
 def test_maybe_save_saves_when_the_policy_says_and_the_end_once(tmp_path):
   marks = []
   duty, step, _ = _checkpoints(tmp_path, marks)
-  duty.restore_at_start(
-    directory=str(tmp_path), train_steps=40, save_if_none=False
-  )
+  duty.restore_at_start(directory=str(tmp_path), train_steps=40)
   saved = []
   for at, requested in ((5, False), (10, False), (15, True), (40, False)):
     step.assign(at)

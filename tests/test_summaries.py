@@ -37,7 +37,8 @@ def test_hparams_are_a_session_over_train_and_validation(tmp_path):
   logdir = str(tmp_path / "tensorboard")
   writer = summaries.ScalarWriter(logdir=logdir)
   writer.write_hparams(
-    {"learning_rate": 0.01, "model": "cnn", "xla": False, "batch": 64}
+    {"learning_rate": 0.01, "model": "cnn", "xla": False, "batch": 64},
+    metric_names=("accuracy",),
   )
   writer.close()
   accumulator = event_accumulator.EventAccumulator(logdir)
@@ -53,9 +54,12 @@ def test_hparams_are_a_session_over_train_and_validation(tmp_path):
   experiment = hparams_metadata.parse_experiment_plugin_data(
     content[hparams_metadata.EXPERIMENT_TAG]
   )
-  assert [(m.name.group, m.name.tag) for m in experiment.metric_infos] == list(
-    summaries.HPARAMS_METRICS
-  )
+  assert [(m.name.group, m.name.tag) for m in experiment.metric_infos] == [
+    ("validation", "accuracy"),
+    ("validation", "loss"),
+    ("train", "accuracy"),
+    ("train", "loss"),
+  ]
 
 
 def test_a_writer_without_logdir_writes_no_files(tmp_path, monkeypatch):

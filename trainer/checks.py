@@ -214,6 +214,8 @@ def options_set_otherwise(
   return {
     **platform.option_values(),
     "train_steps": train_steps,
+    # The trainer's one train metric is its accuracy.
+    "train_metrics": config.train_accuracy,
     "checkpoint_every_secs": every_secs(config.checkpoint_every_secs),
     "profile_steps": profile_steps(config.profile_steps),
     "hparams": hparams(

@@ -214,7 +214,7 @@ flags.DEFINE_enum(
 flags.DEFINE_bool("xla", _run("xla"), "Compile the step with XLA.")
 flags.DEFINE_bool(
   "train_accuracy",
-  _run("train_accuracy"),
+  _run("train_metrics"),
   "Count correct predictions at every "
   "step for the logged train accuracy (off: a few ops fewer "
   "per step, no train accuracy).",

@@ -30,6 +30,7 @@ from ctl.train import evaluator
 from ctl.train import optimizers
 from ctl.train.options import RunOptions
 from ctl.train.options import Task
+from ctl.train.options import image_classification
 from trainer import checks
 from trainer import data as data_lib
 from trainer import model as model_lib
@@ -256,7 +257,7 @@ def _task(
       global_batch_size=global_batch,
     )
 
-  return Task(
+  return image_classification(
     build_model=build_model,
     build_optimizer=lambda: _optimizer(config, train_steps),
     train_dataset_fn=train_dataset_fn,

@@ -46,9 +46,11 @@ from ctl.io import tempdirs
 _DAMAGED = (tf.errors.OpError, IndexError)
 
 STATE_FILE = "checkpoint"  # The CheckpointManager's state file.
-# The input shape a checkpoint was trained on (a model whose weights fit any
-# input size, e.g. one that pools globally, restores either way).
-_INPUT_SHAPE = "input_shape"
+# What a checkpoint was trained on: the structure, dtypes and per-example
+# shapes of the training batches (ctl.train.state.element_spec_record), as
+# text (a model whose weights fit any input size, e.g. one that pools
+# globally, restores either way: this record refuses it).
+_ELEMENT_SPEC = "element_spec"
 # The global batch size a checkpoint was trained with, and the first step
 # from which the run's data order differs from an uninterrupted run's (-1:
 # none), because a resume changed the global batch (ctl.data.input: the examples
@@ -99,7 +101,7 @@ class Checkpointer:
     keep: int,
     async_save: bool = False,
     on_saved: Callable[[], None] = lambda: None,
-    input_shape: tuple[int, ...] | None = None,
+    element_spec: str | None = None,
     global_batch_size: int | None = None,
     partial: bool = False,
   ):
@@ -114,8 +116,9 @@ class Checkpointer:
         before a restore and on close.
       on_saved: called on the chief once a checkpoint's files are all
         written (e.g. to upload them, state file last).
-      input_shape: the shape of one model input, saved with every
-        checkpoint; a checkpoint of another shape is not restored.
+      element_spec: what the training batches are (their structure, dtypes
+        and per-example shapes, as text), saved with every checkpoint; a
+        checkpoint of another is not restored.
       global_batch_size: examples per step, saved with every checkpoint; a
         restore of another says once that the data order from there differs
         from an uninterrupted run's (`data_order_differs_from_step`).
@@ -127,14 +130,13 @@ class Checkpointer:
     # What every checkpoint records beside the state, as {name: this run's
     # value}; a checkpoint from before a record was added restores without.
     self._records = {}
-    if input_shape is not None:
-      self._records[_INPUT_SHAPE] = tuple(input_shape)
+    if element_spec is not None:
+      self._records[_ELEMENT_SPEC] = element_spec
     if global_batch_size is not None:
       self._records[_GLOBAL_BATCH] = global_batch_size
       self._records[_DATA_ORDER_CHANGED] = -1
     for name, value in self._records.items():
-      variable = tf.Variable(value, dtype=tf.int64, trainable=False)
-      _attach(checkpoint, name, variable)
+      _attach(checkpoint, name, _record_variable(value))
     self._directory = directory
     self._is_chief = is_chief
     self._async_save = async_save
@@ -266,13 +268,14 @@ class Checkpointer:
       for name in self._records:
         key = f"{name}/.ATTRIBUTES/VARIABLE_VALUE"
         if reader.has_tensor(key):
-          stored[name] = tuple(int(n) for n in reader.get_tensor(key).flat)
-    shape = stored.get(_INPUT_SHAPE, self._records.get(_INPUT_SHAPE))
-    if shape != self._records.get(_INPUT_SHAPE):
+          stored[name] = _record_value(reader.get_tensor(key))
+    spec = stored.get(_ELEMENT_SPEC, self._records.get(_ELEMENT_SPEC))
+    if spec != self._records.get(_ELEMENT_SPEC):
       raise UserError(
-        f"The checkpoint {path} was trained on inputs of shape {shape}, not "
-        f"this run's {self._records[_INPUT_SHAPE]}; use the input shape it "
-        "was trained with, or another --checkpoint_dir or --model_dir."
+        f"The checkpoint {path} was trained on batches of {spec}, not this "
+        f"run's {self._records[_ELEMENT_SPEC]}; use the inputs it was "
+        "trained with (e.g. its --image_size), or another --checkpoint_dir "
+        "or --model_dir."
       )
     absent = {
       name: getattr(self._checkpoint, name)
@@ -373,6 +376,19 @@ class Checkpointer:
     self.sync()
     if self._scratch:
       shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def _record_variable(value: tuple[int, ...] | int | str) -> tf.Variable:
+  """A record as a variable: text as a string, numbers as int64."""
+  dtype = tf.string if isinstance(value, str) else tf.int64
+  return tf.Variable(value, dtype=dtype, trainable=False)
+
+
+def _record_value(value) -> tuple[int, ...] | str:
+  """A record as read from a checkpoint: text, or a tuple of numbers."""
+  if isinstance(value, bytes):
+    return value.decode()
+  return tuple(int(n) for n in value.flat)
 
 
 def _attach(

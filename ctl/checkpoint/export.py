@@ -1,4 +1,8 @@
-"""SavedModel export with a serving signature that takes a batch of images.
+"""SavedModel export with the task's serving signature.
+
+The `serving_default` signature is made from the model's own inputs (a dict
+of named inputs where the model takes a dict) and returns its outputs, or is
+the task's own (a function and its input signature).
 
 Every worker exports (saving may read synchronized variables collectively),
 but only the chief writes to the real directory; the others write to a
@@ -34,6 +38,7 @@ import uuid
 import keras
 import tensorflow as tf
 
+from ctl.errors import UserError
 from ctl.io import fencing
 from ctl.io import storage
 
@@ -48,28 +53,27 @@ def export_saved_model(
   *,
   model: keras.Model,
   location: storage.Location | None,
-  image_shape: tuple[int, int, int],
+  serving,
   step: int,
   fence: fencing.Fence = fencing.OPEN,
 ) -> None:
   """Exports `model` with a `serving_default` signature, then commits it.
-
-  The signature takes float32 images `[batch, height, width, channels]` with
-  values in [0, 1] and returns float32 `logits` and `probabilities`.
 
   Args:
     model: the trained model.
     location: where the chief's SavedModel goes (published to Cloud Storage
       when it lives there); None on the other workers, which write to a
       temporary directory that is removed.
-    image_shape: (height, width, channels) of one input image.
+    serving: "model" (the model's own inputs and outputs) or an object with
+      `fn(model, inputs) -> {name: tensor}` and its `input_signature`
+      (ctl.Serving).
     step: the global step of `model`, recorded in `MARKER`.
     fence: checked right before the commit (ctl.io.fencing).
 
   Raises:
     LeaseLost: another trainer took the lease; nothing was committed.
   """
-  archive = _serving_archive(model, image_shape)
+  archive = serving_archive(model, serving)
   if location is None:
     scratch = tempfile.mkdtemp(prefix="ctl_export_")
     try:
@@ -98,25 +102,102 @@ def export_saved_model(
   location.publish(commit_file=MARKER, replaces=True)
 
 
-def _serving_archive(
-  model: keras.Model, image_shape: tuple[int, int, int]
-) -> keras.export.ExportArchive:
-  """`model` with its `serving_default` endpoint, ready to write out."""
+def serving_archive(model: keras.Model, serving) -> keras.export.ExportArchive:
+  """`model` with its `serving_default` endpoint, ready to write out.
+
+  Raises:
+    UserError: the model has no declared inputs to serve from (a subclassed
+      model not built from `keras.Input`) and no serving function is given.
+  """
+  fn, signature = (
+    _from_model(model)
+    if serving == FROM_MODEL
+    else (serving.fn, serving.input_signature)
+  )
   archive = keras.export.ExportArchive()
   archive.track(model)
 
-  def serve(images):
-    logits = tf.cast(model(images, training=False), tf.float32)
-    return {"logits": logits, "probabilities": tf.nn.softmax(logits)}
+  def serving_default(inputs):
+    return fn(model, inputs)
 
   archive.add_endpoint(
-    name="serving_default",
-    fn=serve,
-    input_signature=[
-      tf.TensorSpec([None, *image_shape], tf.float32, name="images")
-    ],
+    name="serving_default", fn=serving_default, input_signature=[signature]
   )
   return archive
+
+
+def check_serving(model: keras.Model, serving) -> None:
+  """UserError when `serving` cannot work for `model`, found before
+  training: a model with no declared inputs and no serving function, or a
+  signature whose structure is not the model's inputs'."""
+  if serving is None:
+    return
+  if serving == FROM_MODEL:
+    _from_model(model)
+    return
+  inputs = _model_inputs(model)
+  if inputs is None:
+    return  # Nothing to compare with: the user's function decides.
+  try:
+    tf.nest.assert_same_structure(
+      inputs, serving.input_signature, check_types=False
+    )
+  except (ValueError, TypeError) as e:
+    raise UserError(
+      "Task.serving's input_signature does not have the structure of the "
+      f"model's inputs ({_first_line(e)})."
+    ) from None
+
+
+# Task.serving's value for a signature made from the model's inputs.
+FROM_MODEL = "model"
+
+
+def _model_inputs(model: keras.Model):
+  """The model's declared inputs (a KerasTensor or a structure of them), or
+  None for a model with none (subclassed)."""
+  try:
+    return model.input  # A functional model's structure (a dict, ...).
+  except (AttributeError, ValueError):
+    pass
+  inputs = getattr(model, "inputs", None)  # A Sequential's list.
+  if not inputs:
+    return None
+  return inputs[0] if len(inputs) == 1 else list(inputs)
+
+
+def _from_model(model: keras.Model):
+  """(fn, input_signature) serving the model's own inputs and outputs."""
+  inputs = _model_inputs(model)
+  if inputs is None:
+    raise UserError(
+      "The model declares no inputs (a subclassed model), so no serving "
+      "signature can be made from them: give Task.serving=ctl.Serving(fn, "
+      "input_signature), or Task.serving=None for no export."
+    )
+  signature = tf.nest.map_structure(
+    lambda t: tf.TensorSpec(t.shape, t.dtype, name=_input_name(t)), inputs
+  )
+
+  def serve(model, inputs):
+    outputs = model(inputs, training=False)
+    if not isinstance(outputs, dict):
+      outputs = {"outputs": outputs}
+    return {
+      name: tf.cast(value, tf.float32) if value.dtype.is_floating else value
+      for name, value in outputs.items()
+    }
+
+  return serve, signature
+
+
+def _input_name(tensor) -> str:
+  """An input's name for the signature (Keras names inputs by layer)."""
+  return tensor.name.split(":")[0].split("/")[0]
+
+
+def _first_line(error: Exception) -> str:
+  return str(error).strip().splitlines()[0] if str(error).strip() else ""
 
 
 def remove_leftovers(

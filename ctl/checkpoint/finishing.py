@@ -27,7 +27,7 @@ SUMMARY_FILE = "train_summary.json"
 def export(
   *,
   model: tf.keras.Model,
-  image_shape,
+  serving,
   location,
   step: int,
   trained: bool,
@@ -44,7 +44,8 @@ def export(
 
   Args:
     model: the trained model, at `step`.
-    image_shape: the served input's (height, width, channels).
+    serving: the `serving_default` signature (ctl.checkpoint.export's
+      `serving_archive`); None: the run exports nothing.
     location: the chief's export location (ctl.io.outputs), or None.
     step: the global step of `model`.
     trained: whether this run trained any step.
@@ -57,6 +58,8 @@ def export(
     CannotWrite: the export directory refused the files (disk full,
       permission lost); a SavedModel committed before is left in place.
   """
+  if serving is None:
+    return
   if not trained and export_lib.exported_step(location) == step:
     export_lib.remove_leftovers(location, fence=fence)
     return
@@ -64,7 +67,7 @@ def export(
     try:
       export_lib.export_saved_model(
         model=model,
-        image_shape=image_shape,
+        serving=serving,
         location=location,
         step=step,
         fence=fence,
@@ -138,12 +141,20 @@ def goodput(
 
 
 def log_done(summary: dict, *, model_dir: str) -> None:
-  """The run's last line: where it ended and where its summary is."""
-  accuracy = summary["eval_accuracy"]
+  """The run's last line: where it ended, its last evaluation's metrics
+  (the loss last), and where its summary is."""
+  evaluated = {
+    key[len("eval_") :]: value
+    for key, value in summary.items()
+    if key.startswith("eval_") and value is not None
+  }
+  if "loss" in evaluated:
+    evaluated["loss"] = evaluated.pop("loss")
+  metrics = ", ".join(f"{k} {v:.4f}" for k, v in evaluated.items()) or "n/a"
   logging.info(
-    "Done at step %d: eval accuracy %s, weights fingerprint %s; summary in %s.",
+    "Done at step %d: eval %s, weights fingerprint %s; summary in %s.",
     summary["final_step"],
-    "n/a" if accuracy is None else f"{accuracy:.4f}",
+    metrics,
     summary["weights_fingerprint"][:16],
     os.path.join(model_dir, SUMMARY_FILE),
   )

@@ -75,7 +75,7 @@ class RunCheckpoints:
     return path, int(self._global_step.numpy())
 
   def restore_at_start(
-    self, *, directory: str, train_steps: int, save_if_none: bool
+    self, *, directory: str, train_steps: int
   ) -> tuple[bool, int]:
     """The restore of start-up: (whether a checkpoint was restored, step).
 
@@ -83,15 +83,11 @@ class RunCheckpoints:
       directory: the checkpoint directory (for the log line).
       train_steps: the run's target step (0: a missing checkpoint is not
         worth a line, nothing will be trained).
-      save_if_none: save step 0 when there is no checkpoint and the run will
-        train (a rollback target for the divergence guard, a fixed start).
     """
     path, step = self.restore_latest()
     if path is None:
       if train_steps:
         logging.info("No checkpoint in %s; starting at step 0.", directory)
-        if save_if_none:
-          self.save(step)
       return False, step
     self._restores.assign_add(1)
     self.policy.restored(step)

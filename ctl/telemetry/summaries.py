@@ -3,9 +3,10 @@
 The layout is the one Keras' `TensorBoard` callback and Model Garden use, so
 TensorBoard draws train and validation curves of a tag in one chart:
 
-  <logdir>/train/        loss, accuracy, learning_rate, examples_per_second,
-                         steps_per_second (and the profiler's plugins/profile)
-  <logdir>/validation/   loss, accuracy
+  <logdir>/train/        loss, each of the task's metrics by name,
+                         learning_rate, examples_per_second, steps_per_second
+                         (and the profiler's plugins/profile)
+  <logdir>/validation/   loss, each metric by name
   <logdir>/              the run's hyperparameters (HParams dashboard); the
                          directory is the HParams "session", its metrics are
                          the last values of the tags in train/ and validation/
@@ -20,7 +21,7 @@ the export are not affected (on the same full disk, the next checkpoint save
 stops the run with exit 74, as it would without summaries).
 """
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 import contextlib
 import posixpath
 
@@ -34,13 +35,14 @@ from ctl.io import fencing
 TRAIN = "train"
 VALIDATION = "validation"
 
-# The columns of the HParams dashboard: (run, tag), final values.
-HPARAMS_METRICS = (
-  (VALIDATION, "accuracy"),
-  (VALIDATION, "loss"),
-  (TRAIN, "accuracy"),
-  (TRAIN, "loss"),
-)
+
+def hparams_metrics(metric_names: Sequence[str]) -> list[tuple[str, str]]:
+  """The columns of the HParams dashboard, (run, tag) of final values: each
+  of the task's metrics, then the loss, validation first."""
+  return [
+    (run, tag) for run in (VALIDATION, TRAIN) for tag in (*metric_names, "loss")
+  ]
+
 
 HParamValue = bool | int | float | str
 
@@ -87,16 +89,22 @@ class ScalarWriter:
           tf.summary.scalar(tag, value)
       self._writers[run].flush()
 
-  def write_hparams(self, hparams: Mapping[str, HParamValue]) -> None:
+  def write_hparams(
+    self,
+    hparams: Mapping[str, HParamValue],
+    metric_names: Sequence[str] = (),
+  ) -> None:
     """Records the hyperparameters of this run for the HParams dashboard.
 
     Written into the logdir itself (the HParams session); the dashboard's
-    metric columns are HPARAMS_METRICS, read from the train and validation
-    runs below it, so runs whose logdirs share a parent line up as trials.
+    metric columns are `hparams_metrics(metric_names)`, read from the train
+    and validation runs below it, so runs whose logdirs share a parent line
+    up as trials.
 
     Args:
       hparams: {name: value}, e.g. {"learning_rate": 1e-3, "model": "cnn"};
         nothing is written when it is empty.
+      metric_names: the task's metrics (the loss is always a column).
     """
     if not hparams:
       return
@@ -105,7 +113,7 @@ class ScalarWriter:
         hparams=[hp.HParam(name) for name in hparams],
         metrics=[
           hp.Metric(tag, group=run, display_name=f"{run} {tag}")
-          for run, tag in HPARAMS_METRICS
+          for run, tag in hparams_metrics(metric_names)
         ],
       )
       hp.hparams(dict(hparams))

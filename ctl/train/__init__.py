@@ -7,7 +7,11 @@ Modules (lowest first):
   state: What a run trains and checkpoints, built one way for every user of
     it.
   optimizers: Keras's Adam and SGD, each variable's update one fused kernel.
-  loop: The training step and the compiled loops that run it.
+  step: The user's step: how a batch becomes per-example losses and metric
+    inputs.
+  metric_set: A task's metrics by name, summed correctly over replicas and
+    workers.
+  loop: The compiled loops that run the task's step.
   metrics_window: The training metrics between two log lines, and the log line
     itself.
   evaluation: Evaluation during a run: when, the eval loop, and where its

@@ -1,10 +1,17 @@
 """Loop actions: the user's own duties after each train loop, as Orbit's.
 
 `ctl.run(..., loop_actions=[fn, ...])` calls each `fn(step, result)` after
-every train loop, once the built-in duties of that loop are done (log line,
-evaluation, checkpoint), in the order given. `result` is a `LoopResult`: the
-loop's mean loss and accuracy and the metrics of the evaluation that ran
-after it, if one did.
+every train loop, once the loop's log line and evaluation are done and
+before its checkpoint, in the order given. `result` is a `LoopResult`: the
+loop's training metrics by name and those of the evaluation that ran after
+it, if one did.
+
+State that survives a restart: an action that is a `tf.Module` holding
+variables (a patience counter, the best value so far) has them saved in
+every checkpoint and restored with it. Since the checkpoint of a step is
+saved after the actions of that step, it holds what they decided and what
+they changed (a learning rate they cut), so a resumed run decides as the
+uninterrupted run did. `EarlyStopping` below is such an action.
 
 An action asks the run to stop by raising `StopTraining`: the run then
 finishes as at `train_steps` (the checkpoint of the step, the export, the
@@ -13,18 +20,19 @@ normally. The actions after it in the list are not called for that loop.
 
 Actions run on every worker (the chief's result has `is_chief=True`): every
 worker must take the same decision to stop, or the others wait for it in the
-next loop's all-reduce. The loss, accuracy and evaluation metrics are reduced
-over all workers, so a decision made from them alone is the same everywhere;
-an action with a side effect of its own (a file) does it on the chief only.
-A loop that ends in a stop request (SIGTERM) saves and stops without calling
-the actions. The stop is not remembered: running the same call again
-resumes at the saved step, and the actions decide anew.
+next loop's all-reduce. The metrics are reduced over all workers, so a
+decision made from them alone is the same everywhere; an action with a side
+effect of its own (a file) does it on the chief only. A loop that ends in a
+stop request (SIGTERM) saves and stops without calling the actions. The stop
+is not remembered: running the same call again resumes at the saved step,
+and the actions decide anew (from their restored state).
 """
 
 from collections.abc import Callable, Sequence
 import dataclasses
 
 from absl import logging
+import tensorflow as tf
 
 
 class StopTraining(Exception):  # noqa: N818 (a request, not an error)
@@ -41,15 +49,16 @@ class LoopResult:
 
   Attributes:
     loss: the mean training loss of the loop's steps (global batch).
-    accuracy: the training accuracy over the loop's examples; None when the
-      run does not count it (`RunOptions.train_accuracy=False`).
-    eval_metrics: the evaluation run after this loop ("loss", "accuracy",
+    metrics: the loop's training metrics by name, reduced over all
+      replicas and workers: "loss" and each of the task's metrics (those
+      only while the run updates them, `RunOptions.train_metrics`).
+    eval_metrics: the evaluation run after this loop ("loss", each metric,
       "examples"); empty when none ran.
     is_chief: whether this worker is the chief.
   """
 
   loss: float
-  accuracy: float | None
+  metrics: dict
   eval_metrics: dict
   is_chief: bool
 
@@ -77,6 +86,18 @@ class LoopActions:
     self._record = record
     self.stopped = None  # {"step": ..., "reason": ...} once one stopped.
 
+  def __bool__(self) -> bool:
+    return bool(self._actions)
+
+  def stateful(self) -> list[tf.Module]:
+    """The actions whose state goes into every checkpoint: those that are a
+    `tf.Module` holding variables (ctl.train.actions.EarlyStopping, ...)."""
+    return [
+      action
+      for action in self._actions
+      if isinstance(action, tf.Module) and action.variables
+    ]
+
   def after_loop(self, step: int, result: LoopResult) -> bool:
     """Calls every action with the loop that ended at `step`.
 
@@ -96,3 +117,115 @@ class LoopActions:
   def summary(self) -> dict:
     """{"stopped_early": {"step", "reason"}} after a stop; {} otherwise."""
     return {"stopped_early": self.stopped} if self.stopped else {}
+
+
+class _BestSoFar(tf.Module):
+  """The best value of an evaluation metric so far and its step, as
+  variables (saved in every checkpoint, restored with it)."""
+
+  def __init__(self, *, name: str, metric: str, mode: str):
+    super().__init__(name=name)
+    if mode not in ("min", "max"):
+      raise ValueError(f"mode must be min or max, got {mode!r}.")
+    self._metric = metric
+    self._sign = 1.0 if mode == "min" else -1.0
+    self.best = tf.Variable(float("inf"), dtype=tf.float64, trainable=False)
+    self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False)
+
+  def _evaluated(self, result: LoopResult) -> float | None:
+    """The metric of the evaluation after this loop, or None (none ran)."""
+    return result.eval_metrics.get(self._metric)
+
+  def _improves(self, value: float, step: int, min_delta: float) -> bool:
+    """Whether `value` beats the best by more than `min_delta`; it is then
+    the best, of `step`."""
+    if self._sign * value >= float(self.best.numpy()) - min_delta:
+      return False
+    self.best.assign(self._sign * value)
+    self.best_step.assign(step)
+    return True
+
+  def _describe_best(self) -> str:
+    best = self._sign * float(self.best.numpy())
+    return f"validation {self._metric} {best:.4f} at step {int(self.best_step.numpy())}"
+
+
+class EarlyStopping(_BestSoFar):
+  """A loop action that stops when an evaluation metric stops improving.
+
+  Its best value and patience counter are variables, saved in every
+  checkpoint: a run killed after the counter advanced resumes with it and
+  stops at the step the uninterrupted run stops at. It decides from the
+  evaluation's reduced metrics, so every worker stops at the same step.
+  """
+
+  def __init__(
+    self,
+    *,
+    metric: str = "loss",
+    mode: str = "min",
+    patience: int,
+    min_delta: float = 0.0,
+  ):
+    """Initializes the rule.
+
+    Args:
+      metric: the evaluation metric to watch ("loss" or a task metric).
+      mode: "min" (lower is better) or "max".
+      patience: how many evaluations in a row may fail to improve the best.
+      min_delta: how much better than the best counts as an improvement.
+
+    Raises:
+      ValueError: a bad mode or patience.
+    """
+    super().__init__(name="early_stopping", metric=metric, mode=mode)
+    if patience < 1:
+      raise ValueError(f"patience must be >= 1, got {patience}.")
+    self._patience, self._min_delta = patience, min_delta
+    self.waited = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+  def __call__(self, step: int, result: LoopResult) -> None:
+    value = self._evaluated(result)
+    if value is None:
+      return
+    if self._improves(value, step, self._min_delta):
+      self.waited.assign(0)
+      return
+    self.waited.assign_add(1)
+    if int(self.waited.numpy()) >= self._patience:
+      raise StopTraining(
+        f"{self._describe_best()} not improved in {self._patience} evaluations"
+      )
+
+
+class KeepBest(_BestSoFar):
+  """A loop action that keeps the SavedModel of the best evaluation beside
+  the newest, as Orbit's `NewBestMetric` with an export action.
+
+  When an evaluation beats the best so far, the model is exported (every
+  worker takes part; the chief commits, fenced and atomic, as the final
+  export) into `<model_dir>/best_saved_model`, whose marker names the step.
+  The best value is a variable in every checkpoint, so after kills the kept
+  export is the one the uninterrupted run keeps.
+  """
+
+  def __init__(self, *, metric: str = "loss", mode: str = "min"):
+    """Initializes the action.
+
+    Args:
+      metric: the evaluation metric ("loss" or a task metric).
+      mode: "min" (lower is better) or "max".
+    """
+    super().__init__(name="keep_best", metric=metric, mode=mode)
+    self._keep = None
+
+  def bind(self, keep: Callable[[int], None]) -> None:
+    """Called by the run before training: `keep(step)` exports the model
+    as it is at `step` into the run's best export."""
+    self._keep = keep
+
+  def __call__(self, step: int, result: LoopResult) -> None:
+    value = self._evaluated(result)
+    if value is not None and self._improves(value, step, 0.0):
+      logging.info("New best %s; exporting it.", self._describe_best())
+      self._keep(step)

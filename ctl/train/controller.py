@@ -12,6 +12,7 @@ same call after any interruption continues and ends at the same place.
 
 from collections.abc import Callable, Sequence
 import dataclasses
+import os
 import time
 
 import numpy as np
@@ -19,6 +20,8 @@ import tensorflow as tf
 
 from ctl.checkpoint import checkpointing
 from ctl.checkpoint import finishing
+from ctl.distributed import environment as environment_lib
+from ctl.distributed import worker_exchange
 from ctl.errors import Preempted
 from ctl.errors import TrainingDiverged
 from ctl.resilience import faults as faults_lib
@@ -39,8 +42,8 @@ def run(
   options: RunOptions,
   strategy: tf.distribute.Strategy,
   eval_callbacks: Sequence[Callable[[int, dict], None]] = (),
-  progress_listeners: Sequence[progress_lib.Listener] = (),
-  faults: Sequence[faults_lib.Fault] = (),
+  progress_listeners: Sequence[progress_lib.Listener] | None = None,
+  faults: Sequence[faults_lib.Fault] | None = None,
   watchdog: watchdog_lib.Watchdog | None = None,
   loop_actions: Sequence[actions_lib.Action] = (),
 ) -> dict:
@@ -52,29 +55,31 @@ def run(
     strategy: the distribution strategy (one device, mirrored, multi-worker).
     eval_callbacks: called as `fn(step, eval_metrics)` after each evaluation
       (e.g. to report a hyperparameter-tuning metric).
-    progress_listeners: called with every `ctl.telemetry.progress.Mark` (each phase's
-      start and end), after the controller's own listeners.
-    faults: faults to inject (tests and benchmarks; see ctl.resilience.faults).
-    watchdog: a started stall watchdog (ctl.resilience.watchdog), or None. It sees every
-      phase first, and a stall it ends the process for is recorded in the
-      run ledger.
-    loop_actions: called as `fn(step, ctl.LoopResult)` after each train
-      loop's own duties, on every worker; one may raise `ctl.StopTraining`
-      to end the run there as at `train_steps` (ctl.train.actions).
+    progress_listeners: called with every `ctl.telemetry.progress.Mark`
+      (each phase's start and end), after the controller's own listeners;
+      None: the events file `CTL_EVENTS` names, if any (ctl.env).
+    faults: faults to inject (tests and benchmarks; ctl.resilience.faults);
+      None: those `CTL_FAULTS` names, when `CTL_FAULTS_ENABLED=1`, so a
+      user's script under `ctl-launch` is tested as the trainer is.
+    watchdog: a started stall watchdog (ctl.resilience.watchdog), or None;
+      it sees every phase first, and its stall is recorded in the ledger.
+    loop_actions: called as `fn(step, ctl.LoopResult)` after each loop's
+      evaluation, before its checkpoint, on every worker (ctl.train.actions).
 
   Returns:
     The summary also written to `<model_dir>/train_summary.json` (chief);
-    `{"final_step": 0}` when train_steps is 0 and there is no checkpoint
-    (nothing is trained or written).
+    `{"final_step": 0}` when there is nothing to train and no checkpoint.
 
   Raises:
     UserError: bad options or an incompatible checkpoint.
-    Preempted: a stop was requested; the checkpoint at the agreed step was
-      written before raising.
+    Preempted: a stop was requested; the agreed step was saved first.
     TrainingDiverged: the loss stayed non-finite; nothing bad was saved.
   """
   options.validate()
-  listeners = tuple(progress_listeners)
+  environment_lib.check_chief(strategy, options.is_chief)
+  listeners, faults = _from_environment(
+    strategy, options, progress_listeners, faults
+  )
   if watchdog:
     listeners = (watchdog, *listeners)
   with lease_lib.hold(options.lease_terms()) as held:  # One writer per run dir.
@@ -91,6 +96,21 @@ def run(
     if watchdog:
       _on_stall(watchdog, run_state.ledger, held)
     return run_state.run()
+
+
+def _from_environment(strategy, options, listeners, faults):
+  """(progress listeners, faults): those given, else the environment's
+  (`CTL_EVENTS`, `CTL_FAULTS`) for this worker and attempt."""
+  worker = worker_exchange.worker_index(strategy)
+  if listeners is None:
+    listeners = progress_lib.events_from_environ(
+      os.environ, worker=worker, attempt=options.restarts
+    )
+  if faults is None:
+    faults = faults_lib.from_environ(
+      os.environ, worker=worker, attempt=options.restarts
+    )
+  return tuple(listeners), faults
 
 
 def _on_stall(watchdog, ledger, held) -> None:
@@ -139,6 +159,7 @@ class _Run:
       fence=fence,
     )
     self._parts = None  # parts_lib.Parts, from the start of start-up.
+    self._save_first = False  # Save step 0 after the first trace.
 
   def run(self) -> dict:
     """The whole run, from start-up to the summary: the one place a run is
@@ -162,9 +183,7 @@ class _Run:
       )
       with self._progress.phase(progress_lib.RESTORE):
         restored, self._step = parts.checkpoints.restore_at_start(
-          directory=options.dirs.checkpoint_dir,
-          train_steps=options.train_steps,
-          save_if_none=bool(options.max_nan_recoveries),
+          directory=options.dirs.checkpoint_dir, train_steps=options.train_steps
         )
       if not restored and not options.train_steps:
         summary = finishing.nothing_to_train(
@@ -172,9 +191,13 @@ class _Run:
         )
         parts.close()
         return summary
-      parts.writer.write_hparams(options.hparams)
+      parts.writer.write_hparams(options.hparams, parts.metric_names)
     parts.checkpoints.start()
     start_step = self._step
+    # A new run saves its step 0 (a rollback target for the divergence
+    # guard, a fixed start) once its first loop is traced: a step that
+    # cannot work is refused with nothing saved.
+    self._save_first = not restored and bool(options.max_nan_recoveries)
     with preemption.StopRequest() as stop:
       self._loop_until(options.train_steps, stop)
     return self._finish(trained=self._step > start_step)
@@ -193,6 +216,8 @@ class _Run:
           first_step=self._step + 1, last_step=self._step + num_steps
         ),
       ):
+        if first:
+          self._trace_and_save_first(iterator)
         # Host time since the previous loop returned: what the others
         # wait for in this loop's all-reduce if this worker is the slowest.
         output = parts.loop.train(
@@ -209,30 +234,49 @@ class _Run:
         self._roll_back(output.step_losses)
         iterator = self._iterator()
         continue
-      self._after_loop(output, num_steps, time.monotonic() - started)
       if output.stop_requested:
+        self._record_loop(output, num_steps, time.monotonic() - started)
         parts.checkpoints.save(self._step)
         parts.close()
         raise Preempted(self._step, stop.signal)
-      if parts.actions.after_loop(self._step, self._result(output)):
+      if self._after_loop(output, num_steps, time.monotonic() - started):
         return
 
-  def _after_loop(self, output, num_steps: int, seconds: float) -> None:
+  def _trace_and_save_first(self, iterator) -> None:
+    """Traces the loop (a bad step or batch is refused here), then saves
+    step 0 of a new run."""
+    self._parts.loop.trace(iterator)
+    if self._save_first:
+      self._parts.checkpoints.save(self._step)
+
+  def _record_loop(self, output, num_steps: int, seconds: float) -> None:
+    """The loop's metrics, stragglers and log line."""
     parts, step, options = self._parts, self._step, self._options
     parts.window.add(output, num_steps, seconds)
     parts.stragglers.add(output.host_seconds, step=step)
     if step % options.log_every_steps == 0 or step == options.train_steps:
       parts.window.log(step, parts.stragglers.scalars())
+
+  def _after_loop(self, output, num_steps: int, seconds: float) -> bool:
+    """The duties after a loop, in order: its log line, evaluation, the
+    user's actions, then the checkpoint, which so holds what the actions
+    decided or changed. Returns whether an action stopped the run."""
+    parts, step = self._parts, self._step
+    self._record_loop(output, num_steps, seconds)
     if parts.evaluation.due(step):
       parts.evaluation.run(step)
+    if parts.actions and parts.actions.after_loop(step, self._result(output)):
+      return True
     parts.checkpoints.maybe_save(step, requested=output.save_requested)
+    return False
 
   def _result(self, output) -> actions_lib.LoopResult:
     """What the loop actions are told of the loop that just ended."""
     evaluation = self._parts.evaluation
+    metrics = self._parts.window.loop_metrics(output)
     return actions_lib.LoopResult(
-      loss=float(np.mean(output.step_losses)),
-      accuracy=output.accuracy,
+      loss=metrics["loss"],
+      metrics=metrics,
       eval_metrics=evaluation.metrics if evaluation.step == self._step else {},
       is_chief=self._options.is_chief,
     )
@@ -263,7 +307,7 @@ class _Run:
     try:  # A stop asked for during the export raises Preempted after it.
       finishing.export(
         model=parts.state.model,
-        image_shape=self._task.image_shape,
+        serving=self._task.serving,
         location=parts.outputs.export,
         step=step,
         trained=trained,
@@ -327,10 +371,14 @@ def _summary(
   """The run summary (`train_summary.json`) at `step`."""
   summary = {
     "final_step": step,
-    "train_loss": parts.window.metrics.get("loss"),
-    "train_accuracy": parts.window.metrics.get("accuracy"),
-    "eval_loss": parts.evaluation.metrics.get("loss"),
-    "eval_accuracy": parts.evaluation.metrics.get("accuracy"),
+    **{
+      f"train_{name}": parts.window.metrics.get(name)
+      for name in ("loss", *parts.metric_names)
+    },
+    **{
+      f"eval_{name}": parts.evaluation.metrics.get(name)
+      for name in ("loss", *parts.metric_names)
+    },
     "examples_per_second": parts.window.median_throughput(),
     "wall_seconds": round(time.monotonic() - started, 3),
     "restores": int(parts.state.restores.numpy()),

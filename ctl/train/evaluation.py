@@ -15,6 +15,7 @@ import tensorflow as tf
 from ctl.telemetry import progress as progress_lib
 from ctl.telemetry import summaries
 from ctl.train import loop as loop_lib
+from ctl.train import metrics_window
 
 
 class Evaluation:
@@ -92,14 +93,15 @@ def record(
   run: str,
   publish: Callable[[], None],
 ) -> bool:
-  """Logs one evaluation and writes its loss and accuracy.
+  """Logs one evaluation and writes its loss and metrics.
 
   An evaluation that saw no examples has no metrics: it is warned of once,
   and nothing is written (a loss of 0 would read as a perfect model).
 
   Args:
     step: the step evaluated.
-    metrics: what the eval loop returned (`examples`, `loss`, `accuracy`).
+    metrics: what the eval loop returned (`examples`, `loss`, and each of
+      the task's metrics by name).
     name: what the log lines call the evaluation ("eval" in a run, with a
       prefix in the side-car evaluator).
     writer: where the scalars go; None: nowhere (an evaluator writes them).
@@ -117,17 +119,15 @@ def record(
       step,
     )
     return False
+  values = {k: v for k, v in metrics.items() if k != "examples"}
   logging.info(
-    "%s at step %d: loss %.4f  accuracy %.4f  (%d examples)",
+    "%s at step %d: %s  (%d examples)",
     name,
     step,
-    metrics["loss"],
-    metrics["accuracy"],
+    metrics_window.format_metrics(values),
     metrics["examples"],
   )
   if writer:
-    writer.write(
-      step, {"loss": metrics["loss"], "accuracy": metrics["accuracy"]}, run=run
-    )
+    writer.write(step, values, run=run)
     publish()
   return True

@@ -24,7 +24,9 @@ from ctl.io import storage
 from ctl.telemetry import summaries
 from ctl.train import evaluation
 from ctl.train import loop as loop_lib
+from ctl.train import metric_set
 from ctl.train import state as state_lib
+from ctl.train import step as step_lib
 from ctl.train.options import RunOptions
 from ctl.train.options import Task
 
@@ -100,7 +102,10 @@ class _Follower:
       task=task, strategy=strategy, with_optimizer=False
     )
     self._loop = loop_lib.EvalLoop(
-      strategy=strategy, model=self._state.model, loss_fn=task.loss_fn
+      strategy=strategy,
+      model=self._state.model,
+      compute_loss=step_lib.compute_loss_of(task),
+      metrics=metric_set.MetricSet(task.build_metrics, strategy=strategy),
     )
     self._data = strategy.distribute_datasets_from_function(
       task.eval_dataset_fn
@@ -110,7 +115,6 @@ class _Follower:
       directory=directory,
       is_chief=False,  # Reads only: never rewrites a damaged state file.
       keep=1,
-      input_shape=self._state.input_shape,
       partial=True,  # The optimizer is not restored.
     )
     self._directory = directory

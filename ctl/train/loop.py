@@ -1,27 +1,28 @@
-"""The training step and the compiled loops that run it.
+"""The compiled loops that run the task's step.
 
-This is the part a newcomer should find in under a minute: `_replica_step` is
-the per-replica GradientTape step, `_train_loop` runs `steps_per_loop` of them
+This is the part a newcomer should find in under a minute: `_replica_step`
+is the per-replica GradientTape step (the task's `compute_loss`, or its own
+`replica_step`; ctl.train.step), `_train_loop` runs `steps_per_loop` of them
 inside one `tf.function` (a `tf.range` loop, so the host is touched once per
 loop) of `TrainLoop`, and `EvalLoop` runs over a finite validation set (it
 needs no optimizer).
 
-Loss contract (docs/design.md, "Contracts"): the per-example loss is averaged over the *global*
-batch with `tf.nn.compute_average_loss`, regularization losses are scaled by
-1/replicas, gradients are summed across replicas by the optimizer, and the
-reported loss is `strategy.reduce(SUM, ...)` of the per-replica averages.
-That reduce happens once per loop, not per step: each replica accumulates its
-per-step losses and correct counts locally (sync-on-read variables), so the
-only per-step communication is the gradient all-reduce.
+Loss contract (docs/design.md, "Contracts"): the per-example loss is averaged
+over the *global* batch with `tf.nn.compute_average_loss`, regularization
+losses are scaled by 1/replicas, gradients are summed across replicas by the
+optimizer, and the reported loss is `strategy.reduce(SUM, ...)` of the
+per-replica averages. That reduce happens once per loop, not per step: each
+replica accumulates its per-step losses and its metrics' sums and counts
+locally (sync-on-read variables), so the only per-step communication is the
+gradient all-reduce.
 
 Host cost per call is kept small (it is what `steps_per_loop=1` pays every
 step): the constant arguments of a call are made once (only the worker's
 host seconds, one float, are new each call), the traced function is called
-directly (no per-call matching of arguments to traces), one call
-returns one tensor (one device-to-host copy), and a loop of one step is not a
-`tf.range` loop (a while op costs host time per call). Counting correct
-predictions for the train accuracy can be switched off
-(`train_accuracy=False`).
+directly (no per-call matching of arguments to traces), one call returns
+one tensor (one device-to-host copy), and a loop of one step is not a
+`tf.range` loop (a while op costs host time per call). Updating the metrics
+at every step can be switched off (`train_metrics=False`).
 """
 
 from collections.abc import Callable
@@ -32,13 +33,9 @@ import numpy as np
 import tensorflow as tf
 
 from ctl.distributed import worker_exchange
-
-
-def sparse_softmax_cross_entropy(labels, logits):
-  """Per-example cross entropy from float32 logits (mixed precision safe)."""
-  return keras.losses.sparse_categorical_crossentropy(
-    labels, tf.cast(logits, tf.float32), from_logits=True
-  )
+from ctl.errors import UserError
+from ctl.train import metric_set as metric_set_lib
+from ctl.train import step as step_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +44,9 @@ class LoopOutput:
 
   Attributes:
     step_losses: the reduced (global-batch) loss of every step that ran.
-    accuracy: training accuracy over the examples of this call; None when
-      the loop does not count it (`train_accuracy=False`).
+    metric_state: the task's metrics' state summed over the call's steps,
+      replicas and workers (`MetricSet.results` turns it into values); None
+      when the loop does not update them (`train_metrics=False`).
     stop_requested: some worker asked to stop (preemption) at this step.
     save_requested: the chief asked for a time-based checkpoint at this step.
     host_seconds: every worker's `host_seconds` of this call, by index in the
@@ -56,7 +54,7 @@ class LoopOutput:
   """
 
   step_losses: np.ndarray
-  accuracy: float | None
+  metric_state: np.ndarray | None
   stop_requested: bool
   save_requested: bool
   host_seconds: np.ndarray
@@ -65,9 +63,9 @@ class LoopOutput:
 class TrainLoop:
   """The compiled train loop for one model under one strategy.
 
-  Everything stateful (model, optimizer, global step) must have been created
-  under `strategy.scope()`; the optimizer must be built (`optimizer.build`)
-  so that no variable is created inside a `tf.function`.
+  Everything stateful (model, optimizer, global step, metrics) must have been
+  created under `strategy.scope()`; the optimizer must be built
+  (`optimizer.build`) so that no variable is created inside a `tf.function`.
   """
 
   def __init__(
@@ -79,29 +77,33 @@ class TrainLoop:
     global_step: tf.Variable,
     global_batch_size: int,
     steps_per_loop: int,
-    loss_fn: Callable | None = None,
+    compute_loss: Callable | None = None,
+    replica_step: Callable | None = None,
+    metrics: metric_set_lib.MetricSet | None = None,
     jit_compile: bool = False,
-    train_accuracy: bool = True,
+    train_metrics: bool = True,
     loss_hook: Callable | None = None,
   ):
     """Initializes the loop.
 
     Args:
       strategy: the distribution strategy the variables belong to.
-      model: a Keras model mapping images to logits.
+      model: the Keras model.
       optimizer: a built Keras optimizer (a LossScaleOptimizer for fp16).
       global_step: int64 variable incremented once per step.
       global_batch_size: examples per step summed over all replicas.
       steps_per_loop: the most steps one `train` call runs.
-      loss_fn: `(labels, logits) -> per-example loss`; None: sparse
-        softmax cross-entropy.
-      jit_compile: compile the forward and backward pass with XLA. The
-        optimizer update (which holds the cross-replica all-reduce) stays
-        outside the XLA cluster, where collectives are always supported.
-      train_accuracy: count correct predictions at every step, for
-        `LoopOutput.accuracy`; False saves those few ops per step.
-      loss_hook: test hook, `(loss, global_step) -> loss` (see ctl.resilience.faults);
-        None keeps it out of the compiled step entirely.
+      compute_loss: `(model, batch, training) -> StepOutput` (ctl.train.step);
+        None: `(images, labels)` batches and sparse softmax cross-entropy.
+      replica_step: `(StepContext, batch) -> StepOutput`, the whole update
+        instead of the default one (`compute_loss` is then unused).
+      metrics: the task's metrics (ctl.train.metric_set); None: none.
+      jit_compile: compile the forward and backward pass with XLA (the
+        update, which holds the all-reduce, stays outside the cluster).
+      train_metrics: update the metrics at every step, for
+        `LoopOutput.metric_state`; False saves those ops per step.
+      loss_hook: test hook, `(loss, global_step) -> loss`
+        (ctl.resilience.faults); None keeps it out of the compiled step.
     """
     self._strategy = strategy
     self._model = model
@@ -109,11 +111,12 @@ class TrainLoop:
     self._global_step = global_step
     self._global_batch_size = global_batch_size
     self._steps_per_loop = steps_per_loop
-    self._loss_fn = loss_fn or sparse_softmax_cross_entropy
+    self._compute_loss = compute_loss or step_lib.classifier_compute_loss()
+    self._user_step = replica_step
     self._loss_hook = loss_hook
+    self.metrics = metrics if train_metrics and metrics else None
     with strategy.scope():
       self._step_losses = _replica_accumulator([steps_per_loop])
-      self._correct = _replica_accumulator([]) if train_accuracy else None
     self._gradients = (
       tf.function(self._loss_and_gradients, jit_compile=True)
       if jit_compile
@@ -121,48 +124,57 @@ class TrainLoop:
     )
     self._train = tf.function(self._train_loop)
     self._traced = self._traced_for = None  # The trace; the iterator it read.
-    # Arguments of `train` made once: a new tensor per call costs host time.
-    self._num_steps = {}
-    self._controls = {
-      (stop, save): tf.constant([float(stop), float(save)])
-      for stop in (False, True)
-      for save in (False, True)
-    }
+    self._num_steps = {}  # Made once: a new tensor per call costs host time.
+    self._controls = _controls()
     self._num_workers, self._host_slot = _host_slot(strategy)
 
-  def _loss_and_gradients(self, images, labels):
-    with tf.GradientTape() as tape:
-      logits = self._model(images, training=True)
-      per_example = self._loss_fn(labels, logits)
-      loss = tf.nn.compute_average_loss(
-        per_example, global_batch_size=self._global_batch_size
-      )
-      if self._model.losses:
-        loss += tf.nn.scale_regularization_loss(tf.add_n(self._model.losses))
-      if self._loss_hook:
-        loss = self._loss_hook(loss, self._global_step)
-      scaled_loss = self._optimizer.scale_loss(loss)
-    variables = self._model.trainable_variables
-    gradients = tape.gradient(scaled_loss, variables)
-    correct = (
-      _count_correct(labels, logits) if self._correct is not None else None
+  def _average(self, output) -> tf.Tensor:
+    loss = step_lib.average_loss(
+      self._model,
+      output.per_example_loss,
+      sample_weight=output.sample_weight,
+      global_batch_size=self._global_batch_size,
     )
-    return loss, correct, gradients
+    if self._loss_hook:
+      loss = self._loss_hook(loss, self._global_step)
+    return loss
+
+  def _loss_and_gradients(self, batch):
+    with tf.GradientTape() as tape:
+      output = step_lib.checked(
+        self._compute_loss(self._model, batch, True),
+        batch,
+        where="Task.compute_loss",
+      )
+      loss = self._average(output)
+      scaled_loss = self._optimizer.scale_loss(loss)
+    gradients = tape.gradient(scaled_loss, self._model.trainable_variables)
+    return loss, output, gradients
 
   def _replica_step(self, batch, index):
-    images, labels = batch
-    loss, correct, gradients = self._gradients(images, labels)
-    self._optimizer.apply_gradients(
-      zip(gradients, self._model.trainable_variables)
-    )
+    if self._user_step is None:
+      loss, output, gradients = self._gradients(batch)
+      self._optimizer.apply_gradients(
+        zip(gradients, self._model.trainable_variables)
+      )
+    else:
+      context = step_lib.StepContext(
+        model=self._model,
+        optimizer=self._optimizer,
+        global_batch_size=self._global_batch_size,
+      )
+      output = step_lib.checked(
+        self._user_step(context, batch), batch, where="Task.replica_step"
+      )
+      loss = self._average(output)
     # Local bookkeeping only: no communication per step beyond the gradients.
     self._step_losses.assign_add(
       tf.scatter_nd(  # Not one_hot * loss: NaN * 0.
         [[index]], [loss], [self._steps_per_loop]
       )
     )
-    if self._correct is not None:
-      self._correct.assign_add(correct)
+    if self.metrics is not None:
+      self.metrics.update_states(output)
 
   def _train_loop(self, iterator, num_steps, control, host_seconds):
     strategy = self._strategy
@@ -171,22 +183,19 @@ class TrainLoop:
     for i in range(1) if self._steps_per_loop == 1 else tf.range(num_steps):
       strategy.run(self._replica_step, args=(next(iterator), i))
       self._global_step.assign_add(1)
-    # The loop's one extra all-reduce: [step losses..., correct, host seconds
-    # per worker..., requests]. Summing the requests tells every worker
-    # whether any worker was asked to stop, or the chief wants a time-based
-    # save, so all of them take the same decision at the same step; each
-    # worker's host seconds fill its own slot, so the sum holds everyone's.
+    # The loop's one extra all-reduce: [step losses..., metric states...,
+    # host seconds per worker..., requests]. Summing the requests tells every
+    # worker whether any worker was asked to stop, or the chief wants a
+    # time-based save, so all of them take the same decision at the same
+    # step; each worker's host seconds fill its own slot, so the sum holds
+    # everyone's; metric states are sums and counts, so their sum is exact.
     return strategy.reduce(
       "SUM",
       strategy.run(
         lambda: tf.concat(
           [
             self._step_losses.read_value(),
-            *(
-              [[self._correct.read_value()]]
-              if self._correct is not None
-              else []
-            ),
+            *(self.metrics.state() if self.metrics else []),
             self._host_slot * host_seconds,
             control,
           ],
@@ -197,8 +206,8 @@ class TrainLoop:
     )
 
   def _accumulators(self) -> tuple[tf.Variable, ...]:
-    return (self._step_losses,) + (
-      (self._correct,) if self._correct is not None else ()
+    return (self._step_losses,) + tuple(
+      self.metrics.variables() if self.metrics else ()
     )
 
   def train(
@@ -213,7 +222,7 @@ class TrainLoop:
     """Runs `num_steps` training steps in one `tf.function` call.
 
     Args:
-      iterator: an iterator over a distributed dataset of (images, labels).
+      iterator: an iterator over a distributed dataset of the task's batches.
       num_steps: how many steps to run; a tensor argument, so changing it
         does not retrace.
       stop_requested: this worker was asked to stop (e.g. SIGTERM).
@@ -229,34 +238,97 @@ class TrainLoop:
       raise ValueError(
         f"num_steps must be in [1, {self._steps_per_loop}], got {num_steps}."
       )
-    if num_steps not in self._num_steps:
-      self._num_steps[num_steps] = tf.constant(num_steps, tf.int32)
-    args = (
-      iterator,
-      self._num_steps[num_steps],
-      self._controls[bool(stop_requested), bool(save_requested)],
-      tf.constant(float(host_seconds)),
-    )  # float32; faster sans dtype.
-    if iterator is not self._traced_for:
-      # Called directly from now on, the trace skips tf.function's matching
-      # of every argument against its traces (about 0.1 ms a call).
-      self._traced = self._train.get_concrete_function(*args)
-      self._traced_for = iterator
-    totals = self._traced(*args).numpy()
+    args = self._arguments(iterator, num_steps, stop_requested, save_requested)
+    args += (tf.constant(float(host_seconds)),)  # float32; faster sans dtype.
+    self.trace(iterator)
+    try:
+      totals = self._traced(*args).numpy()
+    except tf.errors.OutOfRangeError as e:
+      raise UserError(
+        f"The training data ran out after fewer than {num_steps} more steps "
+        "(an OutOfRangeError): Task.train_dataset_fn must return an endless "
+        "dataset (`.repeat()`); the run stops at a step target instead."
+      ) from e
     stop, save = totals[-2:]
     workers = totals[-2 - self._num_workers : -2]
+    metrics_end = self._steps_per_loop + (
+      self.metrics.size if self.metrics else 0
+    )
     return LoopOutput(
       step_losses=totals[:num_steps],
-      accuracy=(
-        None
-        if self._correct is None
-        else float(totals[self._steps_per_loop])
-        / (num_steps * self._global_batch_size)
+      metric_state=(
+        totals[self._steps_per_loop : metrics_end] if self.metrics else None
       ),
       stop_requested=bool(stop > 0),
       save_requested=bool(save > 0),
       host_seconds=workers,
     )
+
+  def trace(self, iterator) -> None:
+    """Traces the loop for `iterator`'s data (nothing runs), once per
+    iterator: the first call of `train` does it too, but a run traces
+    before its first save, so a step that cannot work (a bad batch, a loss
+    of the wrong shape) is refused before anything is written."""
+    if iterator is self._traced_for:
+      return
+    # Called directly from now on, the trace skips tf.function's matching
+    # of every argument against its traces (about 0.1 ms a call).
+    try:
+      self._traced = self._train.get_concrete_function(
+        *self._arguments(iterator, 1, False, False), tf.constant(0.0)
+      )
+    except UserError as e:  # AutoGraph put its trace in front of it.
+      raise UserError(_user_sentence(e)) from None
+    except (TypeError, ValueError, NotImplementedError, tf.errors.OpError) as e:
+      raise UserError(
+        "The task's step cannot run on its training batches "
+        f"{_spec_of(iterator)}: {_first_line(e)}"
+      ) from e
+    self._traced_for = iterator
+
+  def _arguments(self, iterator, num_steps, stop, save) -> tuple:
+    """The arguments of a call but the host seconds, made once each."""
+    if num_steps not in self._num_steps:
+      self._num_steps[num_steps] = tf.constant(num_steps, tf.int32)
+    return (
+      iterator,
+      self._num_steps[num_steps],
+      self._controls[bool(stop), bool(save)],
+    )
+
+
+def _spec_of(iterator) -> str:
+  """The structure of an iterator's batches, for an error message."""
+  return str(
+    tf.nest.map_structure(
+      lambda spec: f"{spec.dtype.name}{spec.shape.as_list()}",
+      iterator.element_spec,
+    )
+  )
+
+
+def _user_sentence(error: UserError) -> str:
+  """A UserError's own sentence, without what AutoGraph put in front of it
+  when it was raised while tracing (its last line)."""
+  lines = [line.strip() for line in str(error).strip().splitlines()]
+  last = lines[-1] if lines else ""
+  for prefix in ("ctl.errors.UserError: ", "UserError: "):
+    last = last.removeprefix(prefix)
+  return last
+
+
+def _first_line(error: Exception) -> str:
+  lines = str(error).strip().splitlines()
+  return lines[0] if lines else type(error).__name__
+
+
+def _controls() -> dict[tuple[bool, bool], tf.Tensor]:
+  """The loop's request argument for each (stop, save), made once."""
+  return {
+    (stop, save): tf.constant([float(stop), float(save)])
+    for stop in (False, True)
+    for save in (False, True)
+  }
 
 
 def _host_slot(strategy: tf.distribute.Strategy) -> tuple[int, tf.Tensor]:
@@ -273,7 +345,8 @@ def _host_slot(strategy: tf.distribute.Strategy) -> tuple[int, tf.Tensor]:
 
 
 class EvalLoop:
-  """The compiled evaluation loop: loss and accuracy over a finite dataset.
+  """The compiled evaluation loop: the loss and the task's metrics over a
+  finite dataset.
 
   It needs only the model (no optimizer, no global step), so the training
   controller and the side-car evaluator (ctl.train.evaluator) share it.
@@ -284,71 +357,89 @@ class EvalLoop:
     *,
     strategy: tf.distribute.Strategy,
     model: keras.Model,
-    loss_fn: Callable | None = None,
+    compute_loss: Callable | None = None,
+    metrics: metric_set_lib.MetricSet | None = None,
   ):
     """Initializes the loop.
 
     Args:
       strategy: the distribution strategy the model's variables belong to.
-      model: a Keras model mapping images to logits.
-      loss_fn: `(labels, logits) -> per-example loss`.
+      model: the Keras model.
+      compute_loss: `(model, batch, training) -> StepOutput`; None:
+        `(images, labels)` batches and sparse softmax cross-entropy.
+      metrics: the task's metrics; None: the loss alone.
     """
     self._strategy = strategy
     self._model = model
-    self._loss_fn = loss_fn or sparse_softmax_cross_entropy
+    self._compute_loss = compute_loss or step_lib.classifier_compute_loss()
+    self._metrics = metrics
     with strategy.scope():
-      self._eval_sums = _replica_accumulator([3])
+      self._eval_sums = _replica_accumulator([2])  # Loss sum, examples.
     self._eval = tf.function(self._eval_loop)
 
   def _replica_eval(self, batch):
-    images, labels = batch
-
-    def sums():
-      logits = self._model(images, training=False)
-      per_example = self._loss_fn(labels, logits)
-      return tf.reduce_sum(per_example), _count_correct(labels, logits)
+    def summed_loss():
+      output = step_lib.checked(
+        self._compute_loss(self._model, batch, False),
+        batch,
+        where="Task.compute_loss",
+      )
+      per_example = tf.cast(output.per_example_loss, tf.float32)
+      if output.sample_weight is not None:
+        per_example *= tf.cast(output.sample_weight, tf.float32)
+      if self._metrics is not None:
+        self._metrics.update_states(output)
+      return tf.reduce_sum(per_example)
 
     # A replica gets an empty batch when the last global batch is short.
     # The model is not run on it: oneDNN's CPU convolution returns a wrongly
     # shaped result for an empty batch (the input's channels), which breaks
     # the next layer.
-    count = tf.shape(labels)[0]
-    loss_sum, correct = tf.cond(
-      count > 0, sums, lambda: (tf.constant(0.0), tf.constant(0.0))
-    )
-    self._eval_sums.assign_add(
-      tf.stack([loss_sum, correct, tf.cast(count, tf.float32)])
-    )
+    count = step_lib.batch_size_of(batch)
+    loss_sum = tf.cond(count > 0, summed_loss, lambda: tf.constant(0.0))
+    self._eval_sums.assign_add(tf.stack([loss_sum, tf.cast(count, tf.float32)]))
 
   def _eval_loop(self, dataset):
     strategy = self._strategy
-    strategy.run(_zero, args=(self._eval_sums,))
+    metric_variables = self._metrics.variables() if self._metrics else []
+    strategy.run(_zero, args=(self._eval_sums, *metric_variables))
     for batch in dataset:
       strategy.run(self._replica_eval, args=(batch,))
     return strategy.reduce(
-      "SUM", strategy.run(self._eval_sums.read_value), axis=None
+      "SUM",
+      strategy.run(
+        lambda: tf.concat(
+          [
+            self._eval_sums.read_value(),
+            *(self._metrics.state() if self._metrics else []),
+          ],
+          0,
+        )
+      ),
+      axis=None,
     )
 
   def evaluate(self, dataset) -> dict[str, float]:
     """Evaluates on a finite distributed dataset.
 
     Args:
-      dataset: a distributed dataset of (images, labels) batches; partial
-        and empty last batches are fine (sums, not means, are reduced).
+      dataset: a distributed dataset of the task's batches; partial and
+        empty last batches are fine (sums, not means, are reduced).
 
     Returns:
-      {"loss": mean per-example loss, "accuracy": ..., "examples": count};
-      only {"examples": 0} when the dataset held no example: no evaluation,
-      and no number that could pass for one.
+      {"loss": mean per-example loss, "examples": count, and each metric's
+      result by name}; only {"examples": 0} when the dataset held no
+      example: no evaluation, and no number that could pass for one.
     """
-    loss_sum, correct, count = self._eval(dataset).numpy()
+    try:
+      totals = self._eval(dataset).numpy()
+    except UserError as e:  # Raised while tracing: AutoGraph's text off.
+      raise UserError(_user_sentence(e)) from None
+    loss_sum, count = totals[:2]
     if not count:
       return {"examples": 0}
-    return {
-      "loss": float(loss_sum / count),
-      "accuracy": float(correct / count),
-      "examples": int(count),
-    }
+    metrics = self._metrics.results(totals[2:]) if self._metrics else {}
+    return {"loss": float(loss_sum / count), **metrics, "examples": int(count)}
 
 
 def _replica_accumulator(shape) -> tf.Variable:
@@ -365,10 +456,3 @@ def _zero(*variables) -> None:
   """Resets accumulators; runs in replica context (each local copy)."""
   for variable in variables:
     variable.assign(tf.zeros_like(variable))
-
-
-def _count_correct(labels, logits):
-  predictions = tf.argmax(logits, axis=-1, output_type=tf.int64)
-  return tf.reduce_sum(
-    tf.cast(tf.equal(predictions, tf.cast(labels, tf.int64)), tf.float32)
-  )

@@ -14,6 +14,7 @@ import numpy as np
 
 from ctl.telemetry import summaries
 from ctl.train import loop as loop_lib
+from ctl.train import metric_set as metric_set_lib
 
 
 def _eta(seconds: float | None) -> str:
@@ -27,6 +28,11 @@ def _eta(seconds: float | None) -> str:
   return f"{days} day{'s' if days > 1 else ''} {clock}"
 
 
+def format_metrics(metrics: dict) -> str:
+  """`loss 0.1234  accuracy 0.9876` for a log line (the loss first)."""
+  return "  ".join(f"{name} {value:.4f}" for name, value in metrics.items())
+
+
 class MetricsWindow:
   """Running totals between two log lines, and what they were at the last."""
 
@@ -38,6 +44,7 @@ class MetricsWindow:
     writer: summaries.ScalarWriter,
     learning_rate: Callable[[], float],
     publish: Callable[[], None] = lambda: None,
+    metrics: metric_set_lib.MetricSet | None = None,
   ):
     """Initializes an empty window.
 
@@ -47,13 +54,16 @@ class MetricsWindow:
       writer: where the train scalars go.
       learning_rate: the optimizer's learning rate now.
       publish: makes what the writer wrote visible (a mirrored directory).
+      metrics: the task's metrics (their results come from summed states);
+        None: the loss alone.
     """
+    self._metric_set = metrics
     self._train_steps = train_steps
     self._global_batch_size = global_batch_size
     self._writer = writer
     self._learning_rate = learning_rate
     self._publish = publish
-    self.metrics = {}  # The last window's: loss, and accuracy if counted.
+    self.metrics = {}  # The last window's: loss, and each metric if counted.
     self.throughput = []  # Examples per second of each window.
     self._reset()
 
@@ -61,7 +71,7 @@ class MetricsWindow:
     self._steps = 0
     self._seconds = 0.0
     self._loss_sum = 0.0
-    self._correct_sum = None  # None: the loop counts no accuracy.
+    self._metric_state = None  # The metrics' summed state; None: not counted.
 
   def add(
     self, output: loop_lib.LoopOutput, num_steps: int, seconds: float
@@ -70,9 +80,10 @@ class MetricsWindow:
     self._steps += num_steps
     self._seconds += seconds
     self._loss_sum += float(np.sum(output.step_losses))
-    if output.accuracy is not None:
-      self._correct_sum = (self._correct_sum or 0.0) + (
-        output.accuracy * num_steps
+    if output.metric_state is not None:
+      state = output.metric_state.astype(np.float64)
+      self._metric_state = (
+        state if self._metric_state is None else self._metric_state + state
       )
 
   def log(self, step: int, extra: dict | None = None) -> None:
@@ -89,16 +100,13 @@ class MetricsWindow:
       else None
     )
     self.metrics = {"loss": self._loss_sum / steps}
-    accuracy = ""
-    if self._correct_sum is not None:
-      self.metrics["accuracy"] = self._correct_sum / steps
-      accuracy = f"  accuracy {self.metrics['accuracy']:.4f}"
+    if self._metric_state is not None:
+      self.metrics.update(self._metric_set.results(self._metric_state))
     logging.info(
-      "step %d/%d  loss %.4f%s  %.1f examples/s  ETA %s",
+      "step %d/%d  %s  %.1f examples/s  ETA %s",
       step,
       self._train_steps,
-      self.metrics["loss"],
-      accuracy,
+      format_metrics(self.metrics),
       examples_per_second,
       _eta(remaining),
     )
@@ -115,6 +123,14 @@ class MetricsWindow:
     )
     self._publish()
     self._reset()
+
+  def loop_metrics(self, output: loop_lib.LoopOutput) -> dict[str, float]:
+    """The metrics of one loop's output alone: its mean loss and, when the
+    loop counts them, each metric's result."""
+    metrics = {"loss": float(np.mean(output.step_losses))}
+    if output.metric_state is not None:
+      metrics.update(self._metric_set.results(output.metric_state))
+    return metrics
 
   def median_throughput(self) -> float | None:
     """Examples per second, the median over windows after the first."""

@@ -10,6 +10,8 @@ options in a fraction of a second.
 from collections.abc import Callable, Mapping
 import dataclasses
 import inspect
+import math
+import os
 from typing import TYPE_CHECKING, Any
 
 from ctl.errors import UserError
@@ -21,20 +23,56 @@ if TYPE_CHECKING:
 
 
 @dataclasses.dataclass(frozen=True)
+class Serving:
+  """The SavedModel's `serving_default` signature.
+
+  Attributes:
+    fn: `(model, inputs) -> {name: tensor}`, traced with `input_signature`.
+    input_signature: a `tf.TensorSpec` or a nested structure of them (a
+      dict of named inputs serves a dict request); one argument.
+  """
+
+  fn: Callable
+  input_signature: Any
+
+
+# Task.serving's default: a signature made from the model's own inputs.
+FROM_MODEL = "model"
+
+
+@dataclasses.dataclass(frozen=True)
 class Task:
   """What to train, as plain callables (ctl knows no model or dataset).
 
+  The step is the task's (ctl.train.step): by default `(x, y)` or
+  `(x, y, sample_weight)` batches of any nested structure and dtype, the
+  model called on `x` and `loss_fn(y, y_pred)`; `compute_loss` replaces the
+  forward pass, `replica_step` the whole update. ctl runs it in replica
+  context, many steps per `tf.function` call, with the loss averaged over
+  the global batch. `image_classification` (below) is the ready-made task
+  of images, logits and sparse labels.
+
   Attributes:
-    build_model: returns a Keras model mapping images to logits; called
-      under `strategy.scope()`.
+    build_model: returns a Keras model; called under `strategy.scope()`.
     build_optimizer: returns a Keras optimizer; called under the scope.
     train_dataset_fn: `(input_context, start_step, seed) -> dataset` of
-      per-replica batches whose first batch belongs to `start_step`.
+      per-replica batches whose first batch belongs to `start_step`; endless
+      (the run stops at a step target).
     eval_dataset_fn: `(input_context) -> finite dataset`, or None.
     global_batch_size: examples per step over all replicas.
-    image_shape: (height, width, channels) of one input image.
-    loss_fn: `(labels, logits) -> per-example loss`; None: sparse softmax
-      cross-entropy (ctl.train.loop's).
+    loss_fn: `(y_true, y_pred) -> per-example loss` (shape [batch], not
+      reduced) of the default forward pass; None: sparse softmax
+      cross-entropy.
+    compute_loss: `(model, batch, training) -> ctl.StepOutput`, the forward
+      pass for batches of another structure; None: the default.
+    replica_step: `(ctl.StepContext, batch) -> ctl.StepOutput`, the whole
+      replica update (gradients taken and applied by the user); None: ctl's.
+    build_metrics: `() -> {name: keras.metrics.Metric}`, called once for the
+      replicas and once for the host; each metric's state must be sums
+      (every built-in Keras metric's is). None: the loss alone.
+    serving: the export's `serving_default` signature: "model" (from the
+      model's own inputs, returning its outputs), a `Serving`, or None (no
+      SavedModel is exported).
   """
 
   build_model: Callable[[], "keras.Model"]
@@ -42,8 +80,88 @@ class Task:
   train_dataset_fn: Callable[..., "tf.data.Dataset"]
   eval_dataset_fn: Callable[..., "tf.data.Dataset"] | None
   global_batch_size: int
-  image_shape: tuple[int, int, int]
   loss_fn: Callable | None = None
+  compute_loss: Callable | None = None
+  replica_step: Callable | None = None
+  build_metrics: Callable[[], Mapping] | None = None
+  serving: Serving | str | None = FROM_MODEL
+
+  def validate(self) -> None:
+    """Raises UserError with one sentence for the first bad field."""
+    for name in ("build_model", "build_optimizer", "train_dataset_fn"):
+      if not callable(getattr(self, name)):
+        raise UserError(f"Task.{name} must be callable.")
+    for name in (
+      "eval_dataset_fn",
+      "loss_fn",
+      "compute_loss",
+      "replica_step",
+      "build_metrics",
+    ):
+      value = getattr(self, name)
+      if value is not None and not callable(value):
+        raise UserError(f"Task.{name} must be callable or None.")
+    if (
+      isinstance(self.global_batch_size, bool)
+      or not isinstance(self.global_batch_size, int)
+      or self.global_batch_size < 1
+    ):
+      raise UserError(
+        "Task.global_batch_size must be a whole number >= 1, got "
+        f"{self.global_batch_size!r}."
+      )
+    if self.compute_loss is not None and self.loss_fn is not None:
+      raise UserError(
+        "Task.loss_fn is for the default forward pass: give it or "
+        "Task.compute_loss, not both."
+      )
+    if not (
+      self.serving is None
+      or self.serving == FROM_MODEL
+      or isinstance(self.serving, Serving)
+    ):
+      raise UserError(
+        f'Task.serving must be "{FROM_MODEL}", a ctl.Serving or None, got '
+        f"{self.serving!r}."
+      )
+
+
+def image_classification(
+  *, image_shape: tuple[int, int, int], **fields
+) -> Task:
+  """The ready-made task of images -> logits with sparse integer labels.
+
+  Sparse softmax cross-entropy (unless `loss_fn` is given), an `accuracy`
+  metric, and the export's `image_serving` signature.
+
+  Args:
+    image_shape: (height, width, channels) of one input image.
+    **fields: the other `Task` fields.
+  """
+  from ctl.train import metric_set  # pylint: disable=g-import-not-at-top
+
+  defaults = dict(
+    build_metrics=metric_set.sparse_accuracy,
+    serving=image_serving(image_shape),
+  )
+  return Task(**(defaults | fields))
+
+
+def image_serving(image_shape: tuple[int, int, int]) -> Serving:
+  """`serving_default(images)`: float32 images `[batch, *image_shape]` in
+  [0, 1] -> float32 `logits` and `probabilities`."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  def serve(model, images):
+    logits = tf.cast(model(images, training=False), tf.float32)
+    return {"logits": logits, "probabilities": tf.nn.softmax(logits)}
+
+  return Serving(
+    fn=serve,
+    input_signature=tf.TensorSpec(
+      [None, *image_shape], tf.float32, name="images"
+    ),
+  )
 
 
 # --local_checkpoints: where the local tier lives ("auto" chooses), or "off".
@@ -72,8 +190,8 @@ class RunOptions:
     async_checkpoint: write checkpoints in the background.
     seed: seed of the data order (and of initialization, set by the caller).
     xla: compile the forward and backward pass with XLA.
-    train_accuracy: count correct predictions at every step for the train
-      accuracy (logged and summarized); False saves those ops per step.
+    train_metrics: update the task's metrics at every training step (logged
+      and summarized as `train/NAME`); False saves those ops per step.
     max_nan_recoveries: rollbacks allowed after a non-finite loss.
     reshuffle_on_nan: use a new data order after a rollback.
     is_chief: whether this worker owns the outputs.
@@ -114,7 +232,7 @@ class RunOptions:
   async_checkpoint: bool = False
   seed: int = 0
   xla: bool = False
-  train_accuracy: bool = True
+  train_metrics: bool = True
   max_nan_recoveries: int = 3
   reshuffle_on_nan: bool = False
   is_chief: bool = True
@@ -150,6 +268,7 @@ class RunOptions:
 
   def validate(self) -> None:
     """Raises UserError with one sentence for the first bad option."""
+    _check_types(self)
     if self.train_steps < 0:
       raise UserError(f"train_steps must be >= 0, got {self.train_steps}.")
     if self.steps_per_loop < 1:
@@ -201,13 +320,70 @@ class RunOptions:
       )
     if self.max_nan_recoveries < 0:
       raise UserError("max_nan_recoveries must be >= 0.")
-    if self.profile_steps is not None:
-      first, last = self.profile_steps
-      if not 1 <= first <= last:
-        raise UserError(
-          "profile_steps must be START,END with 1 <= START <= "
-          f"END, got {first},{last}."
-        )
+    _check_profile_steps(self.profile_steps)
+
+
+# RunOptions fields by the kind of value they hold (the others are checked
+# by `RunOptions.validate` itself).
+_WHOLE_NUMBERS = (
+  "train_steps",
+  "steps_per_loop",
+  "log_every_steps",
+  "eval_every_steps",
+  "checkpoint_every_steps",
+  "keep_checkpoints",
+  "seed",
+  "max_nan_recoveries",
+  "restarts",
+  "local_checkpoint_every_steps",
+)
+_SECONDS = ("expected_mtbf_secs", "lease_stale_secs")
+_SWITCHES = (
+  "async_checkpoint",
+  "xla",
+  "train_metrics",
+  "reshuffle_on_nan",
+  "is_chief",
+  "evaluator_writes_validation",
+  "take_over_lease",
+)
+
+
+def _check_profile_steps(steps: tuple[int, int] | None) -> None:
+  if steps is not None and not 1 <= steps[0] <= steps[1]:
+    raise UserError(
+      "profile_steps must be START,END with 1 <= START <= "
+      f"END, got {steps[0]},{steps[1]}."
+    )
+
+
+def _check_types(options: "RunOptions") -> None:
+  """UserError naming the first option whose value is of the wrong kind:
+  a whole number, a finite number of seconds, a switch."""
+  for name in _WHOLE_NUMBERS:
+    value = getattr(options, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+      raise UserError(f"{name} must be a whole number, got {value!r}.")
+  seconds = [*_SECONDS]
+  if options.checkpoint_every_secs != "auto":
+    seconds.append("checkpoint_every_secs")
+  for name in seconds:
+    value = getattr(options, name)
+    if (
+      isinstance(value, bool)
+      or not isinstance(value, (int, float))
+      or not math.isfinite(value)
+    ):
+      raise UserError(f"{name} must be a finite number, got {value!r}.")
+  for name in _SWITCHES:
+    if not isinstance(getattr(options, name), bool):
+      raise UserError(
+        f"{name} must be True or False, got {getattr(options, name)!r}."
+      )
+  for name in ("model_dir", "checkpoint_dir"):
+    path = getattr(options.dirs, name, None)
+    if path and "://" not in path and os.path.isfile(path):
+      raise UserError(f"{name} {path} is a file, not a directory.")
 
 
 def default(options_class: type, name: str):

@@ -8,6 +8,7 @@ closed together (`Parts.close`), checkpoint writes first.
 
 from collections.abc import Callable, Sequence
 import dataclasses
+import posixpath
 
 from absl import logging
 import numpy as np
@@ -15,12 +16,15 @@ import tensorflow as tf
 
 from ctl.checkpoint import checkpoint_tiers
 from ctl.checkpoint import checkpointing
+from ctl.checkpoint import export as export_lib
 from ctl.checkpoint import local_tier
 from ctl.checkpoint import run_checkpoints
 from ctl.checkpoint import save_policy
 from ctl.errors import TrainingDiverged
+from ctl.errors import UserError
 from ctl.io import fencing
 from ctl.io import outputs as outputs_lib
+from ctl.io import storage
 from ctl.resilience import faults as faults_lib
 from ctl.resilience import stragglers as stragglers_lib
 from ctl.telemetry import ledger as ledger_lib
@@ -30,8 +34,10 @@ from ctl.telemetry import summaries
 from ctl.train import actions as actions_lib
 from ctl.train import evaluation as evaluation_lib
 from ctl.train import loop as loop_lib
+from ctl.train import metric_set
 from ctl.train import metrics_window
 from ctl.train import state as state_lib
+from ctl.train import step as step_lib
 from ctl.train.options import RunOptions
 from ctl.train.options import Task
 
@@ -51,6 +57,7 @@ class Parts:
   stragglers: stragglers_lib.Watch  # Enabled on the chief only.
   divergence: "DivergenceGuard"
   actions: actions_lib.LoopActions
+  metric_names: tuple[str, ...]  # The task's metrics, in their order.
 
   def close(self) -> None:
     """Finishes checkpoint writes, then publishes and releases outputs."""
@@ -73,8 +80,15 @@ def assemble(
   fence: fencing.Fence,
 ) -> Parts:
   """Opens the outputs and builds the model, its loops and the duties."""
+  task.validate()
   outputs = _open_outputs(options, fence)
   state = state_lib.build_state(task=task, strategy=strategy, seed=options.seed)
+  export_lib.check_serving(state.model, task.serving)
+  metrics = metric_set.MetricSet(task.build_metrics, strategy=strategy)
+  actions = actions_lib.LoopActions(
+    loop_actions, record=_recorder(ledger, "stopped_early")
+  )
+  _bind_actions(loop_actions, task, options, state, fence)
   writer = summaries.ScalarWriter(
     logdir=outputs.tensorboard and outputs.tensorboard.local_path, fence=fence
   )
@@ -82,43 +96,68 @@ def assemble(
     outputs=outputs,
     state=state,
     checkpoints=_checkpoints(
-      options, outputs.checkpoints, state, progress, ledger, fence, strategy
+      options,
+      outputs.checkpoints,
+      state.checkpoint(actions=actions.stateful()),
+      state,
+      progress,
+      ledger,
+      fence,
+      strategy,
     ),
-    loop=_train_loop(task, options, strategy, state, faults),
+    loop=_train_loop(task, options, strategy, state, metrics, faults),
     writer=writer,
     profiler=profiler.StepProfiler(
       steps=options.profile_steps, logdir=writer.run_dir(summaries.TRAIN)
     ),
-    window=metrics_window.MetricsWindow(
-      train_steps=options.train_steps,
-      global_batch_size=task.global_batch_size,
-      writer=writer,
-      publish=lambda: _publish(outputs.tensorboard),
-      learning_rate=lambda: float(
-        tf.convert_to_tensor(state.optimizer.learning_rate)
-      ),
-    ),
+    window=_window(task, options, state, metrics, writer, outputs),
     evaluation=_evaluation(
-      task, options, strategy, state, writer, outputs, eval_callbacks, progress
+      task,
+      options,
+      strategy,
+      state,
+      metrics,
+      writer,
+      outputs,
+      eval_callbacks,
+      progress,
     ),
     stragglers=stragglers_lib.Watch(enabled=options.is_chief),
     divergence=DivergenceGuard(max_recoveries=options.max_nan_recoveries),
-    actions=actions_lib.LoopActions(
-      loop_actions, record=_recorder(ledger, "stopped_early")
+    actions=actions,
+    metric_names=metrics.names,
+  )
+
+
+def _window(
+  task, options, state, metrics, writer, outputs
+) -> metrics_window.MetricsWindow:
+  """The training metrics between two log lines, and where they go."""
+  return metrics_window.MetricsWindow(
+    metrics=metrics,
+    train_steps=options.train_steps,
+    global_batch_size=task.global_batch_size,
+    writer=writer,
+    publish=lambda: _publish(outputs.tensorboard),
+    learning_rate=lambda: float(
+      tf.convert_to_tensor(state.optimizer.learning_rate)
     ),
   )
 
 
 def _evaluation(
-  task, options, strategy, state, writer, outputs, callbacks, progress
+  task, options, strategy, state, metrics, writer, outputs, callbacks, progress
 ) -> evaluation_lib.Evaluation:
   """Evaluation during the run: the eval loop, its data, where it writes."""
   return evaluation_lib.Evaluation(
     eval_loop=loop_lib.EvalLoop(
-      strategy=strategy, model=state.model, loss_fn=task.loss_fn
+      strategy=strategy,
+      model=state.model,
+      compute_loss=step_lib.compute_loss_of(task),
+      metrics=metrics,
     ),
     eval_data=(
-      strategy.distribute_datasets_from_function(task.eval_dataset_fn)
+      strategy.distribute_datasets_from_function(_finite(task.eval_dataset_fn))
       if task.eval_dataset_fn
       else None
     ),
@@ -129,6 +168,59 @@ def _evaluation(
     callbacks=callbacks,
     progress=progress,
   )
+
+
+# Where `ctl.KeepBest` keeps the best evaluation's SavedModel.
+BEST_EXPORT = "best_saved_model"
+
+
+def _bind_actions(loop_actions, task, options, state, fence) -> None:
+  """Gives each action that asks for it (`bind`, as `ctl.KeepBest`) the
+  run's `keep(step)`: the model exported into `<model_dir>/BEST_EXPORT`
+  (every worker takes part, the chief commits, fenced and atomic)."""
+  binding = [action for action in loop_actions if hasattr(action, "bind")]
+  if not binding:
+    return
+  if task.serving is None:
+    raise UserError("ctl.KeepBest keeps an export, but Task.serving is None.")
+  location = (
+    storage.open_location(
+      posixpath.join(options.dirs.model_dir, BEST_EXPORT),
+      storage=options.storage,
+      fuse_root=options.fuse_root,
+      fence=fence,
+    )
+    if options.is_chief
+    else None
+  )
+
+  def keep(step: int) -> None:
+    export_lib.export_saved_model(
+      model=state.model,
+      location=location,
+      serving=task.serving,
+      step=step,
+      fence=fence,
+    )
+
+  for action in binding:
+    action.bind(keep)
+
+
+def _finite(eval_dataset_fn):
+  """`eval_dataset_fn`, refusing an endless dataset (an evaluation of it
+  would never end) with one sentence."""
+
+  def dataset_fn(input_context):
+    dataset = eval_dataset_fn(input_context)
+    if dataset.cardinality() == tf.data.INFINITE_CARDINALITY:
+      raise UserError(
+        "Task.eval_dataset_fn returned an endless dataset (a .repeat() "
+        "without a count?): an evaluation must end."
+      )
+    return dataset
+
+  return dataset_fn
 
 
 def _recorder(ledger, kind: str) -> Callable[..., None]:
@@ -149,7 +241,7 @@ def _open_outputs(options, fence) -> outputs_lib.OpenedOutputs:
 
 
 def _checkpoints(
-  options, location, state, progress, ledger, fence, strategy
+  options, location, checkpoint, state, progress, ledger, fence, strategy
 ) -> run_checkpoints.RunCheckpoints:
   """The checkpoint duty: into the local tier (ctl.checkpoint.checkpoint_tiers;
   none when its setting is "off") in front of `location` (fetched first),
@@ -159,13 +251,13 @@ def _checkpoints(
     options.local_checkpoints, job_id=options.job_id
   )
   bucket = checkpointing.Checkpointer(
-    checkpoint=state.checkpoint(),
+    checkpoint=checkpoint,
     directory=location.local_path,
     is_chief=options.is_chief,
     keep=options.keep_checkpoints,
     async_save=options.async_checkpoint,
     on_saved=lambda: run_checkpoints.upload(location, progress),
-    input_shape=state.input_shape,
+    element_spec=state.element_spec,
     global_batch_size=state.global_batch_size,
   )
   return run_checkpoints.RunCheckpoints(
@@ -206,7 +298,9 @@ def _checkpoints(
   )
 
 
-def _train_loop(task, options, strategy, state, faults) -> loop_lib.TrainLoop:
+def _train_loop(
+  task, options, strategy, state, metrics, faults
+) -> loop_lib.TrainLoop:
   with strategy.scope():
     loss_hook = faults and faults.loss_hook()
   return loop_lib.TrainLoop(
@@ -216,9 +310,11 @@ def _train_loop(task, options, strategy, state, faults) -> loop_lib.TrainLoop:
     global_step=state.global_step,
     global_batch_size=task.global_batch_size,
     steps_per_loop=options.steps_per_loop,
-    loss_fn=task.loss_fn,
+    compute_loss=step_lib.compute_loss_of(task),
+    replica_step=task.replica_step,
+    metrics=metrics,
     jit_compile=options.xla,
-    train_accuracy=options.train_accuracy,
+    train_metrics=options.train_metrics,
     loss_hook=loss_hook,
   )
 

@@ -1,0 +1,198 @@
+"""The user's step: how a batch becomes per-example losses and metric inputs.
+
+A `Task` says it in plain callables, run in replica context inside the
+compiled loop (the user never writes `strategy.run`, `tf.function` or the
+loop):
+
+- `compute_loss(model, batch, training) -> StepOutput`: the forward pass.
+  ctl averages `per_example_loss` over the *global* batch (sample weights
+  applied), adds the model's regularization losses scaled by 1/replicas,
+  takes the gradients and applies them. The default (`keras_compute_loss`)
+  unpacks `(x, y)` or `(x, y, sample_weight)` as `model.fit` does, so `x`
+  and `y` may be any nested structure (dicts of token ids and features).
+- `replica_step(context, batch) -> StepOutput`: the whole update, for what
+  the default cannot say (an auxiliary loss on an intermediate layer,
+  clipping, several losses). `context.average_loss` gives the replica's
+  share of a loss exactly as the default step computes it.
+
+Either way the step returns a `StepOutput`, from which ctl reports the loss
+(the same formula in both cases) and updates the task's metrics.
+"""
+
+from collections.abc import Callable, Mapping
+import dataclasses
+from typing import Any, NamedTuple
+
+import keras
+import tensorflow as tf
+
+from ctl.errors import UserError
+
+
+class StepOutput(NamedTuple):
+  """What one step (or one evaluation batch) produced, per replica.
+
+  Attributes:
+    per_example_loss: the loss of each example, shape `[batch]`.
+    y_true: the targets the metrics compare with (any nested structure).
+    y_pred: the model's predictions for the metrics.
+    sample_weight: one weight per example, or None; it weighs the loss and
+      every metric.
+    values: {metric name: per-example tensor} for metrics that average a
+      value of their own (a `keras.metrics.Mean` of that name), e.g. an
+      auxiliary loss; such a metric gets `update_state(value, weight)`.
+  """
+
+  per_example_loss: tf.Tensor
+  y_true: Any = None
+  y_pred: Any = None
+  sample_weight: tf.Tensor | None = None
+  values: Mapping[str, tf.Tensor] | None = None
+
+
+def sparse_softmax_cross_entropy(labels, logits):
+  """Per-example cross entropy from float32 logits (mixed precision safe)."""
+  return keras.losses.sparse_categorical_crossentropy(
+    labels, tf.cast(logits, tf.float32), from_logits=True
+  )
+
+
+def keras_compute_loss(loss_fn: Callable) -> Callable[..., StepOutput]:
+  """The default forward pass: `model.fit`'s unpacking and `loss_fn`.
+
+  Args:
+    loss_fn: `(y_true, y_pred) -> per-example loss`.
+
+  Returns:
+    `compute_loss(model, batch, training) -> StepOutput` for a batch of
+    `(x, y)` or `(x, y, sample_weight)`.
+  """
+
+  def compute_loss(model, batch, training):
+    if not isinstance(batch, tuple) or not 2 <= len(batch) <= 3:
+      raise UserError(
+        "Each batch must be (inputs, targets) or (inputs, targets, "
+        f"sample_weight) for Task.loss_fn, got {_describe(batch)}; give "
+        "Task.compute_loss to take another structure."
+      )
+    x, y, weight = keras.utils.unpack_x_y_sample_weight(batch)
+    y_pred = model(x, training=training)
+    return StepOutput(
+      per_example_loss=loss_fn(y, y_pred),
+      y_true=y,
+      y_pred=y_pred,
+      sample_weight=weight,
+    )
+
+  return compute_loss
+
+
+def compute_loss_of(task) -> Callable[..., StepOutput]:
+  """A task's forward pass: its own `compute_loss`, or the default one with
+  its `loss_fn` (sparse softmax cross-entropy when it has none)."""
+  if task.compute_loss is not None:
+    return task.compute_loss
+  return keras_compute_loss(task.loss_fn or sparse_softmax_cross_entropy)
+
+
+def classifier_compute_loss() -> Callable[..., StepOutput]:
+  """The forward pass of `(images, labels)` batches with sparse softmax
+  cross-entropy (the loops' default)."""
+  return keras_compute_loss(sparse_softmax_cross_entropy)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepContext:
+  """What a user's `replica_step` works with.
+
+  Attributes:
+    model: the model (its variables are the strategy's).
+    optimizer: the built optimizer (`scale_loss` before taking gradients
+      keeps mixed-float16 loss scaling right; `apply_gradients` sums the
+      replicas' gradients).
+    global_batch_size: examples per step over all replicas.
+  """
+
+  model: keras.Model
+  optimizer: keras.optimizers.Optimizer
+  global_batch_size: int
+
+  def average_loss(self, per_example_loss, sample_weight=None) -> tf.Tensor:
+    """This replica's share of the step's loss (docs/design.md, Loss)."""
+    return average_loss(
+      self.model,
+      per_example_loss,
+      sample_weight=sample_weight,
+      global_batch_size=self.global_batch_size,
+    )
+
+
+def average_loss(
+  model, per_example_loss, *, sample_weight, global_batch_size: int
+) -> tf.Tensor:
+  """The replica's share of the loss: the per-example loss averaged over
+  the global batch (weighted), plus the regularization losses scaled by
+  1/replicas, so that summing over replicas gives the step's loss."""
+  per_example_loss = tf.cast(per_example_loss, tf.float32)
+  if sample_weight is not None:
+    sample_weight = tf.cast(sample_weight, tf.float32)
+  loss = tf.nn.compute_average_loss(
+    per_example_loss,
+    sample_weight=sample_weight,
+    global_batch_size=global_batch_size,
+  )
+  if model.losses:
+    loss += tf.nn.scale_regularization_loss(
+      tf.add_n([tf.cast(x, tf.float32) for x in model.losses])
+    )
+  return loss
+
+
+def checked(output: Any, batch: Any, *, where: str) -> StepOutput:
+  """`output` when it is a usable StepOutput for `batch`; else UserError.
+
+  Checked while the loop is traced (before its first step), from static
+  shapes: a per-example loss reduced to one value (`keepdims=True` gives
+  shape `[1]`) would silently divide the loss and the gradients by the
+  global batch.
+  """
+  if not isinstance(output, StepOutput):
+    raise UserError(
+      f"{where} must return a ctl.StepOutput, got {type(output).__name__}."
+    )
+  loss = tf.convert_to_tensor(output.per_example_loss)
+  batch_size = _batch_size(batch)
+  if loss.shape.rank != 1 or (
+    batch_size is not None
+    and loss.shape[0] is not None
+    and loss.shape[0] != batch_size
+  ):
+    raise UserError(
+      f"{where}: the per-example loss must have shape [batch] "
+      f"([{batch_size}] here), one value per example, got "
+      f"{loss.shape.as_list() if loss.shape.rank is not None else '?'}; "
+      "do not reduce it (ctl averages it over the global batch)."
+    )
+  return output
+
+
+def batch_size_of(batch) -> tf.Tensor:
+  """The number of examples in `batch` (its first tensor's first dimension),
+  as a tensor."""
+  return tf.shape(tf.nest.flatten(batch)[0])[0]
+
+
+def _batch_size(batch) -> int | None:
+  """The static leading dimension of the batch's first tensor, or None."""
+  for leaf in tf.nest.flatten(batch):
+    shape = getattr(leaf, "shape", None)
+    if shape is not None and shape.rank:
+      return shape[0]
+  return None
+
+
+def _describe(batch) -> str:
+  """A batch's structure in a few words, for an error message."""
+  if isinstance(batch, tuple):
+    return f"a tuple of {len(batch)}"
+  return type(batch).__name__

@@ -1,0 +1,129 @@
+"""ctl.train.actions: what an action decides or changes is in the checkpoint
+that follows it, so a run stopped and resumed decides as the uninterrupted
+run does."""
+
+import dataclasses
+import json
+
+import keras
+import pytest
+import tensorflow as tf
+
+import ctl
+from ctl.train import controller
+from tests import tasks
+
+
+class _Killed(BaseException):
+  """Stands for the process dying: the run stops where it is, unsaved (a
+  BaseException: progress listeners' errors are only logged)."""
+
+
+def _killed_after(step: int):
+  """A progress listener that ends the run as the loop after `step` starts:
+  after the checkpoint of `step` and everything before it."""
+
+  def listener(mark):
+    if mark.phase == "train_loop" and mark.started and mark.step == step:
+      raise _Killed(step)
+
+  return (listener,)
+
+
+def _run(model_dir, actions, *, listeners=(), **options) -> dict:
+  keras.utils.set_random_seed(0)
+  return controller.run(
+    task=tasks.regression(),
+    options=tasks.run_options(model_dir, **options),
+    strategy=tf.distribute.get_strategy(),
+    loop_actions=actions,
+    progress_listeners=listeners,
+  )
+
+
+def _killed_then_resumed(model_dir, make_actions, **options) -> dict:
+  with pytest.raises(_Killed):
+    _run(model_dir, make_actions(), listeners=_killed_after(10), **options)
+  return _run(model_dir, make_actions(), **options)
+
+
+def test_early_stopping_resumed_stops_where_the_uninterrupted_run_stops(
+  tmp_path,
+):
+  # An improvement must beat the best by 10: after the first evaluation the
+  # counter only advances (10: 1, then 15: 2 = patience).
+  make = lambda: [ctl.EarlyStopping(metric="mae", patience=2, min_delta=10.0)]
+  options = dict(train_steps=40, eval_every_steps=5)
+  uninterrupted = _run(tmp_path / "uninterrupted", make(), **options)
+  resumed = _killed_then_resumed(tmp_path / "resumed", make, **options)
+  assert uninterrupted["stopped_early"]["step"] == 15
+  assert resumed["stopped_early"] == uninterrupted["stopped_early"]
+  assert resumed["restores"] == 1
+  assert resumed["weights_fingerprint"] == uninterrupted["weights_fingerprint"]
+
+
+class _HalveRateAt:
+  """Halves the learning rate at one step (as ReduceLROnPlateau would)."""
+
+  def __init__(self, step: int):
+    self._step = step
+    self.optimizer = None
+
+  def __call__(self, step, result):
+    del result
+    if step == self._step:
+      rate = self.optimizer.learning_rate
+      rate.assign(rate * 0.5)
+
+
+def _run_with_cut(model_dir, listeners=()) -> tuple[dict, _HalveRateAt]:
+  """A run of 30 steps whose action halves the learning rate at step 10."""
+  cut, task = _HalveRateAt(10), tasks.regression()
+
+  def build_optimizer():
+    cut.optimizer = task.build_optimizer()
+    return cut.optimizer
+
+  keras.utils.set_random_seed(0)
+  summary = controller.run(
+    task=dataclasses.replace(task, build_optimizer=build_optimizer),
+    options=tasks.run_options(model_dir, train_steps=30),
+    strategy=tf.distribute.get_strategy(),
+    loop_actions=[cut],
+    progress_listeners=listeners,
+  )
+  return summary, cut
+
+
+def test_a_learning_rate_cut_at_a_checkpoint_step_survives_a_resume(tmp_path):
+  # The checkpoint of step 10 is saved after the actions of step 10: the
+  # resumed run trains from it with the halved rate, as the uninterrupted.
+  uninterrupted, _ = _run_with_cut(tmp_path / "uninterrupted")
+  with pytest.raises(_Killed):
+    _run_with_cut(tmp_path / "resumed", _killed_after(10))
+  resumed, cut = _run_with_cut(tmp_path / "resumed")
+  assert float(cut.optimizer.learning_rate.numpy()) == pytest.approx(0.025)
+  assert resumed["restores"] == 1
+  assert resumed["weights_fingerprint"] == uninterrupted["weights_fingerprint"]
+
+
+def _best_export(model_dir) -> tuple[int, list]:
+  """(the step `ctl.KeepBest`'s export holds, its predictions on a fixed
+  batch)."""
+  path = model_dir / "best_saved_model"
+  marker = json.loads((path / "ctl_export.json").read_text())
+  serve = tf.saved_model.load(str(path)).signatures["serving_default"]
+  batch = tf.reshape(tf.range(2 * tasks.FEATURES, dtype=tf.float32), [2, -1])
+  return marker["step"], serve(x=batch)["outputs"].numpy().tolist()
+
+
+def test_keep_best_resumed_keeps_the_export_the_uninterrupted_run_keeps(
+  tmp_path,
+):
+  make = lambda: [ctl.KeepBest(metric="mae")]
+  options = dict(train_steps=30, eval_every_steps=5)
+  _run(tmp_path / "uninterrupted", make(), **options)
+  _killed_then_resumed(tmp_path / "resumed", make, **options)
+  kept = _best_export(tmp_path / "uninterrupted")
+  assert kept[0] > 0
+  assert _best_export(tmp_path / "resumed") == kept

@@ -1,0 +1,147 @@
+"""ctl.train.step: the task's step; a step, a batch or a task that cannot
+work is one sentence (UserError) before anything is written."""
+
+import dataclasses
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ctl
+from ctl.errors import UserError
+from ctl.train import controller
+from tests import tasks
+
+
+def _run(model_dir, task, **options):
+  return controller.run(
+    task=task,
+    options=tasks.run_options(model_dir, **options),
+    strategy=tf.distribute.get_strategy(),
+  )
+
+
+def _refused(tmp_path, task, match, **options):
+  """The run raises UserError matching `match` and leaves no result."""
+  with pytest.raises(UserError, match=match) as raised:
+    _run(tmp_path, task, **options)
+  assert "\n" not in str(raised.value)  # One sentence, no traceback text.
+  assert tasks.written(tmp_path) == []
+
+
+def test_a_reduced_loss_is_refused_before_the_first_step(tmp_path):
+  # keepdims=True: one value for the batch would silently divide the loss and
+  # the gradients by the global batch.
+  reduced = lambda y, p: tf.reduce_mean(tf.square(y - p), keepdims=True)
+  _refused(tmp_path, tasks.regression(loss_fn=reduced), r"shape \[batch\]")
+
+
+def test_batches_of_another_size_than_the_global_batch_are_refused(tmp_path):
+  task = tasks.regression()
+  doubled = dataclasses.replace(task, global_batch_size=tasks.BATCH // 2)
+  _refused(tmp_path, doubled, "yields batches of 16")
+
+
+def test_inputs_that_do_not_fit_the_model_are_refused(tmp_path):
+  wider = lambda: keras.Sequential(
+    [keras.Input((tasks.FEATURES + 3,)), keras.layers.Dense(1)]
+  )
+  _refused(
+    tmp_path, tasks.regression(build_model=wider), "cannot run on its training"
+  )
+
+
+def test_a_model_with_no_trainable_variable_is_refused(tmp_path):
+  frozen = lambda: keras.Sequential([keras.Input((tasks.FEATURES,))])
+  _refused(
+    tmp_path, tasks.regression(build_model=frozen), "no trainable variable"
+  )
+
+
+def test_a_batch_of_another_structure_is_refused(tmp_path):
+  task = tasks.regression()
+  features_only = lambda context, step, seed: task.train_dataset_fn(
+    context, step, seed
+  ).map(lambda x, y: {"x": x})
+  _refused(
+    tmp_path,
+    dataclasses.replace(task, train_dataset_fn=features_only),
+    r"\(inputs, targets\)",
+  )
+
+
+def test_an_endless_evaluation_dataset_is_refused(tmp_path):
+  task = tasks.regression()
+  endless = lambda context: task.eval_dataset_fn(context).repeat()
+  _refused(
+    tmp_path, dataclasses.replace(task, eval_dataset_fn=endless), "endless"
+  )
+
+
+def test_a_finite_training_dataset_that_runs_out_is_one_sentence(tmp_path):
+  task = tasks.regression()
+  short = lambda context, step, seed: task.train_dataset_fn(
+    context, step, seed
+  ).take(7)
+  with pytest.raises(UserError, match="ran out"):
+    _run(tmp_path, dataclasses.replace(task, train_dataset_fn=short))
+
+
+def test_a_metric_that_cannot_be_summed_is_refused(tmp_path):
+  class Last(keras.metrics.Metric):
+    """Keeps the last value: its state is not a sum."""
+
+    def __init__(self):
+      super().__init__(name="last")
+      self.value = self.add_variable((), "zeros", aggregation="mean")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+      self.value.assign(tf.reduce_mean(y_pred))
+
+    def result(self):
+      return self.value
+
+  task = tasks.regression(build_metrics=lambda: {"last": Last()})
+  _refused(tmp_path, task, "cannot be summed")
+
+
+def test_a_serving_signature_that_does_not_match_the_model_is_refused(
+  tmp_path,
+):
+  serving = ctl.Serving(
+    fn=lambda model, inputs: {"y": model(inputs["x"])},
+    input_signature={
+      "x": tf.TensorSpec([None, tasks.FEATURES]),
+      "z": tf.TensorSpec([None, 1]),
+    },
+  )
+  _refused(tmp_path, tasks.regression(serving=serving), "input_signature")
+
+
+def test_the_reported_loss_is_the_mean_weighted_loss_of_the_global_batch(
+  tmp_path,
+):
+  # Batches (x, y, weight): the loss is weighted; doubling every weight
+  # doubles it (the mean is over examples, as Keras's), with a learning rate
+  # of 0 so that both runs see the same weights.
+  def weighted(weight):
+    task = tasks.regression()
+    return dataclasses.replace(
+      task,
+      train_dataset_fn=lambda context, step, seed: task.train_dataset_fn(
+        context, step, seed
+      ).map(lambda x, y: (x, y, tf.fill(tf.shape(y), weight))),
+      build_optimizer=lambda: keras.optimizers.SGD(0.0),
+      build_metrics=None,
+      serving=None,
+    )
+
+  losses = []
+  for weight in (1.0, 2.0):
+    keras.utils.set_random_seed(0)
+    model_dir = tmp_path / str(weight)
+    summary = _run(model_dir, weighted(weight), train_steps=5)
+    losses.append(summary["train_loss"])
+    assert not (model_dir / "saved_model").exists()  # serving=None.
+  np.testing.assert_allclose(losses[1], 2 * losses[0], rtol=1e-5)
