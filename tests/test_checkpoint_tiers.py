@@ -16,11 +16,14 @@ import signal
 import sys
 import time
 
+import psutil
 import pytest
 
+from ctl import env
 from ctl.checkpoint import local_tier
 from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.telemetry import ledger
+from ctl.testing.events import wait_for_event
 from tests.conftest import FAST_FLAGS
 from tests.conftest import free_ports
 from tests.conftest import read_summary
@@ -239,6 +242,57 @@ def test_a_replaced_node_gets_the_step_from_its_peer(reference, tmp_path):
   (restored,) = restores(model_dir)
   assert restored["step"] == newest > BUCKET_EVERY
   assert restored["tiers"] == ["local", "peer"], restored
+  _assert_identical(model_dir, reference)
+
+
+def _accept_queue(port: int) -> int:
+  """Connections waiting to be accepted by the socket listening on `port`
+  (Linux: the rx_queue of a LISTEN socket in /proc/net/tcp is its backlog)."""
+  waiting = 0
+  for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    with open(table) as f:
+      for line in f.readlines()[1:]:
+        fields = line.split()
+        local, state, queues = fields[1], fields[3], fields[4]
+        if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+          waiting += int(queues.split(":")[1], 16)
+  return waiting
+
+
+def test_a_frozen_peer_is_asked_once_and_the_restore_falls_back(
+  reference, tmp_path
+):
+  """Node 1 replaced while node 0's agent, which serves node 0's tier, is
+  frozen (SIGSTOP; its worker runs on). Worker 1 used to wait 60 s for each
+  step node 0 listed from that peer, then take the bucket's step; now the
+  frozen service is asked once (one connection waits in its queue), the
+  restore falls back to the bucket's step, and the run ends identical."""
+  model_dir, events = tmp_path / "run", f"{tmp_path / 'run'}.events.jsonl"
+  with two_nodes(model_dir, tmp_path) as agents:
+    wait_until_local_is_ahead(model_dir, tmp_path, agents)
+    kill_both(agents, events)
+  shutil.rmtree(tmp_path / "node1")
+  before = event_pids(events)
+
+  def new(worker, *phases):
+    return lambda e: (
+      e["worker"] == worker
+      and e["pid"] not in before
+      and (not phases or e["phase"] in phases)
+    )
+
+  with two_nodes(model_dir, tmp_path) as agents:
+    worker0 = wait_for_event(events, new(0), process=agents[0])
+    agents[0].send_signal(signal.SIGSTOP)
+    port = int(psutil.Process(worker0["pid"]).environ()[env.TIER_PORT])
+    wait_for_event(events, new(1, "first_loop"), process=agents[1])
+    asked = _accept_queue(port)
+    agents[0].send_signal(signal.SIGCONT)
+    finish_all(agents, "a frozen peer")
+  assert asked == 1
+  (restored,) = restores(model_dir)
+  assert restored["step"] == BUCKET_EVERY, restored
+  assert restored["tiers"][1] == "bucket", restored  # Not the peer.
   _assert_identical(model_dir, reference)
 
 
