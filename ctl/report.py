@@ -87,6 +87,20 @@ def table(accounting: goodput.Accounting) -> str:
   return "\n".join(lines)
 
 
+def last_evaluation(attempts: Sequence[Sequence[dict]]) -> str | None:
+  """The last evaluation the ledger recorded, as one line with every
+  metric by name (the loss first), or None."""
+  events = [e for a in attempts for e in a if e.get("event") == "evaluated"]
+  if not events:
+    return None
+  last = events[-1]
+  metrics = dict(last["metrics"])
+  examples = metrics.pop("examples", None)
+  values = {"loss": metrics.pop("loss", None), **metrics}
+  shown = ", ".join(f"{k} {v:.4f}" for k, v in values.items() if v is not None)
+  return f"Last evaluation: step {last['step']}: {shown} ({examples} examples)."
+
+
 def timeline(
   accounting: goodput.Accounting, path: str, *, title: str = ""
 ) -> None:
@@ -259,6 +273,9 @@ def _report(argv: Sequence[str] | None) -> None:
     sys.exit(USER_ERROR_EXIT_CODE)
   accounting = goodput.account(attempts)
   print(table(accounting))
+  evaluated = last_evaluation(attempts)
+  if evaluated:
+    print(f"\n{evaluated}")
   png = args.png
   if png is None:
     png = (

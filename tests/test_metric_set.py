@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from ctl import report
+from ctl.telemetry import ledger
 from ctl.train import controller
 from ctl.train import metric_set
 from tests import tasks
@@ -52,3 +54,12 @@ def test_a_run_reports_the_users_metrics_by_name_everywhere(tmp_path):
   assert results[5].eval_metrics == {}
   # The regression learned: its error fell.
   assert train["mae"][-1][1] < train["mae"][0][1]
+  # The ledger records each evaluation by name; ctl-report shows the last.
+  (attempt,) = ledger.read(str(tmp_path / "ledger"))
+  evaluated = [e for e in attempt if e["event"] == "evaluated"]
+  assert [e["step"] for e in evaluated] == [10, 20]
+  assert evaluated[-1]["metrics"]["mae"] == summary["eval_mae"]
+  assert report.last_evaluation([attempt]) == (
+    f"Last evaluation: step 20: loss {summary['eval_loss']:.4f}, "
+    f"mae {summary['eval_mae']:.4f} (64 examples)."
+  )

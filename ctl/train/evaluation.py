@@ -32,6 +32,7 @@ class Evaluation:
     callbacks: Sequence[Callable[[int, dict], None]] = (),
     progress: progress_lib.Progress,
     publish: Callable[[], None] = lambda: None,
+    record: Callable[..., None] = lambda **_: None,
   ):
     """Initializes the evaluation.
 
@@ -44,6 +45,8 @@ class Evaluation:
       callbacks: called as `fn(step, metrics)` after each evaluation.
       progress: marks the evaluation phase.
       publish: makes what the writer wrote visible (a mirrored directory).
+      record: `record(step=..., metrics=...)` of each evaluation (the run
+        ledger's `evaluated` event, which ctl-report shows).
     """
     self._eval_loop = eval_loop
     self._eval_data = eval_data
@@ -53,6 +56,7 @@ class Evaluation:
     self._callbacks = tuple(callbacks)
     self._progress = progress
     self._publish = publish
+    self._record = record
     self.metrics = {}  # The latest evaluation's.
     self.step = None  # The step `metrics` are of.
 
@@ -80,6 +84,7 @@ class Evaluation:
     ):
       return
     self.metrics, self.step = metrics, step
+    self._record(step=step, metrics=metrics)
     for callback in self._callbacks:
       callback(step, metrics)
 

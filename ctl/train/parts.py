@@ -121,6 +121,7 @@ def assemble(
       outputs,
       eval_callbacks,
       progress,
+      ledger,
     ),
     stragglers=stragglers_lib.Watch(enabled=options.is_chief),
     divergence=DivergenceGuard(max_recoveries=options.max_nan_recoveries),
@@ -146,7 +147,16 @@ def _window(
 
 
 def _evaluation(
-  task, options, strategy, state, metrics, writer, outputs, callbacks, progress
+  task,
+  options,
+  strategy,
+  state,
+  metrics,
+  writer,
+  outputs,
+  callbacks,
+  progress,
+  ledger,
 ) -> evaluation_lib.Evaluation:
   """Evaluation during the run: the eval loop, its data, where it writes."""
   return evaluation_lib.Evaluation(
@@ -167,6 +177,7 @@ def _evaluation(
     publish=lambda: _publish(outputs.tensorboard),
     callbacks=callbacks,
     progress=progress,
+    record=_recorder(ledger, "evaluated"),
   )
 
 
