@@ -15,9 +15,7 @@ It prints the chief's summary as one JSON line; under `ctl-launch` a run
 killed at any point and started again ends with the same line.
 """
 
-import argparse
 import dataclasses
-import json
 import sys
 
 import keras
@@ -86,32 +84,15 @@ def make_task() -> ctl.Task:
   )
 
 
-def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--model_dir", required=True)
-  parser.add_argument("--train_steps", type=int, default=regression.TRAIN_STEPS)
-  args = parser.parse_args(argv)
-  tf.config.experimental.enable_op_determinism()
-  keras.utils.set_random_seed(0)
-  env = ctl.environment(model_dir=args.model_dir)
-  summary = ctl.run(
-    task=make_task(),
-    options=ctl.RunOptions(
-      **env.option_values(),  # Output dirs, chief, job id, restarts.
-      train_steps=args.train_steps,
+if __name__ == "__main__":
+  sys.exit(
+    regression.run_example(
+      sys.argv[1:],
+      make_task,
+      report=("final_step", "eval_loss", "eval_mae", "eval_aux_loss"),
       steps_per_loop=20,
       log_every_steps=20,
       eval_every_steps=60,
       checkpoint_every_steps=40,
-      checkpoint_every_secs=0,
-    ),
-    strategy=env.strategy,
+    )
   )
-  if env.is_chief:
-    keys = ("final_step", "eval_loss", "eval_mae", "eval_aux_loss")
-    print(json.dumps({k: summary[k] for k in (*keys, "weights_fingerprint")}))
-  return 0
-
-
-if __name__ == "__main__":
-  sys.exit(main(sys.argv[1:]))

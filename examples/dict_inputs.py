@@ -16,12 +16,11 @@ It prints the chief's summary as one JSON line; under `ctl-launch` a run
 killed at any point and started again ends with the same line.
 """
 
-import argparse
-import json
 import sys
 
 import keras
 import numpy as np
+import regression  # examples/regression.py: its run_example.
 import tensorflow as tf
 
 import ctl
@@ -29,7 +28,6 @@ from ctl.data import input as ctl_input
 
 VOCABULARY, LENGTH, FEATURES = 50, 8, 4
 GLOBAL_BATCH = 32
-TRAIN_STEPS = 120
 
 
 def make_data(count: int, seed: int):
@@ -64,27 +62,12 @@ def build_model() -> keras.Model:
 
 def make_task() -> ctl.Task:
   """The model, its weighted loss and metrics, and the data."""
-  train = ctl_input.IndexedRecords.from_tensors(make_data(1024, seed=1))
-  valid = ctl_input.IndexedRecords.from_tensors(make_data(256, seed=2))
-
-  def train_dataset_fn(input_context, start_step, seed):
-    return ctl_input.train_dataset(
-      records=train,
-      decode_fn=as_batch_element,
-      input_context=input_context,
-      global_batch_size=GLOBAL_BATCH,
-      seed=seed,
-      start_step=start_step,
-    )
-
-  def eval_dataset_fn(input_context):
-    return ctl_input.eval_dataset(
-      records=valid,
-      decode_fn=as_batch_element,
-      input_context=input_context,
-      global_batch_size=GLOBAL_BATCH,
-    )
-
+  train_dataset_fn, eval_dataset_fn = ctl_input.dataset_fns(
+    train_records=ctl_input.IndexedRecords.from_tensors(make_data(1024, 1)),
+    eval_records=ctl_input.IndexedRecords.from_tensors(make_data(256, 2)),
+    decode_fn=as_batch_element,
+    global_batch_size=GLOBAL_BATCH,
+  )
   return ctl.Task(
     build_model=build_model,
     build_optimizer=lambda: keras.optimizers.Adam(0.01),
@@ -102,32 +85,15 @@ def make_task() -> ctl.Task:
   )
 
 
-def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--model_dir", required=True)
-  parser.add_argument("--train_steps", type=int, default=TRAIN_STEPS)
-  args = parser.parse_args(argv)
-  tf.config.experimental.enable_op_determinism()
-  keras.utils.set_random_seed(0)
-  env = ctl.environment(model_dir=args.model_dir)
-  summary = ctl.run(
-    task=make_task(),
-    options=ctl.RunOptions(
-      **env.option_values(),  # Output dirs, chief, job id, restarts.
-      train_steps=args.train_steps,
+if __name__ == "__main__":
+  sys.exit(
+    regression.run_example(  # Its command line and ctl.run call.
+      sys.argv[1:],
+      make_task,
+      report=("final_step", "eval_loss", "eval_auc", "eval_accuracy"),
       steps_per_loop=10,
       log_every_steps=20,
       eval_every_steps=60,
       checkpoint_every_steps=30,
-      checkpoint_every_secs=0,
-    ),
-    strategy=env.strategy,
+    )
   )
-  if env.is_chief:
-    keys = ("final_step", "eval_loss", "eval_auc", "eval_accuracy")
-    print(json.dumps({k: summary[k] for k in (*keys, "weights_fingerprint")}))
-  return 0
-
-
-if __name__ == "__main__":
-  sys.exit(main(sys.argv[1:]))

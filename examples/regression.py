@@ -18,6 +18,7 @@ at any point and started again ends with the same line.
 """
 
 import argparse
+from collections.abc import Sequence
 import json
 import sys
 
@@ -47,28 +48,12 @@ def load_data() -> tuple[tuple[np.ndarray, np.ndarray], ...]:
 def make_task() -> ctl.Task:
   """The model, its loss and metrics, and the data, as plain callables."""
   train, valid = load_data()
-  train_records = ctl_input.IndexedRecords.from_tensors(train)
-  valid_records = ctl_input.IndexedRecords.from_tensors(valid)
-  as_is = lambda features, target: (features, target)
-
-  def train_dataset_fn(input_context, start_step, seed):
-    return ctl_input.train_dataset(
-      records=train_records,
-      decode_fn=as_is,
-      input_context=input_context,
-      global_batch_size=GLOBAL_BATCH,
-      seed=seed,
-      start_step=start_step,
-    )
-
-  def eval_dataset_fn(input_context):
-    return ctl_input.eval_dataset(
-      records=valid_records,
-      decode_fn=as_is,
-      input_context=input_context,
-      global_batch_size=GLOBAL_BATCH,
-    )
-
+  train_dataset_fn, eval_dataset_fn = ctl_input.dataset_fns(
+    train_records=ctl_input.IndexedRecords.from_tensors(train),
+    eval_records=ctl_input.IndexedRecords.from_tensors(valid),
+    decode_fn=lambda features, target: (features, target),
+    global_batch_size=GLOBAL_BATCH,
+  )  # Seeded, resumable: a step's batch is a function of the step.
   return ctl.Task(
     build_model=lambda: keras.Sequential(
       [
@@ -90,32 +75,48 @@ def make_task() -> ctl.Task:
   )
 
 
-def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def run_example(argv, make_task_fn, *, report: Sequence[str], **options):
+  """Parses `--model_dir` and `--train_steps`, trains the task
+  `make_task_fn` makes with `options` (each example's intervals) wherever
+  the environment says, and prints the chief's summary: `report` and the
+  `weights_fingerprint`, as one JSON line. Exit status 2 with one sentence
+  for a mistake (`ctl.UserError`)."""
+  parser = argparse.ArgumentParser()
   parser.add_argument("--model_dir", required=True)
   parser.add_argument("--train_steps", type=int, default=TRAIN_STEPS)
   args = parser.parse_args(argv)
   tf.config.experimental.enable_op_determinism()  # Bitwise-repeatable ops.
   keras.utils.set_random_seed(0)  # The initial weights.
   env = ctl.environment(model_dir=args.model_dir)  # Cluster and outputs.
-  summary = ctl.run(
-    task=make_task(),
-    options=ctl.RunOptions(
-      **env.option_values(),  # Output dirs, chief, job id, restarts.
-      train_steps=args.train_steps,
-      steps_per_loop=10,
-      log_every_steps=20,
-      eval_every_steps=40,
-      checkpoint_every_steps=20,
-      checkpoint_every_secs=0,
-    ),
-    strategy=env.strategy,
-  )
+  try:
+    summary = ctl.run(
+      task=make_task_fn(),
+      options=ctl.RunOptions(
+        **env.option_values(),  # Output dirs, chief, job id, restarts.
+        train_steps=args.train_steps,
+        checkpoint_every_secs=0,  # Step-based saves only.
+        **options,
+      ),
+      strategy=env.strategy,
+    )
+  except ctl.UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return ctl.USER_ERROR_EXIT_CODE
   if env.is_chief:
-    keys = ("final_step", "eval_loss", "eval_mae", "eval_rmse")
-    print(json.dumps({k: summary[k] for k in (*keys, "weights_fingerprint")}))
+    keys = (*report, "weights_fingerprint")
+    print(json.dumps({key: summary[key] for key in keys}))
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main(sys.argv[1:]))
+  sys.exit(
+    run_example(
+      sys.argv[1:],
+      make_task,
+      report=("final_step", "eval_loss", "eval_mae", "eval_rmse"),
+      steps_per_loop=10,
+      log_every_steps=20,
+      eval_every_steps=40,
+      checkpoint_every_steps=20,
+    )
+  )

@@ -27,28 +27,12 @@ def _data(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def regression(**fields) -> options_lib.Task:
   """A linear regression with MSE loss and an MAE metric; `fields` replace
   the task's."""
-  train = input_lib.IndexedRecords.from_tensors(_data(256, seed=1))
-  valid = input_lib.IndexedRecords.from_tensors(_data(64, seed=2))
-  as_is = lambda x, y: (x, y)
-
-  def train_dataset_fn(context, start_step, seed):
-    return input_lib.train_dataset(
-      records=train,
-      decode_fn=as_is,
-      input_context=context,
-      global_batch_size=BATCH,
-      seed=seed,
-      start_step=start_step,
-    )
-
-  def eval_dataset_fn(context):
-    return input_lib.eval_dataset(
-      records=valid,
-      decode_fn=as_is,
-      input_context=context,
-      global_batch_size=BATCH,
-    )
-
+  train_dataset_fn, eval_dataset_fn = input_lib.dataset_fns(
+    train_records=input_lib.IndexedRecords.from_tensors(_data(256, seed=1)),
+    eval_records=input_lib.IndexedRecords.from_tensors(_data(64, seed=2)),
+    decode_fn=lambda x, y: (x, y),
+    global_batch_size=BATCH,
+  )
   task = options_lib.Task(
     build_model=lambda: keras.Sequential(
       [

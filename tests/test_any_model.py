@@ -14,12 +14,29 @@ from tests.conftest import read_summary
 from trainer.testing import run_command
 from trainer.testing import trainer_env
 
+
+def _serves_a_dict_request(model_dir) -> None:
+  """dict_inputs.py's SavedModel serves a dict of token ids and features."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  serve = tf.saved_model.load(str(model_dir / "saved_model")).signatures[
+    "serving_default"
+  ]
+  assert set(serve.structured_input_signature[1]) == {"tokens", "features"}
+  outputs = serve(
+    tokens=tf.constant([[1, 2, 3, 4, 5, 6, 7, 8]], tf.int32),
+    features=tf.zeros([1, 4]),
+  )
+  assert outputs["outputs"].shape == (1,)
+
+
 # Example, the step worker 1 kills itself at (the first loop boundary at or
-# after it, in the first attempt only), the checkpoint step it resumes from.
+# after it, in the first attempt only), the checkpoint step it resumes from,
+# and a check of the uninterrupted run's outputs.
 _EXAMPLES = [
-  ("regression.py", 50, 40),
-  ("dict_inputs.py", 70, 60),
-  ("custom_step.py", 60, 40),
+  ("regression.py", 50, 40, None),
+  ("dict_inputs.py", 70, 60, _serves_a_dict_request),
+  ("custom_step.py", 60, 40, None),
 ]
 
 
@@ -42,11 +59,13 @@ def _launch(example: str, model_dir, *, faults: str | None = None) -> dict:
   return json.loads(line.split("] ", 1)[-1])  # The launcher's prefix off.
 
 
-@pytest.mark.parametrize("example,kill_at,resumed_from", _EXAMPLES)
+@pytest.mark.parametrize("example,kill_at,resumed_from,check", _EXAMPLES)
 def test_an_example_killed_on_two_workers_ends_as_the_uninterrupted_run(
-  tmp_path, example, kill_at, resumed_from
+  tmp_path, example, kill_at, resumed_from, check
 ):
   uninterrupted = _launch(example, tmp_path / "uninterrupted")
+  if check:
+    check(tmp_path / "uninterrupted")
   killed_dir = tmp_path / "killed"
   resumed = _launch(
     example, killed_dir, faults=f"crash@{kill_at}:worker=1:attempt=0"

@@ -234,6 +234,44 @@ def eval_dataset(
   return options.apply(dataset.batch(per_replica))
 
 
+def dataset_fns(
+  *,
+  train_records: IndexedRecords,
+  eval_records: IndexedRecords | None,
+  decode_fn: Callable,
+  global_batch_size: int,
+) -> tuple[
+  Callable[..., tf.data.Dataset], Callable[..., tf.data.Dataset] | None
+]:
+  """A task's `train_dataset_fn` and `eval_dataset_fn` over indexed records.
+
+  The train function gives `train_dataset` (endless, seeded, its first batch
+  that of `start_step`), the eval function `eval_dataset` (each example
+  once), both decoded by `decode_fn` (a record -> one batch element, any
+  structure: `(x, y)`, `(x, y, weight)`, dicts); None for no eval records.
+  """
+
+  def train_dataset_fn(input_context, start_step, seed):
+    return train_dataset(
+      records=train_records,
+      decode_fn=decode_fn,
+      input_context=input_context,
+      global_batch_size=global_batch_size,
+      seed=seed,
+      start_step=start_step,
+    )
+
+  def eval_dataset_fn(input_context):
+    return eval_dataset(
+      records=eval_records,
+      decode_fn=decode_fn,
+      input_context=input_context,
+      global_batch_size=global_batch_size,
+    )
+
+  return train_dataset_fn, (None if eval_records is None else eval_dataset_fn)
+
+
 def train_indices(
   *,
   step,
