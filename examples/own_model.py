@@ -79,30 +79,14 @@ def smoothed_cross_entropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
 
 def make_task() -> ctl.Task:
   """What to train: plain callables; ctl calls them under the strategy."""
-  train = ctl_input.IndexedRecords.from_tensors(make_data(1024, seed=1))
-  valid = ctl_input.IndexedRecords.from_tensors(make_data(256, seed=2))
-  as_is = lambda image, label: (image, label)  # Records need no decoding.
-
-  def train_dataset_fn(input_context, start_step, seed):
-    # The first batch is that of `start_step`: on resume the data continues
-    # where the checkpoint is, in a seeded order (ctl.data.input).
-    return ctl_input.train_dataset(
-      records=train,
-      decode_fn=as_is,
-      input_context=input_context,
-      global_batch_size=GLOBAL_BATCH,
-      seed=seed,
-      start_step=start_step,
-    )
-
-  def eval_dataset_fn(input_context):
-    return ctl_input.eval_dataset(
-      records=valid,
-      decode_fn=as_is,
-      input_context=input_context,
-      global_batch_size=GLOBAL_BATCH,
-    )
-
+  # The first batch of `start_step` is that step's: on resume the data
+  # continues where the checkpoint is, in a seeded order (ctl.data.input).
+  train_dataset_fn, eval_dataset_fn = ctl_input.dataset_fns(
+    train_records=ctl_input.IndexedRecords.from_tensors(make_data(1024, 1)),
+    eval_records=ctl_input.IndexedRecords.from_tensors(make_data(256, 2)),
+    decode_fn=lambda image, label: (image, label),  # No decoding needed.
+    global_batch_size=GLOBAL_BATCH,
+  )
   # Images -> logits with sparse labels: the ready-made task (an accuracy
   # metric and a serving_default(images) export), with a loss of our own.
   return ctl.image_classification(
