@@ -100,7 +100,7 @@ def _records(prefix: str) -> dict:
   TensorFlow's own count of saves by one object): {key: value}."""
   reader = tf.train.load_checkpoint(prefix)
   return {
-    key: reader.get_tensor(key).tolist()
+    key: np.asarray(reader.get_tensor(key)).tolist()  # Text is bytes.
     for key in reader.get_variable_to_shape_map()
     if not key.startswith(("weights/", "save_counter/", "_CHECKPOINTABLE"))
   }
