@@ -20,6 +20,7 @@ from ctl import errors
 from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.telemetry import goodput
 from ctl.telemetry import ledger as ledger_lib
+from ctl.telemetry import spot_cost
 
 PNG_NAME = "goodput_timeline.png"
 
@@ -240,8 +241,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.exit(128 + signal.SIGPIPE)
 
 
-def _report(argv: Sequence[str] | None) -> None:
-  """Prints the accounting of the run named in `argv`; draws its timeline."""
+def _parser() -> errors.ArgumentParser:
+  """`ctl-report`'s command line."""
   parser = errors.ArgumentParser(
     prog="ctl-report",
     description="Where a ctl job's wall time went (its run ledger).",
@@ -256,7 +257,31 @@ def _report(argv: Sequence[str] | None) -> None:
     f"timeline (default: <model_dir>/{PNG_NAME}; for gs:// "
     f"./{PNG_NAME}); empty for none.",
   )
+  parser.add_argument(
+    "--spot_price",
+    type=float,
+    default=None,
+    help="A Spot VM's price per hour: with --on_demand_price, prints what "
+    "Spot is worth for this run (ctl.telemetry.spot_cost).",
+  )
+  parser.add_argument(
+    "--on_demand_price",
+    type=float,
+    default=None,
+    help="An on-demand VM's price per hour, in the same currency.",
+  )
+  return parser
+
+
+def _report(argv: Sequence[str] | None) -> None:
+  """Prints the accounting of the run named in `argv`; draws its timeline."""
+  parser = _parser()
   args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+  if (args.spot_price is None) != (args.on_demand_price is None) or any(
+    price is not None and not price > 0
+    for price in (args.spot_price, args.on_demand_price)
+  ):
+    parser.error("--spot_price and --on_demand_price go together, each > 0.")
   directory = ledger_lib.ledger_dir(args.model_dir)
   try:
     attempts = ledger_lib.read(directory)
@@ -276,6 +301,16 @@ def _report(argv: Sequence[str] | None) -> None:
   evaluated = last_evaluation(attempts)
   if evaluated:
     print(f"\n{evaluated}")
+  if args.spot_price is not None:
+    costs = spot_cost.run_costs(accounting)
+    print(
+      "\n"
+      + spot_cost.table(
+        costs,
+        spot_price=args.spot_price,
+        on_demand_price=args.on_demand_price,
+      )
+    )
   png = args.png
   if png is None:
     png = (

@@ -19,7 +19,9 @@ import pytest
 from ctl import report
 from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.telemetry import goodput
+from ctl.telemetry import goodput_model
 from ctl.telemetry import ledger
+from ctl.telemetry import spot_cost
 from tests.conftest import REPO
 from tests.conftest import trainer_env
 from trainer.testing import run_command
@@ -269,3 +271,52 @@ def test_an_older_ledger_whose_clock_stepped_back_is_reported(tmp_path):
     assert headline.startswith("Goodput 25.0% of 8.0 s wall time;"), headline
     assert note.endswith("its seconds are a lower bound."), note
     assert " -" not in result.stdout
+
+
+def test_what_spot_is_worth_from_this_runs_own_restart_and_save(
+  model_dir, capsys
+):
+  report.main([model_dir, "--png=", "--spot_price=1", "--on_demand_price=3"])
+  out = capsys.readouterr().out
+  accounting = goodput.account(ledger.read(ledger.ledger_dir(model_dir)))
+  costs = spot_cost.run_costs(accounting)
+  # Two starts: each 0.2 s of start-up and 0.2 - 10 steps of tracing, and
+  # the gap between them; the saves, 0.05 s each.
+  assert costs.save_seconds == pytest.approx(0.05, abs=0.01)
+  assert costs.restart_seconds > 0.2
+  rows = {
+    (cells[0], float(cells[1])): cells
+    for cells in (line.split() for line in out.splitlines())
+    if cells and cells[0] in ("Spot", "on-demand")
+  }
+  assert set(rows) == {
+    ("on-demand", 720.0),
+    ("Spot", 0.25),
+    ("Spot", 1.0),
+    ("Spot", 4.0),
+    ("Spot", 24.0),
+  }
+  for (vm, hours), cells in rows.items():
+    expected = goodput_model.expected_goodput(
+      fault_every_seconds=hours * 3600,
+      restart_seconds=costs.restart_seconds,
+      save_seconds=costs.save_seconds,
+    )
+    price = 1.0 if vm == "Spot" else 3.0
+    assert float(cells[3].rstrip("%")) == pytest.approx(
+      expected.goodput_percent, abs=0.05
+    )
+    assert float(cells[5]) == pytest.approx(
+      100 * price / expected.goodput_percent, rel=1e-3
+    )
+  # A third of the price pays for itself even at a preemption every 15 min.
+  assert float(rows["Spot", 0.25][5]) < float(rows["on-demand", 720.0][5])
+
+
+def test_a_spot_price_without_an_on_demand_price_is_one_sentence(
+  model_dir, capsys
+):
+  with pytest.raises(SystemExit) as exit_info:
+    report.main([model_dir, "--png=", "--spot_price=1"])
+  assert exit_info.value.code == USER_ERROR_EXIT_CODE
+  assert "go together" in capsys.readouterr().err

@@ -9,6 +9,8 @@ Modules (lowest first):
     save cost.
   goodput: Goodput: where a job's wall time went, from its run ledger
     (ctl.telemetry.ledger).
+  spot_cost: What Spot VMs are worth for one run: goodput and cost per useful
+    hour.
   ledger: The run ledger: what each start of a job did and when, across
     restarts.
   profiler: A TensorFlow profiler trace of a range of training steps.

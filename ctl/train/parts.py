@@ -89,9 +89,7 @@ def assemble(
     loop_actions, record=_recorder(ledger, "stopped_early")
   )
   _bind_actions(loop_actions, task, options, state, fence)
-  writer = summaries.ScalarWriter(
-    logdir=outputs.tensorboard and outputs.tensorboard.local_path, fence=fence
-  )
+  writer = _writer(outputs, fence)
   return Parts(
     outputs=outputs,
     state=state,
@@ -127,6 +125,14 @@ def assemble(
     divergence=DivergenceGuard(max_recoveries=options.max_nan_recoveries),
     actions=actions,
     metric_names=metrics.names,
+  )
+
+
+def _writer(outputs, fence) -> summaries.ScalarWriter:
+  """The chief's TensorBoard writer (none elsewhere), fenced."""
+  tensorboard = outputs.tensorboard
+  return summaries.ScalarWriter(
+    logdir=tensorboard and tensorboard.local_path, fence=fence
   )
 
 
