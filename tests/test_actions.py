@@ -4,12 +4,15 @@ run does."""
 
 import dataclasses
 import json
+import time
 
 import keras
 import pytest
 import tensorflow as tf
 
 import ctl
+from ctl.telemetry import goodput
+from ctl.telemetry import ledger
 from ctl.train import controller
 from tests import tasks
 
@@ -127,3 +130,19 @@ def test_keep_best_resumed_keeps_the_export_the_uninterrupted_run_keeps(
   kept = _best_export(tmp_path / "uninterrupted")
   assert kept[0] > 0
   assert _best_export(tmp_path / "resumed") == kept
+
+
+def test_loop_actions_are_a_phase_of_their_own_not_training(tmp_path):
+  # Each of the 4 loops' actions sleeps 0.3 s: the ledger puts that time in
+  # loop_actions (what a stall there is named after), not in goodput.
+  marks = []
+  _run(
+    tmp_path,
+    [lambda step, result: time.sleep(0.3)],
+    listeners=(marks.append,),
+  )
+  ends = [m for m in marks if m.phase == "loop_actions" and not m.started]
+  assert [m.step for m in ends] == [5, 10, 15, 20]
+  (attempt,) = ledger.read(str(tmp_path / "ledger"))
+  accounting = goodput.account([attempt])
+  assert accounting.seconds[goodput.ACTIONS] >= 4 * 0.3

@@ -217,7 +217,8 @@ def test_a_finished_runs_summary_and_ctl_report_say_its_last_start_is_done(
   (last,) = read_summary(model_dir)["goodput"]["attempts"]
   assert last["outcome"] == "done"
   report.main([model_dir, "--png="])
-  rows = capsys.readouterr().out.split("outcome\n")[1].splitlines()
+  table = capsys.readouterr().out.split("outcome\n")[1].split("\n\n")[0]
+  rows = table.splitlines()
   assert rows[-1].split()[6] == last["outcome"]
   # And the same seconds: the ledger's end is the moment the summary
   # accounted (a later one made ctl-report say 67.1% where the summary had

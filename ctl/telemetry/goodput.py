@@ -17,6 +17,7 @@ to the total:
                       bucket and to the local tier alike
   checkpoint_upload   copying them to Cloud Storage (gcsfs, FUSE)
   evaluation          evaluations during and at the end of training
+  loop_actions        the user's loop actions after each train loop
   export              the final SavedModel
   progress_lost       work after the checkpoint the next attempt resumed
                       from: redone later (the steps are `lost_steps`)
@@ -50,6 +51,7 @@ TRACING = "first_loop_tracing"
 CHECKPOINT_SAVE = "checkpoint_save"
 CHECKPOINT_UPLOAD = "checkpoint_upload"
 EVALUATION = "evaluation"
+ACTIONS = "loop_actions"
 EXPORT = "export"
 LOST = "progress_lost"
 RESTART_GAP = "restart_gap"
@@ -62,6 +64,7 @@ CATEGORIES = (
   CHECKPOINT_SAVE,
   CHECKPOINT_UPLOAD,
   EVALUATION,
+  ACTIONS,
   EXPORT,
   LOST,
   RESTART_GAP,
@@ -83,6 +86,7 @@ BADPUT_TYPES = {
   LOST: "WASTED_PROGRESS_FROM_DISRUPTION",
   RESTART_GAP: "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION",
   EVALUATION: "CUSTOM_BADPUT_EVENTS",
+  ACTIONS: "CUSTOM_BADPUT_EVENTS",
   EXPORT: "CUSTOM_BADPUT_EVENTS",
   OTHER: "OTHER",
 }
@@ -112,6 +116,7 @@ _PHASES = {
   "first_loop": (GOODPUT, 1),
   "train_loop": (GOODPUT, 1),
   "evaluation": (EVALUATION, 1),
+  "loop_actions": (ACTIONS, 1),
   "export": (EXPORT, 1),
   "restore": (RESTORE, 2),
   "checkpoint_save": (CHECKPOINT_SAVE, 3),

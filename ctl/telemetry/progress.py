@@ -48,6 +48,7 @@ RESTORE = "restore"  # Restoring the newest checkpoint, inside start-up.
 FIRST_LOOP = "first_loop"  # The first train-loop call: includes tracing.
 TRAIN_LOOP = "train_loop"  # Every later train-loop call.
 EVALUATION = "evaluation"
+LOOP_ACTIONS = "loop_actions"  # The user's loop actions after a loop.
 CHECKPOINT_SAVE = "checkpoint_save"  # Writing the checkpoint's files.
 # Between the bucket's saves: a save to the node's local tier only.
 LOCAL_CHECKPOINT_SAVE = "local_checkpoint_save"
@@ -61,6 +62,7 @@ PHASES = (
   FIRST_LOOP,
   TRAIN_LOOP,
   EVALUATION,
+  LOOP_ACTIONS,
   CHECKPOINT_SAVE,
   LOCAL_CHECKPOINT_SAVE,
   CHECKPOINT_UPLOAD,

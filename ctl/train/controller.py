@@ -265,8 +265,10 @@ class _Run:
     self._record_loop(output, num_steps, seconds)
     if parts.evaluation.due(step):
       parts.evaluation.run(step)
-    if parts.actions and parts.actions.after_loop(step, self._result(output)):
-      return True
+    if parts.actions:
+      with self._progress.phase(progress_lib.LOOP_ACTIONS):
+        if parts.actions.after_loop(step, self._result(output)):
+          return True
     parts.checkpoints.maybe_save(step, requested=output.save_requested)
     return False
 
