@@ -365,7 +365,7 @@ def _check_types(options: "RunOptions") -> None:
     if isinstance(value, bool) or not isinstance(value, int):
       raise UserError(f"{name} must be a whole number, got {value!r}.")
   seconds = [*_SECONDS]
-  if options.checkpoint_every_secs != "auto":
+  if not isinstance(options.checkpoint_every_secs, str):  # Text: validate's.
     seconds.append("checkpoint_every_secs")
   for name in seconds:
     value = getattr(options, name)
