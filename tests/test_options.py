@@ -125,7 +125,36 @@ _RULES = [
     dict(profile_steps=(1, 5)),
     "profile_steps must be START,END with 1 <= START <= END, got 0,5.",
   ),
+  # Values of the wrong kind, as `ctl.run` users can pass them (issue 36):
+  # nan turned time-based saves off, inf killed the lease thread, "40" was a
+  # TypeError inside the controller.
+  (
+    dict(checkpoint_every_secs=float("nan")),
+    dict(checkpoint_every_secs=60.0),
+    "checkpoint_every_secs must be a finite number, got nan.",
+  ),
+  (
+    dict(lease_stale_secs=float("inf")),
+    dict(lease_stale_secs=120.0),
+    "lease_stale_secs must be a finite number, got inf.",
+  ),
+  (
+    dict(train_steps="40"),
+    dict(train_steps=40),
+    "train_steps must be a whole number, got '40'.",
+  ),
+  (
+    dict(xla="yes"),
+    dict(xla=True),
+    "xla must be True or False, got 'yes'.",
+  ),
 ]
+
+
+def test_a_model_dir_that_is_a_file_is_one_sentence(tmp_path):
+  (tmp_path / "run").write_text("not a directory")
+  with pytest.raises(UserError, match=r"model_dir .* is a file, not a dir"):
+    make_options(tmp_path).validate()
 
 
 @pytest.mark.parametrize("bad,good,expected", _RULES)
