@@ -112,15 +112,23 @@ def test_a_learning_rate_cut_at_a_checkpoint_step_survives_a_resume(tmp_path):
 
 def _best_export(model_dir) -> tuple[int, list]:
   """(the step `ctl.KeepBest`'s export holds, its predictions on a fixed
-  batch)."""
+  batch), checked against the checkpoint kept inside it: the same step, and
+  a model restored from it predicts the same."""
   path = model_dir / "best_saved_model"
   marker = json.loads((path / "ctl_export.json").read_text())
   serve = tf.saved_model.load(str(path)).signatures["serving_default"]
   batch = tf.reshape(tf.range(2 * tasks.FEATURES, dtype=tf.float32), [2, -1])
-  return marker["step"], serve(x=batch)["outputs"].numpy().tolist()
+  predictions = serve(x=batch)["outputs"].numpy().tolist()
+  model = tasks.regression().build_model()
+  step = tf.Variable(0, dtype=tf.int64)
+  checkpoint = tf.train.Checkpoint(model=model, global_step=step)
+  checkpoint.read(str(path / "checkpoint" / "ckpt")).expect_partial()
+  assert int(step.numpy()) == marker["step"]
+  assert model(batch).numpy().tolist() == pytest.approx(predictions)
+  return marker["step"], predictions
 
 
-def test_keep_best_resumed_keeps_the_export_the_uninterrupted_run_keeps(
+def test_keep_best_resumed_keeps_the_export_and_checkpoint_the_uninterrupted_run_keeps(
   tmp_path,
 ):
   make = lambda: [ctl.KeepBest(metric="mae")]

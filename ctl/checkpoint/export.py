@@ -27,6 +27,7 @@ new model, or, after a kill between the swap and its cleanup, the old one
 (`remove_leftovers`, also when the run has nothing to export).
 """
 
+from collections.abc import Callable
 import ctypes
 import glob
 import json
@@ -56,6 +57,7 @@ def export_saved_model(
   serving,
   step: int,
   fence: fencing.Fence = fencing.OPEN,
+  write_beside: Callable[[str], None] | None = None,
 ) -> None:
   """Exports `model` with a `serving_default` signature, then commits it.
 
@@ -69,15 +71,24 @@ def export_saved_model(
       (ctl.Serving).
     step: the global step of `model`, recorded in `MARKER`.
     fence: checked right before the commit (ctl.io.fencing).
+    write_beside: called with the directory being written, after the
+      SavedModel and before the commit, to add files that the same commit
+      makes whole (ctl.KeepBest's checkpoint); on every worker.
 
   Raises:
     LeaseLost: another trainer took the lease; nothing was committed.
   """
   archive = serving_archive(model, serving)
+
+  def write_out(directory: str) -> None:
+    archive.write_out(directory, verbose=False)
+    if write_beside is not None:
+      write_beside(directory)
+
   if location is None:
     scratch = tempfile.mkdtemp(prefix="ctl_export_")
     try:
-      archive.write_out(scratch, verbose=False)
+      write_out(scratch)
     finally:
       shutil.rmtree(scratch, ignore_errors=True)
     return
@@ -86,14 +97,14 @@ def export_saved_model(
   if "://" in target:  # TensorFlow's own filesystem: no rename, commit last.
     fence.check(what)
     _remove_marker(target)
-    archive.write_out(target, verbose=False)
+    write_out(target)
     fence.check(what)
     _write_marker(target, step)
     return
   remove_leftovers(location, fence=fence)
   partial = f"{target}{_PARTIAL}{os.getpid()}-{uuid.uuid4().hex[:8]}"
   try:
-    archive.write_out(partial, verbose=False)
+    write_out(partial)
     _write_marker(partial, step)
     fence.check(what)
     _swap_into_place(partial, target)

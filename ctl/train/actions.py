@@ -204,7 +204,8 @@ class KeepBest(_BestSoFar):
 
   When an evaluation beats the best so far, the model is exported (every
   worker takes part; the chief commits, fenced and atomic, as the final
-  export) into `<model_dir>/best_saved_model`, whose marker names the step.
+  export) into `<model_dir>/best_saved_model`, whose marker names the step,
+  with the run's checkpoint of that step inside it (`checkpoint/ckpt`).
   The best value is a variable in every checkpoint, so after kills the kept
   export is the one the uninterrupted run keeps.
   """

@@ -187,14 +187,17 @@ def _evaluation(
   )
 
 
-# Where `ctl.KeepBest` keeps the best evaluation's SavedModel.
+# Where `ctl.KeepBest` keeps the best evaluation's SavedModel, and inside
+# it, committed with it, the checkpoint of the state that made it.
 BEST_EXPORT = "best_saved_model"
+BEST_CHECKPOINT = "checkpoint/ckpt"
 
 
 def _bind_actions(loop_actions, task, options, state, fence) -> None:
   """Gives each action that asks for it (`bind`, as `ctl.KeepBest`) the
   run's `keep(step)`: the model exported into `<model_dir>/BEST_EXPORT`
-  (every worker takes part, the chief commits, fenced and atomic)."""
+  with the run's checkpoint at `BEST_CHECKPOINT` inside it (every worker
+  takes part, the chief commits both at once, fenced and atomic)."""
   binding = [action for action in loop_actions if hasattr(action, "bind")]
   if not binding:
     return
@@ -211,6 +214,8 @@ def _bind_actions(loop_actions, task, options, state, fence) -> None:
     else None
   )
 
+  checkpoint = state.checkpoint()
+
   def keep(step: int) -> None:
     export_lib.export_saved_model(
       model=state.model,
@@ -218,6 +223,9 @@ def _bind_actions(loop_actions, task, options, state, fence) -> None:
       serving=task.serving,
       step=step,
       fence=fence,
+      write_beside=lambda directory: checkpoint.write(
+        posixpath.join(directory, BEST_CHECKPOINT)
+      ),
     )
 
   for action in binding:
