@@ -188,7 +188,9 @@ class RunOptions:
       the run ledger has seen no failure.
     keep_checkpoints: how many checkpoints to keep.
     async_checkpoint: write checkpoints in the background.
-    seed: seed of the data order (and of initialization, set by the caller).
+    seed: seed of the data order, handed to `train_dataset_fn` and
+      checkpointed; not of the initial weights (the caller seeds those, e.g.
+      `keras.utils.set_random_seed` before `ctl.run`).
     xla: compile the forward and backward pass with XLA.
     train_metrics: update the task's metrics at every training step (logged
       and summarized as `train/NAME`); False saves those ops per step.

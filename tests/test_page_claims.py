@@ -1,0 +1,292 @@
+"""What README.md and docs/*.md name exists in the code (the link test's
+sibling, tests/test_readme.py).
+
+A page that names a flag, a file, a module, a make target or an exit code
+makes a claim a reader acts on; these tests hold each kind to the code:
+
+- every `--flag` is defined: by the trainer (absl), by one of ctl's command
+  lines (argparse, their `_parser()`), by a benchmark or script, or it is
+  one of the other programs' flags the pages show (EXTERNAL_FLAGS);
+- every repository path (`ctl/...py`, `configs/...`) is a file or folder,
+  every `python -m x.y` of this repository a module, and every `ctl.x` a
+  module or a name of the `ctl` package;
+- every `make X` is a target of the Makefile;
+- the README's exit-code table names only codes that each tool its heading
+  names can exit with, read from the tool's modules (their `*_EXIT_CODE`
+  constants, the literals they exit with, the ctl exceptions they catch),
+  and every "exit N" of the pages is a code some tool exits with.
+"""
+
+import ast
+import glob
+import importlib
+import os
+import pathlib
+import re
+import signal
+
+from absl import flags as absl_flags
+
+from ctl import errors
+from tests.conftest import REPO
+from tests.test_import_graph import _graph
+from tests.test_import_graph import _modules
+
+# Flags of other programs that the pages show in their commands.
+EXTERNAL_FLAGS = {
+  # pip, python -m venv, pytest (with xdist), ruff
+  "no-deps",
+  "only-binary",
+  "python-version",
+  "dist",
+  "check",
+  # docker / podman build and run
+  "build-arg",
+  "rm",
+  "user",
+  # gcloud
+  "config",
+  "display-name",
+  "location",
+  "repository-format",
+  # tfds build (docs/data.md: preparing a dataset)
+  "dataset_version_dir",
+  "file_format",
+  "out_file_format",
+  # debootstrap (docs/container.md), kubectl apply (docs/gke.md)
+  "variant",
+  "validate",
+  # gcloud container clusters create (docs/gke.md)
+  "accelerator",
+  "kubernetes_version",
+  "spot",
+}
+# Every Python process can end with these: done, and an uncaught exception.
+ALWAYS = {0, 1}
+# What a ctl exception caught by an entry point exits with (`e.exit_code`):
+# 128 + SIGINT or SIGTERM; a lost lease, or a vanished one (ctl.errors).
+_CAUGHT = {
+  "Preempted": {128 + signal.SIGINT, errors.PREEMPTED_EXIT_CODE},
+  "LeaseLost": {
+    errors.LEASE_LOST_EXIT_CODE,
+    errors.CANNOT_WRITE_EXIT_CODE,
+    errors.USER_ERROR_EXIT_CODE,
+  },
+}
+# `ctl-launch` returns its workers' codes (ctl.launch.supervisor).
+RELAYS = {"ctl-launch": "ctl-train"}
+_TOP = ("ctl", "trainer", "tests", "examples", "scripts", "benchmarks")
+# A repository path: a file with its extension (a `{a,b}` or `*` in it is a
+# shell pattern), or a folder ending in `/`.
+_PATH = (
+  r"(?<![\w/.:-])((?:ctl|trainer|tests|examples|scripts|benchmarks|configs|"
+  r"docs)/[\w./{},*-]*(?:\.\w+|/))"
+)
+
+
+def _pages() -> list[pathlib.Path]:
+  root = pathlib.Path(REPO)
+  return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def _named(pattern: str) -> list[tuple[str, str]]:
+  """(page, match) of each match of `pattern`'s group 1 on every page."""
+  return [
+    (page.name, match)
+    for page in _pages()
+    for match in sorted(set(re.findall(pattern, page.read_text(), re.M)))
+  ]
+
+
+def _python_files():
+  for folder, dirs, files in os.walk(REPO):
+    dirs[:] = [d for d in dirs if d in _TOP or folder != REPO]
+    yield from (os.path.join(folder, f) for f in files if f.endswith(".py"))
+
+
+def _static_flags() -> set[str]:
+  """Flags the repository's Python defines by name: argparse's
+  `add_argument("--x")`, absl's `DEFINE_*("x")`, benchmark settings
+  (`x: int = settings.flag(...)`, or its `name=`)."""
+  found = set()
+  for path in _python_files():
+    for node in ast.walk(ast.parse(pathlib.Path(path).read_text())):
+      if isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Call):
+        call = node.value
+        if getattr(call.func, "attr", "") == "flag":
+          found.add(node.target.id)
+          found.update(k.value.value for k in call.keywords if k.arg == "name")
+      if not isinstance(node, ast.Call) or not node.args:
+        continue
+      name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+      first = node.args[0]
+      if not isinstance(first, ast.Constant) or not isinstance(
+        first.value, str
+      ):
+        continue
+      if name == "add_argument" and first.value.startswith("--"):
+        found.add(first.value[2:])
+      elif name.startswith("DEFINE"):
+        found.update({first.value, f"no{first.value}"})
+  return found
+
+
+def _defined_flags() -> set[str]:
+  """Every flag of the trainer and ctl's command lines, as they parse."""
+  importlib.import_module("trainer.task")  # Defines the trainer's flags.
+  found = set(absl_flags.FLAGS)
+  found |= {f"no{n}" for n in found if absl_flags.FLAGS[n].boolean}
+  found |= {"help", "helpfull", "helpshort", "flagfile"}
+  for module in ("ctl.launch.launcher", "ctl.cloud.vertex", "ctl.cloud.k8s"):
+    parser = importlib.import_module(module)._parser()
+    for action in parser._actions:  # pylint: disable=protected-access
+      found.update(s[2:] for s in action.option_strings if s[:2] == "--")
+  return found | _static_flags()
+
+
+def test_every_flag_a_page_names_is_defined():
+  known = _defined_flags() | EXTERNAL_FLAGS
+  unknown = [
+    f"{page}: --{flag}"
+    for page, flag in _named(r"(?<![\w-])--([a-z][a-z0-9_-]*)")
+    if flag not in known
+  ]
+  assert not unknown
+
+
+def test_every_path_a_page_names_exists():
+  missing = [
+    f"{page}: {path}"
+    for page, path in _named(_PATH)
+    if not all(glob.glob(os.path.join(REPO, p)) for p in _braces(path))
+  ]
+  assert not missing
+
+
+def _braces(pattern: str) -> list[str]:
+  """A shell pattern's `{a,b}` alternatives, spelled out."""
+  match = re.search(r"\{([^{}]*)\}", pattern)
+  if not match:
+    return [pattern]
+  head, tail = pattern[: match.start()], pattern[match.end() :]
+  return [p for alt in match[1].split(",") for p in _braces(head + alt + tail)]
+
+
+def test_every_module_a_page_runs_or_names_exists():
+  modules = set(_modules("ctl")) | set(_modules("trainer"))
+  modules |= {name.removesuffix(".__main__") for name in modules}
+  run = _named(r"python -m ((?:" + "|".join(_TOP) + r")(?:\.\w+)*)")
+  missing = [
+    f"{page}: python -m {name}"
+    for page, name in run
+    if not name.startswith(("ctl", "trainer"))
+    and not any(
+      os.path.exists(os.path.join(REPO, name.replace(".", "/") + suffix))
+      for suffix in (".py", "/__main__.py")
+    )
+  ]
+  missing += [
+    f"{page}: {name}"
+    for page, name in run + _named(r"`(ctl\.\w+(?:\.\w+)?)")
+    if name.startswith(("ctl.", "trainer.")) and not _resolves(name, modules)
+  ]
+  assert not missing
+
+
+def _resolves(name: str, modules: set[str]) -> bool:
+  """`ctl.x` (`ctl.x.y`) is a module, or a name `ctl` (module `ctl.x`) has."""
+  if name in modules:
+    return True
+  parent, _, attribute = name.rpartition(".")
+  if parent == "ctl":
+    return attribute in importlib.import_module("ctl").__all__
+  return parent in modules and hasattr(
+    importlib.import_module(parent), attribute
+  )
+
+
+def test_every_make_target_a_page_names_is_in_the_makefile():
+  makefile = pathlib.Path(REPO, "Makefile").read_text()
+  targets = set(re.findall(r"^([\w-]+):", makefile, re.M))
+  missing = [
+    f"{page}: make {target}"
+    for page, target in _named(r"(?:`|^|\$ )make ([a-z][\w-]*)")
+    if target not in targets
+  ]
+  assert not missing
+
+
+def _scripts() -> dict[str, str]:
+  """{console script: its module}, from the package metadata."""
+  text = pathlib.Path(REPO, "setup.cfg").read_text()
+  text += pathlib.Path(REPO, "pyproject.toml").read_text()
+  return dict(
+    re.findall(r'^\s*"?([\w-]+)"?\s*=\s*"?([\w.]+):\w+"?\s*$', text, re.M)
+  )
+
+
+def _exit_codes(module: str) -> set[int]:
+  """The codes the modules of `module`'s folder that it reaches exit with."""
+  graph, folder = _graph(), module.rpartition(".")[0]
+  reached, todo = set(), [module]
+  while todo:
+    name = todo.pop()
+    reached.add(name)
+    todo += [t for t in graph[name] - reached if t.startswith(folder)]
+  codes = set(ALWAYS)
+  for name in reached:
+    source = importlib.import_module(name).__file__
+    for node in ast.walk(ast.parse(pathlib.Path(source).read_text())):
+      codes |= _codes_of(node, importlib.import_module(name))
+  return codes
+
+
+def _codes_of(node: ast.AST, module) -> set[int]:
+  """The exit codes one syntax node names: an `*_EXIT_CODE`, a caught ctl
+  exception's, or a literal passed to an exit."""
+  named = getattr(node, "attr", getattr(node, "id", ""))
+  if named.endswith("EXIT_CODE"):
+    return {getattr(module, named, getattr(errors, named, None))}
+  if isinstance(node, ast.ExceptHandler) and node.type is not None:
+    return _CAUGHT.get(getattr(node.type, "attr", ""), set())
+  if isinstance(node, ast.Call) and ast.unparse(node.func) in _EXITS:
+    last = node.args[-1] if node.args else None
+    if isinstance(last, ast.Constant) and isinstance(last.value, int):
+      return {last.value}
+  return set()
+
+
+_EXITS = ("sys.exit", "_fail", "_exit_at_once", "os._exit")
+
+
+def _exit_table() -> tuple[list[str], list[int]]:
+  """(the tools its heading names, the codes) of README's exit-code table."""
+  text = pathlib.Path(REPO, "README.md").read_text()
+  section = text.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+  heading, table = section.split("\n|", 1)
+  tools = re.findall(r"`(ctl-[\w-]+)`", heading)
+  return tools, [
+    int(code) for code in re.findall(r"^\| `(\d+)` \|", table, re.M)
+  ]
+
+
+def test_the_exit_code_table_names_only_what_each_tool_exits_with():
+  scripts, (tools, codes) = _scripts(), _exit_table()
+  assert tools and codes
+  wrong = []
+  for tool in tools:
+    can = _exit_codes(scripts[tool])
+    if tool in RELAYS:
+      can |= _exit_codes(scripts[RELAYS[tool]])
+    wrong += [f"{tool}: {code}" for code in codes if code not in can]
+  assert not wrong
+
+
+def test_every_exit_code_a_page_names_is_one_a_tool_exits_with():
+  can = set().union(*(_exit_codes(m) for m in _scripts().values()))
+  wrong = [
+    f"{page}: exit {code}"
+    for page, code in _named(r"\bexit(?:s|ed| code| status)? `?(\d+)\b")
+    if int(code) not in can and not 128 < int(code) < 128 + signal.NSIG
+  ]
+  assert not wrong
