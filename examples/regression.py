@@ -75,12 +75,15 @@ def make_task() -> ctl.Task:
   )
 
 
-def run_example(argv, make_task_fn, *, report: Sequence[str], **options):
+def run_example(
+  argv, make_task_fn, *, report: Sequence[str], loop_actions=(), **options
+):
   """Parses `--model_dir` and `--train_steps`, trains the task
-  `make_task_fn` makes with `options` (each example's intervals) wherever
-  the environment says, and prints the chief's summary: `report` and the
-  `weights_fingerprint`, as one JSON line. Exit status 2 with one sentence
-  for a mistake (`ctl.UserError`)."""
+  `make_task_fn` makes with `options` (each example's intervals) and
+  `loop_actions` wherever the environment says, and prints the chief's
+  summary: `report` and the `weights_fingerprint`, as one JSON line (a key
+  the summary lacks is null). Exit status 2 with one sentence for a mistake
+  (`ctl.UserError`)."""
   parser = argparse.ArgumentParser()
   parser.add_argument("--model_dir", required=True)
   parser.add_argument("--train_steps", type=int, default=TRAIN_STEPS)
@@ -98,13 +101,14 @@ def run_example(argv, make_task_fn, *, report: Sequence[str], **options):
         **options,
       ),
       strategy=env.strategy,
+      loop_actions=loop_actions,
     )
   except ctl.UserError as e:
     print(f"error: {e}", file=sys.stderr)
     return ctl.USER_ERROR_EXIT_CODE
   if env.is_chief:
     keys = (*report, "weights_fingerprint")
-    print(json.dumps({key: summary[key] for key in keys}))
+    print(json.dumps({key: summary.get(key) for key in keys}))
   return 0
 
 

@@ -4,6 +4,8 @@ run does."""
 
 import dataclasses
 import json
+import os
+import sys
 import time
 
 import keras
@@ -15,6 +17,9 @@ from ctl.telemetry import goodput
 from ctl.telemetry import ledger
 from ctl.train import controller
 from tests import tasks
+from tests.conftest import REPO
+from trainer.testing import run_command
+from trainer.testing import trainer_env
 
 
 class _Killed(BaseException):
@@ -154,3 +159,40 @@ def test_loop_actions_are_a_phase_of_their_own_not_training(tmp_path):
   (attempt,) = ledger.read(str(tmp_path / "ledger"))
   accounting = goodput.account([attempt])
   assert accounting.seconds[goodput.ACTIONS] >= 4 * 0.3
+
+
+def _launch_stateful_actions(model_dir, *, faults=None) -> dict:
+  """tests/stateful_actions_run.py under `ctl.launch --num_workers=2`: the
+  chief's summary line."""
+  command = [
+    sys.executable,
+    "-m",
+    "ctl.launch",
+    "--num_workers=2",
+    f"--max_restarts={1 if faults else 0}",
+    "--",
+    sys.executable,
+    os.path.join(REPO, "tests", "stateful_actions_run.py"),
+    f"--model_dir={model_dir}",
+    "--train_steps=40",
+  ]
+  result = run_command(command, env=trainer_env(faults=faults), timeout=420)
+  (line,) = [x for x in result.stdout.splitlines() if x.endswith("}")]
+  return json.loads(line.split("] ", 1)[-1])  # The launcher's prefix off.
+
+
+def test_stateful_actions_on_two_workers_sigkilled_decide_as_uninterrupted(
+  tmp_path,
+):
+  # Worker 1 SIGKILLs itself at the loop boundary of step 15 (the patience
+  # counter at 2 of 3): the job restarts from the checkpoint of step 15 or
+  # before, and both actions decide from their restored state.
+  uninterrupted = _launch_stateful_actions(tmp_path / "uninterrupted")
+  killed = tmp_path / "killed"
+  resumed = _launch_stateful_actions(
+    killed, faults="crash@15:worker=1:attempt=0"
+  )
+  assert uninterrupted["stopped_early"]["step"] == 20
+  assert resumed == uninterrupted
+  assert len(ledger.read(str(killed / "ledger"))) == 2  # Killed, resumed.
+  assert _best_export(killed) == _best_export(tmp_path / "uninterrupted")

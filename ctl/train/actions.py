@@ -91,7 +91,11 @@ class LoopActions:
 
   def stateful(self) -> list[tf.Module]:
     """The actions whose state goes into every checkpoint: those that are a
-    `tf.Module` holding variables (ctl.train.actions.EarlyStopping, ...)."""
+    `tf.Module` holding variables (ctl.train.actions.EarlyStopping, ...),
+    the shipped ones' variables made now (`_BestSoFar.build`)."""
+    for action in self._actions:
+      if isinstance(action, _BestSoFar):
+        action.build()
     return [
       action
       for action in self._actions
@@ -121,7 +125,12 @@ class LoopActions:
 
 class _BestSoFar(tf.Module):
   """The best value of an evaluation metric so far and its step, as
-  variables (saved in every checkpoint, restored with it)."""
+  variables (saved in every checkpoint, restored with it).
+
+  The variables are made by the run (`build`), not by the constructor: an
+  action made before `ctl.environment()` must not start TensorFlow's
+  runtime, which `MultiWorkerMirroredStrategy` must configure first.
+  """
 
   def __init__(self, *, name: str, metric: str, mode: str):
     super().__init__(name=name)
@@ -129,8 +138,17 @@ class _BestSoFar(tf.Module):
       raise ValueError(f"mode must be min or max, got {mode!r}.")
     self._metric = metric
     self._sign = 1.0 if mode == "min" else -1.0
-    self.best = tf.Variable(float("inf"), dtype=tf.float64, trainable=False)
-    self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False)
+
+  def build(self) -> None:
+    """Makes the variables (once): the best, its step, and the subclass's
+    (`_more_variables`)."""
+    if "best" not in self.__dict__:
+      self.best = tf.Variable(float("inf"), dtype=tf.float64, trainable=False)
+      self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False)
+      self._more_variables()
+
+  def _more_variables(self) -> None:
+    """Makes a subclass's own variables."""
 
   def _evaluated(self, result: LoopResult) -> float | None:
     """The metric of the evaluation after this loop, or None (none ran)."""
@@ -182,6 +200,8 @@ class EarlyStopping(_BestSoFar):
     if patience < 1:
       raise ValueError(f"patience must be >= 1, got {patience}.")
     self._patience, self._min_delta = patience, min_delta
+
+  def _more_variables(self) -> None:
     self.waited = tf.Variable(0, dtype=tf.int64, trainable=False)
 
   def __call__(self, step: int, result: LoopResult) -> None:
