@@ -8,6 +8,7 @@ readers of a run's files in `ctl/testing/`. Tests import them from this module
 
 import contextlib
 import glob
+import json
 import logging
 import os
 import signal
@@ -23,6 +24,7 @@ from ctl.testing.run_files import read_scalars
 from ctl.testing.run_files import read_summary
 from trainer.testing import FAST_FLAGS
 from trainer.testing import REPO
+from trainer.testing import run_command
 from trainer.testing import run_trainer
 from trainer.testing import trained_model_dir
 from trainer.testing import trainer_command
@@ -33,6 +35,7 @@ __all__ = [
   "FAST_FLAGS",
   "REPO",
   "free_ports",
+  "launch_two_workers",
   "read_scalars",
   "read_summary",
   "run_trainer",
@@ -59,6 +62,29 @@ def absl_messages(level: int = logging.INFO):
   finally:
     absl_logger.removeHandler(handler)
     absl_logger.setLevel(previous)
+
+
+def launch_two_workers(
+  script: str, model_dir, *args: str, faults: str | None = None
+) -> dict:
+  """`python -m ctl.launch --num_workers=2 -- python SCRIPT
+  --model_dir=MODEL_DIR ARGS` (one restart allowed when `faults` are
+  injected): the chief's printed summary line, as a dict."""
+  command = [
+    sys.executable,
+    "-m",
+    "ctl.launch",
+    "--num_workers=2",
+    f"--max_restarts={1 if faults else 0}",
+    "--",
+    sys.executable,
+    os.path.join(REPO, script),
+    f"--model_dir={model_dir}",
+    *args,
+  ]
+  result = run_command(command, env=trainer_env(faults=faults), timeout=420)
+  (line,) = [x for x in result.stdout.splitlines() if x.endswith("}")]
+  return json.loads(line.split("] ", 1)[-1])  # The launcher's prefix off.
 
 
 @pytest.fixture

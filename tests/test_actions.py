@@ -4,8 +4,6 @@ run does."""
 
 import dataclasses
 import json
-import os
-import sys
 import time
 
 import keras
@@ -17,9 +15,7 @@ from ctl.telemetry import goodput
 from ctl.telemetry import ledger
 from ctl.train import controller
 from tests import tasks
-from tests.conftest import REPO
-from trainer.testing import run_command
-from trainer.testing import trainer_env
+from tests.conftest import launch_two_workers
 
 
 class _Killed(BaseException):
@@ -161,24 +157,14 @@ def test_loop_actions_are_a_phase_of_their_own_not_training(tmp_path):
   assert accounting.seconds[goodput.ACTIONS] >= 4 * 0.3
 
 
-def _launch_stateful_actions(model_dir, *, faults=None) -> dict:
-  """tests/stateful_actions_run.py under `ctl.launch --num_workers=2`: the
-  chief's summary line."""
-  command = [
-    sys.executable,
-    "-m",
-    "ctl.launch",
-    "--num_workers=2",
-    f"--max_restarts={1 if faults else 0}",
-    "--",
-    sys.executable,
-    os.path.join(REPO, "tests", "stateful_actions_run.py"),
-    f"--model_dir={model_dir}",
+def _launch(model_dir, *, faults=None) -> dict:
+  """tests/stateful_actions_run.py for 40 steps on two workers."""
+  return launch_two_workers(
+    "tests/stateful_actions_run.py",
+    model_dir,
     "--train_steps=40",
-  ]
-  result = run_command(command, env=trainer_env(faults=faults), timeout=420)
-  (line,) = [x for x in result.stdout.splitlines() if x.endswith("}")]
-  return json.loads(line.split("] ", 1)[-1])  # The launcher's prefix off.
+    faults=faults,
+  )
 
 
 def test_stateful_actions_on_two_workers_sigkilled_decide_as_uninterrupted(
@@ -187,11 +173,9 @@ def test_stateful_actions_on_two_workers_sigkilled_decide_as_uninterrupted(
   # Worker 1 SIGKILLs itself at the loop boundary of step 15 (the patience
   # counter at 2 of 3): the job restarts from the checkpoint of step 15 or
   # before, and both actions decide from their restored state.
-  uninterrupted = _launch_stateful_actions(tmp_path / "uninterrupted")
+  uninterrupted = _launch(tmp_path / "uninterrupted")
   killed = tmp_path / "killed"
-  resumed = _launch_stateful_actions(
-    killed, faults="crash@15:worker=1:attempt=0"
-  )
+  resumed = _launch(killed, faults="crash@15:worker=1:attempt=0")
   assert uninterrupted["stopped_early"]["step"] == 20
   assert resumed == uninterrupted
   assert len(ledger.read(str(killed / "ledger"))) == 2  # Killed, resumed.

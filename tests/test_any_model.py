@@ -2,17 +2,11 @@
 `ctl-launch` with two workers, SIGKILLed mid-run and restarted, end as the
 uninterrupted run does (docs/framework.md, "The step is yours")."""
 
-import json
-import os
-import sys
-
 import pytest
 
 from ctl.telemetry import ledger
-from tests.conftest import REPO
+from tests.conftest import launch_two_workers
 from tests.conftest import read_summary
-from trainer.testing import run_command
-from trainer.testing import trainer_env
 
 
 def _serves_a_dict_request(model_dir) -> None:
@@ -41,22 +35,8 @@ _EXAMPLES = [
 
 
 def _launch(example: str, model_dir, *, faults: str | None = None) -> dict:
-  """`ctl.launch --num_workers=2 -- python examples/EXAMPLE`; the chief's
-  printed summary line."""
-  command = [
-    sys.executable,
-    "-m",
-    "ctl.launch",
-    "--num_workers=2",
-    f"--max_restarts={1 if faults else 0}",
-    "--",
-    sys.executable,
-    os.path.join(REPO, "examples", example),
-    f"--model_dir={model_dir}",
-  ]
-  result = run_command(command, env=trainer_env(faults=faults), timeout=420)
-  (line,) = [x for x in result.stdout.splitlines() if x.endswith("}")]
-  return json.loads(line.split("] ", 1)[-1])  # The launcher's prefix off.
+  """examples/EXAMPLE on two workers: the chief's printed summary line."""
+  return launch_two_workers(f"examples/{example}", model_dir, faults=faults)
 
 
 @pytest.mark.parametrize("example,kill_at,resumed_from,check", _EXAMPLES)
