@@ -11,7 +11,10 @@ cleanly; ctl.train.actions), which raises `ctl.UserError` (a mistake to fix), `c
 request after saving; run again) or `ctl.TrainingDiverged`; entry points exit
 with `ctl.USER_ERROR_EXIT_CODE` and `ctl.PREEMPTED_EXIT_CODE` for the first
 two, and with `ctl.STALL_EXIT_CODE` for `ctl.Stalled` (start-up gave up
-waiting; a stall watchdog, ctl.resilience.watchdog, exits with it too). The
+waiting; a stall watchdog, ctl.resilience.watchdog, exits with it too),
+`ctl.CANNOT_WRITE_EXIT_CODE` for `ctl.CannotWrite` (an output could not be
+written) and `ctl.LeaseLost`'s own `exit_code` (another trainer took the run
+directory over, or its lease vanished: `ctl.LeaseVanished`). The
 modules live in folders by role (`ctl.train.controller`, `ctl.train.options`,
 ...; docs/design.md, "Layers").
 
@@ -31,9 +34,14 @@ command-line tools' `--help`) need not pay for.
 
 import importlib
 
+from ctl.errors import CANNOT_WRITE_EXIT_CODE
+from ctl.errors import LEASE_LOST_EXIT_CODE
 from ctl.errors import PREEMPTED_EXIT_CODE
 from ctl.errors import STALL_EXIT_CODE
 from ctl.errors import USER_ERROR_EXIT_CODE
+from ctl.errors import CannotWrite
+from ctl.errors import LeaseLost
+from ctl.errors import LeaseVanished
 from ctl.errors import Preempted
 from ctl.errors import Stalled
 from ctl.errors import TrainingDiverged
@@ -55,7 +63,12 @@ _LAZY = {
 }
 
 __all__ = [
+  "CANNOT_WRITE_EXIT_CODE",
+  "CannotWrite",
   "EarlyStopping",
+  "LEASE_LOST_EXIT_CODE",
+  "LeaseLost",
+  "LeaseVanished",
   "KeepBest",
   "Serving",
   "StepContext",

@@ -8,6 +8,7 @@ import that happens to run late.
 
 import ast
 import os
+import re
 
 from tests.conftest import REPO
 
@@ -159,3 +160,55 @@ def test_every_folder_face_names_each_of_its_modules():
       and f"  {name[:-3]}:" not in listed
     ]
   assert not unlisted
+
+
+def test_the_trainer_takes_ctls_exceptions_from_the_ctl_package():
+  """A user of ctl (the reference trainer is one) finds every exception an
+  entry point must catch, and every exit code, in `ctl` itself."""
+  import ctl  # pylint: disable=g-import-not-at-top
+  from ctl import errors  # pylint: disable=g-import-not-at-top
+
+  public = [
+    name
+    for name, value in vars(errors).items()
+    if not name.startswith("_")
+    and (
+      name.endswith("_EXIT_CODE")
+      or isinstance(value, type)
+      and issubclass(value, Exception)
+    )
+  ]
+  assert [name for name in public if name not in ctl.__all__] == []
+  inward = {
+    (name, target)
+    for name, targets in _graph(("ctl", "trainer")).items()
+    if name.startswith("trainer")
+    for target in targets
+    if target.startswith("ctl.errors")
+  }
+  assert not inward
+
+
+def _listed(face: str) -> list[str]:
+  """The modules a folder's `__init__` docstring lists, in its order."""
+  with open(face) as f:
+    listed = ast.get_docstring(ast.parse(f.read())) or ""
+  return re.findall(r"^  (\w+):", listed, re.M)
+
+
+def test_every_folder_face_lists_its_modules_lowest_first():
+  """A face that says "lowest first" lists no module before one it imports."""
+  graph, upward = _graph(("ctl",)), []
+  for folder, _, _ in os.walk(os.path.join(REPO, "ctl")):
+    face = os.path.join(folder, "__init__.py")
+    if not os.path.exists(face) or "lowest first" not in open(face).read():
+      continue
+    package = os.path.relpath(folder, REPO).replace(os.sep, ".")
+    order = [f"{package}.{name}" for name in _listed(face)]
+    upward += [
+      f"{name} imports {target}, listed after it"
+      for index, name in enumerate(order)
+      for target in graph.get(name, ())
+      if target in order[index + 1 :]
+    ]
+  assert not upward

@@ -13,8 +13,8 @@ from typing import Any
 
 from absl import logging
 
+from ctl import UserError
 from ctl.distributed import environment as environment_lib
-from ctl.errors import UserError
 from ctl.io import outputs
 from ctl.io import storage
 from ctl.resilience import lease

@@ -20,9 +20,9 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from ctl import UserError
 from ctl.data import datafiles
 from ctl.data import input as input_lib
-from ctl.errors import UserError
 
 DATASETS = ("synthetic", "digits", "cassava", "files")
 _IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")

@@ -14,12 +14,12 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from ctl import UserError
 from ctl import env
 from ctl.data import datafiles
 from ctl.data import input as input_lib
 from ctl.distributed import environment as environment_lib
 from ctl.distributed import peers
-from ctl.errors import UserError
 from ctl.io import storage
 from ctl.resilience import faults as faults_lib
 from ctl.resilience import watchdog as watchdog_lib

@@ -7,7 +7,7 @@ numerically safe under `mixed_bfloat16` / `mixed_float16`.
 
 import keras
 
-from ctl.errors import UserError
+from ctl import UserError
 from trainer import checks
 
 MODELS = ("resnet50", "small_cnn")

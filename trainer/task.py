@@ -28,8 +28,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
+import ctl
 from ctl.distributed import cluster as cluster_lib
-from ctl.errors import UserError
 from trainer import flags as trainer_flags
 
 FLAGS = flags.FLAGS
@@ -72,14 +72,13 @@ def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments {argv[1:]}; all options are --flags.", 2)
   # Imported here so `--help` and bad flags answer before TensorFlow loads.
-  from ctl import errors  # pylint: disable=g-import-not-at-top
   from trainer import checks  # pylint: disable=g-import-not-at-top
 
   config = types.SimpleNamespace(**FLAGS.flag_values_dict())
   try:
     checks.check(config, os.environ)
-  except errors.UserError as e:
-    _fail(str(e), errors.USER_ERROR_EXIT_CODE)
+  except ctl.UserError as e:
+    _fail(str(e), ctl.USER_ERROR_EXIT_CODE)
   with _hidden_from_imports(_UNUSED_KERAS_EXTRAS):
     from trainer import job  # pylint: disable=g-import-not-at-top  (loads TF)
 
@@ -88,20 +87,20 @@ def main(argv):
       print(json.dumps(job.describe(config), indent=2))
       return
     job.build_job(config).run()
-  except errors.UserError as e:
-    _fail(str(e), errors.USER_ERROR_EXIT_CODE)
-  except errors.Preempted as e:
+  except ctl.UserError as e:
+    _fail(str(e), ctl.USER_ERROR_EXIT_CODE)
+  except ctl.Preempted as e:
     logging.warning("%s", e)
     sys.exit(e.exit_code)
   except KeyboardInterrupt:  # Ctrl-C outside the train loop.
     _fail("interrupted; nothing was saved since the last checkpoint.", 130)
-  except errors.TrainingDiverged as e:
+  except ctl.TrainingDiverged as e:
     _fail(str(e), 1)
-  except errors.Stalled as e:
-    _fail(str(e), errors.STALL_EXIT_CODE)
-  except errors.CannotWrite as e:
-    _fail(str(e), errors.CANNOT_WRITE_EXIT_CODE)
-  except errors.LeaseLost as e:
+  except ctl.Stalled as e:
+    _fail(str(e), ctl.STALL_EXIT_CODE)
+  except ctl.CannotWrite as e:
+    _fail(str(e), ctl.CANNOT_WRITE_EXIT_CODE)
+  except ctl.LeaseLost as e:
     _fail(str(e), e.exit_code)
 
 
@@ -133,7 +132,7 @@ def _ends_at_once(code) -> bool:
   if code is None or code == 0:
     try:
       return cluster_lib.resolve().num_workers == 1
-    except UserError:
+    except ctl.UserError:
       return False
   return isinstance(code, int) and 0 < code < 128  # Not a preemption.
 

@@ -13,8 +13,8 @@ import subprocess
 import sys
 import tempfile
 
+from ctl import STALL_EXIT_CODE
 from ctl import env as ctl_env
-from ctl.errors import STALL_EXIT_CODE
 from ctl.testing import events as events_lib
 from ctl.testing.run_files import read_summary
 

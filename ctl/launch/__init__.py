@@ -2,19 +2,19 @@
 heartbeats, the warm spare, no orphans.
 
 Modules (lowest first):
-  launcher: Local multi-worker launcher and supervisor: N worker processes on
-    loopback.
-  supervisor: Supervision: start the workers, and start them again when one
-    fails.
-  workers: One start of the worker processes: their environment, exits and
-    stop.
-  heartbeats: The launcher's second line of defence against stalls: worker
-    heartbeats.
   output_relay: Worker output relayed to the launcher's own, each line whole
     and prefixed.
+  heartbeats: The launcher's second line of defence against stalls: worker
+    heartbeats.
   reaper: No orphans: worker processes die with the launcher that started
     them.
+  workers: One start of the worker processes: their environment, exits and
+    stop.
+  supervisor: Supervision: start the workers, and start them again when one
+    fails.
   spare: A warm spare: the next worker process, started early and blocked.
   tier_service: The node agent's checkpoint file service, and its persist-on-
     crash duty.
+  launcher: Local multi-worker launcher and supervisor: N worker processes on
+    loopback.
 """

@@ -5,10 +5,10 @@ Modules (lowest first):
   preemption: Stop requests: SIGTERM (preemption, maintenance, `docker stop`)
     and SIGINT
   lease: One writer per run directory: the chief's lease on `model_dir`.
-  watchdog: Stall watchdog: a worker that is alive but stuck ends itself, and
-    says where.
   backstop: The stall watchdog's last resort: a small process that ends a
     frozen one.
+  watchdog: Stall watchdog: a worker that is alive but stuck ends itself, and
+    says where.
   stragglers: Straggler detection: which worker the others keep waiting for.
   faults: Fault injection for tests and benchmarks: one switch, nothing when
     off.

@@ -2,15 +2,15 @@
 evaluation, the controller.
 
 Modules (lowest first):
-  options: What to train and how: the frozen options
-    `ctl.train.controller.run` takes.
-  state: What a run trains and checkpoints, built one way for every user of
-    it.
   optimizers: Keras's Adam and SGD, each variable's update one fused kernel.
   step: The user's step: how a batch becomes per-example losses and metric
     inputs.
   metric_set: A task's metrics by name, summed correctly over replicas and
     workers.
+  options: What to train and how: the frozen options
+    `ctl.train.controller.run` takes.
+  state: What a run trains and checkpoints, built one way for every user of
+    it.
   loop: The compiled loops that run the task's step.
   metrics_window: The training metrics between two log lines, and the log line
     itself.
