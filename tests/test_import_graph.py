@@ -1,5 +1,8 @@
 """The layers hold: `ctl/` never imports `trainer/`, and no modules import
 each other in a loop (docs/design.md, "Layers": imports only point down).
+The maps hold too: each folder's `__init__` lists its modules lowest first,
+`ctl` itself offers every exception and exit code of ctl.errors, and every
+module has its test file (docs/design.md, "Style").
 
 Read statically from the source (every import statement, also those inside
 functions), so the test needs nothing installed and cannot be fooled by an
@@ -197,11 +200,11 @@ def _listed(face: str) -> list[str]:
 
 
 def test_every_folder_face_lists_its_modules_lowest_first():
-  """A face that says "lowest first" lists no module before one it imports."""
+  """No folder's `__init__` lists a module before one it imports."""
   graph, upward = _graph(("ctl",)), []
   for folder, _, _ in os.walk(os.path.join(REPO, "ctl")):
     face = os.path.join(folder, "__init__.py")
-    if not os.path.exists(face) or "lowest first" not in open(face).read():
+    if not os.path.exists(face):
       continue
     package = os.path.relpath(folder, REPO).replace(os.sep, ".")
     order = [f"{package}.{name}" for name in _listed(face)]
@@ -212,3 +215,27 @@ def test_every_folder_face_lists_its_modules_lowest_first():
       if target in order[index + 1 :]
     ]
   assert not upward
+
+
+# Modules whose tests are the tests that use them, not a file of their own:
+# ctl.testing is the tests' harness, and every test below runs it.
+NO_TEST_FILE = {
+  "ctl/testing/clock.py": "its clock steps are tests/test_wall_clock.py's",
+  "ctl/testing/events.py": "every test that follows a run by its events",
+  "ctl/testing/gcs_emulator.py": "tests/test_storage.py, test_cloud_storage_runs",
+  "ctl/testing/run_files.py": "every test that reads a run's summary",
+}
+
+
+def test_every_ctl_module_has_a_test_file_named_after_it():
+  """docs/design.md: `ctl/x/m.py` is tested in `tests/test_m.py`."""
+  missing = sorted(
+    os.path.relpath(path, REPO)
+    for name, path in _modules("ctl").items()
+    if not path.endswith("__init__.py")
+    and not path.endswith("__main__.py")
+    and not os.path.exists(
+      os.path.join(REPO, "tests", f"test_{name.rpartition('.')[2]}.py")
+    )
+  )
+  assert missing == sorted(NO_TEST_FILE)

@@ -9,8 +9,6 @@ import time
 import pytest
 
 from ctl import errors
-from ctl.io import fencing
-from ctl.io import storage
 from ctl.resilience import lease
 from ctl.testing.events import wait_for_event
 from tests.conftest import FAST_FLAGS
@@ -455,60 +453,3 @@ def test_take_over_lease_stops_the_live_holder_naming_the_new_one(
   assert read_summary(model_dir)["weights_fingerprint"] == (
     single_run_fingerprint
   )
-
-
-class _TakenOverRightAfterTheCheck(fencing.Fence):
-  """The old holder's fence: it passes, then the new holder moves in."""
-
-  def __init__(self, fence):
-    self._fence = fence
-    self.then = None  # Called once, right after the next check.
-
-  def check(self, what):
-    self._fence.check(what)
-    then, self.then = self.then, None
-    if then:
-      then()
-
-
-def test_a_stale_writers_state_file_commit_is_refused_by_its_generation(
-  gcs_emulator, tmp_path
-):
-  url = f"gs://{gcs_emulator.BUCKET}/run"
-  state_file = f"{gcs_emulator.BUCKET}/run/checkpoints/checkpoint"
-  fs = gcs_emulator.filesystem()
-
-  def writer(name, fence):
-    location = storage.open_location(
-      f"{url}/checkpoints",
-      storage="gcsfs",
-      staging_dir=str(tmp_path / name),
-      fence=fence,
-    )
-    location.fetch()
-    return location
-
-  def commit(location, text):
-    with open(os.path.join(location.local_path, "checkpoint"), "w") as f:
-      f.write(f'model_checkpoint_path: "{text}"\n')
-    location.publish(commit_file="checkpoint")
-
-  old_lease = _take(url)
-  leases, new = [old_lease], []
-
-  def move_in():
-    leases.append(_take(url, take_over=True))
-    new.append(writer("new", leases[-1].fence()))
-    commit(new[0], "ckpt-20")
-
-  race = _TakenOverRightAfterTheCheck(old_lease.fence())
-  old = writer("old", race)
-  commit(old, "ckpt-10")
-  race.then = move_in  # The next commit's check passes, then it is taken.
-  try:
-    with pytest.raises(errors.LeaseLost, match="lost the lease on"):
-      commit(old, "ckpt-30")
-    assert b"ckpt-20" in fs.cat_file(state_file)
-  finally:  # No renewal thread outlives the emulator.
-    for held in reversed(leases):
-      held.release()

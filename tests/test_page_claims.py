@@ -9,7 +9,8 @@ makes a claim a reader acts on; these tests hold each kind to the code:
   one of the other programs' flags the pages show (EXTERNAL_FLAGS);
 - every repository path (`ctl/...py`, `configs/...`) is a file or folder,
   every `python -m x.y` of this repository a module, and every `ctl.x` a
-  module or a name of the `ctl` package;
+  module or a name of the `ctl` package (a part in capitals, as in
+  `python -m benchmarks.speed.X`, stands for any);
 - every `make X` is a target of the Makefile;
 - the README's exit-code table names only codes that each tool its heading
   names can exit with, read from the tool's modules (their `*_EXIT_CODE`
@@ -156,11 +157,16 @@ def test_every_flag_a_page_names_is_defined():
 
 def test_every_path_a_page_names_exists():
   missing = [
-    f"{page}: {path}"
-    for page, path in _named(_PATH)
-    if not all(glob.glob(os.path.join(REPO, p)) for p in _braces(path))
+    f"{page}: {path}" for page, path in _named(_PATH) if not _exists(path)
   ]
   assert not missing
+
+
+def _exists(path: str) -> bool:
+  """Whether the repository has `path`; a `{a,b}` or `*` in it is a shell
+  pattern, and a part in capitals (`X`, `NAME`) a placeholder for any."""
+  path = re.sub(r"(?<![^/.])[A-Z]+(?![^/.])", "*", path)
+  return all(glob.glob(os.path.join(REPO, p)) for p in _braces(path))
 
 
 def _braces(pattern: str) -> list[str]:
@@ -181,7 +187,7 @@ def test_every_module_a_page_runs_or_names_exists():
     for page, name in run
     if not name.startswith(("ctl", "trainer"))
     and not any(
-      os.path.exists(os.path.join(REPO, name.replace(".", "/") + suffix))
+      _exists(name.replace(".", "/") + suffix)
       for suffix in (".py", "/__main__.py")
     )
   ]

@@ -2,7 +2,6 @@
 
 import copy
 import http.server
-import io
 import json
 import os
 import pathlib
@@ -19,8 +18,6 @@ import yaml
 from ctl import errors
 from ctl.cloud import vertex
 from ctl.cloud import vertex_check
-from ctl.cloud import vertex_follow
-from ctl.launch import launcher
 from tests.conftest import REPO
 from tests.conftest import run_trainer
 from tests.conftest import trainer_env
@@ -692,146 +689,6 @@ def test_a_tensorboard_of_another_region_is_refused_before_submitting(
   assert not _FakeVertex.requests
 
 
-def _follow(fake_vertex, monkeypatch, capsys, states):
-  """Runs `ctl-vertex --submit --wait` against the fake Vertex AI, whose job
-  goes through `states`; returns the exit code, stdout and stderr."""
-  monkeypatch.setattr(_FakeVertex, "states", list(states))
-  monkeypatch.setattr(vertex, "client_for", lambda region: fake_vertex)
-  exit_code = vertex.main(
-    [
-      f"--image={_IMAGE}",
-      "--scheduling_strategy=SPOT",
-      "--submit",
-      "--wait",
-      "--project=p",
-      "--region=r",
-      "--poll_secs=0",
-    ]
-  )
-  out, err = capsys.readouterr()
-  return exit_code, out, err
-
-
-def test_wait_follows_a_succeeded_job_to_exit_0(
-  fake_vertex, monkeypatch, capsys
-):
-  monkeypatch.setattr(
-    _FakeVertex, "web_access_uris", {"workerpool0-0": "https://shell.example"}
-  )
-  exit_code, out, err = _follow(
-    fake_vertex,
-    monkeypatch,
-    capsys,
-    [
-      "JOB_STATE_QUEUED",
-      "JOB_STATE_QUEUED",
-      "JOB_STATE_PENDING",
-      "UNAVAILABLE",  # A read that fails for now is tried again.
-      "JOB_STATE_RUNNING",
-      "JOB_STATE_RUNNING",
-      "JOB_STATE_SUCCEEDED",
-    ],
-  )
-
-  assert exit_code == 0, err
-  assert out == f"{_JOB}\n"
-  states = [
-    line.split(": ")[1] for line in err.splitlines() if _JOB + ": " in line
-  ]
-  assert states == [
-    "JOB_STATE_QUEUED",
-    "JOB_STATE_PENDING",
-    "JOB_STATE_RUNNING",
-    "JOB_STATE_SUCCEEDED",
-  ]
-  assert "Logs: gcloud ai custom-jobs stream-logs 123 --region=r" in err
-  assert err.count("Web access, workerpool0-0: https://shell.example") == 1
-  assert f"Reading {_JOB} failed (Try later); trying again." in err
-  reads = [path for path, body in _FakeVertex.requests if body is None]
-  assert len(reads) == 7
-
-
-@pytest.mark.parametrize(
-  "state, words",
-  [
-    (
-      "JOB_STATE_FAILED",
-      f"error: job {_JOB} failed: The replica workerpool0-0 exited with a "
-      "non-zero status of 143.",
-    ),
-    ("JOB_STATE_CANCELLED", f"error: job {_JOB} cancelled."),
-    ("JOB_STATE_EXPIRED", f"error: job {_JOB} expired."),
-  ],
-)
-def test_wait_ends_non_zero_with_the_error_of_a_job_that_did_not_succeed(
-  fake_vertex, monkeypatch, capsys, state, words
-):
-  monkeypatch.setattr(
-    _FakeVertex,
-    "error",
-    {
-      "code": 3,
-      "message": "The replica workerpool0-0 exited with a non-zero status of "
-      "143.",
-    },
-  )
-
-  exit_code, _, err = _follow(
-    fake_vertex, monkeypatch, capsys, ["JOB_STATE_RUNNING", state]
-  )
-
-  assert exit_code == vertex_follow.FAILED_EXIT_CODE
-  assert err.splitlines()[-1] == words
-
-
-def _interrupt(secs):
-  del secs
-  raise KeyboardInterrupt
-
-
-@pytest.mark.parametrize("cancel", [False, True])
-def test_ctrl_c_leaves_the_job_running_and_says_so_or_cancels_it(
-  fake_vertex, monkeypatch, cancel
-):
-  monkeypatch.setattr(_FakeVertex, "states", ["JOB_STATE_RUNNING"])
-  out = io.StringIO()
-
-  exit_code = vertex_follow.follow(
-    _JOB,
-    client=fake_vertex,
-    cancel_on_interrupt=cancel,
-    out=out,
-    sleep=_interrupt,
-  )
-
-  assert exit_code == vertex_follow.INTERRUPTED_EXIT_CODE
-  last = out.getvalue().splitlines()[-1]
-  cancels = [path for path, _ in _FakeVertex.requests if ":cancel" in path]
-  state = fake_vertex.get_custom_job(name=_JOB).state.name
-  if cancel:
-    assert last == f"Asked Vertex AI to cancel {_JOB}."
-    assert cancels == [f"/v1/{_JOB}:cancel"]
-    assert state == "JOB_STATE_CANCELLING"
-  else:
-    assert last.startswith(f"Stopped following; {_JOB} is still running.")
-    assert "gcloud ai custom-jobs cancel 123 --region=r --project=p" in last
-    assert (cancels, state) == ([], "JOB_STATE_RUNNING")
-
-
-def test_a_job_vertex_does_not_show_is_a_user_error(fake_vertex):
-  with pytest.raises(errors.UserError) as raised:
-    vertex_follow.follow(
-      "projects/p/locations/r/customJobs/999",
-      client=fake_vertex,
-      out=io.StringIO(),
-    )
-
-  assert str(raised.value) == (
-    "Vertex AI does not show job projects/p/locations/r/customJobs/999: "
-    "No such job."
-  )
-
-
 def test_wait_without_submit_is_refused(capsys):
   exit_code = vertex.main([f"--image={_IMAGE}", "--wait"])
 
@@ -839,20 +696,3 @@ def test_wait_without_submit_is_refused(capsys):
   assert capsys.readouterr().err == (
     "error: --wait follows the job --submit creates; give --submit too.\n"
   )
-
-
-def test_the_node_agent_on_vertex_stops_its_trainer_before_the_vm_stops():
-  # The entrypoint docs/fault-tolerance.md shows for Vertex AI: a Spot VM is
-  # stopped 30 s after its preemption notice; the agent must leave the
-  # trainer most of it for the agreed save, and itself time to exit.
-  agent = launcher._parse_args(
-    ["--agent", "--max_restarts=3", "--", "python", "-m", "trainer.task"]
-  )
-  local = launcher._parse_args(["--num_workers=2", "--", "true"])
-
-  assert agent.grace_secs == (
-    launcher.PREEMPTION_NOTICE_SECS - launcher.AGENT_GRACE_MARGIN_SECS
-  )
-  assert launcher.PREEMPTION_NOTICE_SECS == 30
-  assert 0 < launcher.AGENT_GRACE_MARGIN_SECS < 10
-  assert local.grace_secs == launcher.LaunchOptions.grace_secs
