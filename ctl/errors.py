@@ -52,6 +52,14 @@ class UserError(Exception):
   """
 
 
+def first_line(error: BaseException) -> str:
+  """The first line of `error`'s message (at most 200 characters), or its
+  type's name when it has none: what a one-sentence report quotes of an
+  error from TensorFlow or the operating system."""
+  lines = str(error).strip().splitlines()
+  return lines[0][:200] if lines else type(error).__name__
+
+
 def cannot_write(url: str, error: Exception) -> UserError:
   """The one sentence for a Cloud Storage directory this job cannot write.
 

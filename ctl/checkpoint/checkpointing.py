@@ -36,6 +36,7 @@ import tensorflow as tf
 from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=g-direct-tensorflow-import
 
 from ctl.errors import UserError
+from ctl.errors import first_line
 from ctl.errors import write_failure
 from ctl.io import fencing
 from ctl.io import tempdirs
@@ -247,7 +248,7 @@ class Checkpointer:
     except (AssertionError, ValueError) as e:
       raise UserError(
         f"The checkpoint {path} was written by a different model or "
-        f"configuration ({_first_line(e)}); use another --checkpoint_dir "
+        f"configuration ({first_line(e)}); use another --checkpoint_dir "
         "or --model_dir."
       ) from None
     return True
@@ -611,8 +612,3 @@ def _raise_if_refused(what: str, directory: str, error: Exception) -> None:
   failure = write_failure(what, directory, error)
   if failure is not None:
     raise failure from error
-
-
-def _first_line(error: Exception) -> str:
-  text = str(error).strip().splitlines()
-  return text[0][:200] if text else type(error).__name__

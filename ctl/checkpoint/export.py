@@ -40,6 +40,7 @@ import keras
 import tensorflow as tf
 
 from ctl.errors import UserError
+from ctl.errors import first_line
 from ctl.io import fencing
 from ctl.io import storage
 
@@ -156,7 +157,7 @@ def check_serving(model: keras.Model, serving) -> None:
   except (ValueError, TypeError) as e:
     raise UserError(
       "Task.serving's input_signature does not have the structure of the "
-      f"model's inputs ({_first_line(e)})."
+      f"model's inputs ({first_line(e)})."
     ) from None
 
 
@@ -205,10 +206,6 @@ def _from_model(model: keras.Model):
 def _input_name(tensor) -> str:
   """An input's name for the signature (Keras names inputs by layer)."""
   return tensor.name.split(":")[0].split("/")[0]
-
-
-def _first_line(error: Exception) -> str:
-  return str(error).strip().splitlines()[0] if str(error).strip() else ""
 
 
 def remove_leftovers(

@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from ctl.distributed import worker_exchange
 from ctl.errors import UserError
+from ctl.errors import first_line
 from ctl.train import metric_set as metric_set_lib
 from ctl.train import step as step_lib
 
@@ -282,7 +283,7 @@ class TrainLoop:
     except (TypeError, ValueError, NotImplementedError, tf.errors.OpError) as e:
       raise UserError(
         "The task's step cannot run on its training batches "
-        f"{_spec_of(iterator)}: {_first_line(e)}"
+        f"{_spec_of(iterator)}: {first_line(e)}"
       ) from e
     self._traced_for = iterator
 
@@ -315,11 +316,6 @@ def _user_sentence(error: UserError) -> str:
   for prefix in ("ctl.errors.UserError: ", "UserError: "):
     last = last.removeprefix(prefix)
   return last
-
-
-def _first_line(error: Exception) -> str:
-  lines = str(error).strip().splitlines()
-  return lines[0] if lines else type(error).__name__
 
 
 def _controls() -> dict[tuple[bool, bool], tf.Tensor]:
