@@ -18,7 +18,6 @@ at any point and started again ends with the same line.
 """
 
 import argparse
-from collections.abc import Sequence
 import json
 import sys
 
@@ -75,9 +74,7 @@ def make_task() -> ctl.Task:
   )
 
 
-def run_example(
-  argv, make_task_fn, *, report: Sequence[str], loop_actions=(), **options
-):
+def run_example(argv, make_task_fn, *, report, loop_actions=(), **options):
   """Parses `--model_dir` and `--train_steps`, trains the task
   `make_task_fn` makes with `options` (each example's intervals) and
   `loop_actions` wherever the environment says, and prints the chief's
