@@ -296,3 +296,12 @@ def test_every_exit_code_a_page_names_is_one_a_tool_exits_with():
     if int(code) not in can and not 128 < int(code) < 128 + signal.NSIG
   ]
   assert not wrong
+
+
+def test_the_trainers_help_names_every_code_of_the_exit_table():
+  """`ctl-train --help` starts with trainer/task.py's docstring, whose exit
+  codes are the README table's."""
+  _, codes = _exit_table()
+  text = importlib.import_module("trainer.task").__doc__
+  said = text.split("Exit codes:", 1)[1]
+  assert [code for code in codes if not re.search(rf"\b{code}\b", said)] == []

@@ -11,7 +11,8 @@ Exit codes: 0 done; 2 a user error (one sentence on stderr); 143 (SIGTERM) or
 130 (Ctrl-C) stopped on request after saving, re-run to continue; 75 stalled
 (the stall watchdog, or start-up gave up waiting for a peer), re-run to
 continue; 74 an output could not be written (disk full, permission lost),
-re-run once there is space; 1 anything else.
+re-run once there is space; 77 another trainer took the run directory's
+lease over, which now owns the run (not worth a re-run); 1 anything else.
 """
 
 import atexit
