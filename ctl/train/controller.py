@@ -123,11 +123,11 @@ def _on_stall(watchdog, ledger, held) -> None:
 
 
 class _Run:
-  """One `run` call: the outer loop over the run's parts (`ctl.train.parts`).
+  """One `run` call: start-up, the loops (`_Loops`), the finishing steps.
 
-  Each duty is its own unit, called at loop boundaries only: checkpoints and
-  their policy, the metrics window and its log line, evaluation, stragglers,
-  the divergence guard, and the finishing steps (`ctl.checkpoint.finishing`).
+  Start-up assembles the run's parts (`ctl.train.parts`) and restores the
+  newest checkpoint; `_Loops` trains to the target; the finishing steps
+  (`ctl.checkpoint.finishing`) evaluate, save, export and summarize.
   """
 
   def __init__(
@@ -147,19 +147,21 @@ class _Run:
     self._eval_callbacks = eval_callbacks
     self._loop_actions = loop_actions
     self._started = time.monotonic()  # For the summary's wall_seconds.
-    # The global step as the host knows it: read from the variable after a
-    # restore, then advanced by the steps each loop runs, so bookkeeping and
-    # progress marks never wait on a device-to-host copy.
-    self._step = 0
+    self._restored_step = 0  # The step start-up restored.
+    self._loops = None  # _Loops, once start-up is done.
     self.ledger, self._faults, self._progress = _observers(
       options,
       faults,
       progress_listeners,
-      current_step=lambda: self._step,
+      current_step=self._current_step,
       fence=fence,
     )
     self._parts = None  # parts_lib.Parts, from the start of start-up.
-    self._save_first = False  # Save step 0 after the first trace.
+
+  def _current_step(self) -> int:
+    """The global step as the host knows it: the restored one, then the
+    loops' (progress marks never wait on a device-to-host copy)."""
+    return self._loops.step if self._loops else self._restored_step
 
   def run(self) -> dict:
     """The whole run, from start-up to the summary: the one place a run is
@@ -170,141 +172,62 @@ class _Run:
   def _train(self) -> dict:
     options = self._options
     with self._progress.phase(progress_lib.STARTUP):
-      self._parts = parts = parts_lib.assemble(
-        task=self._task,
-        options=options,
-        strategy=self._strategy,
-        progress=self._progress,
-        ledger=self.ledger,
-        faults=self._faults,
-        eval_callbacks=self._eval_callbacks,
-        loop_actions=self._loop_actions,
-        fence=self._fence,
-      )
-      with self._progress.phase(progress_lib.RESTORE):
-        restored, self._step = parts.checkpoints.restore_at_start(
-          directory=options.dirs.checkpoint_dir, train_steps=options.train_steps
-        )
+      restored = self._start_up()
       if not restored and not options.train_steps:
         summary = finishing.nothing_to_train(
           checkpoint_dir=options.dirs.checkpoint_dir, ledger=self.ledger
         )
-        parts.close()
+        self._parts.close()
         return summary
-      parts.writer.write_hparams(options.hparams, parts.metric_names)
-    parts.checkpoints.start()
-    start_step = self._step
+      self._parts.writer.write_hparams(
+        options.hparams, self._parts.metric_names
+      )
+    self._parts.checkpoints.start()
     # A new run saves its step 0 (a rollback target for the divergence
     # guard, a fixed start) once its first loop is traced: a step that
     # cannot work is refused with nothing saved.
-    self._save_first = not restored and bool(options.max_nan_recoveries)
+    self._loops = _Loops(
+      self._parts,
+      self._task,
+      options,
+      self._strategy,
+      self._faults,
+      self._progress,
+      step=self._restored_step,
+      save_first=not restored and bool(options.max_nan_recoveries),
+    )
     with preemption.StopRequest() as stop:
-      self._loop_until(options.train_steps, stop)
-    return self._finish(trained=self._step > start_step)
+      self._loops.until(options.train_steps, stop)
+    return self._finish(trained=self._loops.step > self._restored_step)
 
-  def _loop_until(self, train_steps: int, stop) -> None:
-    """Runs train loops to `train_steps`, the duties between them."""
-    parts, iterator = self._parts, self._iterator()
-    returned, first = time.perf_counter(), True
-    while self._step < train_steps:
-      num_steps = min(self._options.steps_per_loop, train_steps - self._step)
-      started = time.monotonic()
-      phase = progress_lib.FIRST_LOOP if first else progress_lib.TRAIN_LOOP
-      with (
-        self._progress.phase(phase),
-        parts.profiler.loop(
-          first_step=self._step + 1, last_step=self._step + num_steps
-        ),
-      ):
-        if first:
-          self._trace_and_save_first(iterator)
-        # Host time since the previous loop returned: what the others
-        # wait for in this loop's all-reduce if this worker is the slowest.
-        output = parts.loop.train(
-          iterator,
-          num_steps,
-          stop_requested=stop.requested,
-          save_requested=parts.checkpoints.due_by_time(),
-          host_seconds=time.perf_counter() - returned,
-        )
-        returned = time.perf_counter()
-        self._step += num_steps
-      first = False
-      if not np.all(np.isfinite(output.step_losses)):
-        self._roll_back(output.step_losses)
-        iterator = self._iterator()
-        continue
-      if output.stop_requested:
-        self._record_loop(output, num_steps, time.monotonic() - started)
-        parts.checkpoints.save(self._step)
-        parts.close()
-        raise Preempted(self._step, stop.signal)
-      if self._after_loop(output, num_steps, time.monotonic() - started):
-        return
-
-  def _trace_and_save_first(self, iterator) -> None:
-    """Traces the loop (a bad step or batch is refused here), then saves
-    step 0 of a new run."""
-    self._parts.loop.trace(iterator)
-    if self._save_first:
-      self._parts.checkpoints.save(self._step)
-
-  def _record_loop(self, output, num_steps: int, seconds: float) -> None:
-    """The loop's metrics, stragglers and log line."""
-    parts, step, options = self._parts, self._step, self._options
-    parts.window.add(output, num_steps, seconds)
-    parts.stragglers.add(output.host_seconds, step=step)
-    if step % options.log_every_steps == 0 or step == options.train_steps:
-      parts.window.log(step, parts.stragglers.scalars())
-
-  def _after_loop(self, output, num_steps: int, seconds: float) -> bool:
-    """The duties after a loop, in order: its log line, evaluation, the
-    user's actions, then the checkpoint, which so holds what the actions
-    decided or changed. Returns whether an action stopped the run."""
-    parts, step = self._parts, self._step
-    self._record_loop(output, num_steps, seconds)
-    if parts.evaluation.due(step):
-      parts.evaluation.run(step)
-    if parts.actions:
-      with self._progress.phase(progress_lib.LOOP_ACTIONS):
-        if parts.actions.after_loop(step, self._result(output)):
-          return True
-    parts.checkpoints.maybe_save(step, requested=output.save_requested)
-    return False
-
-  def _result(self, output) -> actions_lib.LoopResult:
-    """What the loop actions are told of the loop that just ended."""
-    evaluation = self._parts.evaluation
-    metrics = self._parts.window.loop_metrics(output)
-    return actions_lib.LoopResult(
-      loss=metrics["loss"],
-      metrics=metrics,
-      eval_metrics=evaluation.metrics if evaluation.step == self._step else {},
-      is_chief=self._options.is_chief,
+  def _start_up(self) -> bool:
+    """Assembles the run's parts and restores the newest checkpoint;
+    returns whether one was restored."""
+    options = self._options
+    self._parts = parts_lib.assemble(
+      task=self._task,
+      options=options,
+      strategy=self._strategy,
+      progress=self._progress,
+      ledger=self.ledger,
+      faults=self._faults,
+      eval_callbacks=self._eval_callbacks,
+      loop_actions=self._loop_actions,
+      fence=self._fence,
     )
-
-  def _iterator(self):
-    seed = int(self._parts.state.data_seed.numpy())
-    return _train_iterator(
-      self._task, self._strategy, self._step, seed, self._faults
-    )
-
-  def _roll_back(self, losses: np.ndarray) -> None:
-    """Returns to the last checkpoint after a non-finite loss."""
-    try:
-      self._parts.divergence.record(losses, last_step=self._step)
-    except TrainingDiverged:
-      self._parts.close()
-      raise
-    _, self._step = self._parts.checkpoints.restore_latest()
-    if self._options.reshuffle_on_nan:
-      self._parts.state.data_seed.assign_add(1)
+    with self._progress.phase(progress_lib.RESTORE):
+      restored, self._restored_step = self._parts.checkpoints.restore_at_start(
+        directory=options.dirs.checkpoint_dir, train_steps=options.train_steps
+      )
+    return restored
 
   def _finish(self, *, trained: bool) -> dict:
     """The finishing steps: evaluate, save, export, write the summary."""
-    parts, step = self._parts, self._step
+    parts, step = self._parts, self._loops.step
     if parts.evaluation.step != step:  # Not if a loop action stopped after it.
-      parts.evaluation.run(step)
+      _evaluate(parts, step)
+      if parts.actions.requested is not None and not parts.actions.stopped:
+        parts.actions.end(step)  # A callback's stop at the last step.
     parts.checkpoints.save_final(step)
     try:  # A stop asked for during the export raises Preempted after it.
       finishing.export(
@@ -323,6 +246,143 @@ class _Run:
     parts.checkpoints.remove_local()
     finishing.log_done(summary, model_dir=self._options.dirs.model_dir)
     return summary
+
+
+def _evaluate(parts, step: int) -> None:
+  """Evaluates at `step`; an evaluation callback that raises `StopTraining`
+  asks to stop as a loop action does (ctl.train.actions)."""
+  try:
+    parts.evaluation.run(step)
+  except actions_lib.StopTraining as stop:
+    parts.actions.request(step, stop)
+
+
+class _Loops:
+  """The train loops to a target step and the duties between them.
+
+  Each duty is its own unit of the run's parts, called at loop boundaries
+  only: the metrics window and its log line, stragglers, evaluation, the
+  user's actions, checkpoints and their policy, the divergence guard.
+  """
+
+  def __init__(
+    self, parts, task, options, strategy, faults, progress, *, step, save_first
+  ):
+    self._parts, self._task, self._options = parts, task, options
+    self._strategy, self._faults, self._progress = strategy, faults, progress
+    # The global step as the host knows it: read from the variable after a
+    # restore, then advanced by the steps each loop runs.
+    self.step = step
+    self._save_first = save_first  # Save this step after the first trace.
+    # With one worker an action's stop needs no agreement (ctl.train.actions).
+    self._one_worker = worker_exchange.num_workers(strategy) == 1
+
+  def until(self, train_steps: int, stop) -> None:
+    """Runs train loops to `train_steps`, the duties between them."""
+    parts, iterator = self._parts, self._iterator()
+    returned, first = time.perf_counter(), True
+    while self.step < train_steps:
+      num_steps = min(self._options.steps_per_loop, train_steps - self.step)
+      started = time.monotonic()
+      phase = progress_lib.FIRST_LOOP if first else progress_lib.TRAIN_LOOP
+      with (
+        self._progress.phase(phase),
+        parts.profiler.loop(
+          first_step=self.step + 1, last_step=self.step + num_steps
+        ),
+      ):
+        if first:
+          self._trace_and_save_first(iterator)
+        # Host time since the previous loop returned: what the others
+        # wait for in this loop's all-reduce if this worker is the slowest.
+        output = parts.loop.train(
+          iterator,
+          num_steps,
+          stop_requested=stop.requested,
+          save_requested=parts.checkpoints.due_by_time(),
+          host_seconds=time.perf_counter() - returned,
+          finish_requested=parts.actions.requested is not None,
+        )
+        returned = time.perf_counter()
+        self.step += num_steps
+      first = False
+      if not np.all(np.isfinite(output.step_losses)):
+        self._roll_back(output.step_losses)
+        iterator = self._iterator()
+        continue
+      if output.stop_requested:
+        self._record_loop(output, num_steps, time.monotonic() - started)
+        parts.checkpoints.save(self.step)
+        parts.close()
+        raise Preempted(self.step, stop.signal)
+      if output.finish_requested:  # An action's stop, agreed: end here.
+        self._record_loop(output, num_steps, time.monotonic() - started)
+        parts.actions.end(self.step)
+        return
+      if self._after_loop(output, num_steps, time.monotonic() - started):
+        return
+
+  def _trace_and_save_first(self, iterator) -> None:
+    """Traces the loop (a bad step or batch is refused here), then saves
+    step 0 of a new run."""
+    self._parts.loop.trace(iterator)
+    if self._save_first:
+      self._parts.checkpoints.save(self.step)
+
+  def _record_loop(self, output, num_steps: int, seconds: float) -> None:
+    """The loop's metrics, stragglers and log line."""
+    parts, step, options = self._parts, self.step, self._options
+    parts.window.add(output, num_steps, seconds)
+    parts.stragglers.add(output.host_seconds, step=step)
+    if step % options.log_every_steps == 0 or step == options.train_steps:
+      parts.window.log(step, parts.stragglers.scalars())
+
+  def _after_loop(self, output, num_steps: int, seconds: float) -> bool:
+    """The duties after a loop, in order: its log line, evaluation, the
+    user's actions, then the checkpoint, which so holds what the actions
+    decided or changed. Returns whether an action stopped the run."""
+    parts, step = self._parts, self.step
+    self._record_loop(output, num_steps, seconds)
+    if parts.evaluation.due(step):
+      _evaluate(parts, step)
+    if parts.actions and parts.actions.requested is None:
+      with self._progress.phase(progress_lib.LOOP_ACTIONS):
+        parts.actions.after_loop(step, self._result(output))
+    if parts.actions.requested is not None and (
+      self._one_worker or step >= self._options.train_steps
+    ):
+      parts.actions.end(step)
+      return True
+    parts.checkpoints.maybe_save(step, requested=output.save_requested)
+    return False
+
+  def _result(self, output) -> actions_lib.LoopResult:
+    """What the loop actions are told of the loop that just ended."""
+    evaluation = self._parts.evaluation
+    metrics = self._parts.window.loop_metrics(output)
+    return actions_lib.LoopResult(
+      loss=metrics["loss"],
+      metrics=metrics,
+      eval_metrics=evaluation.metrics if evaluation.step == self.step else {},
+      is_chief=self._options.is_chief,
+    )
+
+  def _iterator(self):
+    seed = int(self._parts.state.data_seed.numpy())
+    return _train_iterator(
+      self._task, self._strategy, self.step, seed, self._faults
+    )
+
+  def _roll_back(self, losses: np.ndarray) -> None:
+    """Returns to the last checkpoint after a non-finite loss."""
+    try:
+      self._parts.divergence.record(losses, last_step=self.step)
+    except TrainingDiverged:
+      self._parts.close()
+      raise
+    _, self.step = self._parts.checkpoints.restore_latest()
+    if self._options.reshuffle_on_nan:
+      self._parts.state.data_seed.assign_add(1)
 
 
 def _observers(options, faults, listeners, *, current_step, fence):
