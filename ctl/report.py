@@ -4,8 +4,9 @@
   ctl-report gs://bucket/run --png=run.png
 
 reads the run ledger (`<MODEL_DIR>/ledger`, see ctl.telemetry.ledger) of a finished or
-running job, prints the goodput accounting (ctl.telemetry.goodput) and each start of
-the job, and draws the timeline: one row per start, colored by category,
+running job, prints the goodput accounting (ctl.telemetry.goodput), each start of
+the job and its way to its first step by phase (where a restart's seconds
+go), and draws the timeline: one row per start, colored by category,
 failures marked. The picture goes to `<MODEL_DIR>/goodput_timeline.png`
 (for gs:// directories, `goodput_timeline.png` here) unless --png says where;
 it needs matplotlib (`pip install ctl[report]`).
@@ -87,7 +88,34 @@ def table(accounting: goodput.Accounting) -> str:
       f"{a.lost_steps:>5}  {a.outcome}"
       + (f" (restored from the {a.restored_from})" if a.restored_from else "")
     )
+  lines += ["", *restart_table(accounting)]
   return "\n".join(lines)
+
+
+def restart_table(accounting: goodput.Accounting) -> list[str]:
+  """Each start's way to its first step, by phase (goodput.restart_phases):
+  where a restart's seconds go, for every attempt."""
+  heads = {
+    "gap": "gap",
+    "imports": "imports",
+    "build": "build",
+    goodput.RESTORE: "restore",
+    "before_loop": "pre-loop",
+    goodput.TRACING: "tracing",
+  }
+  lines = [
+    "Seconds from the failure before each start to its first step:",
+    f"{'start':>5} "
+    + " ".join(f"{heads[p]:>8}" for p in goodput.RESTART_PHASES)
+    + f" {'total':>8}",
+  ]
+  for a, row in zip(accounting.attempts, goodput.restart_phases(accounting)):
+    lines.append(
+      f"{a.index + 1:>5} "
+      + " ".join(f"{row[p]:>8.2f}" for p in goodput.RESTART_PHASES)
+      + f" {sum(row.values()):>8.2f}"
+    )
+  return lines
 
 
 def last_evaluation(attempts: Sequence[Sequence[dict]]) -> str | None:

@@ -155,6 +155,8 @@ class Attempt:
       resumed from.
     restored_from: where its restore came from and how long it took, e.g.
       "local tier, 0.21 s" (a `checkpoint_restore` event), or "".
+    imported: seconds from its start to the end of its imports (its `run`
+      event; for a warm spare, from the hand-over), or None.
   """
 
   index: int
@@ -166,6 +168,7 @@ class Attempt:
   last_step: int
   lost_steps: int
   restored_from: str = ""
+  imported: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,6 +283,49 @@ def account(
     segments=tuple(segments),
     notes=tuple(notes),
   )
+
+
+# A start's way back, in order: no process, interpreter and imports, the
+# run's parts (model, optimizer, data, strategy), the restore, bookkeeping
+# before the first loop, and the first loop's tracing.
+RESTART_PHASES = ("gap", "imports", "build", RESTORE, "before_loop", TRACING)
+
+
+def restart_phases(accounting: Accounting) -> list[dict[str, float]]:
+  """Each start's seconds from the failure before it to its first step.
+
+  Where a restart's time goes, per attempt: its segments before its first
+  training (a killed start that never trained: all of them), split by
+  RESTART_PHASES; start-up is split at the end of the imports (the `run`
+  event). The phases add up to the start's time to its first step.
+
+  Returns:
+    One {phase: seconds} per attempt, in order (the first has no gap).
+  """
+  rows = []
+  for a in accounting.attempts:
+    spent = dict.fromkeys(CATEGORIES, 0.0)
+    for s in accounting.segments:
+      if s.attempt == a.index and s.category == GOODPUT:
+        break
+      if s.attempt == a.index:
+        spent[s.category] += s.end - s.start
+    imports = min(a.imported or 0.0, spent[STARTUP])
+    rows.append(
+      {
+        "gap": spent[RESTART_GAP],
+        "imports": imports,
+        "build": spent[STARTUP] - imports,
+        RESTORE: spent[RESTORE],
+        "before_loop": sum(spent.values())
+        - spent[RESTART_GAP]
+        - spent[STARTUP]
+        - spent[RESTORE]
+        - spent[TRACING],
+        TRACING: spent[TRACING],
+      }
+    )
+  return rows
 
 
 def checkpoint_interval(
@@ -441,6 +487,7 @@ def _attempt(
     last_step=last_step,
     lost_steps=lost,
     restored_from=_restored_from(events),
+    imported=next((e.get("m") for e in events if e["event"] == "run"), None),
   )
 
 

@@ -1,0 +1,129 @@
+"""ctl-report's restart phases, on the ledger of a real killed and restarted run.
+
+One job runs under `ctl.launch --max_restarts=1`; the test SIGKILLs its
+trainer once it has trained past its first checkpoint and reads, from
+`ctl-report`, where each start's way to its first step went (issue 37).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ctl.telemetry import goodput
+from ctl.telemetry import ledger
+from tests.conftest import FAST_FLAGS
+from tests.conftest import REPO
+from tests.conftest import trainer_env
+from trainer.testing import launch_command
+
+KILL_AT = 30
+
+
+def _wait_for_step(model_dir, step, launcher, timeout=240):
+  """The first attempt's events once it has recorded `step`."""
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    attempts = ledger.read(ledger.ledger_dir(model_dir))
+    steps = (
+      [e["step"] for e in attempts[0] if e["event"] == "phase"]
+      if (attempts)
+      else []
+    )
+    if steps and max(steps) >= step:
+      return attempts[0]
+    assert launcher.poll() is None, launcher.communicate()[0][-3000:]
+    time.sleep(0.05)
+  raise AssertionError(f"the run never reached step {step}")
+
+
+@pytest.fixture(scope="module")
+def killed_once(tmp_path_factory):
+  """The model_dir of a job killed at KILL_AT and resumed by the launcher."""
+  model_dir = str(tmp_path_factory.mktemp("restart") / "run")
+  launcher = subprocess.Popen(
+    launch_command(
+      "--num_workers=1",
+      "--max_restarts=1",
+      "--restart_backoff_secs=0.5",
+      trainer_flags=(
+        *FAST_FLAGS,
+        "--train_steps=60",
+        "--eval_every_steps=0",
+        f"--model_dir={model_dir}",
+      ),
+    ),
+    cwd=REPO,
+    env=trainer_env(),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
+  events = _wait_for_step(model_dir, KILL_AT, launcher)
+  os.kill(events[0]["pid"], signal.SIGKILL)
+  output, _ = launcher.communicate(timeout=300)
+  assert launcher.returncode == 0, output[-3000:]
+  return model_dir
+
+
+def test_each_starts_way_to_its_first_step_adds_up(killed_once):
+  accounting = goodput.account(ledger.read(ledger.ledger_dir(killed_once)))
+  first, restart = goodput.restart_phases(accounting)
+  assert first["gap"] == 0
+  # The restart came back from a process that did not exist: every phase
+  # of a cold start is there, and the gap holds the launcher's back-off.
+  for phase in goodput.RESTART_PHASES:
+    assert restart[phase] > 0 or phase == "before_loop", phase
+  assert restart["gap"] > 0
+  assert restart[goodput.RESTORE] == pytest.approx(
+    accounting.seconds[goodput.RESTORE]
+    - sum(
+      s.end - s.start
+      for s in accounting.segments
+      if s.attempt == 0 and s.category == goodput.RESTORE
+    ),
+  )
+  # The phases are the accounting's, start by start: all of a start's
+  # start-up, restore and tracing, and the gap before it.
+  for category, phases in (
+    (goodput.RESTART_GAP, ("gap",)),
+    (goodput.STARTUP, ("imports", "build")),
+    (goodput.TRACING, (goodput.TRACING,)),
+  ):
+    assert sum(
+      goodput.restart_phases(accounting)[i][p] for i in (0, 1) for p in phases
+    ) == pytest.approx(accounting.seconds[category])
+
+
+def test_ctl_report_prints_each_starts_restart_phases(killed_once):
+  result = subprocess.run(
+    [sys.executable, "-m", "ctl.report", killed_once, "--png="],
+    cwd=REPO,
+    env=trainer_env(),
+    capture_output=True,
+    text=True,
+    check=True,
+  )
+  out = result.stdout
+  head = "Seconds from the failure before each start to its first step:"
+  assert head in out
+  table = out.split(head)[1].strip().splitlines()
+  assert table[0].split() == [
+    "start",
+    "gap",
+    "imports",
+    "build",
+    "restore",
+    "pre-loop",
+    "tracing",
+    "total",
+  ]
+  rows = [line.split() for line in table[1:3]]
+  assert [row[0] for row in rows] == ["1", "2"]
+  for row in rows:
+    numbers = [float(x) for x in row[1:]]
+    assert sum(numbers[:-1]) == pytest.approx(numbers[-1], abs=0.03)
+  assert float(rows[1][1]) > 0  # The restart's gap.
