@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 
 from ctl.launch import spare
 from trainer.testing import REPO
@@ -31,11 +32,13 @@ if __name__ == "__main__":
     "attempt_start": os.environ.get("CTL_ATTEMPT_START"),
     "csv_already_imported": "csv" in sys.modules,
     "niceness": os.getpriority(os.PRIO_PROCESS, 0),
+    "autogroup": open("/proc/self/autogroup").read().split()[-1]
+    if os.path.exists("/proc/self/autogroup") else None,
   }))
 '''
 
 
-def _spare(tmp_path) -> subprocess.Popen:
+def _spare(tmp_path, *, session=False) -> subprocess.Popen:
   (tmp_path / "probe_worker.py").write_text(_PROBE)
   env = {
     **os.environ,
@@ -49,6 +52,7 @@ def _spare(tmp_path) -> subprocess.Popen:
     stdout=subprocess.PIPE,
     stderr=subprocess.PIPE,
     text=True,
+    start_new_session=session,  # As the agent starts it (workers.spawn).
   )
 
 
@@ -109,3 +113,38 @@ def test_the_spare_imports_at_a_lower_priority_the_worker_runs_at_its_own(
   lowered = min(19, started + spare.WARM_UP_NICENESS)
   assert waiting == (lowered if spare.may_restore_priority() else started)
   assert json.loads(out)["niceness"] == started
+
+
+def _autogroups() -> bool:
+  try:
+    with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+      return f.read().strip() == "1"
+  except OSError:
+    return False
+
+
+@pytest.mark.skipif(
+  not _autogroups() or not spare.may_restore_priority(),
+  reason="the kernel does not group scheduling by session, or the spare "
+  "may not lower itself",
+)
+def test_in_its_own_session_the_spare_lowers_its_sessions_priority_too(
+  tmp_path,
+):
+  """Where the kernel schedules by session (autogroup), a thread's nice
+  ranks it only within its session: the spare, in a session of its own as
+  the agent starts it, would take a core from the worker in another session
+  as an equal. So the session's own nice is lowered too, and set back at
+  the hand-over (issue 37: a spare's imports slowed the restart)."""
+  process = _spare(tmp_path, session=True)
+  try:
+    assert process.stderr.readline().strip() == spare.READY_LINE
+    with open(f"/proc/{process.pid}/autogroup") as f:
+      waiting = f.read().split()[-1]
+    handed = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}
+    out, err = process.communicate(json.dumps(handed) + "\n", timeout=60)
+  finally:
+    process.kill()
+  assert process.returncode == 0, err
+  assert waiting == str(spare.WARM_UP_NICENESS)
+  assert json.loads(out)["autogroup"] == "0"

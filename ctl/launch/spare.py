@@ -33,7 +33,10 @@ path. So it imports at `WARM_UP_NICENESS` more than it was started with,
 and the hand-over sets it back before the worker runs. Raising a priority
 back needs root or CAP_SYS_NICE (what a container's agent has); a process
 that may not (`may_restore_priority`) keeps its priority throughout, so a
-worker never runs lowered.
+worker never runs lowered. Where the kernel schedules by session
+(autogroup), the spare's session is lowered as well (`set_niceness`): a
+thread's nice alone did not lower it against the worker, and its imports
+slowed the restart beside it (issue 37).
 """
 
 import ast
@@ -97,11 +100,26 @@ def may_restore_priority() -> bool:
 
 def set_niceness(value: int) -> None:
   """Sets the nice value of every thread of this process (Linux keeps one
-  per thread, and a new thread takes its creator's)."""
+  per thread, and a new thread takes its creator's), and of its session
+  where it leads one.
+
+  Where the kernel schedules by session (autogroup, on by default in many
+  distributions), a thread's nice ranks it only within its session: the
+  spare, in a session of its own as the agent starts it, would take a core
+  from the worker (another session) as an equal. The session's nice
+  (/proc/self/autogroup) ranks the sessions; a process that does not lead
+  its session leaves it alone (it would lower its parent's too).
+  """
   for thread in os.listdir("/proc/self/task"):
     try:
       os.setpriority(os.PRIO_PROCESS, int(thread), value)
     except ProcessLookupError:  # The thread ended meanwhile.
+      pass
+  if os.getsid(0) == os.getpid():
+    try:
+      with open("/proc/self/autogroup", "w", encoding="ascii") as f:
+        f.write(str(value))
+    except OSError:  # No autogroup in this kernel.
       pass
 
 
