@@ -90,11 +90,11 @@ def _pages() -> list[pathlib.Path]:
   return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
 
 
-def _named(pattern: str) -> list[tuple[str, str]]:
+def _named(pattern: str, pages: list[pathlib.Path]) -> list[tuple[str, str]]:
   """(page, match) of each match of `pattern`'s group 1 on every page."""
   return [
     (page.name, match)
-    for page in _pages()
+    for page in pages
     for match in sorted(set(re.findall(pattern, page.read_text(), re.M)))
   ]
 
@@ -145,21 +145,29 @@ def _defined_flags() -> set[str]:
   return found | _static_flags()
 
 
-def test_every_flag_a_page_names_is_defined():
+def _unknown_flags(pages: list[pathlib.Path]) -> list[str]:
   known = _defined_flags() | EXTERNAL_FLAGS
-  unknown = [
+  return [
     f"{page}: --{flag}"
-    for page, flag in _named(r"(?<![\w-])--([a-z][a-z0-9_-]*)")
+    for page, flag in _named(r"(?<![\w-])--([a-z][a-z0-9_-]*)", pages)
     if flag not in known
   ]
-  assert not unknown
+
+
+def test_every_flag_a_page_names_is_defined():
+  assert not _unknown_flags(_pages())
+
+
+def _missing_paths(pages: list[pathlib.Path]) -> list[str]:
+  return [
+    f"{page}: {path}"
+    for page, path in _named(_PATH, pages)
+    if not _exists(path)
+  ]
 
 
 def test_every_path_a_page_names_exists():
-  missing = [
-    f"{page}: {path}" for page, path in _named(_PATH) if not _exists(path)
-  ]
-  assert not missing
+  assert not _missing_paths(_pages())
 
 
 def _exists(path: str) -> bool:
@@ -178,10 +186,10 @@ def _braces(pattern: str) -> list[str]:
   return [p for alt in match[1].split(",") for p in _braces(head + alt + tail)]
 
 
-def test_every_module_a_page_runs_or_names_exists():
+def _missing_modules(pages: list[pathlib.Path]) -> list[str]:
   modules = set(_modules("ctl")) | set(_modules("trainer"))
   modules |= {name.removesuffix(".__main__") for name in modules}
-  run = _named(r"python -m ((?:" + "|".join(_TOP) + r")(?:\.\w+)*)")
+  run = _named(r"python -m ((?:" + "|".join(_TOP) + r")(?:\.\w+)*)", pages)
   missing = [
     f"{page}: python -m {name}"
     for page, name in run
@@ -193,33 +201,42 @@ def test_every_module_a_page_runs_or_names_exists():
   ]
   missing += [
     f"{page}: {name}"
-    for page, name in run + _named(r"`(ctl\.\w+(?:\.\w+)?)")
+    for page, name in run + _named(r"`(ctl(?:\.\w+)+)", pages)
     if name.startswith(("ctl.", "trainer.")) and not _resolves(name, modules)
   ]
-  assert not missing
+  return missing
+
+
+def test_every_module_a_page_runs_or_names_exists():
+  assert not _missing_modules(_pages())
 
 
 def _resolves(name: str, modules: set[str]) -> bool:
-  """`ctl.x` (`ctl.x.y`) is a module, or a name `ctl` (module `ctl.x`) has."""
-  if name in modules:
-    return True
-  parent, _, attribute = name.rpartition(".")
-  if parent == "ctl":
-    return attribute in importlib.import_module("ctl").__all__
-  return parent in modules and hasattr(
-    importlib.import_module(parent), attribute
+  """`ctl.x.y...` is a module, or names of one (`ctl.run`, `ctl.io.fencing.OPEN`)."""
+  parts = name.split(".")
+  cut = max(
+    n for n in range(1, len(parts) + 1) if ".".join(parts[:n]) in modules
   )
+  value = importlib.import_module(".".join(parts[:cut]))
+  for attribute in parts[cut:]:
+    if not hasattr(value, attribute):
+      return False
+    value = getattr(value, attribute)
+  return True
+
+
+def _missing_targets(pages: list[pathlib.Path]) -> list[str]:
+  makefile = pathlib.Path(REPO, "Makefile").read_text()
+  targets = set(re.findall(r"^([\w-]+):", makefile, re.M))
+  return [
+    f"{page}: make {target}"
+    for page, target in _named(r"(?:`|^|\$ )make ([a-z][\w-]*)", pages)
+    if target not in targets
+  ]
 
 
 def test_every_make_target_a_page_names_is_in_the_makefile():
-  makefile = pathlib.Path(REPO, "Makefile").read_text()
-  targets = set(re.findall(r"^([\w-]+):", makefile, re.M))
-  missing = [
-    f"{page}: make {target}"
-    for page, target in _named(r"(?:`|^|\$ )make ([a-z][\w-]*)")
-    if target not in targets
-  ]
-  assert not missing
+  assert not _missing_targets(_pages())
 
 
 def _scripts() -> dict[str, str]:
@@ -288,14 +305,41 @@ def test_the_exit_code_table_names_only_what_each_tool_exits_with():
   assert not wrong
 
 
-def test_every_exit_code_a_page_names_is_one_a_tool_exits_with():
+def _unknown_codes(pages: list[pathlib.Path]) -> list[str]:
   can = set().union(*(_exit_codes(m) for m in _scripts().values()))
-  wrong = [
+  return [
     f"{page}: exit {code}"
-    for page, code in _named(r"\bexit(?:s|ed| code| status)? `?(\d+)\b")
+    for page, code in _named(r"\bexit(?:s|ed| code| status)? `?(\d+)\b", pages)
     if int(code) not in can and not 128 < int(code) < 128 + signal.NSIG
   ]
-  assert not wrong
+
+
+def test_every_exit_code_a_page_names_is_one_a_tool_exits_with():
+  assert not _unknown_codes(_pages())
+
+
+def test_the_checks_find_what_a_page_gets_wrong(tmp_path):
+  page = tmp_path / "page.md"
+  page.write_text(
+    "Run `python -m ctl.launch --num_workers=2 --nmu_workers=2` or\n"
+    "`python -m ctl.lunch`, see `ctl/launch/launcher.py`, `ctl/lunch.py`,\n"
+    "`configs/{quickstart,slowstart}.cfg`, `ctl.run`, `ctl.runn`,\n"
+    "`ctl.io.fencing.OPEN`, `ctl.io.fencing.CLOSED`; `make test`, `make tset`;\n"
+    "it exits 75, or exit 76.\n"
+  )
+  pages = [page]
+  assert _unknown_flags(pages) == ["page.md: --nmu_workers"]
+  assert _missing_paths(pages) == [
+    "page.md: configs/{quickstart,slowstart}.cfg",
+    "page.md: ctl/lunch.py",
+  ]
+  assert _missing_modules(pages) == [
+    "page.md: ctl.lunch",
+    "page.md: ctl.io.fencing.CLOSED",
+    "page.md: ctl.runn",
+  ]
+  assert _missing_targets(pages) == ["page.md: make tset"]
+  assert _unknown_codes(pages) == ["page.md: exit 76"]
 
 
 def test_the_trainers_help_names_every_code_of_the_exit_table():
