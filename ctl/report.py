@@ -9,7 +9,7 @@ the job and its way to its first step by phase (where a restart's seconds
 go), and draws the timeline: one row per start, colored by category,
 failures marked. The picture goes to `<MODEL_DIR>/goodput_timeline.png`
 (for gs:// directories, `goodput_timeline.png` here) unless --png says where;
-it needs matplotlib (`pip install ctl[report]`).
+it needs matplotlib (`pip install 'ctl-train-loop[report]'`).
 """
 
 from collections.abc import Sequence
@@ -353,7 +353,7 @@ def _report(argv: Sequence[str] | None) -> None:
       timeline(accounting, png)
     except ImportError:
       print(
-        "\nNo timeline: matplotlib is not installed (pip install ctl[report])."
+        "\nNo timeline: matplotlib is not installed (pip install 'ctl-train-loop[report]')."
       )
     else:
       print(f"\nTimeline: {png}")

@@ -486,6 +486,21 @@ def test_digits_split_is_fixed_and_partitions_the_1797_digits():
   assert source.num_classes == 10
 
 
+def test_digits_without_scikit_learn_is_a_user_error_naming_the_extra(
+  monkeypatch,
+):
+  # scikit-learn is the digits extra: an install without it (a ctl.run
+  # user's) is one sentence, not a traceback from find_spec's None.
+  import sklearn  # pylint: disable=g-import-not-at-top
+
+  where = os.path.dirname(os.path.dirname(sklearn.__file__))
+  monkeypatch.setattr(sys, "path", [p for p in sys.path if p != where])
+  for name in [n for n in sys.modules if n.split(".")[0] == "sklearn"]:
+    monkeypatch.delitem(sys.modules, name)
+  with pytest.raises(UserError, match=r"ctl-train-loop\[digits\]"):
+    data.load("digits", image_size=8)
+
+
 _LOADED_AT_EXIT = """
 import atexit, runpy, sys
 atexit.register(lambda: print("loaded:", *sorted(

@@ -8,6 +8,7 @@ import sys
 from packaging import requirements
 from packaging import specifiers
 from packaging import utils
+from packaging import version
 import pytest
 
 import ctl
@@ -63,14 +64,21 @@ def test_light_entry_points_do_not_load_tensorflow(args, says):
 
 
 def _declared_requirements() -> list[requirements.Requirement]:
-  """setup.cfg's install_requires and every extra's, less `ctl[...]`."""
+  """setup.cfg's install_requires and every extra's, less the package's own
+  extras (`ctl-train-loop[...]`)."""
   parser = configparser.ConfigParser()
   parser.read(os.path.join(REPO, "setup.cfg"))
   lines = parser["options"]["install_requires"].splitlines()
   for extra in parser["options.extras_require"].values():
     lines += extra.splitlines()
   declared = [requirements.Requirement(line) for line in lines if line.strip()]
-  return [r for r in declared if r.name != "ctl"]
+  return [r for r in declared if r.name != _distribution_name()]
+
+
+def _distribution_name() -> str:
+  parser = configparser.ConfigParser()
+  parser.read(os.path.join(REPO, "setup.cfg"))
+  return parser["metadata"]["name"]
 
 
 def _pins() -> dict[str, str]:
@@ -99,6 +107,28 @@ def test_setup_cfg_declares_ranges_and_constraints_pin_inside_them():
     )
   names = {utils.canonicalize_name(r.name) for r in declared}
   assert set(pins) == names, set(pins) ^ names  # No pin of nothing.
+
+
+def test_every_range_is_bounded_and_starts_at_the_tested_version():
+  # The pin is the one version tested, so it is the lower bound (README
+  # "Install as a package"); the upper bound keeps the next major out.
+  pins = _pins()
+  for requirement in _declared_requirements():
+    name = utils.canonicalize_name(requirement.name)
+    operators = {s.operator: s.version for s in requirement.specifier}
+    assert "<" in operators, f"{name} has no upper bound"
+    assert version.parse(operators[">="]) == version.parse(pins[name]), (
+      f"{name}'s lower bound {operators['>=']} is not the tested {pins[name]}"
+    )
+
+
+def test_the_distribution_is_not_named_ctl_and_is_licensed():
+  # `ctl` on PyPI is another project: `pip install ctl` installs it.
+  parser = configparser.ConfigParser()
+  parser.read(os.path.join(REPO, "setup.cfg"))
+  assert _distribution_name() == "ctl-train-loop"
+  classifiers = parser["metadata"]["classifiers"].split("\n")
+  assert "License :: OSI Approved :: Apache Software License" in classifiers
 
 
 def test_the_python_versions_claimed_agree():

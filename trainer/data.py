@@ -200,10 +200,22 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
   that each restart pays again). tests/test_data.py checks it against
   load_digits.
 
+  scikit-learn is the `digits` extra, not a core dependency (with SciPy
+  about 200 MB that a `ctl.run` user does not need).
+
   Returns:
     The 8x8 images (values 0..16) and their int64 labels.
+
+  Raises:
+    UserError: scikit-learn is not installed.
   """
-  package = importlib.util.find_spec("sklearn").submodule_search_locations[0]
+  spec = importlib.util.find_spec("sklearn")
+  if spec is None:
+    raise UserError(
+      "--dataset=digits reads scikit-learn's digits file: install the digits "
+      "extra (pip install 'ctl-train-loop[digits]') or pick another --dataset."
+    )
+  package = spec.submodule_search_locations[0]
   rows = np.loadtxt(
     os.path.join(package, "datasets", "data", "digits.csv.gz"), delimiter=","
   )
