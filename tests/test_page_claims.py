@@ -296,6 +296,7 @@ def _exit_table() -> tuple[list[str], list[int]]:
 def test_the_exit_code_table_names_only_what_each_tool_exits_with():
   scripts, (tools, codes) = _scripts(), _exit_table()
   assert tools and codes
+  assert set(tools) <= set(scripts), f"not console scripts: {tools}"
   wrong = []
   for tool in tools:
     can = _exit_codes(scripts[tool])
