@@ -18,14 +18,19 @@ finishes as at `train_steps` (the checkpoint of the step, the export, the
 summary, whose `stopped_early` says at which step and why) and returns
 normally. The actions after it in the list are not called for that loop.
 
-Actions run on every worker (the chief's result has `is_chief=True`): every
-worker must take the same decision to stop, or the others wait for it in the
-next loop's all-reduce. The metrics are reduced over all workers, so a
+Actions run on every worker (the chief's result has `is_chief=True`). With
+one worker the run ends at the step the action stopped at. With several, a
+stop decided on one worker only (the chief's file, its clock) must still end
+every worker at one step: the stop is a request, agreed in the next loop's
+all-reduce as a SIGTERM is, and every worker ends after that loop (its step
+is the summary's `stopped_early`); the checkpoint due at the step it was
+decided is written as usual. The metrics are reduced over all workers, so a
 decision made from them alone is the same everywhere; an action with a side
 effect of its own (a file) does it on the chief only. A loop that ends in a
 stop request (SIGTERM) saves and stops without calling the actions. The stop
 is not remembered: running the same call again resumes at the saved step,
-and the actions decide anew (from their restored state).
+and the actions decide anew (from their restored state). An evaluation
+callback that raises `StopTraining` stops the run as an action does.
 """
 
 from collections.abc import Callable, Sequence
@@ -84,7 +89,8 @@ class LoopActions:
     """
     self._actions = tuple(actions)
     self._record = record
-    self.stopped = None  # {"step": ..., "reason": ...} once one stopped.
+    self.requested = None  # Why an action stopped, until the run ends.
+    self.stopped = None  # {"step": ..., "reason": ...} once the run ended.
 
   def __bool__(self) -> bool:
     return bool(self._actions)
@@ -106,17 +112,30 @@ class LoopActions:
     """Calls every action with the loop that ended at `step`.
 
     Returns:
-      True when an action raised `StopTraining`: the run ends at `step`.
+      True when an action raised `StopTraining` (`request`).
     """
     for action in self._actions:
       try:
         action(step, result)
       except StopTraining as stop:
-        self.stopped = {"step": step, "reason": str(stop)}
-        logging.info("A loop action stopped the run at step %d: %s", step, stop)
-        self._record(**self.stopped)
+        self.request(step, stop)
         return True
     return False
+
+  def request(self, step: int, stop: StopTraining) -> None:
+    """Remembers that `stop` was raised after the loop that ended at `step`
+    (by an action or an evaluation callback) until the run ends (`end`)."""
+    logging.info(
+      "A loop action asked to stop the run at step %d: %s", step, stop
+    )
+    self.requested = str(stop)
+
+  def end(self, step: int) -> None:
+    """The run ends at `step` on a stop, this worker's or another's."""
+    reason = self.requested or "a loop action of another worker stopped it"
+    self.stopped = {"step": step, "reason": reason}
+    logging.info("A loop action stopped the run at step %d: %s", step, reason)
+    self._record(**self.stopped)
 
   def summary(self) -> dict:
     """{"stopped_early": {"step", "reason"}} after a stop; {} otherwise."""

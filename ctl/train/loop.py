@@ -27,6 +27,7 @@ at every step can be switched off (`train_metrics=False`).
 
 from collections.abc import Callable
 import dataclasses
+import itertools
 
 import keras
 import numpy as np
@@ -52,6 +53,8 @@ class LoopOutput:
     save_requested: the chief asked for a time-based checkpoint at this step.
     host_seconds: every worker's `host_seconds` of this call, by index in the
       cluster (the chief first); see `TrainLoop.train`.
+    finish_requested: some worker's loop action asked to end the run (it
+      raised `ctl.StopTraining` after the loop before): the run ends here.
   """
 
   step_losses: np.ndarray
@@ -59,6 +62,7 @@ class LoopOutput:
   stop_requested: bool
   save_requested: bool
   host_seconds: np.ndarray
+  finish_requested: bool = False
 
 
 class TrainLoop:
@@ -187,7 +191,8 @@ class TrainLoop:
     # The loop's one extra all-reduce: [step losses..., metric states...,
     # host seconds per worker..., requests]. Summing the requests tells every
     # worker whether any worker was asked to stop, or the chief wants a
-    # time-based save, so all of them take the same decision at the same
+    # time-based save, or an action of any worker ended the run (a stop
+    # decided on one worker), so all of them take the same decision at the same
     # step; each worker's host seconds fill its own slot, so the sum holds
     # everyone's; metric states are sums and counts, so their sum is exact.
     return strategy.reduce(
@@ -219,6 +224,7 @@ class TrainLoop:
     stop_requested: bool = False,
     save_requested: bool = False,
     host_seconds: float = 0.0,
+    finish_requested: bool = False,
   ) -> LoopOutput:
     """Runs `num_steps` training steps in one `tf.function` call.
 
@@ -230,6 +236,8 @@ class TrainLoop:
       save_requested: this worker wants a checkpoint now (chief's timer).
       host_seconds: this worker's host time to share with the others (the
         controller passes its previous loop's time outside this call).
+      finish_requested: a loop action of this worker ended the run after
+        the loop before (`ctl.StopTraining`).
 
     Returns:
       A `LoopOutput` with the per-step losses, the agreed requests and every
@@ -239,7 +247,8 @@ class TrainLoop:
       raise ValueError(
         f"num_steps must be in [1, {self._steps_per_loop}], got {num_steps}."
       )
-    args = self._arguments(iterator, num_steps, stop_requested, save_requested)
+    requests = (stop_requested, save_requested, finish_requested)
+    args = self._arguments(iterator, num_steps, *requests)
     args += (tf.constant(float(host_seconds)),)  # float32; faster sans dtype.
     self.trace(iterator)
     try:
@@ -250,8 +259,8 @@ class TrainLoop:
         "(an OutOfRangeError): Task.train_dataset_fn must return an endless "
         "dataset (`.repeat()`); the run stops at a step target instead."
       ) from e
-    stop, save = totals[-2:]
-    workers = totals[-2 - self._num_workers : -2]
+    stop, save, finish = totals[-3:]
+    workers = totals[-3 - self._num_workers : -3]
     metrics_end = self._steps_per_loop + (
       self.metrics.size if self.metrics else 0
     )
@@ -263,6 +272,7 @@ class TrainLoop:
       stop_requested=bool(stop > 0),
       save_requested=bool(save > 0),
       host_seconds=workers,
+      finish_requested=bool(finish > 0),
     )
 
   def trace(self, iterator) -> None:
@@ -276,7 +286,7 @@ class TrainLoop:
     # of every argument against its traces (about 0.1 ms a call).
     try:
       self._traced = self._train.get_concrete_function(
-        *self._arguments(iterator, 1, False, False), tf.constant(0.0)
+        *self._arguments(iterator, 1, False, False, False), tf.constant(0.0)
       )
     except UserError as e:  # AutoGraph put its trace in front of it.
       raise UserError(_user_sentence(e)) from None
@@ -287,14 +297,14 @@ class TrainLoop:
       ) from e
     self._traced_for = iterator
 
-  def _arguments(self, iterator, num_steps, stop, save) -> tuple:
+  def _arguments(self, iterator, num_steps, *requests: bool) -> tuple:
     """The arguments of a call but the host seconds, made once each."""
     if num_steps not in self._num_steps:
       self._num_steps[num_steps] = tf.constant(num_steps, tf.int32)
     return (
       iterator,
       self._num_steps[num_steps],
-      self._controls[bool(stop), bool(save)],
+      self._controls[tuple(bool(r) for r in requests)],
     )
 
 
@@ -318,12 +328,11 @@ def _user_sentence(error: UserError) -> str:
   return last
 
 
-def _controls() -> dict[tuple[bool, bool], tf.Tensor]:
-  """The loop's request argument for each (stop, save), made once."""
+def _controls() -> dict[tuple[bool, ...], tf.Tensor]:
+  """The loop's request argument for each (stop, save, finish), made once."""
   return {
-    (stop, save): tf.constant([float(stop), float(save)])
-    for stop in (False, True)
-    for save in (False, True)
+    requests: tf.constant([float(r) for r in requests])
+    for requests in itertools.product((False, True), repeat=3)
   }
 
 
