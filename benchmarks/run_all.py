@@ -9,7 +9,7 @@ writes `<results_dir>/<YYYYmmdd-HHMMSS>/` with `results.json`, `report.md`,
 
 Each entry of BENCHMARKS is an absl app run as `python -m <module>
 --output=<file> --section=<name> <flags>`; it writes `{name: section}` JSON
-(see `benchmarks/report.py`). A separate process per benchmark keeps one
+(see `benchmarks/harness/report.py`). A separate process per benchmark keeps one
 crash, hang or memory-hungry model from costing the others, and lets each
 run under a time limit; a section that fails, times out, or whose module is
 not in the tree yet is reported as such, never dropped. Adding a benchmark is
@@ -42,10 +42,10 @@ import time
 from absl import app
 from absl import flags
 
-from benchmarks import chart
-from benchmarks import machine
-from benchmarks import markdown
-from benchmarks import report as report_lib
+from benchmarks.harness import chart
+from benchmarks.harness import machine
+from benchmarks.harness import markdown
+from benchmarks.harness import report as report_lib
 
 flags.DEFINE_string(
   "results_dir",
@@ -139,7 +139,7 @@ _TINY_THROUGHPUT = (
 BENCHMARKS = (
   Benchmark(
     "small_model",
-    "benchmarks.throughput",
+    "benchmarks.speed.throughput",
     # Many short interleaved rounds: the host overhead measured here is
     # a few percent, and a shared machine's noise comes in bursts.
     (
@@ -163,7 +163,7 @@ BENCHMARKS = (
   ),
   Benchmark(
     "resnet50",
-    "benchmarks.throughput",
+    "benchmarks.speed.throughput",
     (
       "--model=resnet50",
       "--image_size=224",
@@ -180,7 +180,7 @@ BENCHMARKS = (
   ),
   Benchmark(
     "input_pipeline",
-    "benchmarks.input_pipeline",
+    "benchmarks.speed.input_pipeline",
     (
       "--num_jpegs=256",
       "--image_size=300",
@@ -202,7 +202,7 @@ BENCHMARKS = (
   ),
   Benchmark(
     "input_scale",
-    "benchmarks.input_scale",
+    "benchmarks.speed.input_scale",
     ("--num_records=30000", "--repeats=3"),
     (
       "--num_records=2000",
@@ -214,7 +214,7 @@ BENCHMARKS = (
   ),
   Benchmark(
     "scaling",
-    "benchmarks.scaling",
+    "benchmarks.speed.scaling",
     ("--train_steps=160", "--steps_per_loop=20", "--repeats=2"),
     (
       "--train_steps=4",
@@ -227,7 +227,7 @@ BENCHMARKS = (
   ),
   Benchmark(
     "checkpointing",
-    "benchmarks.checkpointing",
+    "benchmarks.recovery.checkpointing",
     (
       "--io_model=resnet50",
       "--io_image_size=224",
@@ -248,7 +248,7 @@ BENCHMARKS = (
   ),
   Benchmark(
     "checkpoint_tiers",
-    "benchmarks.tiers",
+    "benchmarks.recovery.tiers",
     # Three goodput runs of 2 workers killed 3 times: about 2.5 minutes.
     ("--repeats=3", "--tiers_goodput_kills=3"),
     ("--repeats=1",),
@@ -256,7 +256,7 @@ BENCHMARKS = (
   ),
   Benchmark(
     "checkpoint_tiers_resnet50",
-    "benchmarks.tiers",
+    "benchmarks.recovery.tiers",
     # ResNet50's checkpoint (308 MB), the size the issue's targets are for;
     # a round uploads it twice to the emulator, and one restart per way of
     # coming back feeds the goodput model: `--only=` it.
@@ -273,7 +273,7 @@ BENCHMARKS = (
   ),
   Benchmark(
     "goodput",
-    "benchmarks.goodput",
+    "benchmarks.recovery.goodput",
     ("--epochs=6", "--image_size=32", "--kills=2", "--checkpoint_every=20"),
     (
       "--epochs=2",
@@ -287,7 +287,7 @@ BENCHMARKS = (
   ),
   Benchmark(
     "stalls",
-    "benchmarks.stalls",
+    "benchmarks.recovery.stalls",
     ("--repeats=1",),
     (
       "--repeats=1",
@@ -300,7 +300,7 @@ BENCHMARKS = (
   ),
   Benchmark(
     "restart",
-    "benchmarks.restart",
+    "benchmarks.recovery.restart",
     # A round is two runs of 2 workers, 30-40 s each on 2 idle cores; two
     # rounds keep the whole run inside its 20 minutes.
     ("--repeats=2",),
@@ -309,7 +309,7 @@ BENCHMARKS = (
   ),
   Benchmark(
     "restart_resnet50",
-    "benchmarks.restart",
+    "benchmarks.recovery.restart",
     # One round of the three modes is about 6 minutes here (each start
     # imports and traces ResNet50): `--only=restart_resnet50`.
     ("--model=resnet50", "--repeats=1", "--kill_step=10"),
@@ -332,7 +332,7 @@ def run_benchmark(
   """Runs one benchmark app; returns its sections or a placeholder (why not).
 
   Each section it wrote gets the machine's state over the run beside it
-  (`benchmarks/machine.py`): on a busy machine its verdicts are UNDECIDED.
+  (`benchmarks/harness/machine.py`): on a busy machine its verdicts are UNDECIDED.
   """
   name = benchmark.section
   if importlib.util.find_spec(benchmark.module) is None:

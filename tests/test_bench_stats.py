@@ -8,9 +8,9 @@ repeats with its seed), and the machine's state from two recorded
 
 import pytest
 
-from benchmarks import machine
-from benchmarks import markdown
-from benchmarks import stats
+from benchmarks.harness import machine
+from benchmarks.harness import markdown
+from benchmarks.harness import stats
 
 _NOISY = [0.93, 1.05, 0.97, 1.02, 0.99, 1.04, 0.95, 1.01]
 # Two /proc/stat snapshots of a 2-CPU machine, 10 s (1,000 ticks per CPU at

@@ -14,18 +14,18 @@ import textwrap
 
 import pytest
 
-from benchmarks import budget as budget_lib
-from benchmarks import chart
-from benchmarks import input_pipeline_lib
-from benchmarks import input_scale_lib
-from benchmarks import machine
-from benchmarks import markdown
-from benchmarks import report as report_lib
 from benchmarks import run_all
-from benchmarks import scaling_lib
-from benchmarks import stats
-from benchmarks import throughput_lib
-from benchmarks import variants as variants_lib
+from benchmarks.harness import budget as budget_lib
+from benchmarks.harness import chart
+from benchmarks.harness import machine
+from benchmarks.harness import markdown
+from benchmarks.harness import report as report_lib
+from benchmarks.harness import stats
+from benchmarks.speed import input_pipeline_lib
+from benchmarks.speed import input_scale_lib
+from benchmarks.speed import scaling_lib
+from benchmarks.speed import throughput_lib
+from benchmarks.workloads import variants as variants_lib
 from trainer.testing import run_command
 
 # The throughput benchmark's smallest model and batch, loops of 2 steps.
@@ -397,7 +397,7 @@ def test_a_section_over_its_budget_runs_fewer_rounds_and_says_so(tmp_path):
     [
       sys.executable,
       "-m",
-      "benchmarks.throughput",
+      "benchmarks.speed.throughput",
       f"--output={output}",
       "--section=small",
       *run_all._TINY_THROUGHPUT,  # pylint: disable=protected-access
@@ -443,7 +443,7 @@ def test_goodput_over_its_budget_runs_fewer_epochs_and_says_so(tmp_path):
   # again), the restart cost is skipped, and the section says so.
   sections = _app_over_a_one_second_budget(
     tmp_path,
-    "goodput",
+    "recovery.goodput",
     "--epochs=2",
     "--kills=1",
     "--checkpoint_every=10",
@@ -477,7 +477,7 @@ def test_goodput_over_its_budget_runs_fewer_epochs_and_says_so(tmp_path):
 def test_input_scale_over_its_budget_runs_one_round_and_says_so(tmp_path):
   sections = _app_over_a_one_second_budget(
     tmp_path,
-    "input_scale",
+    "speed.input_scale",
     "--num_records=200",
     "--jpeg_size=8",
     "--image_size=8",
@@ -672,10 +672,10 @@ def test_run_all_names_each_section_that_did_not_finish(tmp_path):
   """A crash, a timeout and a section the budget skipped each fail the run."""
   tiny = run_all._TINY_THROUGHPUT  # pylint: disable=protected-access
   crash = run_all.Benchmark(  # 3 steps do not fill loops of 2: exit 2.
-    "crash", "benchmarks.throughput", (*tiny, "--steps=3")
+    "crash", "benchmarks.speed.throughput", (*tiny, "--steps=3")
   )
   slow = run_all.Benchmark(
-    "slow", "benchmarks.throughput", tiny, quick_timeout_secs=1
+    "slow", "benchmarks.speed.throughput", tiny, quick_timeout_secs=1
   )
   _, report = run_all.run(
     results_dir=str(tmp_path / "ran"), quick=True, benchmarks=(crash, slow)
@@ -709,7 +709,7 @@ def test_an_opt_in_section_runs_only_when_named():
 _APP_FLAGS = textwrap.dedent("""\
   import dataclasses, importlib, json, sys
   from absl import flags
-  from benchmarks import cli, settings
+  from benchmarks.harness import cli, settings
   found = {}
   for app, prefix in json.loads(sys.argv[1]).items():
     importlib.import_module(f"benchmarks.{app}")
@@ -734,15 +734,17 @@ _APP_FLAGS = textwrap.dedent("""\
 
 
 def test_each_app_defines_its_config_as_flags_with_its_defaults():
-  # Every app `benchmarks/X.py` with a `benchmarks/X_lib.py` has a Config.
+  # Every app `benchmarks/F/X.py` with a `benchmarks/F/X_lib.py` has a
+  # Config; an app is named `F.X`, its module less `benchmarks.`.
   here = os.path.dirname(run_all.__file__)
   apps = sorted(
-    name[: -len("_lib.py")]
-    for name in os.listdir(here)
+    f"{os.path.basename(folder)}.{name[: -len('_lib.py')]}"
+    for folder, _, names in os.walk(here)
+    for name in names
     if name.endswith("_lib.py")
-    and os.path.exists(os.path.join(here, name.replace("_lib", "")))
+    and os.path.exists(os.path.join(folder, name.replace("_lib", "")))
   )
-  prefixes = {"checkpointing": "cost_", "tiers": "tiers_"}
+  prefixes = {"recovery.checkpointing": "cost_", "recovery.tiers": "tiers_"}
   found = json.loads(
     run_command(
       [
@@ -754,7 +756,8 @@ def test_each_app_defines_its_config_as_flags_with_its_defaults():
     ).stdout.splitlines()[-1]
   )
   assert len(found) == 10
-  shared = {"output", "section", "device", "repeats"}  # benchmarks/cli.py's
+  # benchmarks/harness/cli.py's own flags:
+  shared = {"output", "section", "device", "repeats"}
   for app, seen in found.items():
     assert seen["flags"] == seen["fields"], app
     assert seen["drifted"] == [], app

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from benchmarks import report as report_lib
 from benchmarks import run_all
+from benchmarks.harness import report as report_lib
 from trainer.testing import run_command
 
 STEPS = 20  # Per round; the first round starts fresh, the second resumes.
@@ -57,7 +57,7 @@ def sections(tmp_path_factory):
     [
       sys.executable,
       "-m",
-      "benchmarks.checkpointing",
+      "benchmarks.recovery.checkpointing",
       f"--output={output}",
       "--section=ckpt",
       *TINY,
@@ -68,7 +68,9 @@ def sections(tmp_path_factory):
 
 def test_it_is_in_the_standard_run():
   (entry,) = [
-    b for b in run_all.BENCHMARKS if b.module == "benchmarks.checkpointing"
+    b
+    for b in run_all.BENCHMARKS
+    if b.module == "benchmarks.recovery.checkpointing"
   ]
   assert entry.section == "checkpointing"
   assert "--io_model=resnet50" in entry.flags

@@ -1,10 +1,10 @@
-"""The checkpoint tiers benchmark (benchmarks/tiers.py) on tiny settings."""
+"""The checkpoint tiers benchmark (benchmarks/recovery/tiers.py) on tiny settings."""
 
 import json
 import os
 import sys
 
-from benchmarks import save_cost_lib
+from benchmarks.workloads import save_cost as save_cost_lib
 from trainer.testing import run_command
 
 
@@ -14,7 +14,7 @@ def test_the_tiers_section_times_every_tier(tmp_path):
     [
       sys.executable,
       "-m",
-      "benchmarks.tiers",
+      "benchmarks.recovery.tiers",
       "--repeats=1",
       f"--tiers_local_root={tmp_path}",
       f"--output={output}",
@@ -30,7 +30,7 @@ def test_the_tiers_section_times_every_tier(tmp_path):
 
 
 def test_a_local_saves_cost_in_training_is_measured(tmp_path):
-  """benchmarks/save_cost_lib on the small CNN: loops with and without a
+  """benchmarks/workloads/save_cost on the small CNN: loops with and without a
   save after each; the cost per save and the step time come back."""
   found = save_cost_lib.seconds_per_save(
     model="small_cnn", image_size=8, root=str(tmp_path), blocks=1, loops=2

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks import tfds_jpegs
+from benchmarks.workloads import tfds_jpegs
 from ctl.data import datafiles
 from ctl.data import input as input_lib
 from ctl.errors import UserError

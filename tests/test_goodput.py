@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from benchmarks import goodput_lib
-from benchmarks import goodput_model_lib
+from benchmarks.recovery import goodput_lib
+from benchmarks.recovery import goodput_model_lib
 from ctl import report
 from ctl.io import storage
 from ctl.telemetry import goodput
@@ -150,7 +150,7 @@ def test_killed_twice_the_accounting_adds_up(killed_run):
 def test_the_goodput_models_inputs_come_from_the_killed_runs_ledger(
   killed_run,
 ):
-  # benchmarks/goodput_model_lib checks the model against runs like this.
+  # benchmarks/recovery/goodput_model_lib checks the model against runs like this.
   model_dir = killed_run["model_dir"]
   # The ledger's restarts stand for the seconds to resume the bench times.
   parts = goodput_model_lib.restart_parts(model_dir)

@@ -7,7 +7,7 @@ weights of a run never interrupted (`--deterministic`, a model with Dropout).
 
 import pytest
 
-from benchmarks import tfds_jpegs
+from benchmarks.workloads import tfds_jpegs
 from trainer.testing import RESUME_FLAGS
 from trainer.testing import kill_at_steps_then_finish
 from trainer.testing import train_to_summary

@@ -1,0 +1,145 @@
+"""Flags every benchmark app shares, and how an app hands back its sections.
+
+Each benchmark is an absl app (`python -m benchmarks.speed.throughput --help`). Run
+by hand it prints its sections as Markdown; run by `run_all` it writes them to
+`--output` as JSON. An app's own flags are the `settings.flag` fields of its
+Config (`define_flags`), read back into one by `config_from_flags`; the flags
+every app has (--output, --section, --device, --repeats,
+--time_budget_secs) are defined here.
+"""
+
+from collections.abc import Callable, Mapping
+import dataclasses
+import os
+import sys
+import typing
+
+from absl import app
+from absl import flags
+
+from benchmarks.harness import markdown
+from benchmarks.harness import report as report_lib
+from benchmarks.harness import settings
+
+flags.DEFINE_string(
+  "output",
+  "",
+  "Write this app's {section: body} JSON here "
+  "(run_all sets it); empty prints Markdown to stdout.",
+)
+flags.DEFINE_string(
+  "section",
+  "",
+  "Name of the section this app writes; empty uses the app's default.",
+)
+flags.DEFINE_enum(
+  "device",
+  "auto",
+  ["auto", "cpu", "gpu"],
+  "Where to run: auto picks the first GPU if one is visible, else the CPU.",
+)
+flags.DEFINE_integer(
+  "repeats",
+  3,
+  "Measured rounds; the report gives the median and the min-max range.",
+)
+flags.DEFINE_float(
+  "time_budget_secs",
+  0,
+  "Seconds this app may take (run_all sets it from the section's timeout); "
+  "rounds, then steps, are cut to fit it, from the first one's time (see "
+  "benchmarks/harness/budget.py). 0: no budget, everything planned runs.",
+)
+
+FLAGS = flags.FLAGS
+# The flags that `define_flags` defines are the calling app's, not this
+# module's (absl attributes a flag to the module that defines it).
+flags.disclaim_key_flags()
+_DEFINE = {
+  bool: flags.DEFINE_bool,
+  int: flags.DEFINE_integer,
+  float: flags.DEFINE_float,
+  str: flags.DEFINE_string,
+}
+
+
+def section_name(default: str) -> str:
+  return FLAGS.section or default
+
+
+def define_flags(config_class: type, *, prefix: str = "") -> None:
+  """Defines an absl flag for each `settings.flag` field of a Config.
+
+  The flag is named `prefix + field` (or as the field says), with the
+  field's default and help; its kind follows the field's annotation: bool,
+  int, float or str, an enum where the field has choices, a list for a
+  tuple (`--pipelines=1,2`). Called by an app at import; the flags count as
+  the app's own (this module disclaims them), as if it defined them itself.
+  """
+  kinds = typing.get_type_hints(config_class)
+  for field in dataclasses.fields(config_class):
+    name = settings.flag_name(field, prefix)
+    if name is None:
+      continue
+    kind, default, metadata = kinds[field.name], field.default, field.metadata
+    if "choices" in metadata:
+      flags.DEFINE_enum(
+        name, default, list(metadata["choices"]), metadata["help"]
+      )
+    elif typing.get_origin(kind) is tuple:
+      flags.DEFINE_list(name, list(map(str, default)), metadata["help"])
+    else:
+      _DEFINE[kind](name, default, metadata["help"])
+
+
+def config_from_flags(config_class: type, *, prefix: str = "", **values):
+  """The app's Config, each field read from its flag.
+
+  A field takes `values[field]`, else the value of its flag (as named by
+  `define_flags` with this prefix), else that of the flag of its own name
+  (the flags above, shared by the apps: --repeats, --device,
+  --time_budget_secs), else keeps its
+  default. A list flag becomes a tuple of the annotation's item type
+  (`--pipelines=1,2` gives (1, 2)). `section` takes --section, else its
+  default.
+  """
+  kinds = typing.get_type_hints(config_class)
+  for field in dataclasses.fields(config_class):
+    if field.name == "section":
+      values.setdefault("section", section_name(field.default))
+    flag = settings.flag_name(field, prefix) or field.name
+    if field.name not in values and flag in FLAGS:
+      value = FLAGS[flag].value
+      if isinstance(value, list):
+        value = tuple(map(typing.get_args(kinds[field.name])[0], value))
+      values[field.name] = value
+  return config_class(**values)
+
+
+def run_app(
+  run: Callable[[typing.Any], Mapping], config_class: type, **config_args
+):
+  """Runs an app whose `run(config)` returns its sections, as an absl app.
+
+  The flags are parsed, the Config is built from them (`config_args` as in
+  `config_from_flags`) and the sections are emitted.
+  """
+  app.run(
+    lambda argv: emit(run(config_from_flags(config_class, **config_args)))
+  )
+
+
+def emit(sections: Mapping[str, Mapping]) -> None:
+  """Writes the sections to `--output`, or prints them as Markdown.
+
+  Writing is atomic (a temporary file, then a rename), so `run_all` never
+  reads half a file from an app it stopped at its time limit; an app may
+  emit several times (progress), the last write wins.
+  """
+  if FLAGS.output:
+    temporary = f"{FLAGS.output}.tmp"
+    report_lib.write_sections(temporary, sections)
+    os.replace(temporary, FLAGS.output)
+    return
+  report = report_lib.merge(report_lib.new_report({}), sections)
+  sys.stdout.write(markdown.render(report))
