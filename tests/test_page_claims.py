@@ -76,6 +76,7 @@ _CAUGHT = {
 }
 # `ctl-launch` returns its workers' codes (ctl.launch.supervisor).
 RELAYS = {"ctl-launch": "ctl-train"}
+_FENCE = re.compile(r"^```.*?^```$", re.S | re.M)
 _TOP = ("ctl", "trainer", "tests", "examples", "scripts", "benchmarks")
 # A repository path: a file with its extension (a `{a,b}` or `*` in it is a
 # shell pattern), or a folder ending in `/`.
@@ -132,17 +133,85 @@ def _static_flags() -> set[str]:
   return found
 
 
+def _tool_flags() -> dict[str, set[str]]:
+  """{tool: its flags, as its command line parses them}."""
+  importlib.import_module("trainer.task")  # Defines the trainer's flags.
+  trainer = set(absl_flags.FLAGS)
+  trainer |= {f"no{n}" for n in trainer if absl_flags.FLAGS[n].boolean}
+  found = {"ctl-train": trainer | {"flagfile", "help", "helpfull", "helpshort"}}
+  for tool, module in _TOOLS.items():
+    parser = importlib.import_module(module)._parser()
+    found[tool] = (
+      {"help"}
+      | {
+        option[2:]
+        for action in parser._actions  # pylint: disable=protected-access
+        for option in action.option_strings
+        if option[:2] == "--"
+      }
+    )
+  return found
+
+
 def _defined_flags() -> set[str]:
   """Every flag of the trainer and ctl's command lines, as they parse."""
-  importlib.import_module("trainer.task")  # Defines the trainer's flags.
-  found = set(absl_flags.FLAGS)
-  found |= {f"no{n}" for n in found if absl_flags.FLAGS[n].boolean}
-  found |= {"help", "helpfull", "helpshort", "flagfile"}
-  for module in ("ctl.launch.launcher", "ctl.cloud.vertex", "ctl.cloud.k8s"):
-    parser = importlib.import_module(module)._parser()
-    for action in parser._actions:  # pylint: disable=protected-access
-      found.update(s[2:] for s in action.option_strings if s[:2] == "--")
-  return found | _static_flags()
+  return set().union(*_tool_flags().values()) | _static_flags()
+
+
+# ctl's command lines, and the module `python -m` runs for each.
+_TOOLS = {
+  "ctl-launch": "ctl.launch.launcher",
+  "ctl-vertex": "ctl.cloud.vertex",
+  "ctl-k8s": "ctl.cloud.k8s",
+  "ctl-report": "ctl.report",
+}
+_RUN_AS = {"ctl.launch": "ctl-launch", "trainer.task": "ctl-train"} | {
+  module: tool for tool, module in _TOOLS.items()
+}
+# What follows a tool's `--`: the trainer's flags, or a command of its own.
+_AFTER_DASHES = {"ctl-vertex": "ctl-train", "ctl-k8s": "ctl-train"}
+
+
+def _command_flags(line: str) -> list[tuple[str, str]]:
+  """(tool, flag) of each --flag a tool of ours is given on a command line."""
+  found, tool = [], None
+  words = line.split()
+  for index, word in enumerate(words):
+    if word in ("|", "&&", ";", "||") or word.startswith(">"):
+      tool = None
+    elif word in _TOOLS or word == "ctl-train":
+      tool = word
+    elif words[index - 1 : index] == ["-m"] and word in _RUN_AS:
+      tool = _RUN_AS[word]
+    elif word == "--" and tool:
+      tool = _AFTER_DASHES.get(tool)
+    elif tool and re.match(r"--[a-z]", word):
+      found.append((tool, word[2:].split("=")[0]))
+  return found
+
+
+def _commands(page: pathlib.Path) -> list[str]:
+  """The command lines of a page: its ```sh blocks' (continued lines
+  joined) and its code spans'."""
+  text = page.read_text()
+  blocks = re.findall(r"^```sh.*?\n(.*?)^```$", text, re.S | re.M)
+  lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
+  return lines + re.findall(r"`([^`\n]+)`", _FENCE.sub("", text))
+
+
+def _misplaced_flags(pages: list[pathlib.Path]) -> list[str]:
+  flags = _tool_flags()
+  return [
+    f"{page.name}: {tool} --{flag}"
+    for page in pages
+    for line in _commands(page)
+    for tool, flag in _command_flags(line)
+    if flag not in flags[tool]
+  ]
+
+
+def test_each_command_line_gives_a_tool_only_its_own_flags():
+  assert not _misplaced_flags(_pages())
 
 
 def _unknown_flags(pages: list[pathlib.Path]) -> list[str]:
@@ -330,6 +399,7 @@ def test_the_checks_find_what_a_page_gets_wrong(tmp_path):
   )
   pages = [page]
   assert _unknown_flags(pages) == ["page.md: --nmu_workers"]
+  assert _misplaced_flags(pages) == ["page.md: ctl-launch --nmu_workers"]
   assert _missing_paths(pages) == [
     "page.md: configs/{quickstart,slowstart}.cfg",
     "page.md: ctl/lunch.py",
