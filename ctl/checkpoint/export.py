@@ -87,11 +87,7 @@ def export_saved_model(
       write_beside(directory)
 
   if location is None:
-    scratch = tempfile.mkdtemp(prefix="ctl_export_")
-    try:
-      write_out(scratch)
-    finally:
-      shutil.rmtree(scratch, ignore_errors=True)
+    _write_and_discard(write_out)
     return
   target = location.local_path
   what = f"the SavedModel of step {step}"
@@ -112,6 +108,17 @@ def export_saved_model(
   finally:
     shutil.rmtree(partial, ignore_errors=True)
   location.publish(commit_file=MARKER, replaces=True)
+
+
+def _write_and_discard(write_out: Callable[[str], None]) -> None:
+  """A worker that is not the chief writes its export to a temporary
+  directory (saving may read synchronized variables collectively) and
+  removes it."""
+  scratch = tempfile.mkdtemp(prefix="ctl_export_")
+  try:
+    write_out(scratch)
+  finally:
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def serving_archive(model: keras.Model, serving) -> keras.export.ExportArchive:
