@@ -4,6 +4,7 @@ run does."""
 
 import dataclasses
 import json
+import os
 import time
 
 import keras
@@ -176,7 +177,56 @@ def test_stateful_actions_on_two_workers_sigkilled_decide_as_uninterrupted(
   uninterrupted = _launch(tmp_path / "uninterrupted")
   killed = tmp_path / "killed"
   resumed = _launch(killed, faults="crash@15:worker=1:attempt=0")
-  assert uninterrupted["stopped_early"]["step"] == 20
+  # EarlyStopping decides at 20 on both; the stop is agreed in the next
+  # loop's all-reduce, so the run ends after it.
+  assert uninterrupted["stopped_early"]["step"] == 25
   assert resumed == uninterrupted
   assert len(ledger.read(str(killed / "ledger"))) == 2  # Killed, resumed.
   assert _best_export(killed) == _best_export(tmp_path / "uninterrupted")
+
+
+def _checkpoint_steps(model_dir) -> list[int]:
+  """The steps of the checkpoints in `model_dir`/checkpoints."""
+  directory = os.path.join(str(model_dir), "checkpoints")
+  names = [n for n in os.listdir(directory) if n.endswith(".index")]
+  return sorted(int(n[len("ckpt-") : -len(".index")]) for n in names)
+
+
+def test_a_stop_decided_on_the_chief_only_ends_both_workers_at_one_step(
+  tmp_path,
+):
+  # The chief's action stops at step 10; worker 1's does not. The stop is
+  # agreed in the next loop's all-reduce: both workers end after it (step
+  # 15), exit 0 (the launcher's), the checkpoint due at 10 written too.
+  summary = launch_two_workers(
+    "tests/chief_stop_run.py", tmp_path, "--train_steps=40"
+  )
+  assert summary["final_step"] == 15
+  assert summary["stopped_early"] == {
+    "step": 15,
+    "reason": "the chief's own decision",
+  }
+  assert {10, 15} <= set(_checkpoint_steps(tmp_path))
+
+
+def test_a_stop_from_an_evaluation_callback_ends_the_run_as_an_actions(
+  tmp_path,
+):
+  def stop_at_10(step, metrics):
+    del metrics
+    if step == 10:
+      raise ctl.StopTraining("enough, said the callback")
+
+  keras.utils.set_random_seed(0)
+  summary = controller.run(
+    task=tasks.regression(),
+    options=tasks.run_options(tmp_path, train_steps=40, eval_every_steps=5),
+    strategy=tf.distribute.get_strategy(),
+    eval_callbacks=[stop_at_10],
+  )
+  assert summary["stopped_early"] == {
+    "step": 10,
+    "reason": "enough, said the callback",
+  }
+  assert summary["final_step"] == 10
+  assert _checkpoint_steps(tmp_path)[-1] == 10
