@@ -184,7 +184,17 @@ class Stalled(Exception):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-  """argparse, with a bad command line reported as one line (no usage)."""
+  """argparse, with a bad command line reported as one line (no usage).
+
+  It takes absl's `--helpfull` as `--help` (all flags, exit 0), so the five
+  console scripts answer the same help flags.
+  """
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.add_argument(
+      "--helpfull", action="help", help="the same as --help, as in ctl-train"
+    )
 
   def error(self, message):
     print(f"error: {message}; see {self.prog} --help.", file=sys.stderr)

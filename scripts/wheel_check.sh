@@ -2,9 +2,11 @@
 # make wheel-check: the package as a user installs it. Builds the wheel,
 # installs it with its core dependencies only (no extras; the exact versions
 # of constraints.txt) into a new, empty venv, checks that `import ctl` and the
-# console scripts come from that venv, then runs examples/own_model.py (not in
-# the wheel) from the checkout with the venv's python, in a directory outside
-# the checkout. The dependencies' wheels are kept in WHEELHOUSE (default
+# console scripts come from that venv, that no generic top-level name (such
+# as `trainer`: scripts/wheel_names.py) is installed and no scikit-learn (the
+# digits extra) came with it, then runs examples/own_model.py (not in the
+# wheel) from the checkout with the venv's python, in a directory outside the
+# checkout. The dependencies' wheels are kept in WHEELHOUSE (default
 # ~/.cache/ctl-wheel-check; pip's own HTTP cache is not written on every
 # machine): only the first run downloads them. Everything else is made in a
 # temporary directory, removed at the end.
@@ -22,7 +24,10 @@ started=$SECONDS
 
 step "build the wheel"
 "$PY" -m pip wheel --quiet --no-deps --wheel-dir "$work/dist" "$repo"
-wheel=$(ls "$work"/dist/ctl-*.whl)
+wheel=$(ls "$work"/dist/ctl_train_loop-*.whl)
+
+step "check its top-level names"
+"$PY" scripts/wheel_names.py "$wheel"
 
 step "fetch the missing dependency wheels into $wheelhouse"
 "$PY" -m pip download --quiet --dest "$wheelhouse" \
@@ -41,18 +46,20 @@ case $where in
   "$work"/venv/*) ;;
   *) echo "wheel-check: ctl was imported from $where" >&2; exit 1 ;;
 esac
-# Each prints its flags (absl's --help, ctl-train's, exits 1), no traceback.
+# Each lists its flags and exits 0, no traceback.
 for script in ctl-train ctl-launch ctl-vertex ctl-k8s ctl-report; do
-  help=$("$work/venv/bin/$script" --help 2>&1) || true
-  if [[ $help != *--help* || $help == *Traceback* ]]; then
+  if ! help=$("$work/venv/bin/$script" --help 2>&1) \
+      || [[ $help != *--helpfull* || $help == *Traceback* ]]; then
     echo "wheel-check: $script --help said: ${help: -2000}" >&2
     exit 1
   fi
 done
-if "$venv_py" -c 'import pytest' 2>/dev/null; then
-  echo "wheel-check: the test extras were installed" >&2
-  exit 1
-fi
+for extra in pytest sklearn trainer; do
+  if "$venv_py" -c "import $extra" 2>/dev/null; then
+    echo "wheel-check: the wheel without extras brought $extra" >&2
+    exit 1
+  fi
+done
 
 step "run examples/own_model.py with the wheel"
 TF_CPP_MIN_LOG_LEVEL=2 "$venv_py" "$repo/examples/own_model.py" \

@@ -32,16 +32,21 @@ def _modules(package: str) -> dict[str, str]:
 
 
 def _imports(path: str) -> set[str]:
-  """The dotted names that the module at `path` imports."""
+  """The dotted names that the module at `path` imports; a relative import
+  (the trainer's own: it is installed as ctl_trainer) is resolved against
+  the module's package."""
   with open(path) as f:
     tree = ast.parse(f.read())
+  package = os.path.relpath(os.path.dirname(path), REPO).replace(os.sep, ".")
   names = set()
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
       names.update(alias.name for alias in node.names)
-    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-      names.add(node.module)
-      names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+      module = ".".join(p for p in (base, node.module) if p)
+      names.add(module)
+      names.update(f"{module}.{alias.name}" for alias in node.names)
   return names
 
 

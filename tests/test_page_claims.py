@@ -309,9 +309,11 @@ def test_every_make_target_a_page_names_is_in_the_makefile():
 
 
 def _scripts() -> dict[str, str]:
-  """{console script: its module}, from the package metadata."""
+  """{console script: its module in the checkout}, from the package metadata
+  (setup.py installs the checkout's trainer/ as ctl_trainer)."""
   text = pathlib.Path(REPO, "setup.cfg").read_text()
   text += pathlib.Path(REPO, "pyproject.toml").read_text()
+  text = text.replace("= ctl_trainer.", "= trainer.")
   return dict(
     re.findall(r'^\s*"?([\w-]+)"?\s*=\s*"?([\w.]+):\w+"?\s*$', text, re.M)
   )

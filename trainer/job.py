@@ -31,9 +31,10 @@ from ctl.train import optimizers
 from ctl.train.options import RunOptions
 from ctl.train.options import Task
 from ctl.train.options import image_classification
-from trainer import checks
-from trainer import data as data_lib
-from trainer import model as model_lib
+
+from . import checks
+from . import data as data_lib
+from . import model as model_lib
 
 _POLICIES = {
   "none": "float32",

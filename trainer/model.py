@@ -8,7 +8,8 @@ numerically safe under `mixed_bfloat16` / `mixed_float16`.
 import keras
 
 from ctl import UserError
-from trainer import checks
+
+from . import checks
 
 MODELS = ("resnet50", "small_cnn")
 

@@ -13,6 +13,7 @@ Exit codes: 0 done; 2 a user error (one sentence on stderr); 143 (SIGTERM) or
 continue; 74 an output could not be written (disk full, permission lost),
 re-run once there is space; 77 another trainer took the run directory's
 lease over, which now owns the run (not worth a re-run); 1 anything else.
+`--help` and `--helpfull` list the flags and exit 0.
 """
 
 import atexit
@@ -31,7 +32,8 @@ from absl import logging
 
 import ctl
 from ctl.distributed import cluster as cluster_lib
-from trainer import flags as trainer_flags
+
+from . import flags as trainer_flags
 
 FLAGS = flags.FLAGS
 # --help lists the main module's flags: the trainer's are defined next door.
@@ -73,7 +75,7 @@ def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments {argv[1:]}; all options are --flags.", 2)
   # Imported here so `--help` and bad flags answer before TensorFlow loads.
-  from trainer import checks  # pylint: disable=g-import-not-at-top
+  from . import checks  # pylint: disable=g-import-not-at-top
 
   config = types.SimpleNamespace(**FLAGS.flag_values_dict())
   try:
@@ -81,7 +83,7 @@ def main(argv):
   except ctl.UserError as e:
     _fail(str(e), ctl.USER_ERROR_EXIT_CODE)
   with _hidden_from_imports(_UNUSED_KERAS_EXTRAS):
-    from trainer import job  # pylint: disable=g-import-not-at-top  (loads TF)
+    from . import job  # pylint: disable=g-import-not-at-top  (loads TF)
 
   try:
     if FLAGS.dry_run:
@@ -106,16 +108,39 @@ def main(argv):
 
 
 def _parse_flags(argv):
-  """absl's flag parsing, with a bad flag reported as a user error (exit 2)."""
+  """absl's flag parsing, with a bad flag reported as a user error (exit 2).
+
+  absl's --help, --helpshort, --helpfull and --helpxml print and exit 1, the
+  only exits of parsing; a help that was asked for is a success here (exit
+  0), as for the other console scripts.
+  """
   try:
     return FLAGS(argv)
   except flags.Error as e:
     _fail(f"{' '.join(str(e).split())}; see --helpshort.", 2)
+  except SystemExit:
+    sys.exit(0)
+
+
+def _describe_as_main() -> None:
+  """Makes absl's --help describe the trainer when it runs as `ctl-train`.
+
+  absl's --help prints __main__'s docstring and the key flags of the module
+  named sys.argv[0]; under the console script __main__ is pip's wrapper (no
+  docstring) and sys.argv[0] its path, so without this the help is a bare
+  usage line.
+  """
+  main_module = sys.modules["__main__"]
+  if not main_module.__doc__:
+    main_module.__doc__ = __doc__
+  for flag in FLAGS.get_key_flags_for_module(__name__):
+    FLAGS.register_key_flag_for_module(sys.argv[0], flag)
 
 
 def run():
   """Console-script entry point (`ctl-train`)."""
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  _describe_as_main()
   try:
     app.run(main, flags_parser=_parse_flags)
   except SystemExit as e:
