@@ -148,3 +148,24 @@ def test_in_its_own_session_the_spare_lowers_its_sessions_priority_too(
   assert process.returncode == 0, err
   assert waiting == str(spare.WARM_UP_NICENESS)
   assert json.loads(out)["autogroup"] == "0"
+
+
+@pytest.mark.skipif(
+  not spare.may_restore_priority(), reason="the spare may not lower itself"
+)
+def test_a_hand_over_before_the_spare_is_warm_runs_at_the_workers_priority(
+  tmp_path,
+):
+  """A failure soon after a start hands the restart to a spare still
+  importing at its lowered priority: its priority is set back at once."""
+  started = os.getpriority(os.PRIO_PROCESS, 0)
+  process = _spare(tmp_path, session=True)
+  handed = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}
+  try:  # At once: before its READY_LINE.
+    out, err = process.communicate(json.dumps(handed) + "\n", timeout=60)
+  finally:
+    process.kill()
+  assert process.returncode == 0, err
+  ran = json.loads(out)
+  assert ran["niceness"] == started
+  assert ran["autogroup"] in ("0", None)

@@ -36,7 +36,9 @@ that may not (`may_restore_priority`) keeps its priority throughout, so a
 worker never runs lowered. Where the kernel schedules by session
 (autogroup), the spare's session is lowered as well (`set_niceness`): a
 thread's nice alone did not lower it against the worker, and its imports
-slowed the restart beside it (issue 37).
+slowed the restart beside it (issue 37). A hand-over that comes while the
+imports still run sets the priority back at once (they finish at the
+worker's).
 """
 
 import ast
@@ -47,6 +49,7 @@ import os
 import resource
 import runpy
 import sys
+import threading
 import time
 
 from ctl import env
@@ -129,6 +132,22 @@ def wait_for_hand_over() -> dict[str, str] | None:
   return json.loads(line) if line.strip() else None
 
 
+class _HandOver(threading.Thread):
+  """Reads the hand-over line while the imports run, and sets the priority
+  back the moment it comes: a restart that comes before the spare is warm
+  finishes its imports at the worker's priority, not the spare's."""
+
+  def __init__(self, restore_to: int | None):
+    super().__init__(name="ctl-spare-hand-over", daemon=True)
+    self._restore_to = restore_to
+    self.environment = None
+
+  def run(self) -> None:
+    self.environment = wait_for_hand_over()
+    if self.environment is not None and self._restore_to is not None:
+      set_niceness(self._restore_to)
+
+
 def main(argv: list[str]) -> int:
   """`python -m ctl.launch.spare MODULE ARGS...`: warm up, wait, run MODULE."""
   module, *args = argv
@@ -136,13 +155,14 @@ def main(argv: list[str]) -> int:
   lowered = may_restore_priority()
   if lowered:
     set_niceness(min(19, started + WARM_UP_NICENESS))
+  hand_over = _HandOver(started if lowered else None)
+  hand_over.start()
   warm_up(module)
   print(READY_LINE, file=sys.stderr, flush=True)
-  environment = wait_for_hand_over()
+  hand_over.join()
+  environment = hand_over.environment
   if environment is None:
     return 0
-  if lowered:
-    set_niceness(started)
   os.environ.clear()
   os.environ.update(environment)
   os.environ[env.ATTEMPT_START] = f"{time.time():.3f}"
