@@ -376,11 +376,14 @@ def test_unparsable_remote_state_is_a_user_error(tmp_path, content):
     location.fetch()
 
 
-def test_a_host_name_that_does_not_resolve_fails_at_once(tmp_path, monkeypatch):
+@pytest.mark.parametrize("route", ["gcsfs", "tf"])
+def test_a_host_name_that_does_not_resolve_fails_at_once(
+  tmp_path, monkeypatch, route
+):
   monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://no-such-host.invalid:9")
   with pytest.raises(
     UserError, match="no-such-host.invalid does not resolve"
   ) as error:
-    _open(tmp_path, "staging", "gs://test-bucket/run", storage="gcsfs")
+    _open(tmp_path, "staging", "gs://test-bucket/run", storage=route)
   assert "\n" not in str(error.value)
   assert not os.path.exists(tmp_path / "staging")

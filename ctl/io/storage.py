@@ -188,6 +188,7 @@ def open_location(
   bucket, path = parsed
   gs_url = posixpath.join(f"gs://{bucket}", path).rstrip("/")
   if storage == "tf":
+    _check_resolvable(url)  # TensorFlow's filesystem reaches the same host.
     return Location(url=url, local_path=gs_url)
   fs, remote_dir, is_transient = _remote(url, bucket, path, storage, fuse_root)
   local_dir = staging_dir or _staging_dir(gs_url, read_only=read_only)
@@ -224,13 +225,11 @@ def check_reachable(
   """Checks, in a moment, what `open_location` would otherwise find late.
 
   Raises:
-    UserError: an invalid url, or (gcsfs route) a Cloud Storage host name
-      that does not resolve.
+    UserError: an invalid url, or (gcsfs and tf routes) a Cloud Storage
+      host name that does not resolve.
   """
   parsed = _parse_cloud_url(url, fuse_root=fuse_root)
-  if parsed and _route(storage, os.path.join(fuse_root, parsed[0])) == (
-    "gcsfs"
-  ):
+  if parsed and _route(storage, os.path.join(fuse_root, parsed[0])) != "fuse":
     _check_resolvable(url)
 
 
