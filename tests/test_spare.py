@@ -65,6 +65,14 @@ def test_imports_of_lists_top_level_and_deferred_absolute_imports(
   assert spare.imports_of("no_such_module_here") == []
 
 
+def test_imports_of_the_trainer_reaches_tensorflow_through_its_package():
+  """The trainer imports its own modules relatively (e25592e); the one
+  that loads TensorFlow must still be the spare's to import (issue 37: a
+  restart into the spare paid the whole TensorFlow import again)."""
+  names = spare.imports_of("trainer.task")
+  assert "trainer.job" in names and "trainer.flags" in names
+
+
 def test_the_hand_over_runs_the_module_with_the_given_environment(tmp_path):
   process = _spare(tmp_path)
   try:

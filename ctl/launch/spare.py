@@ -63,8 +63,10 @@ WARM_UP_NICENESS = 10
 def imports_of(module: str) -> list[str]:
   """The absolute module names `module`'s source imports, in order.
 
-  Top-level and deferred (inside functions) imports alike; relative imports
-  and `module` itself are left out. Empty when the source cannot be found.
+  Top-level and deferred (inside functions) imports alike; a relative
+  import is resolved against `module`'s package (the trainer imports its
+  own modules so, TensorFlow's among them), and left out where it has none.
+  `module` itself is left out. Empty when the source cannot be found.
   """
   spec = importlib.util.find_spec(module)
   if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
@@ -75,10 +77,27 @@ def imports_of(module: str) -> list[str]:
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
       names += [alias.name for alias in node.names]
-    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-      names += [f"{node.module}.{alias.name}" for alias in node.names]
-      names.append(node.module)
+    elif isinstance(node, ast.ImportFrom):
+      base = _absolute(node, spec.parent)
+      if base:
+        names += [f"{base}.{alias.name}" for alias in node.names]
+        names.append(base)
   return [name for name in dict.fromkeys(names) if name != module]
+
+
+def _absolute(node: ast.ImportFrom, package: str) -> str | None:
+  """The module a `from X import ...` names, relative ones resolved
+  against `package`; None where it cannot be (no package)."""
+  if not node.level:
+    return node.module
+  if not package:
+    return None
+  try:
+    return importlib.util.resolve_name(
+      "." * node.level + (node.module or ""), package
+    )
+  except ImportError:  # Beyond the top-level package.
+    return None
 
 
 def warm_up(module: str) -> None:
