@@ -61,6 +61,10 @@ EXTERNAL_FLAGS = {
   "accelerator",
   "kubernetes_version",
   "spot",
+  # TensorFlow's TF_XLA_FLAGS (docs/goodput.md: the persistent XLA cache)
+  "tf_xla_persistent_cache_directory",
+  "tf_xla_persistent_cache_device_types",
+  "tf_xla_persistent_cache_read_only",
 }
 # Every Python process can end with these: done, and an uncaught exception.
 ALWAYS = {0, 1}
