@@ -10,7 +10,9 @@ sentence (`UserError`, exit 2) rather than a traceback:
   CTL_PREVIOUS_EXIT       how the previous start ended: the failed worker's
                           exit code, or -N when signal N killed it
   CTL_PREVIOUS_EXIT_TIME  when it ended, in seconds since the epoch
-  CTL_JOB_ID              one id for every start of a job (ctl.resilience.lease)
+  CTL_JOB_ID              one id for every start of a job (ctl.resilience.lease;
+                          ctl.platform.resolver.job_id reads it, else the
+                          platform's)
   CTL_HEARTBEAT_DIR       where the workers' watchdogs beat (ctl.launch.heartbeats)
   CTL_ATTEMPT_START       when a warm spare was handed its start (ctl.launch.spare)
   CTL_EVENTS              a file for the run's progress events (ctl.telemetry.progress)
@@ -29,8 +31,8 @@ A value that is well formed but cannot be true of this process (a
 `CTL_PREVIOUS_EXIT_TIME` after now: a variable left in a shell) is said in
 one warning and read as not given, so the run records what it can see.
 
-A Kubernetes pod's `CTL_JOBSET_*` variables come from its manifest, not from
-the launcher; `ctl.distributed.cluster` reads them. This module imports nothing else of
+What a platform sets (TF_CONFIG, Vertex AI's variables, a Kubernetes pod's
+`CTL_JOBSET_*` from its manifest) is ctl.platform's. This module imports nothing else of
 `ctl` but its errors (nor absl), so every layer, and the system Python
 of `make container-check`, may use it.
 """
@@ -47,7 +49,6 @@ RESTART_COUNT = "CTL_RESTART_COUNT"
 PREVIOUS_EXIT = "CTL_PREVIOUS_EXIT"
 PREVIOUS_EXIT_TIME = "CTL_PREVIOUS_EXIT_TIME"
 JOB_ID = "CTL_JOB_ID"
-VERTEX_JOB_ID = "CLOUD_ML_JOB_ID"  # Vertex AI's, read when CTL_JOB_ID is not.
 HEARTBEAT_DIR = "CTL_HEARTBEAT_DIR"
 ATTEMPT_START = "CTL_ATTEMPT_START"
 EVENTS = "CTL_EVENTS"
@@ -149,11 +150,6 @@ def _untrue(name: str, value: float, why: str) -> None:
       why,
     )
   return None
-
-
-def job_id(environ: Mapping[str, str] = os.environ) -> str:
-  """The supervisor's job id (CTL_JOB_ID, else Vertex AI's), or ""."""
-  return environ.get(JOB_ID) or environ.get(VERTEX_JOB_ID) or ""
 
 
 def heartbeat_dir(environ: Mapping[str, str] = os.environ) -> str | None:

@@ -106,12 +106,6 @@ def test_a_bad_value_is_one_sentence_naming_the_variable(name, value):
   ), message
 
 
-def test_the_job_id_is_ctls_else_vertex_ais():
-  assert env.job_id({env.VERTEX_JOB_ID: "vertex-1"}) == "vertex-1"
-  assert env.job_id({env.JOB_ID: "ctl-1", env.VERTEX_JOB_ID: "v"}) == "ctl-1"
-  assert env.job_id({}) == ""
-
-
 def test_faults_act_only_with_the_second_switch():
   # A CTL_FAULTS left in a shell must not break a real job.
   assert not env.faults_enabled({env.FAULTS: "crash@50"})

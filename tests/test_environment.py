@@ -1,8 +1,9 @@
 """ctl.distributed.environment: the platform's environment in one call.
 
-The environment is faked as the platforms write it (as in test_cluster.py and
-test_outputs.py); one real run starts a user's script on two workers with
-ctl-launch.
+The environment is faked as the platforms write it (Vertex AI's and a
+JobSet's through this one call in test_vertex_ai.py and test_jobset.py, the
+directories in test_outputs.py); one real run starts a user's script on two
+workers with ctl-launch.
 """
 
 import json
@@ -14,14 +15,13 @@ import tensorflow as tf
 
 import ctl
 from ctl import env as ctl_env
-from ctl.distributed import cluster
 from ctl.distributed import environment
 from ctl.errors import UserError
 from ctl.io import outputs
+from ctl.platform import jobset
 from tests.conftest import REPO
 from tests.conftest import read_summary
 from trainer.testing import run_command
-from trainer.testing import vertex_output_env
 
 _TWO_WORKERS = {"worker": ["localhost:2001", "localhost:2002"]}
 
@@ -62,53 +62,6 @@ def test_tf_config_and_the_launcher_give_rank_chief_job_and_restarts():
   assert (options.is_chief, options.job_id) == (False, "job-7")
 
 
-def test_vertex_cluster_spec_and_aip_dirs():
-  spec = {
-    "cluster": {
-      "workerpool0": ["cmle-training-workerpool0-0:2222"],
-      "workerpool1": ["cmle-training-workerpool1-0:2222"],
-    },
-    "task": {"type": "workerpool1", "index": 0},
-  }
-  found = environment.resolve(
-    environ={
-      "CLUSTER_SPEC": json.dumps(spec),
-      ctl_env.VERTEX_JOB_ID: "vertex-42",
-      **vertex_output_env("gs://bkt/out"),
-    }
-  )
-  assert (found.rank, found.num_workers, found.is_chief) == (1, 2, False)
-  assert found.job_id == "vertex-42"
-  assert found.dirs == outputs.OutputDirs(
-    model_dir="gs://bkt/out",
-    checkpoint_dir="gs://bkt/out/checkpoints",
-    tensorboard_dir="gs://bkt/out/logs",
-    export_dir="gs://bkt/out/model",
-  )
-
-
-def test_a_tuning_trial_writes_below_its_own_directory():
-  found = environment.resolve(
-    model_dir="gs://bkt/tune", environ={"CLOUD_ML_TRIAL_ID": "3"}
-  )
-  assert found.dirs.model_dir == "gs://bkt/tune/trial_3"
-
-
-def test_the_jobset_environment():
-  jobset = {
-    cluster.JOBSET_NAME_ENV: "train",
-    cluster.JOBSET_REPLICATED_JOB_ENV: "worker",
-    cluster.JOBSET_JOB_INDEX_ENV: "0",
-    cluster.JOBSET_POD_INDEX_ENV: "2",
-    cluster.JOBSET_SUBDOMAIN_ENV: "train",
-    cluster.JOBSET_JOBS_ENV: "chief=1x1,worker=1x3",
-    cluster.JOBSET_PORT_ENV: "2222",
-  }
-  found = environment.resolve(model_dir="gs://bkt/run", environ=jobset)
-  assert (found.rank, found.num_workers, found.is_chief) == (3, 4, False)
-  assert found.cluster.chief == ("train-chief-0-0.train:2222",)
-
-
 def test_no_environment_trains_alone_and_builds_its_strategy(tmp_path):
   found = ctl.environment(model_dir=str(tmp_path), environ={})
   assert (found.rank, found.num_workers, found.is_chief) == (0, 1, True)
@@ -122,7 +75,7 @@ def test_no_environment_trains_alone_and_builds_its_strategy(tmp_path):
     ({"TF_CONFIG": "{"}, "TF_CONFIG is not valid JSON"),
     ({"TF_CONFIG": _tf_config(_TWO_WORKERS, "worker", 2)}, "out of range"),
     ({ctl_env.RESTART_COUNT: "x"}, "CTL_RESTART_COUNT must be"),
-    ({cluster.JOBSET_NAME_ENV: "train"}, "The JobSet environment lacks"),
+    ({jobset.NAME_ENV: "train"}, "The JobSet environment lacks"),
   ],
 )
 def test_a_bad_environment_is_one_sentence(environ, words):

@@ -15,6 +15,8 @@ import tempfile
 
 from ctl import STALL_EXIT_CODE
 from ctl import env as ctl_env
+from ctl.platform import resolver
+from ctl.platform import vertex_ai
 from ctl.testing import events as events_lib
 from ctl.testing.run_files import read_summary
 
@@ -84,9 +86,7 @@ def trainer_env(*, faults: str | None = None, **extra: str) -> dict[str, str]:
   lets them act (`ctl.env.faults_environment`); `extra` variables are set last.
   """
   env = {
-    k: v
-    for k, v in os.environ.items()
-    if k not in ("TF_CONFIG", "CLUSTER_SPEC")
+    k: v for k, v in os.environ.items() if k not in resolver.CLUSTER_VARIABLES
   }
   env.update(
     PYTHONPATH=os.pathsep.join(
@@ -104,10 +104,14 @@ def vertex_output_env(base: str) -> dict[str, str]:
 
   As Vertex AI writes them: below `base`, each ending with a slash.
   """
+  subdirs = {
+    "model": "model",
+    "checkpoint": "checkpoints",
+    "tensorboard": "logs",
+  }
   return {
-    "AIP_MODEL_DIR": f"{base}/model/",
-    "AIP_CHECKPOINT_DIR": f"{base}/checkpoints/",
-    "AIP_TENSORBOARD_LOG_DIR": f"{base}/logs/",
+    vertex_ai.OUTPUT_DIRS[role]: f"{base}/{subdir}/"
+    for role, subdir in subdirs.items()
   }
 
 

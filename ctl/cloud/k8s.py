@@ -4,7 +4,7 @@ A JobSet (`jobset.x-k8s.io/v1alpha2`, kubernetes-sigs/jobset) runs the chief
 and the workers as two replicated Jobs behind one headless service, so every
 pod is reachable as `<jobset>-<replicatedjob>-<jobIndex>-<podIndex>.<subdomain>`.
 It writes no TF_CONFIG: the manifest hands each pod its JobSet labels by the
-downward API (the `CTL_JOBSET_*` variables of `ctl.distributed.cluster`), from which the
+downward API (the `CTL_JOBSET_*` variables of `ctl.platform.jobset`), from which the
 trainer builds the cluster itself. A failed pod fails its Job
 (`restartPolicy: Never`, `backoffLimit: 0`) and JobSet recreates the whole set
 (`failurePolicy.maxRestarts`), which resumes from the last checkpoint; the
@@ -48,9 +48,9 @@ import yaml
 
 from ctl import errors
 from ctl.cloud import jobspecs
-from ctl.distributed import cluster
 from ctl.io import storage
 from ctl.launch import launcher
+from ctl.platform import jobset
 from ctl.telemetry import ledger
 from ctl.telemetry import progress
 from ctl.train import options as options_lib
@@ -186,7 +186,7 @@ class JobSetOptions:
   grace_secs: int | None = None
   gcsfuse_bucket: str | None = None
   service_account: str | None = None
-  port: int = cluster.JOBSET_DEFAULT_PORT
+  port: int = jobset.DEFAULT_PORT
 
 
 def pod_grace_secs(options: JobSetOptions) -> int:
@@ -321,24 +321,24 @@ def _add_node_selection(pod: dict[str, Any], options: JobSetOptions) -> None:
 
 
 def _env(options: JobSetOptions, *, shape: str) -> list[dict[str, Any]]:
-  """The `CTL_JOBSET_*` variables `ctl.distributed.cluster` builds the cluster from."""
+  """The `CTL_JOBSET_*` variables `ctl.platform.jobset` builds the cluster from."""
 
   def field(var: str, path: str) -> dict[str, Any]:
     return {"name": var, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
   label = "metadata.labels['jobset.sigs.k8s.io/{}']".format
   return [
-    field(cluster.JOBSET_NAME_ENV, label("jobset-name")),
-    field(cluster.JOBSET_REPLICATED_JOB_ENV, label("replicatedjob-name")),
-    field(cluster.JOBSET_JOB_INDEX_ENV, label("job-index")),
+    field(jobset.NAME_ENV, label("jobset-name")),
+    field(jobset.REPLICATED_JOB_ENV, label("replicatedjob-name")),
+    field(jobset.JOB_INDEX_ENV, label("job-index")),
     field(
-      cluster.JOBSET_POD_INDEX_ENV,
+      jobset.POD_INDEX_ENV,
       "metadata.annotations['batch.kubernetes.io/job-completion-index']",
     ),
-    field(cluster.JOBSET_RESTART_ATTEMPT_ENV, label("restart-attempt")),
-    {"name": cluster.JOBSET_SUBDOMAIN_ENV, "value": options.name},
-    {"name": cluster.JOBSET_JOBS_ENV, "value": shape},
-    {"name": cluster.JOBSET_PORT_ENV, "value": str(options.port)},
+    field(jobset.RESTART_ATTEMPT_ENV, label("restart-attempt")),
+    {"name": jobset.SUBDOMAIN_ENV, "value": options.name},
+    {"name": jobset.JOBS_ENV, "value": shape},
+    {"name": jobset.PORT_ENV, "value": str(options.port)},
   ]
 
 
@@ -492,7 +492,7 @@ def _pods(rjob: Mapping[str, Any]) -> int:
 
 def _check_name(name: str, *, most_pods: int) -> None:
   """The JobSet name must make pod hostnames that are DNS labels."""
-  longest = cluster.jobset_hostname(
+  longest = jobset.hostname(
     jobset=name,
     replicated_job=WORKER,
     job_index=0,
@@ -729,7 +729,7 @@ def _parser() -> argparse.ArgumentParser:
   add(
     "--port",
     type=int,
-    default=cluster.JOBSET_DEFAULT_PORT,
+    default=jobset.DEFAULT_PORT,
     help="gRPC port of every task.",
   )
   add(

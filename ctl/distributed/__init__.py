@@ -1,8 +1,8 @@
-"""Who is in the cluster and how its workers meet: the platform's
-environment (TF_CONFIG, Vertex AI, GKE JobSet), strategies, waiting for peers.
+"""Who is in the cluster and how its workers meet: the cluster the platform
+describes (ctl.platform), strategies, waiting for peers.
 
 Modules (lowest first):
-  cluster: Who am I in the cluster: TF_CONFIG (or CLUSTER_SPEC) as a value
+  cluster: Who am I in the cluster: the platform's TF_CONFIG as a value
     object.
   strategies: A strategy name and the cluster -> a `tf.distribute.Strategy`.
   peers: Waiting for the cluster's other workers, in Python, before TensorFlow

@@ -1,79 +1,23 @@
-"""Who am I in the cluster: TF_CONFIG (or CLUSTER_SPEC) as a value object.
+"""Who am I in the cluster: the platform's TF_CONFIG as a value object.
 
-Platforms describe a multi-worker job with a JSON environment variable in a few
-dialects: the TensorFlow tutorial (`worker` jobs only, worker 0 is the chief),
-Vertex AI (`chief` + `worker`, plus fields TensorFlow ignores), AI Platform
-(`master` instead of `chief`) and Vertex AI's `CLUSTER_SPEC` (jobs named by
-worker pool). `resolve` reads any of them into one `ClusterInfo`, failing fast
-with a `UserError` on anything MultiWorkerMirroredStrategy cannot run, and
-`install_tf_config` hands TensorFlow the plain dialect it understands.
-
-A Kubernetes JobSet writes no such variable. Its pods learn who they are from
-the labels JobSet puts on them, passed in by the downward API as the
-`CTL_JOBSET_*` variables below (`ctl-k8s` writes them into the manifest), and
-reach each other by the JobSet hostnames
-`<jobset>-<replicatedjob>-<jobIndex>-<podIndex>.<subdomain>`; `resolve` builds
-the same `ClusterInfo` from them when neither JSON variable is set.
+Platforms describe a multi-worker job in a dialect of TF_CONFIG (TF_CONFIG
+itself, Vertex AI's CLUSTER_SPEC, a JobSet pod's variables); which one, and
+its job names, is ctl.platform's to say. `resolve` parses the description
+into one `ClusterInfo`, failing fast with a `UserError` on anything
+MultiWorkerMirroredStrategy cannot run, and `install_tf_config` hands
+TensorFlow the plain dialect it understands.
 """
 
 from collections.abc import Mapping, MutableMapping
 import dataclasses
 import json
 import os
-import re
 import socket
 from typing import Any
 
 from ctl.errors import UserError
-
-# Read in this order; the first one that is set and not blank wins.
-ENV_VARS = ("TF_CONFIG", "CLUSTER_SPEC")
-
-# Job names as written by the platforms -> the job they mean.
-_JOB_ALIASES = {
-  "chief": "chief",
-  "master": "chief",  # AI Platform Training.
-  "worker": "worker",
-  "evaluator": "evaluator",
-  "ps": "ps",
-  # Vertex AI's CLUSTER_SPEC names jobs by worker pool.
-  "workerpool0": "chief",
-  "workerpool1": "worker",
-  "workerpool2": "ps",
-  "workerpool3": "evaluator",
-}
-_SUPPORTED_JOBS = sorted(k for k, v in _JOB_ALIASES.items() if v != "ps")
-
-# The JobSet environment: each variable and where the manifest takes it from
-# (a pod label by the downward API, or a value written by ctl-k8s).
-JOBSET_NAME_ENV = "CTL_JOBSET_NAME"  # label jobset.sigs.k8s.io/jobset-name
-# label jobset.sigs.k8s.io/replicatedjob-name: "chief" or "worker".
-JOBSET_REPLICATED_JOB_ENV = "CTL_JOBSET_REPLICATED_JOB"
-JOBSET_JOB_INDEX_ENV = (
-  "CTL_JOBSET_JOB_INDEX"  # label jobset.sigs.k8s.io/job-index
-)
-# annotation batch.kubernetes.io/job-completion-index: the pod in its Job.
-JOBSET_POD_INDEX_ENV = "CTL_JOBSET_POD_INDEX"
-# label jobset.sigs.k8s.io/restart-attempt: how often JobSet restarted the
-# job (the run ledger records it).
-JOBSET_RESTART_ATTEMPT_ENV = "CTL_JOBSET_RESTART_ATTEMPT"
-JOBSET_SUBDOMAIN_ENV = "CTL_JOBSET_SUBDOMAIN"  # value: network.subdomain
-# value: the training replicated jobs in rank order, each as
-# name=REPLICASxPODS (Jobs, and pods per Job), e.g. "chief=1x1,worker=1x3".
-JOBSET_JOBS_ENV = "CTL_JOBSET_JOBS"
-JOBSET_PORT_ENV = "CTL_JOBSET_PORT"  # value: the gRPC port of every task
-JOBSET_ENV_VARS = (
-  JOBSET_NAME_ENV,
-  JOBSET_REPLICATED_JOB_ENV,
-  JOBSET_JOB_INDEX_ENV,
-  JOBSET_POD_INDEX_ENV,
-  JOBSET_SUBDOMAIN_ENV,
-  JOBSET_JOBS_ENV,
-  JOBSET_PORT_ENV,
-)
-# The port ctl-k8s gives every task unless told otherwise.
-JOBSET_DEFAULT_PORT = 2222
-_SHAPE = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)=([0-9]+)x([0-9]+)$")
+from ctl.platform import resolver
+from ctl.platform import tf_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,103 +78,21 @@ def resolve(*, environ: Mapping[str, str] = os.environ) -> ClusterInfo:
   """Reads the cluster description of this process from the environment.
 
   Args:
-    environ: The environment to read `TF_CONFIG`, else `CLUSTER_SPEC`, from.
+    environ: The environment; ctl.platform.resolver says which of its
+      variables describe the cluster.
 
   Returns:
-    The role of this process. Without either variable, the JobSet
-    environment (`CTL_JOBSET_*`) if it is there; without any, or without a
-    `cluster` in the JSON, this process is a lone chief.
+    The role of this process. Without a description, or without a `cluster`
+    in it, this process is a lone chief.
 
   Raises:
-    UserError: If the variable is not valid JSON, names an unknown job or task
-      type, has an index out of range, lacks a `task` for a cluster of several
-      tasks, or asks for parameter servers; or if the JobSet environment is
-      incomplete or malformed.
+    UserError: If the description is not valid JSON, names an unknown job or
+      task type, has an index out of range, lacks a `task` for a cluster of
+      several tasks, or asks for parameter servers; or if the JobSet
+      environment is incomplete or malformed.
   """
-  for var in ENV_VARS:
-    text = environ.get(var, "").strip()
-    if text:
-      return _parse(var, text)
-  if any(environ.get(var) for var in JOBSET_ENV_VARS):
-    return _from_jobset(environ)
-  return ClusterInfo()
-
-
-def jobset_hostname(
-  *, jobset: str, replicated_job: str, job_index: int, pod_index: int
-) -> str:
-  """The hostname JobSet gives a pod (without the subdomain)."""
-  return f"{jobset}-{replicated_job}-{job_index}-{pod_index}"
-
-
-def _from_jobset(environ: Mapping[str, str]) -> ClusterInfo:
-  """Builds the cluster from the `CTL_JOBSET_*` variables of a JobSet pod."""
-  missing = [var for var in JOBSET_ENV_VARS if not environ.get(var, "").strip()]
-  if missing:
-    raise UserError(
-      f"The JobSet environment lacks {', '.join(missing)}; give the pod the "
-      "env that ctl-k8s writes into the manifest."
-    )
-  name, mine, subdomain = (
-    environ[var].strip()
-    for var in (
-      JOBSET_NAME_ENV,
-      JOBSET_REPLICATED_JOB_ENV,
-      JOBSET_SUBDOMAIN_ENV,
-    )
-  )
-  job_index, pod_index, port = (
-    _jobset_int(environ, var)
-    for var in (JOBSET_JOB_INDEX_ENV, JOBSET_POD_INDEX_ENV, JOBSET_PORT_ENV)
-  )
-  if not 0 < port < 65536:
-    raise UserError(f"{JOBSET_PORT_ENV} must be a port, not {port}.")
-  jobs = {}  # canonical job -> addresses, in rank order
-  shapes = {}  # replicated job name -> (canonical job, replicas, pods)
-  for part in environ[JOBSET_JOBS_ENV].split(","):
-    match = _SHAPE.match(part.strip())
-    if not match:
-      raise UserError(
-        f"{JOBSET_JOBS_ENV} entry {part.strip()!r} is not NAME=REPLICASxPODS "
-        "(e.g. worker=1x3)."
-      )
-    rjob, replicas, pods = match.group(1), int(match[3]), int(match[4])
-    job = _job_name(JOBSET_JOBS_ENV, rjob, what="replicated job")
-    if job in jobs:
-      raise UserError(f"{JOBSET_JOBS_ENV} lists the {job} job twice.")
-    shapes[rjob] = (job, replicas, pods)
-    jobs[job] = [
-      jobset_hostname(
-        jobset=name, replicated_job=rjob, job_index=j, pod_index=p
-      )
-      + f".{subdomain}:{port}"
-      for j in range(replicas)
-      for p in range(pods)
-    ]
-  if mine not in shapes:
-    raise UserError(
-      f"{JOBSET_REPLICATED_JOB_ENV} {mine!r} is not in {JOBSET_JOBS_ENV} "
-      f"({environ[JOBSET_JOBS_ENV]})."
-    )
-  job, replicas, pods = shapes[mine]
-  if not (job_index < replicas and pod_index < pods):
-    raise UserError(
-      f"Pod {job_index}-{pod_index} of replicated job {mine!r} is out of "
-      f"range for its {replicas}x{pods} pods in {JOBSET_JOBS_ENV}."
-    )
-  config = {
-    "cluster": jobs,
-    "task": {"type": job, "index": job_index * pods + pod_index},
-  }
-  return _parse("The JobSet environment", json.dumps(config))
-
-
-def _jobset_int(environ: Mapping[str, str], var: str) -> int:
-  """Reads a non-negative integer JobSet variable."""
-  text = environ[var].strip()
-  if not text.isdigit():
-    raise UserError(f"{var} must be a non-negative integer, not {text!r}.")
-  return int(text)
+  described = resolver.cluster_description(environ)
+  return _parse(*described) if described else ClusterInfo()
 
 
 def tf_config_json(info: ClusterInfo) -> str:
@@ -278,7 +140,7 @@ def install_tf_config(
     info: The role of this process, from `resolve`.
     environ: The environment to change.
   """
-  environ["TF_CONFIG"] = tf_config_json(info)
+  environ[tf_config.VARIABLE] = tf_config_json(info)
 
 
 def free_ports(count: int) -> list[int]:
@@ -312,7 +174,7 @@ def _parse(var: str, text: str) -> ClusterInfo:
     raise UserError(f"{var} 'task' must be a JSON object, got {task!r}.")
 
   if task:
-    task_type = _job_name(var, task.get("type"), what="task type")
+    task_type = tf_config.job_name(var, task.get("type"), what="task type")
     task_index = task.get("index", 0)
   elif sum(len(addresses) for addresses in jobs.values()) > 1:
     raise UserError(
@@ -340,7 +202,7 @@ def _parse_jobs(var: str, cluster: Any) -> dict[str, tuple[str, ...]]:
     raise UserError(f"{var} 'cluster' must be a JSON object, got {cluster!r}.")
   jobs = {}
   for name, addresses in cluster.items():
-    job = _job_name(var, name, what="cluster job")
+    job = tf_config.job_name(var, name, what="cluster job")
     if not isinstance(addresses, list) or not all(
       isinstance(a, str) and a for a in addresses
     ):
@@ -386,23 +248,6 @@ def _check_distinct_addresses(
           f"{job} {index}; each task needs its own host:port."
         )
       seen[key] = f"{job} {index}"
-
-
-def _job_name(var: str, name: Any, *, what: str) -> str:
-  """Maps a platform's job name to its canonical name; rejects the rest."""
-  job = _JOB_ALIASES.get(name) if isinstance(name, str) else None
-  if job is None:
-    raise UserError(
-      f"{var} has unknown {what} {name!r}; expected one of"
-      f" {', '.join(_SUPPORTED_JOBS)}."
-    )
-  if job == "ps":
-    raise UserError(
-      f"{var} has a parameter server ({name!r}), but ctl trains with"
-      " MultiWorkerMirroredStrategy, which uses none: remove that worker"
-      " pool."
-    )
-  return job
 
 
 def _check_task(

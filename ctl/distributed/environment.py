@@ -35,6 +35,7 @@ from ctl.distributed import cluster as cluster_lib
 from ctl.distributed import peers
 from ctl.errors import UserError
 from ctl.io import outputs
+from ctl.platform import resolver
 
 if TYPE_CHECKING:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -165,7 +166,7 @@ def resolve(
   return Environment(
     cluster=cluster,
     dirs=dirs,
-    job_id=env_lib.job_id(environ),
+    job_id=resolver.job_id(environ),
     restarts=env_lib.restart_count(environ),
   )
 

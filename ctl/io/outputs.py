@@ -23,11 +23,11 @@ import posixpath
 from ctl.errors import UserError
 from ctl.io import fencing
 from ctl.io import storage
+from ctl.platform import resolver
 
 CHECKPOINTS_SUBDIR = "checkpoints"
 TENSORBOARD_SUBDIR = "tensorboard"
 EXPORT_SUBDIR = "saved_model"
-_AIP_DIRS = ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR")
 # The flags that name output directories: the keywords of resolve_output_dirs
 # besides `environ`, so a caller with one attribute per flag passes them by name.
 DIR_FLAGS = (
@@ -83,16 +83,17 @@ def resolve_output_dirs(
       gs:// url names no bucket or an invalid one.
   """
   flags = (model_dir, checkpoint_dir, tensorboard_dir, export_dir, job_dir)
-  for url in (*flags, *(environ.get(name) for name in _AIP_DIRS)):
+  platform_dirs = resolver.output_dirs(environ)
+  for url in (*flags, *platform_dirs.values()):
     if url:
       storage.check_url(url)  # Before "gs://" loses its slashes below.
-  trial_id = environ.get("CLOUD_ML_TRIAL_ID")
+  trial_id = resolver.trial_id(environ)
   from_flag = lambda value: _in_trial(_normalize(value), trial_id)
 
   if model_dir:
     root, aip = from_flag(model_dir), {}
   else:
-    aip = _aip_dirs(environ)
+    aip = _platform_dirs(platform_dirs)
     root = from_flag(job_dir) or (
       aip[EXPORT_SUBDIR] and posixpath.dirname(aip[EXPORT_SUBDIR])
     )
@@ -120,12 +121,13 @@ def _in_trial(path: str | None, trial_id: str | None) -> str | None:
   return path
 
 
-def _aip_dirs(environ: Mapping[str, str]) -> dict[str, str | None]:
-  """The directories Vertex AI sets (AIP_*), by the subdir each stands for."""
+def _platform_dirs(named: Mapping[str, str]) -> dict[str, str | None]:
+  """The directories the platform names (Vertex AI's AIP_*), by the subdir
+  each stands for."""
   return {
-    CHECKPOINTS_SUBDIR: _normalize(environ.get("AIP_CHECKPOINT_DIR")),
-    TENSORBOARD_SUBDIR: _normalize(environ.get("AIP_TENSORBOARD_LOG_DIR")),
-    EXPORT_SUBDIR: _normalize(environ.get("AIP_MODEL_DIR")),
+    CHECKPOINTS_SUBDIR: _normalize(named.get("checkpoint")),
+    TENSORBOARD_SUBDIR: _normalize(named.get("tensorboard")),
+    EXPORT_SUBDIR: _normalize(named.get("model")),
   }
 
 

@@ -41,6 +41,7 @@ from ctl.io import fencing
 from ctl.io import mirror as mirror_lib
 from ctl.io import retry
 from ctl.io import tempdirs
+from ctl.platform import vertex_ai
 
 ROUTES = ("auto", "fuse", "gcsfs", "tf")
 
@@ -150,7 +151,7 @@ def open_location(
   url: str,
   *,
   storage: str = "auto",
-  fuse_root: str = "/gcs",
+  fuse_root: str = vertex_ai.FUSE_ROOT,
   staging_dir: str | None = None,
   retry_policy: retry.RetryPolicy | None = None,
   read_only: bool = False,
@@ -209,7 +210,7 @@ def open_location(
   )
 
 
-def check_url(url: str, *, fuse_root: str = "/gcs") -> None:
+def check_url(url: str, *, fuse_root: str = vertex_ai.FUSE_ROOT) -> None:
   """Checks that a Cloud Storage url names a valid bucket; local paths pass.
 
   Raises:
@@ -220,7 +221,7 @@ def check_url(url: str, *, fuse_root: str = "/gcs") -> None:
 
 
 def check_reachable(
-  url: str, *, storage: str = "auto", fuse_root: str = "/gcs"
+  url: str, *, storage: str = "auto", fuse_root: str = vertex_ai.FUSE_ROOT
 ) -> None:
   """Checks, in a moment, what `open_location` would otherwise find late.
 
@@ -233,7 +234,7 @@ def check_reachable(
     _check_resolvable(url)
 
 
-def check_writable(url: str, *, fuse_root: str = "/gcs") -> None:
+def check_writable(url: str, *, fuse_root: str = vertex_ai.FUSE_ROOT) -> None:
   """Checks that this process can create or write a local directory `url`.
 
   Cloud Storage urls pass (their check writes a probe; see `Mirror`).
@@ -296,7 +297,7 @@ def _check_path_limits(url: str, existing: str) -> None:
 
 
 def read_route(
-  url: str, *, storage: str = "auto", fuse_root: str = "/gcs"
+  url: str, *, storage: str = "auto", fuse_root: str = vertex_ai.FUSE_ROOT
 ) -> tuple[str, object | None]:
   """How to read files under `url`: (root, None) or (root, gcsfs filesystem).
 
@@ -428,8 +429,8 @@ def _gcs_filesystem():
     gcsfs.core.GCSFileSystem if emulator else gcsfs.GCSFileSystem
   )
   kwargs = {"token": "anon"} if emulator else {}
-  if os.environ.get("CLOUD_ML_PROJECT_ID"):
-    kwargs["project"] = os.environ["CLOUD_ML_PROJECT_ID"]
+  if vertex_ai.project_id():
+    kwargs["project"] = vertex_ai.project_id()
   return filesystem_class(use_listings_cache=False, **kwargs)
 
 

@@ -29,6 +29,7 @@ from ctl.errors import UserError
 from ctl.launch import heartbeats as heartbeats_lib
 from ctl.launch import output_relay
 from ctl.launch import reaper
+from ctl.platform import tf_config
 
 _HEARTBEAT_POLL_SECS = 1.0
 _SPARE_EXIT_SECS = 5.0  # For an unused spare to leave on end of its stdin.
@@ -62,7 +63,7 @@ def loopback_tasks(num_workers: int, port_base: int | None) -> list[Task]:
     Task(
       rank=index,
       env={
-        "TF_CONFIG": json.dumps(
+        tf_config.VARIABLE: json.dumps(
           {
             "cluster": {"worker": addresses},
             "task": {"type": "worker", "index": index},

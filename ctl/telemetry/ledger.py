@@ -57,8 +57,8 @@ from absl import logging
 
 from ctl import env
 from ctl import errors
-from ctl.distributed import cluster
 from ctl.io import fencing
+from ctl.platform import jobset
 from ctl.telemetry import goodput
 from ctl.telemetry import progress as progress_lib
 
@@ -191,9 +191,9 @@ class Ledger:
         "previous_exit_time": env.previous_exit_time(environ),
       }
     ]
-    jobset_restart = environ.get(cluster.JOBSET_RESTART_ATTEMPT_ENV, "")
-    if jobset_restart.strip().isdigit():
-      self._events[0]["jobset_restart"] = int(jobset_restart)
+    jobset_restart = jobset.restart_attempt(environ)
+    if jobset_restart is not None:
+      self._events[0]["jobset_restart"] = jobset_restart
 
   def __call__(self, mark: progress_lib.Mark) -> None:
     """Records a phase's end (the listener interface)."""
