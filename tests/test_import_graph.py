@@ -1,5 +1,6 @@
-"""The layers hold: `ctl/` never imports `trainer/`, and no modules import
-each other in a loop (docs/design.md, "Layers": imports only point down).
+"""The layers hold: `ctl/` never imports `trainer/`, no modules import each
+other in a loop, and the folders of `ctl/` and of `benchmarks/` import only
+their own layer or lower (docs/design.md, "Layers": imports only point down).
 The maps hold too: each folder's `__init__` lists its modules lowest first,
 `ctl` itself offers every exception and exit code of ctl.errors, and every
 module has its test file (docs/design.md, "Style").
@@ -12,6 +13,8 @@ import that happens to run late.
 import ast
 import os
 import re
+
+import pytest
 
 from tests.conftest import REPO
 
@@ -29,20 +32,25 @@ def _modules(package: str) -> dict[str, str]:
 
 
 def _imports(path: str) -> set[str]:
-  """The dotted names that the module at `path` imports."""
+  """The dotted names that the module at `path` imports; a relative import
+  (the trainer's own: it is installed as ctl_trainer) is resolved against
+  the module's package."""
   with open(path) as f:
     tree = ast.parse(f.read())
+  package = os.path.relpath(os.path.dirname(path), REPO).replace(os.sep, ".")
   names = set()
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
       names.update(alias.name for alias in node.names)
-    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-      names.add(node.module)
-      names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+      module = ".".join(p for p in (base, node.module) if p)
+      names.add(module)
+      names.update(f"{module}.{alias.name}" for alias in node.names)
   return names
 
 
-def _graph(packages=("ctl", "trainer")) -> dict[str, set[str]]:
+def _graph(packages=("ctl", "trainer", "benchmarks")) -> dict[str, set[str]]:
   """Module -> the project modules it imports (itself and its package's
   `__init__` left out)."""
   modules = {}
@@ -110,11 +118,22 @@ LAYERS = (
   ("ctl", "ctl.report", "ctl.testing"),
 )
 
+# The folders of benchmarks/, lowest first, in the same sense.
+BENCHMARK_LAYERS = (
+  ("benchmarks.harness",),
+  ("benchmarks.workloads",),
+  ("benchmarks.speed", "benchmarks.recovery"),
+  ("benchmarks", "benchmarks.run_all"),
+)
+# Each package whose folders are layered, with its layers.
+LAYERED = {"ctl": LAYERS, "benchmarks": BENCHMARK_LAYERS}
 
-def _layer(module: str) -> int:
-  """The index in LAYERS of the folder (or top-level module) `module` is in."""
+
+def _layer(module: str, layers=LAYERS) -> int:
+  """The index in `layers` of the folder (or top-level module) `module` is
+  in."""
   best = None
-  for index, prefixes in enumerate(LAYERS):
+  for index, prefixes in enumerate(layers):
     for prefix in prefixes:
       if module == prefix or module.startswith(prefix + "."):
         if best is None or len(prefix) > best[1]:
@@ -123,36 +142,41 @@ def _layer(module: str) -> int:
   return best[0]
 
 
-def test_ctl_folders_import_only_their_own_layer_or_lower():
+@pytest.mark.parametrize("package", sorted(LAYERED))
+def test_folders_import_only_their_own_layer_or_lower(package):
+  layers = LAYERED[package]
   upward = sorted(
     f"{name} -> {target}"
-    for name, targets in _graph(("ctl",)).items()
+    for name, targets in _graph((package,)).items()
     for target in targets
-    if _layer(target) > _layer(name)
+    if _layer(target, layers) > _layer(name, layers)
   )
   assert not upward
 
 
-def test_every_ctl_module_is_in_a_layer():
-  for name in _graph(("ctl",)):
-    _layer(name)
+@pytest.mark.parametrize("package", sorted(LAYERED))
+def test_every_module_is_in_a_layer(package):
+  for name in _graph((package,)):
+    _layer(name, LAYERED[package])
 
 
-def test_no_ctl_folder_holds_more_than_twelve_modules():
+@pytest.mark.parametrize("package", sorted(LAYERED))
+def test_no_folder_holds_more_than_twelve_modules(package):
   crowded = {}
-  for folder, _, files in os.walk(os.path.join(REPO, "ctl")):
+  for folder, _, files in os.walk(os.path.join(REPO, package)):
     modules = [f for f in files if f.endswith(".py") and f[0] != "_"]
     if len(modules) > 12:
       crowded[os.path.relpath(folder, REPO)] = len(modules)
   assert not crowded
 
 
-def test_every_folder_face_names_each_of_its_modules():
+@pytest.mark.parametrize("package", sorted(LAYERED))
+def test_every_folder_face_names_each_of_its_modules(package):
   """Each folder's `__init__` docstring lists its modules (the module map)."""
   unlisted = []
-  for folder, _, files in os.walk(os.path.join(REPO, "ctl")):
+  for folder, _, files in os.walk(os.path.join(REPO, package)):
     face = os.path.join(folder, "__init__.py")
-    if not os.path.exists(face) or folder.endswith("ctl"):
+    if not os.path.exists(face) or folder.endswith(package):
       continue
     with open(face) as f:
       listed = ast.get_docstring(ast.parse(f.read())) or ""
@@ -200,10 +224,11 @@ def _listed(face: str) -> list[str]:
   return re.findall(r"^  (\w+):", listed, re.M)
 
 
-def test_every_folder_face_lists_its_modules_lowest_first():
+@pytest.mark.parametrize("package", sorted(LAYERED))
+def test_every_folder_face_lists_its_modules_lowest_first(package):
   """No folder's `__init__` lists a module before one it imports."""
-  graph, upward = _graph(("ctl",)), []
-  for folder, _, _ in os.walk(os.path.join(REPO, "ctl")):
+  graph, upward = _graph((package,)), []
+  for folder, _, _ in os.walk(os.path.join(REPO, package)):
     face = os.path.join(folder, "__init__.py")
     if not os.path.exists(face):
       continue
