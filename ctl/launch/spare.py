@@ -160,9 +160,11 @@ class _HandOver(threading.Thread):
     super().__init__(name="ctl-spare-hand-over", daemon=True)
     self._restore_to = restore_to
     self.environment = None
+    self.time = None  # When the line came: the attempt starts there.
 
   def run(self) -> None:
     self.environment = wait_for_hand_over()
+    self.time = time.time()
     if self.environment is not None and self._restore_to is not None:
       set_niceness(self._restore_to)
 
@@ -184,7 +186,7 @@ def main(argv: list[str]) -> int:
     return 0
   os.environ.clear()
   os.environ.update(environment)
-  os.environ[env.ATTEMPT_START] = f"{time.time():.3f}"
+  os.environ[env.ATTEMPT_START] = f"{hand_over.time:.3f}"
   sys.argv = [module, *args]
   runpy.run_module(module, run_name="__main__", alter_sys=True)
   return 0
