@@ -307,7 +307,15 @@ def timed_restarts(model: str, root: str, *, timeout: int) -> dict:
     )
     found[mode] = restart_lib.one_restart(mode, config, model_dir)
     found[mode]["parts"] = restart_parts(model_dir)
+    found[mode]["phases"] = restart_phases(model_dir)
   return found
+
+
+def restart_phases(model_dir: str) -> dict:
+  """The starts after the first, by restart phase (ctl-report's table,
+  goodput.restart_phases), summed: {phase: seconds}."""
+  rows = goodput.restart_phases(_accounting(model_dir))[1:]
+  return {p: sum(row[p] for row in rows) for p in goodput.RESTART_PHASES}
 
 
 def restarts_section(
@@ -388,6 +396,15 @@ def _restart_notes(restarts: dict, seconds: dict, from_bucket: float) -> list:
     f"restart's first mark at {spare['to_first_mark']:.1f} s, restored at "
     f"{spare['to_restored']:.1f} s, its first resumed loop ended at "
     f"{spare['to_resumed_step']:.1f} s; its ledger: {parts}.",
+    "Each way's restart by phase (its ledger, as ctl-report prints it: "
+    f"{', '.join(goodput.RESTART_PHASES)}): "
+    + "; ".join(
+      f"{way} "
+      + " / ".join(f"{v:.1f}" for v in restarts[way]["phases"].values())
+      + f" = {sum(restarts[way]['phases'].values()):.1f} s"
+      for way in ("cluster", "spare")
+    )
+    + ".",
     f"Saves cost {_save_seconds(seconds, 'on'):.2f} s (local tier: the "
     "training's loss per save, measured in training, with the write on a "
     f"thread; the call blocks {seconds['save_local']:.3f} s) and "
