@@ -66,13 +66,9 @@ def test_a_save_that_died_before_its_commit_is_not_listed(tmp_path):
   assert not tf.io.gfile.glob(tier.prefix(10) + "*")
 
 
-def test_a_local_save_holds_its_steps_values_while_training_goes_on(tmp_path):
-  """The tiered save writes in the background: the step goes on as soon as
-  the variables are snapshotted, and an update made then (in place, as an
-  optimizer's) must not reach the files of the step saved, in the local
-  tier or in its copy to the bucket."""
-  weights = tf.Variable(np.full(2_000_000, 5.0))  # 16 MB: a write that lasts.
-  checkpoint = tf.train.Checkpoint(weights=weights)
+def _tiered(checkpoint, tmp_path):
+  """(a chief's TieredCheckpointer of `checkpoint`, its tier, its bucket
+  directory), two steps kept in each."""
   bucket_dir = str(tmp_path / "bucket")
   tier = local_tier.LocalTier(str(tmp_path / "worker-0"))
   tiered = checkpoint_tiers.TieredCheckpointer(
@@ -84,6 +80,18 @@ def test_a_local_save_holds_its_steps_values_while_training_goes_on(tmp_path):
     is_chief=True,
     on_saved=lambda: None,
     agreement=None,
+  )
+  return tiered, tier, bucket_dir
+
+
+def test_a_local_save_holds_its_steps_values_while_training_goes_on(tmp_path):
+  """The tiered save writes in the background: the step goes on as soon as
+  the variables are snapshotted, and an update made then (in place, as an
+  optimizer's) must not reach the files of the step saved, in the local
+  tier or in its copy to the bucket."""
+  weights = tf.Variable(np.full(2_000_000, 5.0))  # 16 MB: a write that lasts.
+  tiered, tier, bucket_dir = _tiered(
+    tf.train.Checkpoint(weights=weights), tmp_path
   )
   for step in (5, 10):
     tiered.save(step, to_bucket=step == 5)
@@ -386,3 +394,24 @@ def test_the_last_worker_to_remove_its_tier_removes_the_runs_directory(
   assert os.listdir(run) == ["worker-1"]
   tiers[1].remove()
   assert os.listdir(tmp_path / "ctl-tier-0") == []
+
+
+def _save_counter(prefix: str) -> int:
+  return int(
+    tf.train.load_checkpoint(prefix).get_tensor(
+      "save_counter/.ATTRIBUTES/VARIABLE_VALUE"
+    )
+  )
+
+
+def test_local_saves_count_as_saves_as_bucket_saves_do(tmp_path):
+  """TensorFlow's `save_counter` counts a checkpoint's saves; a local save
+  (a `write`, which does not count) left it 0 in the tier and its copy."""
+  tiered, tier, bucket_dir = _tiered(_checkpoint(5.0), tmp_path)
+  for step in (5, 10):
+    tiered.save(step, to_bucket=step == 5)
+  tiered.sync()
+  tiered.close()
+  assert _save_counter(tier.prefix(5)) == 1
+  assert _save_counter(tier.prefix(10)) == 2
+  assert _save_counter(os.path.join(bucket_dir, "ckpt-5")) == 1

@@ -57,6 +57,20 @@ _STEP_FILE = re.compile(r"ckpt-(?P<step>\d+)\.(index|data-\d+-of-\d+)")
 _UPLOADS = ".uploads"  # Hard-linked snapshots being copied to the bucket.
 
 
+def _count_save(checkpoint, options) -> None:
+  """Counts a save as `Checkpoint.save` does (a `write` does not), so a
+  tier checkpoint's `save_counter` is its saves, as a bucket save's is.
+
+  An asynchronous write goes through TensorFlow's helper, whose own
+  `Checkpoint` (built from the constructor's keyword arguments,
+  ctl.checkpoint.checkpointing) holds the count it writes: it is set too.
+  """
+  checkpoint.save_counter.assign_add(1, read_value=False)
+  if options is not None and options.experimental_enable_async_checkpoint:
+    helper = checkpoint._async_checkpointer()  # pylint: disable=protected-access
+    helper.checkpointer().save_counter.assign(checkpoint.save_counter)
+
+
 def run_name(*, job_id: str, checkpoint_dir: str) -> str:
   """The run-private directory name: the job and its checkpoint directory.
 
@@ -288,8 +302,7 @@ class LocalTier:
     kept = [e for e in self.entries() if e.step != step]
     if len(kept) != len(self.entries()):
       self._commit(kept)
-    # Made on first use; a restore asks for every object a save holds.
-    _ = checkpoint.save_counter
+    _count_save(checkpoint, options)
     checkpoint.write(self.prefix(step), options=options)
     return self.prefix(step)
 
