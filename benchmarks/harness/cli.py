@@ -1,11 +1,12 @@
 """Flags every benchmark app shares, and how an app hands back its sections.
 
-Each benchmark is an absl app (`python -m benchmarks.speed.throughput --help`). Run
-by hand it prints its sections as Markdown; run by `run_all` it writes them to
-`--output` as JSON. An app's own flags are the `settings.flag` fields of its
-Config (`define_flags`), read back into one by `config_from_flags`; the flags
-every app has (--output, --section, --device, --repeats,
---time_budget_secs) are defined here.
+Each section is an absl app (`python -m benchmarks.speed.throughput --help`)
+of one shape: `define_flags(X_lib.Config)` at import and, as `__main__`,
+`run_app(X_lib.run, X_lib.Config)`. Run by hand it prints its sections as
+Markdown; run by `run_all` it writes them to `--output` as JSON. An app's own
+flags are the `settings.flag` fields of its Config (`define_flags`), read
+back into one by `config_from_flags`; the flags every app has (--output,
+--section, --device, --repeats, --time_budget_secs) are defined here.
 """
 
 from collections.abc import Callable, Mapping
@@ -117,16 +118,52 @@ def config_from_flags(config_class: type, *, prefix: str = "", **values):
 
 
 def run_app(
-  run: Callable[[typing.Any], Mapping], config_class: type, **config_args
+  run: Callable[..., Mapping],
+  config_class: type,
+  *,
+  prefix: str = "",
+  progress: Callable[[Mapping], None] | None = None,
 ):
-  """Runs an app whose `run(config)` returns its sections, as an absl app.
+  """Every section's entry point: runs `run(config)` as an absl app.
 
-  The flags are parsed, the Config is built from them (`config_args` as in
-  `config_from_flags`) and the sections are emitted.
+  The flags are parsed, the Config is built from them (`config_from_flags`,
+  with the prefix its app defined them under) and the sections `run`
+  returns are emitted. With `progress` (`write_progress`,
+  `exit_when_final`), `run` is given it as `progress=` and calls it with
+  the sections so far.
   """
-  app.run(
-    lambda argv: emit(run(config_from_flags(config_class, **config_args)))
-  )
+
+  def main(argv):
+    del argv  # Unused.
+    config = config_from_flags(config_class, prefix=prefix)
+    given = {} if progress is None else {"progress": progress}
+    emit(run(config, **given))
+
+  app.run(main)
+
+
+def write_progress(sections: Mapping[str, Mapping]) -> None:
+  """Writes the sections so far to `--output` (run_all keeps them if it
+  stops the app at its time limit); run by hand, only the final ones print.
+  """
+  if FLAGS.output:
+    emit(sections)
+
+
+def exit_when_final(sections: Mapping[str, Mapping]) -> None:
+  """As `write_progress`, and exits at once when every section is final.
+
+  Returning from a run frees the traced and compiled models, which took
+  TensorFlow 5 to 60 s of CPU after a throughput run of a few seconds here;
+  a section's time budget is better spent, so the app exits at once.
+  """
+  final = all(body["status"] == "ok" for body in sections.values())
+  if FLAGS.output or final:
+    emit(sections)
+  if final:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def emit(sections: Mapping[str, Mapping]) -> None:

@@ -8,6 +8,5 @@ from benchmarks.recovery import goodput_lib
 
 cli.define_flags(goodput_lib.Config)
 
-
 if __name__ == "__main__":
   cli.run_app(goodput_lib.run, goodput_lib.Config)

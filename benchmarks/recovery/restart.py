@@ -5,19 +5,10 @@ python -m benchmarks.recovery.restart --repeats=1 --kill_step=10
 python -m benchmarks.recovery.restart --repeats=1 --model=resnet50 --section=restart_resnet50
 """
 
-from absl import app
-
 from benchmarks.harness import cli
 from benchmarks.recovery import restart_lib
 
 cli.define_flags(restart_lib.Config)
 
-
-def main(argv):
-  del argv  # Unused.
-  config = cli.config_from_flags(restart_lib.Config)
-  cli.emit(restart_lib.run(config, on_round=cli.emit))
-
-
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_app(restart_lib.run, restart_lib.Config, progress=cli.write_progress)

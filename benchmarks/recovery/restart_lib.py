@@ -251,10 +251,9 @@ def _split(events: str, killed: float, resumed: dict) -> dict:
   }
 
 
-def run(
-  config: Config, on_round: Callable[[dict], None] = lambda section: None
-) -> dict:
-  """Measures both modes in interleaved rounds; returns {section}.
+def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
+  """Measures both modes in interleaved rounds; returns {section}, and gives
+  `progress` the section so far after each round.
 
   With `config.time_budget_secs`, the rounds after the first are cut to
   those that fit it at the first round's pace (never below 1).
@@ -267,7 +266,8 @@ def run(
         found[mode].append(
           one_restart(mode, config, os.path.join(root, f"{mode}{r}"))
         )
-      on_round(_section(config, found))
+      if progress:
+        progress(_section(config, found))
   return {
     name: budget.stamp(body) for name, body in _section(config, found).items()
   }

@@ -9,6 +9,5 @@ from benchmarks.recovery import stalls_lib
 
 cli.define_flags(stalls_lib.Config)
 
-
 if __name__ == "__main__":
   cli.run_app(stalls_lib.run, stalls_lib.Config)

@@ -5,20 +5,10 @@
       --section=checkpoint_tiers_resnet50                 # the opt-in size
 """
 
-from absl import app
-
 from benchmarks.harness import cli
 from benchmarks.recovery import tiers_lib
 
 cli.define_flags(tiers_lib.Config, prefix="tiers_")
 
-
-def main(argv):
-  del argv  # Unused.
-  cli.emit(
-    tiers_lib.run(cli.config_from_flags(tiers_lib.Config, prefix="tiers_"))
-  )
-
-
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_app(tiers_lib.run, tiers_lib.Config, prefix="tiers_")

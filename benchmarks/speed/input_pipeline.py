@@ -10,6 +10,5 @@ from benchmarks.speed import input_pipeline_lib
 
 cli.define_flags(input_pipeline_lib.Config)
 
-
 if __name__ == "__main__":
   cli.run_app(input_pipeline_lib.run, input_pipeline_lib.Config)

@@ -9,6 +9,5 @@ from benchmarks.speed import input_scale_lib
 
 cli.define_flags(input_scale_lib.Config)
 
-
 if __name__ == "__main__":
   cli.run_app(input_scale_lib.run, input_scale_lib.Config)

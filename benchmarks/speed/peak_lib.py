@@ -47,6 +47,7 @@ class Config:
     precisions: --precision values to measure ("none" is float32).
     repeats: timed calls; the median is reported.
     device: "auto", "cpu" or "gpu".
+    section: the section's name in the report.
   """
 
   precisions: tuple[str, ...] = ("none", "bf16", "fp16")
@@ -54,6 +55,7 @@ class Config:
   chain: int = chain_flag()
   repeats: int = 3
   device: str = "auto"
+  section: str = "peak"
 
 
 # The columns of a section of peak rows (`MatmulMeter.row`), here and in the
@@ -158,7 +160,7 @@ def measure(
 
 
 def run(config: Config) -> dict:
-  """Measures every supported precision; returns {"peak": section}."""
+  """Measures every supported precision; returns {config.section: body}."""
   device = device_lib.resolve(config.device)
   rows, notes = [], []
   for precision in config.precisions:
@@ -176,7 +178,7 @@ def run(config: Config) -> dict:
       )
     )
   return {
-    "peak": report_lib.section(
+    config.section: report_lib.section(
       title="Dense matmul peak",
       rows=rows,
       chart_key="peak_flops_per_second",

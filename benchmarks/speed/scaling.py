@@ -10,6 +10,5 @@ from benchmarks.speed import scaling_lib
 
 cli.define_flags(scaling_lib.Config)
 
-
 if __name__ == "__main__":
   cli.run_app(scaling_lib.run, scaling_lib.Config)

@@ -16,42 +16,12 @@ See `throughput_lib` for what is measured and how. Examples:
   python -m benchmarks.speed.throughput --precision=bf16 --xla --batch_size=128
 """
 
-import os
-import sys
-
-from absl import app
-from absl import flags
-
 from benchmarks.harness import cli
 from benchmarks.speed import throughput_lib
 
 cli.define_flags(throughput_lib.Config)
 
-FLAGS = flags.FLAGS
-
-
-def _report(sections):
-  """Writes every round's sections; exits as soon as the final ones are out.
-
-  Returning from `throughput_lib.run` frees the traced and compiled models,
-  which took TensorFlow 5 to 60 s of CPU after a run of a few seconds here;
-  a benchmark's time budget is better spent, so the app exits at once.
-  """
-  final = all(body["status"] == "ok" for body in sections.values())
-  if FLAGS.output or final:
-    cli.emit(sections)
-  if final:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-def main(argv):
-  del argv  # Unused.
-  throughput_lib.run(
-    cli.config_from_flags(throughput_lib.Config), progress=_report
-  )
-
-
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_app(
+    throughput_lib.run, throughput_lib.Config, progress=cli.exit_when_final
+  )
