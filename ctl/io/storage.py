@@ -168,8 +168,7 @@ def open_location(
       a process restarted after a crash finds it again, and is removed on
       `close`. Processes on one machine that open the same url need distinct
       ones.
-    retry_policy: How to retry transient Cloud Storage errors; the default
-      retries for up to 10 minutes.
+    retry_policy: Retries of transient Cloud Storage errors (default 10 min).
     read_only: This process only reads (a non-chief worker's checkpoints, an
       evaluator): nothing is published, and the staging directory is a fresh
       private one by default.
