@@ -554,7 +554,8 @@ def test_a_measured_agreed_save_that_does_not_fit_the_grace_is_a_warning(
     assert err == (
       f"warning: an agreed save in {run} takes up to 11.0 s (a loop of 2.0 s "
       "and a save of 9.0 s), more than the 10 s the trainer gets after "
-      "SIGTERM; save locally (the local tier), or give --grace_secs where "
+      "SIGTERM; save locally (the local tier), take fewer --steps_per_loop "
+      "(a SIGTERM is answered at the loop's end), or give --grace_secs where "
       "the nodes give more.\n"
     )
   else:

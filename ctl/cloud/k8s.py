@@ -681,7 +681,8 @@ def _warn_if_the_save_does_not_fit(options: JobSetOptions, run: str) -> None:
       f"warning: an agreed save in {run} takes up to {loop + save:.1f} s (a "
       f"loop of {loop:.1f} s and a save of {save:.1f} s), more than the "
       f"{grace} s the trainer gets after SIGTERM; save locally (the local "
-      "tier), or give --grace_secs where the nodes give more.",
+      "tier), take fewer --steps_per_loop (a SIGTERM is answered at the "
+      "loop's end), or give --grace_secs where the nodes give more.",
       file=sys.stderr,
     )
 
