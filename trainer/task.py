@@ -170,8 +170,8 @@ def _exit_at_once(code: int) -> None:
   restarted as soon as its process has exited, and the interpreter's exit
   tears TensorFlow's runtime down first: seconds on a restart's critical
   path (about 7 s for the small CNN's chief after its peer's SIGKILL, on 2
-  busy cores; benchmarks/restart.py). A one-process job that ended cleanly
-  pays the same teardown for nothing (2 to 4 s after its "Done" line on 2
+  busy cores; benchmarks/recovery/restart.py). A one-process job that ended
+  cleanly pays the same teardown for nothing (2 to 4 s after its "Done" line on 2
   busy cores, 8 to 17 s with fp16). What the run keeps is written, closed
   and fenced before it gets here, so this does what matters of a normal
   exit (threads that are not daemons are joined, exit handlers run, which

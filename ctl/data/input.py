@@ -75,7 +75,7 @@ class IndexedRecords:
 
     One Python call (`tf.numpy_function`) per batch of indices, at least
     `PipelineOptions.records_per_fetch` of them, rather than one per record
-    or a Python generator: `benchmarks/input_scale.py` measured it about 20
+    or a Python generator: `benchmarks/speed/input_scale.py` measured it about 20
     times faster on ArrayRecord (the call's fixed cost is spread, and the
     source reads the batch in parallel: ArrayRecord's reader, gcsfs's
     concurrent `cat`).
@@ -100,7 +100,7 @@ class PipelineOptions:
     records_per_fetch: at least this many records per `fetch` call (whole
       steps' shares): a call has a fixed cost (a Python call, a thread pool
       in ArrayRecord's reader, a round trip to Cloud Storage) that larger
-      calls spread; `benchmarks/input_scale.py` measures it.
+      calls spread; `benchmarks/speed/input_scale.py` measures it.
     parallel_fetches: concurrent `fetch` calls; AUTOTUNE lets tf.data choose.
     parallel_decodes: concurrent decodes; AUTOTUNE lets tf.data choose.
     private_threads: size of a thread pool private to the pipeline; 0 uses

@@ -13,8 +13,8 @@ so the share of T that trains is (T - R - I / 2) (1 - c / I) / T. The
 interval that makes it largest is I = sqrt(2 c (T - R)): Young and Daly's
 sqrt(2 c MTBF), with the time the job runs between a restart and the next
 failure as the MTBF (for R, c << T the familiar 1 - R/T - I/2T - c/I). A
-save interval set by hand can be given instead. `benchmarks/tiers_lib.py`
-checks this model against killed runs and evaluates it at a fault every 5
+save interval set by hand can be given instead.
+`benchmarks/recovery/tiers_lib.py` checks this model against killed runs and evaluates it at a fault every 5
 and every 30 minutes; `--checkpoint_every_secs=auto` follows the same rule
 (ctl.telemetry.goodput).
 """
