@@ -513,22 +513,39 @@ def _ledger(model_dir, *phases):
   "phases, flags, warned",
   [
     # A loop of 2 s and a save of 9 s: 11 s, over the agent's 10 s on Spot.
-    ([("train_loop", 8.0, 4), ("checkpoint_save", 9.0, 0)], ["--spot"], True),
-    ([("train_loop", 8.0, 4), ("checkpoint_save", 9.0, 0)], [], False),
+    (
+      [("train_loop", 8.0, 4), ("checkpoint_save", 9.0, 0)],
+      ["--spot"],
+      (11.0, 2.0, 9.0),
+    ),
+    ([("train_loop", 8.0, 4), ("checkpoint_save", 9.0, 0)], [], None),
     (
       [("train_loop", 8.0, 4), ("checkpoint_save", 7.0, 0)],
       ["--spot"],
-      False,
+      None,
     ),
-    # With the local tier the agreed save is the local one.
+    # With the local tier the agreed save is written locally and then
+    # waited for in the bucket (the node's RAM goes with a Spot VM): its
+    # checkpoint_save and checkpoint_upload, not the cheap local-only saves.
     (
       [
         ("train_loop", 8.0, 4),
-        ("checkpoint_save", 30.0, 0),
         ("local_checkpoint_save", 0.5, 0),
+        ("checkpoint_save", 1.0, 0),
+        ("checkpoint_upload", 8.5, 0),
       ],
       ["--spot"],
-      False,
+      (11.5, 2.0, 9.5),
+    ),
+    (
+      [
+        ("train_loop", 8.0, 4),
+        ("local_checkpoint_save", 0.5, 0),
+        ("checkpoint_save", 1.0, 0),
+        ("checkpoint_upload", 2.0, 0),
+      ],
+      ["--spot"],
+      None,
     ),
   ],
 )
@@ -551,12 +568,13 @@ def test_a_measured_agreed_save_that_does_not_fit_the_grace_is_a_warning(
   assert exit_code == 0, err
   assert yaml.safe_load(out)["kind"] == "JobSet"
   if warned:
+    total, loop, save = warned
     assert err == (
-      f"warning: an agreed save in {run} takes up to 11.0 s (a loop of 2.0 s "
-      "and a save of 9.0 s), more than the 10 s the trainer gets after "
-      "SIGTERM; save locally (the local tier), take fewer --steps_per_loop "
-      "(a SIGTERM is answered at the loop's end), or give --grace_secs where "
-      "the nodes give more.\n"
+      f"warning: an agreed save in {run} takes up to {total} s (a loop of "
+      f"{loop} s and a save of {save} s), more than the 10 s the trainer gets "
+      "after SIGTERM; save locally (the local tier), take fewer "
+      "--steps_per_loop (a SIGTERM is answered at the loop's end), or give "
+      "--grace_secs where the nodes give more.\n"
     )
   else:
     assert err == ""

@@ -637,17 +637,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 def agreed_save_secs(model_dir: str) -> tuple[float, float] | None:
   """How long an agreed save takes, as the run's ledger measured it.
 
-  A SIGTERM is answered at the next loop boundary, then one checkpoint is
-  written: the local tier's when the run has one, else the bucket's.
+  A SIGTERM is answered at the next loop boundary, then the step is saved
+  to the bucket: with the local tier, written locally and its copy to the
+  bucket waited for before the exit (a Spot VM's RAM goes with it), so the
+  save is the longest `checkpoint_save` and the longest `checkpoint_upload`,
+  never the cheaper local-only saves.
 
   Args:
     model_dir: The run directory of an earlier run of the job.
 
   Returns:
     (the longest loop, the longest save) in seconds, or None when the ledger
-    has no save.
+    has no save to the bucket.
   """
-  loops, saves = [0.0], {"checkpoint_save": [], "local_checkpoint_save": []}
+  loops, saves = [0.0], {"checkpoint_save": [], "checkpoint_upload": [0.0]}
   for events in ledger.read(ledger.ledger_dir(model_dir)):
     for event in events:
       if event["event"] != "phase" or not event["ok"]:
@@ -657,8 +660,11 @@ def agreed_save_secs(model_dir: str) -> tuple[float, float] | None:
       elif event["phase"] in saves:
         start, end = event.get("m0", event["t0"]), event.get("m1", event["t1"])
         saves[event["phase"]].append(end - start)
-  agreed = saves["local_checkpoint_save"] or saves["checkpoint_save"]
-  return (max(loops), max(agreed)) if agreed else None
+  if not saves["checkpoint_save"]:
+    return None
+  return max(loops), max(saves["checkpoint_save"]) + max(
+    saves["checkpoint_upload"]
+  )
 
 
 def _warn_if_the_save_does_not_fit(options: JobSetOptions, run: str) -> None:
