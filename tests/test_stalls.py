@@ -105,9 +105,7 @@ def test_two_workers_survive_input_loop_and_sigstop_stalls(tmp_path):
     )
   # The stuck worker's stacks: the blocked read and the blocked loop.
   assert "[worker 1]   File" in output and "in _at_input_step" in output
-  assert re.search(
-    r"\[worker 1\]   File .*controller.py.* in _loop_until", output
-  )
+  assert re.search(r"\[worker 1\]   File .*controller.py.* in until", output)
   summary = read_summary(model_dir)
   assert summary["restarts"] == 3 and summary["final_step"] == STEPS
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"]

@@ -104,7 +104,10 @@ def test_local_path_is_used_as_is(tmp_path):
   assert not os.path.exists(tmp_path / "run")
 
 
-def test_tf_route_hands_tensorflow_the_gs_url():
+def test_tf_route_hands_tensorflow_the_gs_url(monkeypatch):
+  # A Cloud Storage host that resolves (offline, the check of
+  # test_a_host_name_that_does_not_resolve_fails_at_once comes first).
+  monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://localhost:9")
   assert (
     storage.open_location("/gcs/bkt/p/", storage="tf").local_path
     == "gs://bkt/p"
