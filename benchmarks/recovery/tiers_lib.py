@@ -228,17 +228,32 @@ def _kill_every(
     for kill in range(1, config.goodput_kills + 1):
       step = kill * config.goodput_kill_every
       events_lib.wait_for_step(events, step, process=launchers[0])
+      # Worker 1 too: until its process of this attempt marks a loop, its
+      # newest mark names the one killed before (ProcessLookupError).
+      events_lib.wait_for_step(events, step, process=launchers[0], worker=1)
       if mode == "spare":
         restart_lib.wait_until_warm(launchers, timeout=300)
       # Worker 1's newest mark names its process (a spare's, after a
       # restart with --warm_spare).
-      marks = [e for e in events_lib.read_events(events) if e["worker"] == 1]
-      os.kill(marks[-1]["pid"], signal.SIGKILL)
+      _kill_worker_1(events)
       killed.append(time.monotonic())
   except AssertionError as e:
     output = trainer_testing.output_so_far(launchers[0])[-2000:]
     raise RuntimeError(f"{mode}: {e}\n{output}") from None
   return killed
+
+
+def _kill_worker_1(events: str) -> None:
+  """SIGKILLs the process of worker 1's newest mark; a process already gone
+  (its successor has not marked yet) is asked again for a few seconds."""
+  for _ in range(100):
+    marks = [e for e in events_lib.read_events(events) if e["worker"] == 1]
+    try:
+      os.kill(marks[-1]["pid"], signal.SIGKILL)
+      return
+    except ProcessLookupError:
+      time.sleep(0.1)
+  raise AssertionError("worker 1's newest process is gone")
 
 
 def _goodput_section(config: Config, found: dict) -> dict:
