@@ -18,6 +18,18 @@ import os
 import sys
 
 
+def autogroup_nice():
+  """This process's session's nice; None where it has no autogroup of its
+  own (no file, or an empty one: a session the kernel started before
+  autogroups, as CI's processes are, all in init's session)."""
+  try:
+    with open("/proc/self/autogroup") as f:
+      fields = f.read().split()
+  except OSError:
+    return None
+  return fields[-1] if fields else None
+
+
 def main():
   import csv  # Deferred, as the trainer defers TensorFlow.
   from . import sibling  # Relative: not the spare's to import.
@@ -32,8 +44,7 @@ if __name__ == "__main__":
     "attempt_start": os.environ.get("CTL_ATTEMPT_START"),
     "csv_already_imported": "csv" in sys.modules,
     "niceness": os.getpriority(os.PRIO_PROCESS, 0),
-    "autogroup": open("/proc/self/autogroup").read().split()[-1]
-    if os.path.exists("/proc/self/autogroup") else None,
+    "autogroup": autogroup_nice(),
   }))
 '''
 
