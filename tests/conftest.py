@@ -14,7 +14,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 
 from ctl.checkpoint import local_tier
@@ -62,6 +64,18 @@ def absl_messages(level: int = logging.INFO):
   finally:
     absl_logger.removeHandler(handler)
     absl_logger.setLevel(previous)
+
+
+def nice_once(pid: int, expected: int, timeout: float = 60) -> int:
+  """Process `pid`'s nice value once it is `expected`, or what it is at
+  `timeout`: a priority set back by another thread or process (a spare's
+  reader, the agent's heartbeat poll) takes a moment to land."""
+  deadline = time.monotonic() + timeout
+  while (nice := psutil.Process(pid).nice()) != expected:
+    if time.monotonic() > deadline:
+      break
+    time.sleep(0.05)
+  return nice
 
 
 def launch_two_workers(

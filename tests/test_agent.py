@@ -17,10 +17,12 @@ import time
 import psutil
 import pytest
 
+from ctl.launch import spare
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
 from tests.conftest import free_ports
+from tests.conftest import nice_once
 from tests.conftest import read_summary
 from tests.conftest import trainer_command
 from tests.conftest import trainer_env
@@ -237,3 +239,66 @@ def test_an_agent_in_a_malformed_cluster_says_so_in_one_line():
   assert result.returncode == 2
   assert result.stderr.startswith("error: ") and "TF_CONFIG" in result.stderr
   assert len(result.stderr.splitlines()) == 1
+
+
+_STEADY_WORKER = """
+import json, os, pathlib, sys, time
+beat = pathlib.Path(os.environ["CTL_HEARTBEAT_DIR"]) / "worker-0.json"
+beat.write_text(json.dumps({"phase": "train_loop", "step": 10,
+                            "limit": 600, "deadline": time.monotonic() + 600}))
+release = pathlib.Path(sys.argv[1])
+while not release.exists():
+  time.sleep(0.05)
+"""
+
+
+@pytest.mark.skipif(
+  not spare.may_restore_priority(), reason="the spare may not lower itself"
+)
+def test_once_its_worker_trains_steadily_the_agents_spare_runs_at_full_priority(
+  tmp_path,
+):
+  """A spare lowered for good never got warm on cores its workers kept busy
+  (the tiers bench's runs ended first): once the worker's heartbeat says it
+  trains past its first loop, the agent lets the spare go on at the agent's
+  own priority."""
+  (tmp_path / "steady_worker.py").write_text(_STEADY_WORKER)
+  release = tmp_path / "release"
+  agent = start(
+    [
+      sys.executable,
+      "-m",
+      "ctl.launch",
+      "--agent",
+      "--warm_spare",
+      "--max_restarts=1",
+      "--",
+      sys.executable,
+      "-m",
+      "steady_worker",
+      str(release),
+    ],
+    events=str(tmp_path / "events.jsonl"),
+    env={**trainer_env(), "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"},
+  )
+  with killed_at_exit([agent]):
+    spare_process = _the_spare_of(agent)
+    started = os.getpriority(os.PRIO_PROCESS, 0)
+    lowered = nice_once(
+      spare_process.pid, min(19, started + spare.WARM_UP_NICENESS)
+    )
+    nice = nice_once(spare_process.pid, started)
+    release.touch()
+    code, output = finish(agent, timeout=60)
+  assert code == 0, output
+  assert (lowered, nice) == (min(19, started + spare.WARM_UP_NICENESS), started)
+
+
+def _the_spare_of(agent, timeout: float = 60) -> psutil.Process:
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    for child in psutil.Process(agent.pid).children(recursive=True):
+      if "ctl.launch.spare" in child.cmdline():
+        return child
+    time.sleep(0.05)
+  raise AssertionError("the agent started no spare")

@@ -53,3 +53,14 @@ def test_only_a_beat_past_its_deadline_and_the_grace_is_overdue(
     "process?)"
   )
   assert beats.stalled_at(1) == " at step 7 in evaluation"
+
+
+def test_a_start_is_steady_once_a_worker_trains_past_its_first_loop(tmp_path):
+  beats = heartbeats.Heartbeats(str(tmp_path / "beats"), grace_secs=1)
+  far = time.monotonic() + 3600
+  assert not beats.steady([0, 1])  # No beat yet.
+  _beat(beats.directory, 0, deadline=far, phase="startup")
+  _beat(beats.directory, 1, deadline=far, phase="first_loop")
+  assert not beats.steady([0, 1])  # Still on its critical path.
+  _beat(beats.directory, 1, deadline=far, phase="train_loop")
+  assert beats.steady([0, 1]) and not beats.steady([0])

@@ -9,6 +9,7 @@ import psutil
 import pytest
 
 from ctl.launch import spare
+from tests.conftest import nice_once
 from trainer.testing import REPO
 
 _PROBE = '''
@@ -188,3 +189,28 @@ def test_a_hand_over_before_the_spare_is_warm_runs_at_the_workers_priority(
   ran = json.loads(out)
   assert ran["niceness"] == started
   assert ran["autogroup"] in ("0", None)
+
+
+@pytest.mark.skipif(
+  not spare.may_restore_priority(), reason="the spare may not lower itself"
+)
+def test_told_the_start_beside_it_trains_steadily_the_spare_waits_at_full_priority(
+  tmp_path,
+):
+  """Lowered, a spare on busy cores never got warm while its worker trained
+  (the tiers bench's run ended first); once the agent sees the start past
+  its critical path it says so, and the spare goes on at full priority."""
+  started = os.getpriority(os.PRIO_PROCESS, 0)
+  process = _spare(tmp_path, session=True)
+  try:
+    process.stdin.write(spare.FULL_PRIORITY_LINE + "\n")
+    process.stdin.flush()
+    assert process.stderr.readline().strip() == spare.READY_LINE
+    waiting = nice_once(process.pid, started)
+    handed = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}
+    out, err = process.communicate(json.dumps(handed) + "\n", timeout=60)
+  finally:
+    process.kill()
+  assert process.returncode == 0, err
+  assert waiting == started
+  assert json.loads(out)["niceness"] == started

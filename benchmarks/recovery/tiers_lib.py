@@ -38,6 +38,7 @@ from ctl.checkpoint import checkpointing
 from ctl.checkpoint import local_tier
 from ctl.checkpoint import tier_restore
 from ctl.io import storage
+from ctl.launch import spare
 from ctl.launch import tier_service
 from ctl.testing import events as events_lib
 from ctl.testing import gcs_emulator
@@ -189,7 +190,7 @@ def _killed_run(config: Config, root: str, mode: str, tiers: str) -> dict:
     mode, restart_lib.Config(), model_dir, worker=worker
   )
   try:
-    killed = _kill_every(config, launchers, events, mode)
+    killed, warm = _kill_every(config, launchers, events, mode)
     for launcher in launchers:
       code, output = trainer_testing.finish(launcher, timeout=600)
       if code:
@@ -204,6 +205,7 @@ def _killed_run(config: Config, root: str, mode: str, tiers: str) -> dict:
     "goodput_percent": goodput["goodput_percent"],
     "lost_steps_per_kill": goodput["lost_steps"] / config.goodput_kills,
     "seconds": goodput["total_seconds"],
+    "spare_warm_at_kills": warm,
     "costs": goodput_model_lib.measured(
       model_dir,
       restarts=goodput_model_lib.seconds_to_resume(events, killed),
@@ -214,16 +216,22 @@ def _killed_run(config: Config, root: str, mode: str, tiers: str) -> dict:
 
 def _kill_every(
   config: Config, launchers: list, events: str, mode: str
-) -> list[float]:
+) -> tuple[list[float], int | None]:
   """SIGKILLs worker 1 at every multiple of `goodput_kill_every` steps.
 
+  A kill does not wait for worker 1's spare to be warm: its imports take
+  seconds of CPU beside two busy workers, longer than the run's steps
+  between kills (a warm spare is what a kill every few minutes finds), and
+  a spare handed a restart early finishes them at the worker's priority.
+
   Returns:
-    When each kill was sent (`time.monotonic()`).
+    When each kill was sent (`time.monotonic()`), and how many kills found
+    worker 1's spare warm (None without spares).
 
   Raises:
     RuntimeError: the run ended first (with the end of its output).
   """
-  killed = []
+  killed, warm = [], 0
   try:
     for kill in range(1, config.goodput_kills + 1):
       step = kill * config.goodput_kill_every
@@ -231,8 +239,9 @@ def _kill_every(
       # Worker 1 too: until its process of this attempt marks a loop, its
       # newest mark names the one killed before (ProcessLookupError).
       events_lib.wait_for_step(events, step, process=launchers[0], worker=1)
-      if mode == "spare":
-        restart_lib.wait_until_warm(launchers, timeout=300)
+      if mode == "spare":  # Worker 1's spare for this restart is the kill-th.
+        output = trainer_testing.output_so_far(launchers[1])
+        warm += output.count(spare.READY_LINE) >= kill
       # Worker 1's newest mark names its process (a spare's, after a
       # restart with --warm_spare).
       _kill_worker_1(events)
@@ -240,7 +249,7 @@ def _kill_every(
   except AssertionError as e:
     output = trainer_testing.output_so_far(launchers[0])[-2000:]
     raise RuntimeError(f"{mode}: {e}\n{output}") from None
-  return killed
+  return killed, warm if mode == "spare" else None
 
 
 def _kill_worker_1(events: str) -> None:
@@ -292,6 +301,14 @@ def _goodput_section(config: Config, found: dict) -> dict:
       f"Lost steps per kill: {found[bucket]['lost_steps_per_kill']:g} with "
       f"the bucket only, {found[tiers]['lost_steps_per_kill']:g} with the "
       f"local tier (at most one local interval: {_LOOP}).",
+      "Kills that found worker 1's spare warm: "
+      + ", ".join(
+        f"{found[name]['spare_warm_at_kills']} of {config.goodput_kills} "
+        f"({name})"
+        for name, mode, _ in GOODPUT_MODES
+        if mode == "spare"
+      )
+      + "; a spare not yet warm finishes its imports after the hand-over.",
     ],
     config=dataclasses.asdict(config),
   )

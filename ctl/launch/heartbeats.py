@@ -12,6 +12,7 @@ import os
 import time
 
 from ctl.launch import output_relay
+from ctl.telemetry import progress
 
 
 class Heartbeats:
@@ -54,6 +55,13 @@ class Heartbeats:
         )
         return rank
     return None
+
+  def steady(self, ranks) -> bool:
+    """Whether one of `ranks` trains in a loop past its first: its start's
+    critical path (start-up, restore, tracing) is over."""
+    return any(
+      self.read(rank).get("phase") == progress.TRAIN_LOOP for rank in ranks
+    )
 
   def stalled_at(self, rank: int) -> str:
     """Where worker `rank` stalled, as " at step S in PHASE", or ""."""

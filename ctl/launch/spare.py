@@ -30,7 +30,10 @@ The spare is made as soon as a start is made, so it is warm for a failure
 that comes soon after; its imports (seconds of CPU) then run beside that
 start's own (start-up, restore, tracing), which is a restart's critical
 path. So it imports at `WARM_UP_NICENESS` more than it was started with,
-and the hand-over sets it back before the worker runs. Raising a priority
+until the agent sees that start train past its first loop and writes
+`FULL_PRIORITY_LINE` (on busy cores a lowered spare would otherwise not
+get warm while the worker trains), or until the hand-over, whichever comes
+first. Raising a priority
 back needs root or CAP_SYS_NICE (what a container's agent has); a process
 that may not (`may_restore_priority`) keeps its priority throughout, so a
 worker never runs lowered. Where the kernel schedules by session
@@ -55,6 +58,9 @@ import time
 from ctl import env
 
 READY_LINE = "ctl.launch.spare: warm, waiting for a restart"
+# What the agent writes to the spare's stdin once the start beside it trains
+# steadily: the spare need no longer yield to it.
+FULL_PRIORITY_LINE = "full priority"
 # How much lower (a larger nice value) the spare's imports run: a tenth of a
 # busy core's share against a process at the agent's priority.
 WARM_UP_NICENESS = 10
@@ -145,16 +151,15 @@ def set_niceness(value: int) -> None:
       pass
 
 
-def wait_for_hand_over() -> dict[str, str] | None:
-  """Blocks until the agent writes the environment line; None at its end."""
-  line = sys.stdin.readline()
-  return json.loads(line) if line.strip() else None
-
-
 class _HandOver(threading.Thread):
-  """Reads the hand-over line while the imports run, and sets the priority
-  back the moment it comes: a restart that comes before the spare is warm
-  finishes its imports at the worker's priority, not the spare's."""
+  """Reads the agent's lines while the imports run.
+
+  `FULL_PRIORITY_LINE` sets the priority back (the start beside the spare
+  is past its critical path); the hand-over line (the environment, JSON)
+  sets it back too and ends the wait: a restart that comes before the spare
+  is warm finishes its imports at the worker's priority, not the spare's.
+  End of stdin ends the wait with no environment.
+  """
 
   def __init__(self, restore_to: int | None):
     super().__init__(name="ctl-spare-hand-over", daemon=True)
@@ -163,10 +168,14 @@ class _HandOver(threading.Thread):
     self.time = None  # When the line came: the attempt starts there.
 
   def run(self) -> None:
-    self.environment = wait_for_hand_over()
+    for line in sys.stdin:
+      if self._restore_to is not None:
+        set_niceness(self._restore_to)
+        self._restore_to = None
+      if line.strip() != FULL_PRIORITY_LINE:
+        self.environment = json.loads(line) if line.strip() else None
+        break
     self.time = time.time()
-    if self.environment is not None and self._restore_to is not None:
-      set_niceness(self._restore_to)
 
 
 def main(argv: list[str]) -> int:

@@ -171,6 +171,11 @@ class _Starts:
       )
     return started
 
+  def spare_to_full_priority(self) -> None:
+    """The start trains steadily: its spare may import at full speed."""
+    if self.spare is not None:
+      self.spare.full_priority()
+
   def discard_spare(self) -> None:
     """Ends the spare no start will use."""
     if self.spare is not None:
@@ -199,7 +204,9 @@ class _Supervisor:
     """Restarts the workers until the end; the launcher's exit status."""
     while True:
       workers = self._starts.start(self._policy)
-      rank, code, signum = workers.wait_for_failure()
+      rank, code, signum = workers.wait_for_failure(
+        when_steady=self._starts.spare_to_full_priority
+      )
       self._starts.ended(code)
       signum = (
         workers.stop(signum or signal.SIGTERM, self._policy.grace_secs)

@@ -9,7 +9,7 @@ reports its exit as an event without reaping it: until `stop` reaps it, its
 pid, and so its group id, cannot be reused by an unrelated process.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 import contextlib
 import dataclasses
 import json
@@ -29,6 +29,7 @@ from ctl.errors import UserError
 from ctl.launch import heartbeats as heartbeats_lib
 from ctl.launch import output_relay
 from ctl.launch import reaper
+from ctl.launch import spare as spare_lib
 from ctl.platform import tf_config
 
 _HEARTBEAT_POLL_SECS = 1.0
@@ -198,11 +199,14 @@ class Workers:
         self._running.discard(rank)
         return rank, code
 
-  def wait_for_failure(self) -> tuple[int | None, int, int | None]:
+  def wait_for_failure(
+    self, when_steady: Callable[[], None] | None = None
+  ) -> tuple[int | None, int, int | None]:
     """Waits until a worker fails, all exit 0, or the launcher gets a signal.
 
     A worker past its heartbeat deadline counts as failed with
-    `STALL_EXIT_CODE`.
+    `STALL_EXIT_CODE`. `when_steady` is called once, when a worker is first
+    seen training past its first loop (`Heartbeats.steady`).
 
     Returns:
       (rank, code, None) for the first worker that exited abnormally,
@@ -212,6 +216,9 @@ class Workers:
       try:
         exit_or_signum = self._next_exit(timeout=_HEARTBEAT_POLL_SECS)
       except queue.Empty:
+        if when_steady and self._heartbeats.steady(self._running):
+          when_steady()
+          when_steady = None
         stalled = self._heartbeats.overdue(self._running)
         if stalled is not None:
           return stalled, STALL_EXIT_CODE, None
@@ -361,6 +368,13 @@ class Spare:
       self.discard()
       return None
     return self._proc
+
+  def full_priority(self) -> None:
+    """Lets the spare finish its imports at the worker's priority (it
+    imports lowered while a start's critical path runs beside it)."""
+    with contextlib.suppress(OSError):  # It died: hand_over will see.
+      self._proc.stdin.write(spare_lib.FULL_PRIORITY_LINE.encode() + b"\n")
+      self._proc.stdin.flush()
 
   def discard(self) -> None:
     """Ends an unused spare (end of its stdin, then SIGKILL) and reaps it."""
