@@ -8,11 +8,11 @@ Modules (lowest first):
     heartbeats.
   reaper: No orphans: worker processes die with the launcher that started
     them.
+  spare: A warm spare: the next worker process, started early and blocked.
   workers: One start of the worker processes: their environment, exits and
     stop.
   supervisor: Supervision: start the workers, and start them again when one
     fails.
-  spare: A warm spare: the next worker process, started early and blocked.
   tier_service: The node agent's checkpoint file service, and its persist-on-
     crash duty.
   launcher: Local multi-worker launcher and supervisor: N worker processes on
