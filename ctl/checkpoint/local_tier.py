@@ -265,7 +265,10 @@ class LocalTier:
   def _complete(self, entry: Entry) -> bool:
     for name, size in entry.files.items():
       path = os.path.join(self.directory, name)
-      found = os.path.getsize(path) if os.path.exists(path) else None
+      try:  # Not exists-then-getsize: the worker may remove it between.
+        found = os.path.getsize(path)
+      except FileNotFoundError:
+        found = None
       if found != size:
         logging.warning(
           "The local checkpoint of step %d in %s is cut short (%s: %s of "
