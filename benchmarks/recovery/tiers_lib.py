@@ -244,25 +244,13 @@ def _kill_every(
         warm += output.count(spare.READY_LINE) >= kill
       # Worker 1's newest mark names its process (a spare's, after a
       # restart with --warm_spare).
-      _kill_worker_1(events)
+      marks = [e for e in events_lib.read_events(events) if e["worker"] == 1]
+      os.kill(marks[-1]["pid"], signal.SIGKILL)
       killed.append(time.monotonic())
   except AssertionError as e:
     output = trainer_testing.output_so_far(launchers[0])[-2000:]
     raise RuntimeError(f"{mode}: {e}\n{output}") from None
   return killed, warm if mode == "spare" else None
-
-
-def _kill_worker_1(events: str) -> None:
-  """SIGKILLs the process of worker 1's newest mark; a process already gone
-  (its successor has not marked yet) is asked again for a few seconds."""
-  for _ in range(100):
-    marks = [e for e in events_lib.read_events(events) if e["worker"] == 1]
-    try:
-      os.kill(marks[-1]["pid"], signal.SIGKILL)
-      return
-    except ProcessLookupError:
-      time.sleep(0.1)
-  raise AssertionError("worker 1's newest process is gone")
 
 
 def _goodput_section(config: Config, found: dict) -> dict:
