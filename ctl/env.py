@@ -22,9 +22,9 @@ sentence (`UserError`, exit 2) rather than a traceback:
                           a shell or a container spec never breaks a real job
   CTL_TIER_POINTER        the node agent's file in which its worker says
                           where its local checkpoint tier is
-                          (ctl.checkpoint.local_tier)
+                          (ctl.checkpoint.tiers.local_tier)
   CTL_TIER_PORT           the port of the node agent's checkpoint file
-                          service (ctl.launch.tier_service)
+                          service (ctl.checkpoint.tiers.peer_tier)
 
 A value that is well formed but cannot be true of this process (a
 `CTL_ATTEMPT_START` before the process started or after now, a

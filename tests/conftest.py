@@ -19,7 +19,7 @@ import time
 import psutil
 import pytest
 
-from ctl.checkpoint import local_tier
+from ctl.checkpoint.tiers import node_tiers
 from ctl.distributed.cluster import free_ports
 from ctl.testing import gcs_emulator as gcs_emulator_lib
 from ctl.testing.run_files import read_scalars
@@ -174,13 +174,13 @@ def lease_holder():
 
 
 # The local checkpoint tiers in RAM when the session started (not its own).
-_RAM_TIERS = os.path.join(local_tier.RAM_ROOT, f"ctl-tier-{os.getuid()}")
+_RAM_TIERS = os.path.join(node_tiers.RAM_ROOT, f"ctl-tier-{os.getuid()}")
 _TIERS_BEFORE = set(os.listdir(_RAM_TIERS) if os.path.isdir(_RAM_TIERS) else [])
 
 
 def pytest_sessionfinish(session):
   """Fails a session that leaves a local checkpoint tier in RAM which the
-  next start on the node could not remove (`local_tier.remove_stale`).
+  next start on the node could not remove (`node_tiers.remove_stale`).
 
   Tiers outlive their workers on purpose and tests kill launchers, so the
   session ends as the next start would begin: it removes the tiers whose
@@ -189,12 +189,12 @@ def pytest_sessionfinish(session):
   """
   if hasattr(session.config, "workerinput") or not os.path.isdir(_RAM_TIERS):
     return
-  local_tier.remove_stale(_RAM_TIERS)
+  node_tiers.remove_stale(_RAM_TIERS)
   unowned = [
     name
     for name in set(os.listdir(_RAM_TIERS)) - _TIERS_BEFORE
     if not glob.glob(
-      os.path.join(_RAM_TIERS, name, "worker-*", local_tier.OWNER_FILE)
+      os.path.join(_RAM_TIERS, name, "worker-*", node_tiers.OWNER_FILE)
     )
   ]
   if unowned:

@@ -20,7 +20,8 @@ import psutil
 import pytest
 
 from ctl import env
-from ctl.checkpoint import local_tier
+from ctl.checkpoint.tiers import bucket_tier
+from ctl.checkpoint.tiers import local_tier
 from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.telemetry import ledger
 from ctl.testing.events import wait_for_event
@@ -114,7 +115,7 @@ def wait_until_local_is_ahead(model_dir, root, agents, nodes=(0, 1)) -> int:
   while True:
     for agent in agents:
       assert agent.poll() is None, finish(agent)[1][-3000:]
-    if local_tier.newest_in_bucket(bucket) == BUCKET_EVERY:
+    if bucket_tier.newest_in_bucket(bucket) == BUCKET_EVERY:
       try:
         newest = min(tier(root, node).steps()[-1] for node in nodes)
       except (ValueError, IndexError):
@@ -306,7 +307,7 @@ def test_an_agent_persists_its_dead_workers_newer_step(reference, tmp_path):
     trainer_of(events, worker=1).send_signal(signal.SIGKILL)
     for agent in agents:
       finish(agent)  # No restarts left: each agent persists, then exits.
-  persisted = local_tier.newest_in_bucket(bucket)
+  persisted = bucket_tier.newest_in_bucket(bucket)
   assert persisted >= ahead > BUCKET_EVERY
   for node in (0, 1):  # The job rescheduled onto new machines.
     shutil.rmtree(tmp_path / f"node{node}")

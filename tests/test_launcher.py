@@ -2,12 +2,21 @@
 real worker processes (the restart loop, signals and stalls of whole runs:
 tests/test_launch.py and tests/test_agent.py)."""
 
+import signal
 import subprocess
 import sys
+
+import pytest
+import tensorflow as tf
 
 from ctl import errors
 from ctl.launch import launcher
 from tests.conftest import REPO
+from tests.conftest import trainer_env
+from trainer.testing import FAST_FLAGS
+from trainer.testing import finish
+from trainer.testing import launch_command
+from trainer.testing import start_until_step
 
 
 def _launch(*args: str) -> subprocess.CompletedProcess:
@@ -78,3 +87,36 @@ def test_the_node_agent_on_vertex_stops_its_trainer_before_the_vm_stops():
   assert launcher.PREEMPTION_NOTICE_SECS == 30
   assert 0 < launcher.AGENT_GRACE_MARGIN_SECS < 10
   assert local.grace_secs == launcher.LaunchOptions.grace_secs
+
+
+@pytest.mark.parametrize(("grace_secs", "saved"), [(40, True), (4, False)])
+def test_the_node_agent_lets_a_long_agreed_save_finish_within_its_grace(
+  grace_secs, saved, tmp_path
+):
+  """SIGTERM to the node agent: its trainer's agreed save takes 12 s (an
+  injected stall in the save); a grace that allows it lets it commit (exit
+  143, the step saved), and one that does not ends it first (step 0's
+  checkpoint the newest). The test of the grace, as a Spot VM gives it."""
+  model_dir, events = tmp_path / "run", str(tmp_path / "events.jsonl")
+  agent = start_until_step(
+    launch_command(
+      "--agent",
+      f"--grace_secs={grace_secs}",
+      "--max_restarts=0",
+      trainer_flags=(
+        *FAST_FLAGS,
+        "--train_steps=100000",
+        "--checkpoint_every_steps=100000",
+        "--local_checkpoints=off",
+        f"--model_dir={model_dir}",
+      ),
+    ),
+    events=events,
+    step=10,
+    env=trainer_env(faults="stall@5:checkpoint_save:secs=12"),
+  )
+  agent.send_signal(signal.SIGTERM)
+  code, output = finish(agent)
+  assert code == 128 + signal.SIGTERM, output[-3000:]
+  newest = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
+  assert (not newest.endswith("ckpt-0")) == saved, output[-3000:]

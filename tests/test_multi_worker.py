@@ -124,7 +124,7 @@ def test_only_the_chief_writes_outputs(one_and_two_workers):
   assert len({f.rsplit(".", 3)[1] for f in events}) == 1, events
   checkpoints = os.listdir(os.path.join(two, "checkpoints"))
   assert "checkpoint" in checkpoints
-  # `run_id`: the run its local tiers belong to (ctl.checkpoint.local_tier).
+  # `run_id`: the run its local tiers belong to (ctl.checkpoint.tiers.local_tier).
   assert {f.split(".")[0] for f in checkpoints if f != "checkpoint"} == {
     "ckpt-0",
     "ckpt-6",

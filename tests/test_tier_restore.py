@@ -1,4 +1,4 @@
-"""ctl.checkpoint.tier_restore: the agreed restore across tiers, with a peer
+"""ctl.checkpoint.tiers.tier_restore: the agreed restore across tiers, with a peer
 that never answers (a real listening socket that accepts and stays silent,
 as a SIGSTOPped node agent's does) and a real bucket checkpoint."""
 
@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from ctl.checkpoint import local_tier
-from ctl.checkpoint import tier_restore
+from ctl.checkpoint.tiers import local_tier
+from ctl.checkpoint.tiers import peer_tier
+from ctl.checkpoint.tiers import tier_restore
 
 
 @pytest.fixture
@@ -76,4 +77,21 @@ def test_a_frozen_peer_is_asked_once_and_the_restore_falls_back(
   assert outcomes == [-1, -1, tier_restore.TIERS.index("bucket")]
   assert (result.step, result.tier) == (100, "bucket")
   assert restored == [f"{bucket}/ckpt-100"]
-  assert tier_restore.PEER_SILENCE_SECS * asked() <= 15
+  assert peer_tier.PEER_SILENCE_SECS * asked() <= 15
+
+
+@pytest.mark.parametrize(
+  "offer",
+  [
+    tier_restore.Offer(),
+    tier_restore.Offer((0,), 0, 0),
+    tier_restore.Offer((40, 35), 8765, 30),
+    tier_restore.Offer((), 8765, None),
+  ],
+)
+def test_an_offer_travels_as_a_row_of_numbers_and_back(offer):
+  """The exchange carries each worker's offer as numbers (an all-reduce);
+  step 0 and 'none' stay apart."""
+  row = offer.row()
+  assert all(isinstance(x, int) for x in row)
+  assert tier_restore.Offer.from_row(np.array(row, dtype=np.int64)) == offer

@@ -9,8 +9,8 @@ gcp-storage-emulator on loopback, as the controller does without tiers); a
 tiered save is `ctl.local_tier.LocalTier.save` (what the step waits for),
 after which the copy to the bucket runs on a thread (`copy_to_bucket`, then
 the same publish), timed apart. Restores read the same checkpoint from the
-local tier, from a peer (`ctl.tier_service` on loopback, fetched into an
-empty tier by `ctl.tier_restore.fetch_from_peer`), and from the bucket (a
+local tier, from a peer (`ctl.checkpoint.tiers.peer_tier` on loopback, fetched into an
+empty tier by `ctl.peer_tier.fetch_from_peer`), and from the bucket (a
 fresh read-only location's `fetch()`). Rounds repeat the whole sequence;
 the report gives medians with min-max, and the issue's targets as ratios.
 """
@@ -35,11 +35,12 @@ from benchmarks.recovery import goodput_model_lib
 from benchmarks.recovery import restart_lib
 from benchmarks.workloads import save_cost as save_cost_lib
 from ctl.checkpoint import checkpointing
-from ctl.checkpoint import local_tier
-from ctl.checkpoint import tier_restore
+from ctl.checkpoint.tiers import bucket_tier
+from ctl.checkpoint.tiers import local_tier
+from ctl.checkpoint.tiers import node_tiers
+from ctl.checkpoint.tiers import peer_tier
 from ctl.io import storage
 from ctl.launch import spare
-from ctl.launch import tier_service
 from ctl.testing import events as events_lib
 from ctl.testing import gcs_emulator
 from ctl.testing import run_files
@@ -120,7 +121,7 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
     ),
   ):
     checkpoint, device = _checkpoint(config)
-    root = local_tier.choose_root(config.local_root, need_bytes=0)
+    root = node_tiers.choose_root(config.local_root, need_bytes=0)
     times, megabytes = (
       {"save_local_first": [_first_saves(checkpoint, root)]},
       0.0,
@@ -355,7 +356,7 @@ def _round(checkpoint, workdir: str, tier_dir: str, index: int):
   seconds, step = {}, index + 1
   tier = local_tier.LocalTier(tier_dir)
   # As the trainer's tiered save: an asynchronous write, committed once its
-  # files are written (ctl.checkpoint.checkpoint_tiers).
+  # files are written (ctl.checkpoint.tiers.checkpoint_tiers).
   seconds["save_local"] = _timed(
     lambda: tier.write(checkpoint, step, options=_ASYNC)
   )
@@ -365,7 +366,7 @@ def _round(checkpoint, workdir: str, tier_dir: str, index: int):
   location = storage.open_location(url, storage="gcsfs", staging_dir=staging)
 
   def copy():
-    local_tier.copy_to_bucket(
+    bucket_tier.copy_to_bucket(
       tier.directory, step=step, bucket_dir=location.local_path, keep=1
     )
     location.publish(commit_file=checkpointing.STATE_FILE)
@@ -396,16 +397,16 @@ def _restores(checkpoint, tier, url: str, step: int, workdir: str) -> dict:
     prefix
   ).assert_existing_objects_matched()
   seconds["restore_local"] = _timed(read, tier.prefix(step))
-  service = tier_service.TierService()
+  service = peer_tier.TierService()
   try:
-    local_tier.write_pointer(
+    node_tiers.write_pointer(
       service.pointer, directory=tier.directory, bucket_dir="", keep=1
     )
     empty = local_tier.LocalTier(tempfile.mkdtemp(dir=workdir))
 
     def from_peer():
       address = f"127.0.0.1:{service.port}"
-      if not tier_restore.fetch_from_peer(empty, step, address=address):
+      if not peer_tier.fetch_from_peer(empty, step, address=address):
         raise RuntimeError("the peer fetch failed")
       read(empty.prefix(step))
 

@@ -1,6 +1,6 @@
 """What a local-tier save costs the training around it, not only the call.
 
-A tiered save (ctl.checkpoint.checkpoint_tiers) returns once the variables
+A tiered save (ctl.checkpoint.tiers.checkpoint_tiers) returns once the variables
 are snapshotted on the host; the optimizer's next update then copies the
 buffers it shares with that snapshot, and the write of the files runs on a
 thread. On an accelerator that thread has host cores to itself; on a CPU it
@@ -18,9 +18,9 @@ import time
 import tensorflow as tf
 
 from benchmarks.workloads import runners
-from ctl.checkpoint import checkpoint_tiers
 from ctl.checkpoint import checkpointing
-from ctl.checkpoint import local_tier
+from ctl.checkpoint.tiers import checkpoint_tiers
+from ctl.checkpoint.tiers import local_tier
 
 _STEPS_PER_LOOP = 5
 _BATCH = 8

@@ -4,11 +4,8 @@ saved, restore, export, finishing.
 Modules (lowest first):
   checkpointing: Checkpoints: what they hold, how they are saved, and which
     one is restored.
-  local_tier: The local checkpoint tier: each worker's newest saves on its own
-    node.
-  tier_restore: Restore from the nearest tier, every worker at one step.
-  checkpoint_tiers: Checkpoints in two tiers: every worker's local tier, the
-    bucket behind it.
+  tiers: The checkpoint tiers (a folder): each worker's node, its peers'
+    nodes, the bucket.
   save_policy: When the controller saves a checkpoint: every N steps, every S
     seconds
   run_checkpoints: The controller's checkpoint duty: restore at start-up, save

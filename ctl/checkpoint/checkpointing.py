@@ -22,6 +22,7 @@ a checkpoint outside its own directory is a user error too.
 from collections.abc import Callable
 import hashlib
 import os
+import posixpath
 import re
 import shutil
 import time
@@ -39,6 +40,7 @@ from ctl.errors import UserError
 from ctl.errors import first_line
 from ctl.errors import write_failure
 from ctl.io import fencing
+from ctl.io import mirror
 from ctl.io import tempdirs
 
 # Errors that mean "these files are damaged", as opposed to "wrong model"
@@ -58,6 +60,8 @@ _ELEMENT_SPEC = "element_spec"
 # of step s are a function of s and the global batch).
 _GLOBAL_BATCH = "global_batch_size"
 _DATA_ORDER_CHANGED = "data_order_differs_from_step"
+# Tries of a conditional commit of a state file that others keep changing.
+_COMMIT_TRIES = 8
 _INDEX_FILE = re.compile(r"(?P<prefix>.+-(?P<number>\d+))\.index")
 
 
@@ -207,7 +211,7 @@ class Checkpointer:
     so once and (the chief) rewrites it to end at `restored`.
 
     Whatever chose `restored` (the newest readable file, or the step the
-    workers agreed on in ctl.checkpoint.tier_restore) calls it, so a state
+    workers agreed on in ctl.checkpoint.tiers.tier_restore) calls it, so a state
     file that is no guide is named and mended on every restore path.
     """
     candidates, damaged = _candidates(self._directory)
@@ -553,6 +557,7 @@ def commit_state(
   update: Callable[[list[str]], list[str]],
   *,
   fence: fencing.Fence = fencing.OPEN,
+  fs=None,
 ) -> list[str]:
   """Rewrites the state file of `directory`, the commit point of its
   checkpoints: the one way a state file is written other than by a
@@ -560,13 +565,20 @@ def commit_state(
   tier (the chief's copy thread, a node agent persisting its dead worker's
   step) and the mend of a damaged state file.
 
+  On Cloud Storage through gcsfs (`fs`) the state object is replaced only if
+  its generation is still the one read before `update` (`ifGenerationMatch`):
+  two writers never lose each other's update. One that finds the state
+  changed checks its fence again (a writer whose lease another job took
+  stops there) and merges again from what it reads now.
+
   Args:
-    directory: the checkpoint directory.
+    directory: the checkpoint directory (BUCKET/PATH on `fs`).
     update: `update(listed)`, the prefixes the state file is to list (the
       last one the latest), from those it lists now (`listed`; found from
       the files when it is damaged).
     fence: checked first (ctl.io.fencing): a writer that no longer holds
       the run directory commits nothing.
+    fs: a gcsfs filesystem `directory` is on; None: TensorFlow writes it.
 
   Returns:
     The prefixes listed before and no longer (the caller removes them).
@@ -575,10 +587,68 @@ def commit_state(
     LeaseLost: the fence failed; nothing was written.
   """
   fence.check(f"the checkpoint state file of {directory}")
+  if fs is not None:
+    return _commit_state_on(fs, directory, update, fence=fence)
   listed, _ = _candidates(directory)
   kept = update(listed)
   _rewrite_state(directory, kept)
   return [prefix for prefix in listed if prefix not in kept]
+
+
+def _commit_state_on(fs, directory, update, *, fence) -> list[str]:
+  """`commit_state` on Cloud Storage, conditioned on the object generation."""
+  path = posixpath.join(directory, STATE_FILE)
+  for _ in range(_COMMIT_TRIES):
+    # Generation first: the text read after it is at least as new, and a
+    # write conditioned on it fails if it changed.
+    generation = mirror.object_generation(fs, path)
+    listed = listed_on(fs, directory) if generation != "0" else []
+    kept = update(listed)
+    try:
+      mirror.put_if_generation(
+        fs, path, _state_text(kept).encode(), generation=generation
+      )
+      return [prefix for prefix in listed if prefix not in kept]
+    except FileExistsError:
+      fence.check(f"the checkpoint state file of {directory}")
+  raise OSError(
+    f"The checkpoint state file of {directory} changed under each of "
+    f"{_COMMIT_TRIES} tries to commit it."
+  )
+
+
+def listed_on(fs, directory: str) -> list[str]:
+  """The prefixes the state file of `directory` on gcsfs `fs` lists, oldest
+  first (the latest last); those with an index file when it is damaged."""
+  try:
+    text = fs.cat_file(posixpath.join(directory, STATE_FILE)).decode()
+    state = text_format.Parse(text, checkpoint_management.CheckpointState())
+    names = [*state.all_model_checkpoint_paths]
+    if state.model_checkpoint_path not in names:
+      names.append(state.model_checkpoint_path)
+    return [posixpath.join(directory, posixpath.basename(n)) for n in names]
+  except FileNotFoundError:
+    return []
+  except (UnicodeDecodeError, text_format.ParseError):
+    indexes = fs.glob(posixpath.join(directory, "*.index"))
+    found = [_INDEX_FILE.fullmatch(posixpath.basename(i)) for i in indexes]
+    return [
+      posixpath.join(directory, m.group("prefix"))
+      for m in sorted(filter(None, found), key=lambda m: int(m.group("number")))
+    ]
+
+
+def _state_text(prefixes: list[str]) -> str:
+  """A state file listing `prefixes` (relative, as the manager writes
+  them), the last one the latest."""
+  now = time.time()
+  state = checkpoint_management.CheckpointState(
+    model_checkpoint_path=posixpath.basename(prefixes[-1]),
+    all_model_checkpoint_paths=[posixpath.basename(p) for p in prefixes],
+    all_model_checkpoint_timestamps=[now] * len(prefixes),
+    last_preserved_timestamp=now - 1,
+  )
+  return text_format.MessageToString(state)
 
 
 def _rewrite_state(directory: str, prefixes: list[str]) -> None:

@@ -223,27 +223,57 @@ class Mirror:
   def _put_if_unchanged(self, name: str, source: str) -> None:
     """Uploads `name` if the remote one is the one this mirror last saw.
 
+    When it is not and this process's fence still passes (it still holds
+    the run directory), the other writer was one of its own job's: a node
+    agent that persisted its dead worker's step into the state file
+    (ctl.checkpoint.tiers.bucket_tier). This process's state then replaces
+    it (its CheckpointManager owns the listing, and resumed at that step or
+    later), and the files of what only the replaced state listed are
+    removed, as the manager removes what it drops.
+
     Raises:
-      LeaseLost: it is not: another writer replaced it (the one that took
-        the lease, named when the fence says so).
+      LeaseLost: another job's writer replaced it (the one that took the
+        lease, named when the fence says so), or the file kept changing.
     """
     with open(source, "rb") as f:
       data = f.read()
-    try:
-      self._generations[name] = self._call(
-        "upload " + name,
-        put_if_generation,
-        self._fs,
-        self._remote(name),
-        data,
-        generation=self._generations[name],
-      )
-    except FileExistsError:
-      self._fence.check(f"{name} in {self._url}")
-      raise errors.LeaseLost(
-        f"Another writer replaced {name} in {self._url} since this process "
-        "last wrote it; it stopped without overwriting it."
-      ) from None
+    replaced = None
+    for _ in range(2):
+      try:
+        self._generations[name] = self._call(
+          "upload " + name,
+          put_if_generation,
+          self._fs,
+          self._remote(name),
+          data,
+          generation=self._generations[name],
+        )
+      except FileExistsError:
+        self._fence.check(f"{name} in {self._url}")
+        if name != STATE_FILE:
+          break
+        replaced = self._remote_state()  # Its generation, then its text.
+        continue
+      if replaced is not None:  # Removed once nothing lists them.
+        self._remove_only_listed_by(replaced, data)
+      return
+    raise errors.LeaseLost(
+      f"Another writer replaced {name} in {self._url} since this process "
+      "last wrote it; it stopped without overwriting it."
+    )
+
+  def _remove_only_listed_by(self, replaced: bytes, state: bytes) -> None:
+    """Removes the remote files of the checkpoints state file `replaced`
+    lists and `state` does not (nor the local directory holds)."""
+    where = self._remote(STATE_FILE)
+    dropped = _listed_checkpoints(replaced, where=where) - _listed_checkpoints(
+      state, where=where
+    )
+    local = {_checkpoint_prefix(n) for n in os.listdir(self._local_dir)}
+    for name in self._call("list", self._fs.ls, self._remote_dir, detail=False):
+      prefix = _checkpoint_prefix(posixpath.basename(name))
+      if prefix in dropped and prefix not in local:
+        self._remove_remote(posixpath.basename(name))
 
   def _remove_remote(self, name: str) -> None:
     try:

@@ -13,8 +13,6 @@ Modules (lowest first):
     stop.
   supervisor: Supervision: start the workers, and start them again when one
     fails.
-  tier_service: The node agent's checkpoint file service, and its persist-on-
-    crash duty.
   launcher: Local multi-worker launcher and supervisor: N worker processes on
     loopback.
 """

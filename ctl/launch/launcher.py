@@ -61,11 +61,11 @@ import signal
 import sys
 
 from ctl import errors
+from ctl.checkpoint.tiers import peer_tier
 from ctl.distributed import cluster
 from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.errors import UserError
 from ctl.launch import supervisor
-from ctl.launch import tier_service
 from ctl.launch import workers
 
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -198,7 +198,7 @@ def run(options: LaunchOptions) -> int:
       options.num_workers, options.port_base
     )
   # The node agent serves its worker's local checkpoints to peers.
-  service = options.agent and tier_service.for_agent(cluster.resolve())
+  service = options.agent and peer_tier.for_agent(cluster.resolve())
   code = None
   try:
     code = supervisor.supervise(

@@ -95,7 +95,7 @@ def supervise(
     warm_spare: Keep the next start's worker process started and warm
       (`workers.Spare`, one worker a start: the node agent's).
     worker_env: More variables for every start (the node agent's tier
-      service, ctl.launch.tier_service).
+      service, ctl.checkpoint.tiers.peer_tier).
     after_failure: Called once a failed start's workers have all exited
       (the node agent persists its worker's newest local checkpoint).
 

@@ -215,7 +215,7 @@ class RunOptions:
     job_id: the supervisor's job id (ctl.launch's CTL_JOB_ID, Vertex AI's
       CLOUD_ML_JOB_ID), or ""; a restart of the same job takes its lease.
     local_checkpoints: where each worker's local checkpoint tier lives
-      (ctl.checkpoint.local_tier): "auto" (with a `job_id`, a RAM disk with
+      (ctl.checkpoint.tiers.local_tier): "auto" (with a `job_id`, a RAM disk with
       room for two checkpoints, else local disk; without one, none: no
       restart could find it), "ram", "disk", an absolute directory, or
       "off" (the bucket alone).

@@ -14,12 +14,12 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from ctl.checkpoint import checkpoint_tiers
 from ctl.checkpoint import checkpointing
 from ctl.checkpoint import export as export_lib
-from ctl.checkpoint import local_tier
 from ctl.checkpoint import run_checkpoints
 from ctl.checkpoint import save_policy
+from ctl.checkpoint.tiers import checkpoint_tiers
+from ctl.checkpoint.tiers import node_tiers
 from ctl.errors import TrainingDiverged
 from ctl.errors import UserError
 from ctl.io import fencing
@@ -268,11 +268,11 @@ def _open_outputs(options, fence) -> outputs_lib.OpenedOutputs:
 def _checkpoints(
   options, location, checkpoint, state, progress, ledger, fence, strategy
 ) -> run_checkpoints.RunCheckpoints:
-  """The checkpoint duty: into the local tier (ctl.checkpoint.checkpoint_tiers;
+  """The checkpoint duty: into the local tier (ctl.checkpoint.tiers.checkpoint_tiers;
   none when its setting is "off") in front of `location` (fetched first),
   when the policy says."""
   location.fetch()
-  setting = local_tier.setting_for_job(
+  setting = node_tiers.setting_for_job(
     options.local_checkpoints, job_id=options.job_id
   )
   bucket = checkpointing.Checkpointer(

@@ -1,17 +1,25 @@
-"""ctl.launch.tier_service: a node agent's read-only checkpoint file service,
+"""ctl.checkpoint.tiers.peer_tier: a node agent's read-only checkpoint file service,
 on loopback (the real HTTP server; peers fetch from it in
 tests/test_checkpoint_tiers.py)."""
 
 import os
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
 import pytest
 
 from ctl import env
-from ctl.checkpoint import local_tier
-from ctl.launch import tier_service
+from ctl.checkpoint.tiers import local_tier
+from ctl.checkpoint.tiers import node_tiers
+from ctl.checkpoint.tiers import peer_tier
+from tests.conftest import REPO
 from tests.conftest import absl_messages
+from tests.conftest import trainer_env
+from tests.tier_checkpoints import checkpoint_of
+from tests.tier_checkpoints import cut_short
+from tests.tier_checkpoints import value_of
 
 
 @pytest.fixture
@@ -22,8 +30,8 @@ def service(tmp_path):
   (tier / "ckpt-5.index").write_bytes(b"index bytes")
   (tier / "ckpt-5.data-00000-of-00001").write_bytes(os.urandom(3000))
   (tier / "notes.txt").write_text("not a checkpoint file")
-  served = tier_service.TierService(host="127.0.0.1")
-  local_tier.write_pointer(
+  served = peer_tier.TierService(host="127.0.0.1")
+  node_tiers.write_pointer(
     served.pointer, directory=str(tier), bucket_dir=str(tmp_path), keep=1
   )
   yield served, tier
@@ -67,8 +75,8 @@ def test_anything_else_is_not_found(service, name):
 def test_closing_at_the_jobs_end_removes_the_tier(tmp_path):
   tier = tmp_path / "ctl-tier" / "run" / "worker-0"
   tier.mkdir(parents=True)
-  served = tier_service.TierService(host="127.0.0.1")
-  local_tier.write_pointer(
+  served = peer_tier.TierService(host="127.0.0.1")
+  node_tiers.write_pointer(
     served.pointer, directory=str(tier), bucket_dir=str(tmp_path), keep=1
   )
   served.close(remove_tier=True)
@@ -107,3 +115,57 @@ def test_a_peer_that_stopped_reading_is_one_line_not_a_traceback(service):
     "A peer stopped reading ckpt-5.index from this node's checkpoint "
     "service (BrokenPipeError); it fetches elsewhere."
   ]
+
+
+@pytest.fixture
+def bare_service():
+  served = peer_tier.TierService()
+  yield served
+  served.close(remove_tier=True)
+
+
+def test_a_peer_fetches_a_step_from_the_service(bare_service, tmp_path):
+  theirs = local_tier.LocalTier(str(tmp_path / "node1"))
+  node_tiers.write_pointer(
+    bare_service.pointer, directory=theirs.directory, bucket_dir="", keep=2
+  )
+  theirs.save(checkpoint_of(20), 20)
+  mine = local_tier.LocalTier(str(tmp_path / "node0"))
+  address = f"127.0.0.1:{bare_service.port}"
+  assert peer_tier.fetch_from_peer(mine, 20, address=address)
+  assert mine.steps() == [20] and value_of(mine.prefix(20)) == 20
+  assert not peer_tier.fetch_from_peer(mine, 25, address=address)
+  cut_short(theirs, 20)
+  assert not peer_tier.fetch_from_peer(
+    local_tier.LocalTier(str(tmp_path / "node2")), 20, address=address
+  )
+
+
+def test_the_service_serves_nothing_outside_the_tier(bare_service, tmp_path):
+  tier = local_tier.LocalTier(str(tmp_path / "tier"))
+  node_tiers.write_pointer(
+    bare_service.pointer, directory=tier.directory, bucket_dir="", keep=2
+  )
+  (tmp_path / "secret").write_text("no")
+  for name in ("../secret", "%2e%2e/secret", "secret", ""):
+    with pytest.raises(OSError, match="404"):
+      peer_tier._open(f"http://127.0.0.1:{bare_service.port}/{name}")
+
+
+def test_the_launcher_and_its_tier_service_import_no_tensorflow():
+  """The launcher and node agent start in a fraction of a second: TensorFlow
+  loads only when an agent persists a step (a worker died)."""
+  result = subprocess.run(
+    [
+      sys.executable,
+      "-c",
+      "import sys; import ctl.launch.launcher;"
+      " print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))",
+    ],
+    capture_output=True,
+    text=True,
+    check=True,
+    cwd=REPO,
+    env=trainer_env(),
+  )
+  assert result.stdout.strip() == "[]"

@@ -1,13 +1,14 @@
-"""Checkpoints in two tiers: every worker's local tier, the bucket behind it.
+"""Checkpoints in tiers: every worker's local tier, its peers', the bucket
+behind them.
 
 `TieredCheckpointer` has the `Checkpointer`'s interface (restore, save,
-sync, close) for a run whose local tier is on (ctl.checkpoint.local_tier): every save
+sync, close) for a run whose local tier is on (ctl.checkpoint.tiers.local_tier): every save
 is a local save on every worker (its own node's copy, also on the workers
 that used to throw theirs away); a save that is due for the bucket is then
 copied from the chief's committed local checkpoint into the checkpoint
 directory on a background thread, state file last. A restore agrees with
 the other workers on the newest step any of them, or the bucket, holds
-(ctl.checkpoint.tier_restore).
+(ctl.checkpoint.tiers.tier_restore).
 
 Local writes are asynchronous (TensorFlow's async checkpoint): the step
 waits only while the variables are snapshotted on the host (on a CPU, the
@@ -29,9 +30,6 @@ goes on with bucket saves, as without the tier.
 from collections.abc import Callable
 import contextlib
 import functools
-import os
-import posixpath
-import secrets
 import shutil
 import threading
 
@@ -39,13 +37,13 @@ from absl import logging
 import tensorflow as tf
 
 from ctl.checkpoint import checkpointing
-from ctl.checkpoint import local_tier
-from ctl.checkpoint import tier_restore
+from ctl.checkpoint.tiers import bucket_tier
+from ctl.checkpoint.tiers import local_tier
+from ctl.checkpoint.tiers import node_tiers
+from ctl.checkpoint.tiers import tier_restore
 from ctl.distributed import worker_exchange
 from ctl.errors import write_failure
 from ctl.io import fencing
-from ctl.io import mirror
-from ctl.io import storage
 
 
 class TieredCheckpointer:
@@ -208,7 +206,7 @@ class TieredCheckpointer:
 
     def copy():
       try:
-        local_tier.copy_to_bucket(
+        bucket_tier.copy_to_bucket(
           snapshot,
           step=step,
           bucket_dir=self.directory,
@@ -288,7 +286,7 @@ def build(
     bucket_url: that directory as the user gave it (a node agent persists
       into it directly: a local, FUSE or gs:// path TensorFlow can write).
     strategy: the strategy the workers agree through.
-    setting: see `local_tier.choose_root`; "off": the bucket alone.
+    setting: see `node_tiers.choose_root`; "off": the bucket alone.
     job_id: the job's id (the tier is private to it).
     keep: how many checkpoints the bucket keeps.
     is_chief: whether this worker copies saves to the bucket.
@@ -297,12 +295,12 @@ def build(
     waiting: the context of a wait for an unfinished copy to the bucket.
     fence: the chief's lease fence, checked by its copies to the bucket.
     lease_place: the run directory's lease, for a node agent's fence
-      (`local_tier.open_tier`).
+      (`node_tiers.open_tier`).
   """
   if setting == "off":
     tier, agreement = None, None
   else:
-    tier = local_tier.open_tier(
+    tier = node_tiers.open_tier(
       setting,
       job_id=job_id,
       checkpoint_dir=bucket_url,
@@ -331,7 +329,7 @@ def _agreement(strategy: tf.distribute.Strategy) -> Callable[..., object]:
   return functools.partial(
     tier_restore.restore_agreed,
     hosts=worker_exchange.worker_hosts(strategy),
-    service_port=local_tier.service_port(),
+    service_port=node_tiers.service_port(),
     gather=lambda row: worker_exchange.gather_rows(strategy, row),
   )
 
@@ -339,37 +337,9 @@ def _agreement(strategy: tf.distribute.Strategy) -> Callable[..., object]:
 def _bind(tier, bucket_url: str, *, strategy, is_chief: bool) -> None:
   """Binds `tier` (None: none, yet this worker takes part) to the run of
   the checkpoint directory (`LocalTier.bind`). Its id is the same on every
-  worker: the chief reads it (`run_id`) and sends it to the others, which
+  worker: the chief reads it (`bucket_tier.run_id`) and sends it to the others, which
   need not reach the directory for it (one exchange)."""
-  own = run_id(bucket_url) if is_chief else 0
+  own = bucket_tier.run_id(bucket_url) if is_chief else 0
   run = int(worker_exchange.gather_rows(strategy, [own])[:, 0].max())
   if tier:
     tier.bind(run)
-
-
-def run_id(checkpoint_dir: str) -> int:
-  """The id of the run whose checkpoints `checkpoint_dir` holds (a number
-  under 2**40, exact in `worker_exchange`), made with the directory: one
-  deleted and made again is another run's (`LocalTier.bind`).
-
-  Kept in the file `local_tier.RUN_FILE` there, made by the chief (the
-  lease holder) when missing: on Cloud Storage with the generation
-  precondition 0 (only if still missing); elsewhere whole or not at all.
-  """
-  root, fs = storage.read_route(checkpoint_dir)
-  made = str(secrets.randbits(40) or 1)
-  if fs is not None:
-    path = posixpath.join(root, local_tier.RUN_FILE)
-    with contextlib.suppress(FileExistsError):
-      mirror.put_if_generation(fs, path, made.encode(), generation="0")
-    return int(fs.cat_file(path))
-  path = os.path.join(root, local_tier.RUN_FILE)
-  with contextlib.suppress(FileNotFoundError, ValueError):
-    with open(path) as f:
-      return int(f.read())
-  os.makedirs(root, exist_ok=True)
-  temporary = f"{path}.{os.getpid()}.tmp"
-  with open(temporary, "w") as f:
-    f.write(made)
-  os.replace(temporary, path)
-  return int(made)
