@@ -57,7 +57,7 @@ _LAZY = {
   "KeepBest": "ctl.train.actions",
   "StepOutput": "ctl.train.step",
   "StepContext": "ctl.train.step",
-  "Serving": "ctl.train.options",
+  "Serving": "ctl.checkpoint.serving",
   "image_classification": "ctl.train.options",
   "environment": "ctl.distributed.environment",
 }

@@ -6,7 +6,8 @@
 reads the run ledger (`<MODEL_DIR>/ledger`, see ctl.telemetry.ledger) of a finished or
 running job, prints the goodput accounting (ctl.telemetry.goodput), each start of
 the job and its way to its first step by phase (where a restart's seconds
-go), and draws the timeline: one row per start, colored by category,
+go), which flags changed between starts (each start's flagfile is
+`<MODEL_DIR>/ledger/<attempt>.flags`), and draws the timeline: one row per start, colored by category,
 failures marked. The picture goes to `<MODEL_DIR>/goodput_timeline.png`
 (for gs:// directories, `goodput_timeline.png` here) unless --png says where;
 it needs matplotlib (`pip install 'ctl-train-loop[report]'`).
@@ -130,6 +131,43 @@ def last_evaluation(attempts: Sequence[Sequence[dict]]) -> str | None:
   values = {"loss": metrics.pop("loss", None), **metrics}
   shown = ", ".join(f"{k} {v:.4f}" for k, v in values.items() if v is not None)
   return f"Last evaluation: step {last['step']}: {shown} ({examples} examples)."
+
+
+def flag_changes(attempts: Sequence[Sequence[dict]]) -> list[str]:
+  """What changed in how the run was started, attempt by attempt: each
+  start's flags (`RunOptions.start_flags`, in its start event) against the
+  last start before it that recorded some; [] when none changed."""
+  lines, before = [], None
+  for number, attempt in enumerate(attempts, start=1):
+    flags = attempt[0].get("flags") if attempt else None
+    if flags is None:
+      continue
+    now = dict(_flag_value(f) for f in flags)
+    if before is not None:
+      changed = [
+        f"--{name}: {_shown(before.get(name))} -> {_shown(now.get(name))}"
+        for name in sorted(before.keys() | now.keys())
+        if before.get(name) != now.get(name)
+      ]
+      if changed:
+        lines.append(f"  start {number}: " + "; ".join(changed))
+    before = now
+  return ["Flags changed between starts:", *lines] if lines else []
+
+
+def _flag_value(line: str) -> tuple[str, str]:
+  """("name", "value") of a flagfile line: `--name=value`, `--name` (true)
+  or `--noname` (false, for a switch)."""
+  name, equals, value = line.removeprefix("--").partition("=")
+  if equals:
+    return name, value
+  if name.startswith("no"):
+    return name[2:], "false"
+  return name, "true"
+
+
+def _shown(value: str | None) -> str:
+  return "(unset)" if value is None else repr(value)
 
 
 def timeline(
@@ -331,6 +369,9 @@ def _report(argv: Sequence[str] | None) -> None:
   evaluated = last_evaluation(attempts)
   if evaluated:
     print(f"\n{evaluated}")
+  changes = flag_changes(attempts)
+  if changes:
+    print("\n" + "\n".join(changes))
   if args.spot_price is not None:
     costs = spot_cost.run_costs(accounting)
     print(

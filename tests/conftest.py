@@ -47,6 +47,26 @@ __all__ = [
 ]
 
 
+def heavy_modules_loaded_by(*modules: str) -> list[str]:
+  """Which of TensorFlow and Keras importing `modules` loads, in a fresh
+  interpreter ([] for a module a command line or agent imports to answer
+  at once)."""
+  result = subprocess.run(
+    [
+      sys.executable,
+      "-c",
+      f"import sys; import {', '.join(modules)};"
+      " print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))",
+    ],
+    capture_output=True,
+    text=True,
+    check=True,
+    cwd=REPO,
+    env=trainer_env(),
+  )
+  return json.loads(result.stdout.strip().replace("'", '"'))
+
+
 @contextlib.contextmanager
 def absl_messages(level: int = logging.INFO):
   """The messages absl's logger emits in the block, read from that logger:

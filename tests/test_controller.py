@@ -244,13 +244,13 @@ def test_a_run_without_a_job_id_keeps_no_local_tier_by_default(
 ):
   # Named after this process, the tier could never be found again after a
   # restart: its saves would cost every loop for nothing.
-  from ctl.checkpoint import local_tier  # pylint: disable=g-import-not-at-top
+  from ctl.checkpoint.tiers import node_tiers  # pylint: disable=g-import-not-at-top
   from tests.conftest import absl_messages  # pylint: disable=g-import-not-at-top
 
   ram, disk = tmp_path / "ram", tmp_path / "disk"
   ram.mkdir()
   disk.mkdir()
-  monkeypatch.setattr(local_tier, "RAM_ROOT", str(ram))
+  monkeypatch.setattr(node_tiers, "RAM_ROOT", str(ram))
   monkeypatch.setattr("tempfile.tempdir", str(disk))
   with absl_messages() as messages:
     _run_tiny(tmp_path, train_steps=6, eval_every_steps=0)

@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 from ctl.checkpoint import export
+from ctl.checkpoint import serving as serving_lib
 from ctl.io import storage
-from ctl.train import options
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
 from tests.conftest import run_trainer
@@ -23,7 +23,7 @@ from tests.conftest import trainer_env
 from trainer import model as model_lib
 
 IMAGE_SHAPE = (12, 12, 3)
-SERVING = options.image_serving(IMAGE_SHAPE)
+SERVING = serving_lib.image_serving(IMAGE_SHAPE)
 
 
 def _model():

@@ -7,9 +7,9 @@ import keras
 
 from ctl.checkpoint import export
 from ctl.checkpoint import finishing
+from ctl.checkpoint import serving as serving_lib
 from ctl.io import outputs as outputs_lib
 from ctl.telemetry import progress as progress_lib
-from ctl.train import options
 
 
 def _outputs(path):
@@ -40,7 +40,7 @@ def test_exports_again_unless_the_committed_model_holds_the_step(tmp_path):
   for step, trained in ((5, False), (5, False), (5, True), (9, False)):
     finishing.export(
       model=_model(),
-      serving=options.image_serving((4, 4, 1)),
+      serving=serving_lib.image_serving((4, 4, 1)),
       location=outputs.export,
       step=step,
       trained=trained,

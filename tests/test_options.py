@@ -5,6 +5,8 @@ import dataclasses
 
 import pytest
 
+import ctl
+from ctl.checkpoint import serving as serving_lib
 from ctl.errors import UserError
 from ctl.io.outputs import OutputDirs
 from ctl.train import options
@@ -179,3 +181,73 @@ def test_from_flags_takes_each_field_from_the_flag_of_its_name(tmp_path):
   assert (built.xla, built.train_steps) == (True, 1)  # From the flags.
   assert built.seed == 8  # A value given wins over the flag of its name.
   assert built.keep_checkpoints == 3  # Neither: the declared default.
+
+
+# The task: each field checked in one sentence; the ready-made image task.
+
+
+def _task(**fields) -> options.Task:
+  return options.Task(
+    **{
+      "build_model": lambda: None,
+      "build_optimizer": lambda: None,
+      "train_dataset_fn": lambda *args: None,
+      "eval_dataset_fn": None,
+      "global_batch_size": 32,
+      **fields,
+    }
+  )
+
+
+def test_a_task_of_plain_callables_is_valid():
+  _task().validate()
+  _task(serving=None, loss_fn=lambda y, p: y).validate()
+
+
+@pytest.mark.parametrize(
+  ("fields", "sentence"),
+  [
+    ({"build_model": "resnet"}, "Task.build_model must be callable."),
+    ({"eval_dataset_fn": 3}, "Task.eval_dataset_fn must be callable or None."),
+    ({"global_batch_size": 0}, "Task.global_batch_size must be a whole number"),
+    ({"global_batch_size": True}, "Task.global_batch_size must be a whole"),
+    (
+      {"loss_fn": abs, "compute_loss": abs},
+      "Task.loss_fn is for the default forward pass",
+    ),
+    ({"serving": "images"}, 'Task.serving must be "model", a ctl.Serving'),
+  ],
+)
+def test_a_bad_field_is_one_sentence_naming_it(fields, sentence):
+  with pytest.raises(ctl.UserError) as raised:
+    _task(**fields).validate()
+  message = str(raised.value)
+  assert message.startswith(sentence) and len(message.splitlines()) == 1
+
+
+def test_image_classification_fills_metrics_and_serving_but_keeps_yours():
+  task = options.image_classification(image_shape=(8, 8, 3), **_fields())
+  assert set(task.build_metrics()) == {"accuracy"}
+  assert task.serving.input_signature.shape.as_list() == [None, 8, 8, 3]
+  own = options.image_classification(
+    image_shape=(8, 8, 3), serving=None, **_fields()
+  )
+  assert own.serving is None
+
+
+def _fields() -> dict:
+  task = _task()
+  return {
+    name: getattr(task, name)
+    for name in (
+      "build_model",
+      "build_optimizer",
+      "train_dataset_fn",
+      "eval_dataset_fn",
+      "global_batch_size",
+    )
+  }
+
+
+def test_the_serving_default_is_the_models_own_inputs():
+  assert _task().serving == serving_lib.FROM_MODEL == "model"

@@ -3,8 +3,6 @@ on loopback (the real HTTP server; peers fetch from it in
 tests/test_checkpoint_tiers.py)."""
 
 import os
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 
@@ -14,9 +12,8 @@ from ctl import env
 from ctl.checkpoint.tiers import local_tier
 from ctl.checkpoint.tiers import node_tiers
 from ctl.checkpoint.tiers import peer_tier
-from tests.conftest import REPO
 from tests.conftest import absl_messages
-from tests.conftest import trainer_env
+from tests.conftest import heavy_modules_loaded_by
 from tests.tier_checkpoints import checkpoint_of
 from tests.tier_checkpoints import cut_short
 from tests.tier_checkpoints import value_of
@@ -155,17 +152,4 @@ def test_the_service_serves_nothing_outside_the_tier(bare_service, tmp_path):
 def test_the_launcher_and_its_tier_service_import_no_tensorflow():
   """The launcher and node agent start in a fraction of a second: TensorFlow
   loads only when an agent persists a step (a worker died)."""
-  result = subprocess.run(
-    [
-      sys.executable,
-      "-c",
-      "import sys; import ctl.launch.launcher;"
-      " print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))",
-    ],
-    capture_output=True,
-    text=True,
-    check=True,
-    cwd=REPO,
-    env=trainer_env(),
-  )
-  assert result.stdout.strip() == "[]"
+  assert heavy_modules_loaded_by("ctl.launch.launcher") == []

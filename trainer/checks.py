@@ -11,6 +11,7 @@ import math
 import os
 from typing import Any
 
+from absl import flags
 from absl import logging
 
 from ctl import UserError
@@ -221,4 +222,21 @@ def options_set_otherwise(
     "hparams": hparams(
       config, global_batch=global_batch, train_steps=train_steps
     ),
+    "start_flags": start_flags(config),
   }
+
+
+def start_flags(config: Any) -> tuple[str, ...]:
+  """The trainer's effective flags as a flagfile's lines, sorted: every flag
+  `trainer.flags` defines with its value in `config` (given or default), so
+  the flagfile starts the same run again even if a default changes."""
+  from . import flags as trainer_flags  # pylint: disable=g-import-not-at-top
+
+  lines = []
+  for flag in flags.FLAGS.get_flags_for_module(trainer_flags.__name__):
+    value = getattr(config, flag.name, flag.default)
+    if isinstance(value, bool):
+      lines.append(f"--{'' if value else 'no'}{flag.name}")
+    elif value is not None:
+      lines.append(f"--{flag.name}={value}")
+  return tuple(sorted(lines))

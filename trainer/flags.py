@@ -334,3 +334,105 @@ for _name in (
 flags.register_validator(
   "dropout", lambda rate: 0 <= rate < 1, message="not a rate in [0, 1)"
 )
+
+# --helpfull lists the trainer's flags by topic (`help_by_topic`), not in
+# one alphabetical group of 48; each flag above is in exactly one topic
+# (tests/test_console_scripts.py).
+TOPICS = (
+  (
+    "Outputs and storage",
+    (
+      "model_dir",
+      "job_dir",
+      "checkpoint_dir",
+      "tensorboard_dir",
+      "export_dir",
+      "storage",
+      "fuse_root",
+    ),
+  ),
+  (
+    "Data",
+    (
+      "dataset",
+      "data_dir",
+      "skip_bad_images",
+      "max_image_pixels",
+      "image_size",
+    ),
+  ),
+  (
+    "Model and optimizer",
+    (
+      "model",
+      "dropout",
+      "weights",
+      "optimizer",
+      "learning_rate",
+      "lr_schedule",
+      "warmup_steps",
+    ),
+  ),
+  (
+    "Steps, batches and the schedule of duties",
+    (
+      "per_replica_batch_size",
+      "train_steps",
+      "epochs",
+      "steps_per_loop",
+      "log_every_steps",
+      "eval_every_steps",
+      "train_accuracy",
+      "seed",
+      "deterministic",
+    ),
+  ),
+  (
+    "Checkpoints, restarts and the run's lease",
+    (
+      "checkpoint_every_steps",
+      "checkpoint_every_secs",
+      "expected_mtbf_secs",
+      "keep_checkpoints",
+      "async_checkpoint",
+      "local_checkpoints",
+      "local_checkpoint_every_steps",
+      "lease_stale_secs",
+      "take_over_lease",
+    ),
+  ),
+  (
+    "Distribution and speed",
+    ("strategy", "collective", "mixed_precision", "xla"),
+  ),
+  (
+    "Failures and stalls",
+    (
+      "max_nan_recoveries",
+      "reshuffle_on_nan",
+      "stall_timeout_secs",
+      "startup_timeout_secs",
+    ),
+  ),
+  (
+    "Tuning, profiling and checks",
+    ("hypertune_metric", "profile_steps", "dry_run"),
+  ),
+)
+
+
+def help_by_topic(flag_values: flags.FlagValues = flags.FLAGS) -> str:
+  """The trainer's flags by topic (`TOPICS`), then every other module's
+  flags (absl's own) as absl lists them: what --helpfull prints."""
+  parts = []
+  for topic, names in TOPICS:
+    for name in names:
+      flag_values.register_key_flag_for_module(topic, flag_values[name])
+    parts.append(flag_values.module_help(topic))
+  for module in sorted(flag_values.flags_by_module_dict()):
+    if module != __name__:
+      parts.append(flag_values.module_help(module))
+  # --flagfile and --undefok: absl lists them last, as module absl.flags.
+  full = flag_values.get_help()
+  special = full.find("\nabsl.flags:\n")
+  return "\n".join(parts) + (full[special:] if special >= 0 else "")

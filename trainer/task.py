@@ -112,8 +112,12 @@ def _parse_flags(argv):
 
   absl's --help, --helpshort, --helpfull and --helpxml print and exit 1, the
   only exits of parsing; a help that was asked for is a success here (exit
-  0), as for the other console scripts.
+  0), as for the other console scripts. --helpfull lists the trainer's flags
+  by topic (`trainer.flags.TOPICS`).
   """
+  if {"--helpfull", "-helpfull"} & set(argv[1:]):
+    print(f"{__doc__}\nflags:\n{trainer_flags.help_by_topic(FLAGS)}")
+    sys.exit(0)
   try:
     return FLAGS(argv)
   except flags.Error as e:

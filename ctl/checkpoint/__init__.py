@@ -2,6 +2,8 @@
 saved, restore, export, finishing.
 
 Modules (lowest first):
+  serving: The SavedModel's serving signature, as a task says it (no
+    TensorFlow on import).
   checkpointing: Checkpoints: what they hold, how they are saved, and which
     one is restored.
   tiers: The checkpoint tiers (a folder): each worker's node, its peers'
@@ -10,8 +12,8 @@ Modules (lowest first):
     seconds
   run_checkpoints: The controller's checkpoint duty: restore at start-up, save
     when due.
-  export: SavedModel export with a serving signature that takes a batch of
-    images.
+  export: The SavedModel export: whole or not at all, with the task's
+    serving signature.
   finishing: The finishing steps of a run after its last train loop: export,
     summary.
 """

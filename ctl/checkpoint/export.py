@@ -39,6 +39,7 @@ import uuid
 import keras
 import tensorflow as tf
 
+from ctl.checkpoint.serving import FROM_MODEL
 from ctl.errors import UserError
 from ctl.errors import first_line
 from ctl.io import fencing
@@ -166,10 +167,6 @@ def check_serving(model: keras.Model, serving) -> None:
       "Task.serving's input_signature does not have the structure of the "
       f"model's inputs ({first_line(e)})."
     ) from None
-
-
-# Task.serving's value for a signature made from the model's inputs.
-FROM_MODEL = "model"
 
 
 def _model_inputs(model: keras.Model):

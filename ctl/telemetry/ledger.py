@@ -6,7 +6,7 @@ by default) and `train_summary.json`:
 
   {"event": "start", "time": ..., "pid": ..., "restart": 1,
    "previous_exit": -9, "previous_exit_time": ..., "jobset_restart": 2,
-   "sequence": 3}
+   "sequence": 3, "flags": ["--train_steps=600", ...]}
   {"event": "phase", "phase": "startup", "t0": ..., "t1": ..., "m0": 5.2,
    "m1": 6.0, "step0": 0, "step": 40, "ok": true}
   {"event": "phase", "phase": "train_loop", ..., "loops": 12, "busy": 3.1}
@@ -24,6 +24,9 @@ move: readers (ctl.telemetry.goodput) place events by these. `sequence` numbers 
 attempts of a run (1 + the largest in the directory when the attempt first
 writes); a reader orders attempts by it, not by their wall-clock starts.
 Every attempt has its own file, also two in one process (a notebook).
+Beside it, `<attempt>.flags` holds how the attempt was started
+(`RunOptions.start_flags`, the trainer's effective flags), one flag a line:
+`python -m trainer.task --flagfile=<it>` starts the same way again.
 
 The ledger is an observation, not a result: when its storage refuses a
 write (a full disk, a lost permission) it says so once, leaves no temporary
@@ -64,6 +67,8 @@ from ctl.telemetry import progress as progress_lib
 
 SUBDIR = "ledger"
 _SUFFIX = ".jsonl"
+# Beside each attempt's file: how it was started, a flagfile (`--flagfile`).
+FLAGS_SUFFIX = ".flags"
 _IMPORTED = time.monotonic()
 _attempts_in_this_process = 0
 
@@ -150,6 +155,7 @@ class Ledger:
     storage: str = "auto",
     fuse_root: str = "/gcs",
     restart: int = 0,
+    start_flags: tuple[str, ...] = (),
     environ: Mapping[str, str] = os.environ,
     fence: fencing.Fence = fencing.OPEN,
   ):
@@ -162,6 +168,9 @@ class Ledger:
       fuse_root: where Cloud Storage FUSE mounts buckets.
       restart: how many times a supervisor restarted the job before this
         start (`RunOptions.restarts`).
+      start_flags: how this start was set up (`RunOptions.start_flags`):
+        kept in the start event and written beside this attempt's file as a
+        flagfile (`FLAGS_SUFFIX`).
       environ: the environment, for what ctl.launch says of the previous
         start (ctl.env: CTL_PREVIOUS_EXIT, CTL_PREVIOUS_EXIT_TIME) and, on
         Kubernetes, how often JobSet restarted the whole job
@@ -174,6 +183,7 @@ class Ledger:
     self._storage = storage
     self._fuse_root = fuse_root
     self._location = None
+    self._wrote_flags = False  # This attempt's flagfile (written once).
     self._writing = False  # Until start-up ends: see __call__.
     self._discarded = False
     # The end event the run summary accounted (`accounting(ending=...)`),
@@ -189,6 +199,7 @@ class Ledger:
         "restart": restart,
         "previous_exit": env.previous_exit(environ),
         "previous_exit_time": env.previous_exit_time(environ),
+        **({"flags": list(start_flags)} if start_flags else {}),
       }
     ]
     jobset_restart = jobset.restart_attempt(environ)
@@ -389,6 +400,10 @@ class Ledger:
       if writes and not self._location.mirrored:  # Mirrors check their own.
         self._fence.check("the run ledger")
       if writes:
+        if self._events[0].get("flags") and not self._wrote_flags:
+          flags = "".join(f + "\n" for f in self._events[0]["flags"])
+          _write_file(path.removesuffix(_SUFFIX) + FLAGS_SUFFIX, flags)
+          self._wrote_flags = True
         _write_file(path, text)
       if upload:
         self._location.publish()
@@ -496,6 +511,10 @@ _FIELD_TYPES = {
   "phase": ("a string", lambda v: isinstance(v, str)),
   "outcome": ("a string", lambda v: isinstance(v, str)),
   "ok": ("true or false", lambda v: isinstance(v, bool)),
+  "flags": (
+    "a list of strings",
+    lambda v: isinstance(v, list) and all(isinstance(f, str) for f in v),
+  ),
 }
 _REQUIRED = {
   "phase": ("phase", "t0", "t1", "step0", "step", "ok"),

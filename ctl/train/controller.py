@@ -400,6 +400,7 @@ def _observers(options, faults, listeners, *, current_step, fence):
       storage=options.storage,
       fuse_root=options.fuse_root,
       restart=options.restarts,
+      start_flags=options.start_flags,
       fence=fence,
     )
     if options.is_chief

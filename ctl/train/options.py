@@ -1,10 +1,11 @@
 """What to train and how: the frozen options `ctl.train.controller.run` takes.
 
-`Task` holds plain callables (ctl knows no model or dataset); `RunOptions`
-holds directories, intervals and switches, and checks them up front so a bad
-value fails in one sentence before anything is built or written. Importing
-this module does not import TensorFlow, so a command line can check its
-options in a fraction of a second.
+`Task` holds plain callables (ctl knows no model or dataset);
+`image_classification` is the ready-made task of images, logits and sparse
+labels. `RunOptions` holds directories, intervals and switches, and checks
+them up front so a bad value fails in one sentence before anything is built
+or written. Importing this module does not import TensorFlow, so a command
+line can check its options in a fraction of a second.
 """
 
 from collections.abc import Callable, Mapping
@@ -14,30 +15,15 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
+from ctl.checkpoint.serving import FROM_MODEL
+from ctl.checkpoint.serving import Serving
+from ctl.checkpoint.serving import image_serving
 from ctl.errors import UserError
 from ctl.io.outputs import OutputDirs
 
 if TYPE_CHECKING:
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-
-@dataclasses.dataclass(frozen=True)
-class Serving:
-  """The SavedModel's `serving_default` signature.
-
-  Attributes:
-    fn: `(model, inputs) -> {name: tensor}`, traced with `input_signature`.
-    input_signature: a `tf.TensorSpec` or a nested structure of them (a
-      dict of named inputs serves a dict request); one argument.
-  """
-
-  fn: Callable
-  input_signature: Any
-
-
-# Task.serving's default: a signature made from the model's own inputs.
-FROM_MODEL = "model"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,23 +133,6 @@ def image_classification(
   return Task(**(defaults | fields))
 
 
-def image_serving(image_shape: tuple[int, int, int]) -> Serving:
-  """`serving_default(images)`: float32 images `[batch, *image_shape]` in
-  [0, 1] -> float32 `logits` and `probabilities`."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  def serve(model, images):
-    logits = tf.cast(model(images, training=False), tf.float32)
-    return {"logits": logits, "probabilities": tf.nn.softmax(logits)}
-
-  return Serving(
-    fn=serve,
-    input_signature=tf.TensorSpec(
-      [None, *image_shape], tf.float32, name="images"
-    ),
-  )
-
-
 # --local_checkpoints: where the local tier lives ("auto" chooses), or "off".
 _TIER_SETTINGS = ("auto", "ram", "disk", "off")
 
@@ -204,6 +173,12 @@ class RunOptions:
       of (chief), or None; see ctl.telemetry.profiler.
     hparams: the run's hyperparameters, {name: bool, int, float or str},
       written for TensorBoard's HParams dashboard (the caller chooses them).
+    start_flags: how this start was set up, as a flagfile's lines
+      (`--name=value`; the trainer gives its effective flags): the run
+      ledger's start event keeps them, the chief writes them beside it as a
+      flagfile an operator can start the same way again with (`--flagfile`,
+      ctl.telemetry.ledger), and `ctl-report` says what changed between
+      attempts.
     evaluator_writes_validation: a side-car evaluator writes the validation
       summaries, so the chief's own evaluations are logged and reported but
       not written to TensorBoard (one writer per run dir).
@@ -245,6 +220,7 @@ class RunOptions:
   hparams: Mapping[str, bool | int | float | str] = dataclasses.field(
     default_factory=dict
   )
+  start_flags: tuple[str, ...] = ()
   evaluator_writes_validation: bool = False
   lease_stale_secs: float = 120.0
   take_over_lease: bool = False
@@ -382,6 +358,13 @@ def _check_types(options: "RunOptions") -> None:
       raise UserError(
         f"{name} must be True or False, got {getattr(options, name)!r}."
       )
+  flags = options.start_flags
+  if not isinstance(flags, tuple) or not all(
+    isinstance(f, str) and f.startswith("--") for f in flags
+  ):
+    raise UserError(
+      f"start_flags must be a tuple of '--name=value' strings, got {flags!r}."
+    )
   for name in ("model_dir", "checkpoint_dir"):
     path = getattr(options.dirs, name, None)
     if path and "://" not in path and os.path.isfile(path):
