@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# make browser-check: the TensorBoard browser check (headless Chromium draws
-# train and validation in one chart; tests/test_trainer.py) with Debian's
+# make browser-check: the TensorBoard browser checks (headless Chromium draws
+# train and validation in one chart: the trainer's accuracy,
+# tests/test_trainer.py, and a regression's own MAE and RMSE,
+# tests/test_any_model.py) with Debian's
 # chromium and chromium-driver, installed with apt-get as root when missing,
 # as scripts/container_check.py installs buildah. Where they cannot be
 # installed (not root, no apt-get, no mirror) it says so loudly and exits 0:
@@ -24,5 +26,5 @@ if ! have_browser; then
     "The TensorBoard browser check did NOT run. ########" >&2
   exit 0
 fi
-"$PY" -m pytest -q tests/test_trainer.py \
-  -k test_a_browser_draws_train_and_validation_in_one_chart
+"$PY" -m pytest -q tests/test_trainer.py tests/test_any_model.py \
+  -k "test_a_browser_draws_train_and_validation_in_one_chart or test_a_browser_draws_the_regressions_own_metrics"

@@ -2,11 +2,16 @@
 `ctl-launch` with two workers, SIGKILLed mid-run and restarted, end as the
 uninterrupted run does (docs/framework.md, "The step is yours")."""
 
+import json
+import shutil
+import sys
+
 import pytest
 
 from ctl.telemetry import ledger
 from tests.conftest import launch_two_workers
 from tests.conftest import read_summary
+from trainer.testing import run_command
 
 
 def _serves_a_dict_request(model_dir) -> None:
@@ -60,3 +65,34 @@ def test_an_example_killed_on_two_workers_ends_as_the_uninterrupted_run(
   assert restore["step"] == resumed_from
   summary = read_summary(str(killed_dir))
   assert summary["restarts"] == 1 and summary["final_step"] == 120
+
+
+@pytest.mark.skipif(
+  not all(map(shutil.which, ("chromium", "chromedriver"))),
+  reason="needs a browser: apt-get install -y chromium chromium-driver",
+)
+def test_a_browser_draws_the_regressions_own_metrics(tmp_path):
+  """Headless Chromium on TensorBoard's time-series page of the regression
+  example: the user's MAE and RMSE, by the names the task gave them, each in
+  one chart with a train and a validation line (make browser-check)."""
+  model_dir = tmp_path / "run"
+  run_command(
+    [sys.executable, "examples/regression.py", f"--model_dir={model_dir}"]
+  )
+  out = tmp_path / "tensorboard.png"
+  run_command(
+    [
+      sys.executable,
+      "scripts/tensorboard_screenshot.py",
+      f"--logdir={model_dir / 'tensorboard'}",
+      f"--out={out}",
+      "--tag_filter=^(loss|mae|rmse)$",
+    ],
+    timeout=600,
+  )
+  cards = json.loads(out.with_suffix(".json").read_text())["cards"]
+  assert sorted(card["title"] for card in cards) == ["loss", "mae", "rmse"]
+  for card in cards:  # One chart per tag, a line of each run in it.
+    assert card["runs"] == ["train", "validation"], card
+    assert card["colors"] == 2, card
+  assert out.read_bytes().startswith(b"\x89PNG")
