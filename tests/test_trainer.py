@@ -7,11 +7,13 @@ import shutil
 import subprocess
 import sys
 import time
+import types
 import urllib.request
 
 import numpy as np
 import pytest
 
+from ctl.telemetry import ledger
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
 from tests.conftest import free_ports
@@ -22,6 +24,7 @@ from tests.conftest import trained_model_dir
 from tests.conftest import trainer_env
 from trainer import checks
 from trainer.testing import RESUME_FLAGS
+from trainer.testing import launch_command
 from trainer.testing import run_command
 
 
@@ -446,3 +449,51 @@ def test_fp16_resume_restores_the_loss_scale(tmp_path):
 
   assert loss_scale(stopped) == loss_scale(straight)
   assert loss_scale(straight)[1] == 10
+
+
+def test_a_restart_with_xla_compiles_nothing_a_restart_compiled_before(
+  tmp_path,
+):
+  """--xla with the node's XLA cache: a job killed at steps 10 and 20. The
+  first start and the first restart each leave their compiled train loop in
+  --xla_cache_dir (a restored start traces other functions first, so its
+  program has another key); the second restart loads the first restart's
+  instead of compiling again: nothing is added or rewritten after it
+  begins. The run ends as one without kills would."""
+  cache, model_dir = tmp_path / "xla-cache", tmp_path / "run"
+  flags = (
+    *FAST_FLAGS,
+    "--eval_every_steps=0",
+    "--checkpoint_every_steps=10",
+    "--train_steps=30",
+    "--xla",
+    f"--xla_cache_dir={cache}",
+    f"--model_dir={model_dir}",
+  )
+  result = run_command(
+    launch_command("--num_workers=1", "--max_restarts=2", trainer_flags=flags),
+    env=trainer_env(faults="crash@10:attempt=0,crash@20:attempt=1"),
+  )
+  summary = read_summary(str(model_dir))
+  assert summary["final_step"] == 30 and summary["restarts"] == 2
+  written = sorted(p.stat().st_mtime_ns / 1e9 for p in cache.iterdir())
+  starts = [
+    attempt[0]["time"] for attempt in ledger.read(str(model_dir / "ledger"))
+  ]
+  assert len(starts) == 3 and len(written) == 2, result.stderr[-3000:]
+  assert written[0] < starts[1] < written[1] < starts[2], (written, starts)
+
+
+@pytest.mark.parametrize(
+  ("xla", "setting", "expected"),
+  [
+    (False, "auto", None),
+    (True, "off", None),
+    (True, "/nodes/cache", "/nodes/cache"),
+  ],
+)
+def test_the_xla_cache_is_only_for_xla_runs_and_can_be_off(
+  xla, setting, expected
+):
+  config = types.SimpleNamespace(xla=xla, xla_cache_dir=setting)
+  assert checks.xla_cache_dir(config) == expected

@@ -9,6 +9,7 @@ job from the same functions once TensorFlow is loaded.
 from collections.abc import Mapping
 import math
 import os
+import tempfile
 from typing import Any
 
 from absl import flags
@@ -224,6 +225,22 @@ def options_set_otherwise(
     ),
     "start_flags": start_flags(config),
   }
+
+
+def xla_cache_dir(config: Any) -> str | None:
+  """The directory of TensorFlow's persistent XLA cache for this start
+  (--xla_cache_dir), None without --xla or when it is off.
+
+  "auto" is node-local disk, shared by the runs of this user on the node:
+  a program is found by its computation's fingerprint, so a restart (or
+  another run of the same model) loads what an earlier start compiled.
+  """
+  setting = config.xla_cache_dir
+  if not config.xla or setting == "off":
+    return None
+  if setting == "auto":
+    return os.path.join(tempfile.gettempdir(), f"ctl-xla-cache-{os.getuid()}")
+  return setting
 
 
 def start_flags(config: Any) -> tuple[str, ...]:

@@ -212,6 +212,14 @@ flags.DEFINE_enum(
   "Compute dtype (variables and loss stay float32).",
 )
 flags.DEFINE_bool("xla", _run("xla"), "Compile the step with XLA.")
+flags.DEFINE_string(
+  "xla_cache_dir",
+  "auto",
+  "With --xla: where XLA keeps the programs it compiled, so a restart on "
+  "the node compiles nothing it compiled before (TensorFlow's persistent "
+  "XLA cache); auto: node-local disk, <tmp>/ctl-xla-cache-<uid>; off: none; "
+  "or a directory.",
+)
 flags.DEFINE_bool(
   "train_accuracy",
   _run("train_metrics"),
@@ -403,7 +411,7 @@ TOPICS = (
   ),
   (
     "Distribution and speed",
-    ("strategy", "collective", "mixed_precision", "xla"),
+    ("strategy", "collective", "mixed_precision", "xla", "xla_cache_dir"),
   ),
   (
     "Failures and stalls",

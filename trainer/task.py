@@ -82,6 +82,7 @@ def main(argv):
     checks.check(config, os.environ)
   except ctl.UserError as e:
     _fail(str(e), ctl.USER_ERROR_EXIT_CODE)
+  _use_xla_cache(checks.xla_cache_dir(config))
   with _hidden_from_imports(_UNUSED_KERAS_EXTRAS):
     from . import job  # pylint: disable=g-import-not-at-top  (loads TF)
 
@@ -105,6 +106,25 @@ def main(argv):
     _fail(str(e), ctl.CANNOT_WRITE_EXIT_CODE)
   except ctl.LeaseLost as e:
     _fail(str(e), e.exit_code)
+
+
+def _use_xla_cache(directory: str | None) -> None:
+  """Points TensorFlow's persistent XLA cache at `directory` (None: leaves
+  it as it is). XLA reads TF_XLA_FLAGS once, when TensorFlow first makes
+  its devices, so this runs before TensorFlow loads; a directory that cannot
+  be made is one warning, and the start compiles as without a cache."""
+  if directory is None:
+    return
+  try:
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+  except OSError as e:
+    logging.warning("No XLA cache in %s (%s); XLA compiles anew.", directory, e)
+    return
+  given = os.environ.get("TF_XLA_FLAGS", "")
+  if "--tf_xla_persistent_cache_directory" not in given:
+    os.environ["TF_XLA_FLAGS"] = (
+      f"{given} --tf_xla_persistent_cache_directory={directory}".strip()
+    )
 
 
 def _parse_flags(argv):
