@@ -6,6 +6,7 @@ SIGSTOP first, so what the test reads is what the process had done), and
 checks the ledger's accounting against what it did.
 """
 
+import glob
 import json
 import os
 import re
@@ -197,7 +198,7 @@ def test_a_line_cut_short_by_a_crash_is_skipped(killed_run, tmp_path):
   directory = str(tmp_path / "ledger")
   shutil.copytree(ledger.ledger_dir(killed_run["model_dir"]), directory)
   before = ledger.read(directory)
-  last = os.path.join(directory, sorted(os.listdir(directory))[-1])
+  last = sorted(glob.glob(os.path.join(directory, "*.jsonl")))[-1]
   with open(last, "a") as f:
     f.write('{"event": "phase", "phase": "train_lo')
   after = ledger.read(directory)

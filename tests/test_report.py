@@ -6,7 +6,6 @@ are known exactly;
 test_goodput.py runs the report on ledgers of real killed jobs.
 """
 
-import glob
 import json
 import os
 import re
@@ -23,12 +22,9 @@ from ctl.telemetry import goodput
 from ctl.telemetry import goodput_model
 from ctl.telemetry import ledger
 from ctl.telemetry import spot_cost
-from ctl.testing.run_files import read_summary
 from tests.conftest import REPO
 from tests.conftest import trainer_env
-from trainer.testing import FAST_FLAGS
 from trainer.testing import run_command
-from trainer.testing import trainer_command
 
 # One start of a job, as its own process (a ledger file is one process's):
 # restores RESTORED, trains 10 steps, saves, trains 10 more, and ends unless
@@ -324,28 +320,3 @@ def test_a_spot_price_without_an_on_demand_price_is_one_sentence(
     report.main([model_dir, "--png=", "--spot_price=1"])
   assert exit_info.value.code == USER_ERROR_EXIT_CODE
   assert "go together" in capsys.readouterr().err
-
-
-def test_each_start_keeps_its_flags_and_the_report_says_what_changed(
-  tmp_path, capsys
-):
-  """A run trained to step 20, then continued to 40 with a new flag: each
-  start's effective flags are a flagfile beside its ledger file, the report
-  names what changed between the starts, and the newest flagfile passed
-  back with --flagfile starts the same run (at its target: nothing to do)."""
-  model_dir = str(tmp_path / "run")
-  flags = (*FAST_FLAGS, f"--model_dir={model_dir}", "--eval_every_steps=0")
-  run_command(trainer_command(*flags, "--train_steps=20"))
-  run_command(trainer_command(*flags, "--train_steps=40", "--dropout=0.2"))
-  files = sorted(glob.glob(os.path.join(model_dir, "ledger", "*.flags")))
-  assert len(files) == 2
-  with open(files[1]) as f:
-    newest = f.read().splitlines()
-  assert "--train_steps=40" in newest and "--dropout=0.2" in newest
-  report.main([model_dir, "--png="])
-  out = capsys.readouterr().out
-  assert (
-    "start 2: --dropout: '0.1' -> '0.2'; --train_steps: '20' -> '40'" in out
-  ), out
-  again = run_command(trainer_command(f"--flagfile={files[1]}"))
-  assert read_summary(model_dir)["final_step"] == 40, again.stderr[-2000:]

@@ -13,6 +13,7 @@ import urllib.request
 import numpy as np
 import pytest
 
+from ctl import report
 from ctl.telemetry import ledger
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
@@ -65,6 +66,37 @@ def short_run(tmp_path_factory):
   return trained_model_dir(
     tmp_path_factory, "short", *FAST_FLAGS, "--train_steps=20"
   )
+
+
+def test_each_start_keeps_its_flags_and_the_report_says_what_changed(
+  continued_run, tmp_path, capsys
+):
+  """The three starts of `continued_run`: each start's effective flags are
+  a flagfile beside its ledger file, ctl-report names what changed between
+  starts, and the newest flagfile passed back with --flagfile starts the
+  same run (a copy of it: at its target, nothing to train)."""
+  model_dir = continued_run[0]
+  files = sorted(glob.glob(os.path.join(model_dir, "ledger", "*.flags")))
+  assert len(files) == 3
+  with open(files[-1]) as f:
+    newest = f.read().splitlines()
+  assert "--train_steps=60" in newest and "--dataset=digits" in newest
+  report.main([model_dir, "--png="])
+  out = capsys.readouterr().out
+  assert "start 2: --profile_steps: '15,25' -> ''" in out, out
+  assert "start 3: --train_steps: '40' -> '60'" in out, out
+  copy = str(tmp_path / "run")
+  shutil.copytree(model_dir, copy)
+  flagfile = tmp_path / "again.flags"
+  flagfile.write_text(
+    "\n".join(
+      f"--model_dir={copy}" if line.startswith("--model_dir=") else line
+      for line in newest
+    )
+  )
+  again = run_trainer(f"--flagfile={flagfile}")
+  assert "nothing to train" in again.stderr, again.stderr[-2000:]
+  assert read_summary(copy)["final_step"] == 60
 
 
 def test_train_rerun_continue_and_outputs(continued_run):
@@ -368,11 +400,15 @@ def test_resnet50_trains_from_a_local_weights_file(tmp_path, model_dir):
     "--steps_per_loop=1",
     "--log_every_steps=1",
     "--checkpoint_every_steps=0",
+    "--noexport",  # The export's tracing: 11 s of ResNet50's 80 s alone.
     f"--model_dir={model_dir}",
+    # ResNet50 on 2 cores beside three other test workers took 268-317 s.
+    timeout=900,
   )
   summary = read_summary(model_dir)
   assert summary["final_step"] == 3
   assert np.isfinite(summary["train_loss"])
+  assert not os.path.exists(os.path.join(model_dir, "saved_model"))
 
 
 def test_resnet50_loads_the_weights_file(tmp_path):

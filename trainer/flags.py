@@ -56,6 +56,12 @@ flags.DEFINE_string(
 flags.DEFINE_string(
   "export_dir", "", "Default: <model_dir>/saved_model, or AIP_MODEL_DIR."
 )
+flags.DEFINE_bool(
+  "export",
+  True,
+  "Write the SavedModel at the end (--noexport: none, e.g. for a tuning "
+  "trial; the checkpoints hold the model).",
+)
 flags.DEFINE_enum(
   "storage",
   _run("storage"),
@@ -355,6 +361,7 @@ TOPICS = (
       "checkpoint_dir",
       "tensorboard_dir",
       "export_dir",
+      "export",
       "storage",
       "fuse_root",
     ),

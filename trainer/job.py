@@ -265,6 +265,7 @@ def _task(
     eval_dataset_fn=eval_dataset_fn,
     global_batch_size=global_batch,
     image_shape=source.image_shape,
+    **({} if config.export else {"serving": None}),  # --noexport: none.
   )
 
 
