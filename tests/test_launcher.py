@@ -89,11 +89,11 @@ def test_the_node_agent_on_vertex_stops_its_trainer_before_the_vm_stops():
   assert local.grace_secs == launcher.LaunchOptions.grace_secs
 
 
-@pytest.mark.parametrize(("grace_secs", "saved"), [(40, True), (4, False)])
+@pytest.mark.parametrize(("grace_secs", "saved"), [(50, True), (5, False)])
 def test_the_node_agent_lets_a_long_agreed_save_finish_within_its_grace(
   grace_secs, saved, tmp_path
 ):
-  """SIGTERM to the node agent: its trainer's agreed save takes 12 s (an
+  """SIGTERM to the node agent: its trainer's agreed save takes 20 s (an
   injected stall in the save); a grace that allows it lets it commit (exit
   143, the step saved), and one that does not ends it first (step 0's
   checkpoint the newest). The test of the grace, as a Spot VM gives it."""
@@ -113,7 +113,7 @@ def test_the_node_agent_lets_a_long_agreed_save_finish_within_its_grace(
     ),
     events=events,
     step=10,
-    env=trainer_env(faults="stall@5:checkpoint_save:secs=12"),
+    env=trainer_env(faults="stall@5:checkpoint_save:secs=20"),
   )
   agent.send_signal(signal.SIGTERM)
   code, output = finish(agent)

@@ -266,9 +266,12 @@ class Mirror:
     """Removes the remote files of the checkpoints state file `replaced`
     lists and `state` does not (nor the local directory holds)."""
     where = self._remote(STATE_FILE)
-    dropped = _listed_checkpoints(replaced, where=where) - _listed_checkpoints(
-      state, where=where
-    )
+    try:
+      dropped = _listed_checkpoints(
+        replaced, where=where
+      ) - _listed_checkpoints(state, where=where)
+    except UserError:  # Not a state file: nothing known to remove.
+      return
     local = {_checkpoint_prefix(n) for n in os.listdir(self._local_dir)}
     for name in self._call("list", self._fs.ls, self._remote_dir, detail=False):
       prefix = _checkpoint_prefix(posixpath.basename(name))
