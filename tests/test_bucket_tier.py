@@ -12,6 +12,7 @@ from ctl.checkpoint.tiers import bucket_tier
 from ctl.checkpoint.tiers import local_tier
 from ctl.checkpoint.tiers import node_tiers
 from ctl.checkpoint.tiers import peer_tier
+from ctl.io import checkpoint_state
 from ctl.io import mirror
 from ctl.io import storage
 from tests.tier_checkpoints import checkpoint_of
@@ -187,12 +188,30 @@ def test_two_writers_of_the_state_file_lose_neither_step(
 
   checkpointing.commit_state(root, add_step_30, fs=fs)
   assert seen == [["ckpt-10"], ["ckpt-10", "ckpt-20"]]
-  listed = checkpointing.listed_on(fs, root)
+  listed = checkpointing.listed(root, fs)
   assert [os.path.basename(p) for p in listed] == [
     "ckpt-10",
     "ckpt-20",
     "ckpt-30",
   ]
+
+
+def _chief_saved_10(url, tmp_path):
+  """(the chief's storage location, its Checkpointer), step 10 published to
+  `url` through gcsfs."""
+  location = storage.open_location(
+    url, storage="gcsfs", staging_dir=str(tmp_path / "chief")
+  )
+  location.fetch()
+  chief = checkpointing.Checkpointer(
+    checkpoint=checkpoint_of(10),
+    directory=location.local_path,
+    is_chief=True,
+    keep=3,
+  )
+  chief.save(10)
+  location.publish(commit_file=checkpointing.STATE_FILE)
+  return location, chief
 
 
 def test_the_chiefs_next_publish_follows_its_agents_persist(
@@ -206,18 +225,7 @@ def test_the_chiefs_next_publish_follows_its_agents_persist(
   url = f"gs://{gcs_emulator.BUCKET}/run/checkpoints"
   root = f"{gcs_emulator.BUCKET}/run/checkpoints"
   fs = gcs_emulator.filesystem()
-  location = storage.open_location(
-    url, storage="gcsfs", staging_dir=str(tmp_path / "chief")
-  )
-  location.fetch()
-  chief = checkpointing.Checkpointer(
-    checkpoint=checkpoint_of(10),
-    directory=location.local_path,
-    is_chief=True,
-    keep=3,
-  )
-  chief.save(10)
-  location.publish(commit_file=checkpointing.STATE_FILE)
+  location, chief = _chief_saved_10(url, tmp_path)
   tier = _saved_tier(tmp_path, 15)
   pointer = {
     "directory": tier.directory,
@@ -228,6 +236,25 @@ def test_the_chiefs_next_publish_follows_its_agents_persist(
   assert bucket_tier.persist_newest(pointer) == 15
   chief.save(20)
   location.publish(commit_file=checkpointing.STATE_FILE)
-  listed = checkpointing.listed_on(fs, root)
+  listed = checkpointing.listed(root, fs)
   assert [os.path.basename(p) for p in listed] == ["ckpt-10", "ckpt-20"]
   assert not fs.glob(f"{root}/ckpt-15*")
+
+
+def test_a_commit_on_gcs_keeps_the_save_times_the_state_file_lists(
+  gcs_emulator, tmp_path
+):
+  """The conditional commit of an agent's persist carries the save time
+  the chief's manager stamped on each checkpoint it keeps listing, instead
+  of stamping them all with the commit's time."""
+  url = f"gs://{gcs_emulator.BUCKET}/run/checkpoints"
+  root = f"{gcs_emulator.BUCKET}/run/checkpoints"
+  fs = gcs_emulator.filesystem()
+  _chief_saved_10(url, tmp_path)
+  saved = checkpoint_state.parse(fs.cat_file(f"{root}/checkpoint")).stamps
+  tier = _saved_tier(tmp_path, 15)
+  pointer = {"directory": tier.directory, "bucket_dir": url, "keep": 3}
+  assert bucket_tier.persist_newest(pointer) == 15
+  after = checkpoint_state.parse(fs.cat_file(f"{root}/checkpoint"))
+  assert after.names == ("ckpt-10", "ckpt-15")
+  assert after.stamps["ckpt-10"] == saved["ckpt-10"]

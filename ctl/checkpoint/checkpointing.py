@@ -25,20 +25,19 @@ import os
 import posixpath
 import re
 import shutil
-import time
 
 from absl import logging
-from google.protobuf import text_format
 import keras
 import tensorflow as tf
 
-# The state file's parser and writer; the public ones log and raise
-# differently for each kind of damage, and write absolute paths only.
-from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=g-direct-tensorflow-import
+# A whole-file write (a temporary file renamed) on every TensorFlow
+# filesystem, the way the CheckpointManager writes its state file.
+from tensorflow.python.lib.io import file_io  # pylint: disable=g-direct-tensorflow-import
 
 from ctl.errors import UserError
 from ctl.errors import first_line
 from ctl.errors import write_failure
+from ctl.io import checkpoint_state
 from ctl.io import fencing
 from ctl.io import mirror
 from ctl.io import tempdirs
@@ -48,7 +47,7 @@ from ctl.io import tempdirs
 # bytes than requested") for a truncated file.
 _DAMAGED = (tf.errors.OpError, IndexError)
 
-STATE_FILE = "checkpoint"  # The CheckpointManager's state file.
+STATE_FILE = checkpoint_state.STATE_FILE
 # What a checkpoint was trained on: the structure, dtypes and per-example
 # shapes of the training batches (ctl.train.state.element_spec_record), as
 # text (a model whose weights fit any input size, e.g. one that pools
@@ -467,10 +466,6 @@ def latest_version(directory: str) -> tuple[str, int] | None:
   return candidates[-1], int(written)
 
 
-class _DamagedState(Exception):
-  """The state file exists but does not parse as a checkpoint state."""
-
-
 def _candidates(directory: str) -> tuple[list[str], str | None]:
   """(checkpoint paths, oldest first; what is wrong with the state file).
 
@@ -480,43 +475,39 @@ def _candidates(directory: str) -> tuple[list[str], str | None]:
   What is wrong is None, "is damaged" or "names ckpt-N, which is not there".
   """
   try:
-    state = _read_state(directory)
-  except _DamagedState:
+    listed = _read_state(directory)
+  except checkpoint_state.Damaged:
     return _checkpoints_on_disk(directory), "is damaged"
-  if state is None:
+  if listed is None:
     return [], None
-  latest = state.model_checkpoint_path
+  latest = os.path.join(directory, os.path.basename(listed.latest))
   if not tf.io.gfile.exists(latest + ".index"):
     named = os.path.basename(latest)
     return _checkpoints_on_disk(directory), f"names {named}, which is not there"
-  candidates = list(state.all_model_checkpoint_paths)
-  if latest not in candidates:
-    candidates.append(latest)
-  return candidates, None
+  return [
+    os.path.join(directory, os.path.basename(n)) for n in listed.names
+  ], None
 
 
-def _read_state(directory: str):
-  """The directory's CheckpointState; None without a state file.
+def _read_state(directory: str) -> checkpoint_state.Listed | None:
+  """What the directory's state file lists; None without a state file.
 
   Raises:
-    _DamagedState: the state file holds no valid checkpoint state.
+    checkpoint_state.Damaged: the state file holds no checkpoint state.
+    UserError: it names a checkpoint outside `directory`.
   """
   path = os.path.join(directory, STATE_FILE)
   if not tf.io.gfile.exists(path):
     return None
-  try:
-    with tf.io.gfile.GFile(path, "rb") as f:
-      text = f.read().decode("utf-8")
-    state = text_format.Parse(text, checkpoint_management.CheckpointState())
-  except (UnicodeDecodeError, text_format.ParseError) as e:
-    raise _DamagedState() from e
-  if not state.model_checkpoint_path:
-    raise _DamagedState()
-  _check_inside(directory, path, state)
-  return tf.train.get_checkpoint_state(directory)
+  with tf.io.gfile.GFile(path, "rb") as f:
+    listed = checkpoint_state.parse(f.read())
+  _check_inside(directory, path, listed)
+  return listed
 
 
-def _check_inside(directory: str, state_file: str, state) -> None:
+def _check_inside(
+  directory: str, state_file: str, listed: checkpoint_state.Listed
+) -> None:
   """Refuses a state file that names a checkpoint outside `directory`.
 
   TensorFlow restores any path the state file names (absolute, or `../`
@@ -527,7 +518,7 @@ def _check_inside(directory: str, state_file: str, state) -> None:
     UserError: a named checkpoint is not directly in `directory`.
   """
   inside = os.path.normpath(directory)
-  for named in (state.model_checkpoint_path, *state.all_model_checkpoint_paths):
+  for named in listed.names:
     path = named if os.path.isabs(named) else os.path.join(directory, named)
     if os.path.dirname(os.path.normpath(path)) != inside:
       raise UserError(
@@ -537,10 +528,11 @@ def _check_inside(directory: str, state_file: str, state) -> None:
       )
 
 
-def _checkpoints_on_disk(directory: str) -> list[str]:
-  """The checkpoint prefixes that have an index file, oldest first."""
+def _checkpoints_on_disk(directory: str, glob=tf.io.gfile.glob) -> list[str]:
+  """The checkpoint prefixes that have an index file, oldest first
+  (`glob`: the filesystem's, TensorFlow's by default)."""
   found = []
-  for index in tf.io.gfile.glob(os.path.join(directory, "*.index")):
+  for index in glob(os.path.join(directory, "*.index")):
     match = _INDEX_FILE.fullmatch(os.path.basename(index))
     if match:
       found.append(
@@ -550,6 +542,20 @@ def _checkpoints_on_disk(directory: str) -> list[str]:
         )
       )
   return [prefix for _, prefix in sorted(found)]
+
+
+def listed(directory: str, fs=None) -> list[str]:
+  """The checkpoint prefixes the state file of `directory` lists, oldest
+  first, the latest last; found from their index files when it is damaged;
+  none without one.
+
+  Args:
+    directory: the checkpoint directory (BUCKET/PATH on `fs`).
+    fs: a gcsfs filesystem `directory` is on; None: TensorFlow reads it.
+  """
+  if fs is None:
+    return _candidates(directory)[0]
+  return _state_on(fs, directory)[0]
 
 
 def commit_state(
@@ -589,10 +595,10 @@ def commit_state(
   fence.check(f"the checkpoint state file of {directory}")
   if fs is not None:
     return _commit_state_on(fs, directory, update, fence=fence)
-  listed, _ = _candidates(directory)
-  kept = update(listed)
+  prefixes, _ = _candidates(directory)
+  kept = update(prefixes)
   _rewrite_state(directory, kept)
-  return [prefix for prefix in listed if prefix not in kept]
+  return [prefix for prefix in prefixes if prefix not in kept]
 
 
 def _commit_state_on(fs, directory, update, *, fence) -> list[str]:
@@ -602,13 +608,14 @@ def _commit_state_on(fs, directory, update, *, fence) -> list[str]:
     # Generation first: the text read after it is at least as new, and a
     # write conditioned on it fails if it changed.
     generation = mirror.object_generation(fs, path)
-    listed = listed_on(fs, directory) if generation != "0" else []
-    kept = update(listed)
+    prefixes, stamps = (
+      _state_on(fs, directory) if generation != "0" else ([], {})
+    )
+    kept = update(prefixes)
     try:
-      mirror.put_if_generation(
-        fs, path, _state_text(kept).encode(), generation=generation
-      )
-      return [prefix for prefix in listed if prefix not in kept]
+      text = checkpoint_state.text(kept, stamps)
+      mirror.put_if_generation(fs, path, text, generation=generation)
+      return [prefix for prefix in prefixes if prefix not in kept]
     except FileExistsError:
       fence.check(f"the checkpoint state file of {directory}")
   raise OSError(
@@ -617,52 +624,35 @@ def _commit_state_on(fs, directory, update, *, fence) -> list[str]:
   )
 
 
-def listed_on(fs, directory: str) -> list[str]:
-  """The prefixes the state file of `directory` on gcsfs `fs` lists, oldest
-  first (the latest last); those with an index file when it is damaged."""
+def _state_on(fs, directory: str) -> tuple[list[str], dict[str, float]]:
+  """(`listed(directory, fs)`, the save time of each listed prefix the state
+  file stamps)."""
   try:
-    text = fs.cat_file(posixpath.join(directory, STATE_FILE)).decode()
-    state = text_format.Parse(text, checkpoint_management.CheckpointState())
-    names = [*state.all_model_checkpoint_paths]
-    if state.model_checkpoint_path not in names:
-      names.append(state.model_checkpoint_path)
-    return [posixpath.join(directory, posixpath.basename(n)) for n in names]
+    text = fs.cat_file(posixpath.join(directory, STATE_FILE))
   except FileNotFoundError:
-    return []
-  except (UnicodeDecodeError, text_format.ParseError):
-    indexes = fs.glob(posixpath.join(directory, "*.index"))
-    found = [_INDEX_FILE.fullmatch(posixpath.basename(i)) for i in indexes]
-    return [
-      posixpath.join(directory, m.group("prefix"))
-      for m in sorted(filter(None, found), key=lambda m: int(m.group("number")))
-    ]
+    return [], {}
+  try:
+    listed_now = checkpoint_state.parse(text)
+  except checkpoint_state.Damaged:
+    return _checkpoints_on_disk(directory, glob=fs.glob), {}
 
+  def prefix(name: str) -> str:
+    return posixpath.join(directory, posixpath.basename(name))
 
-def _state_text(prefixes: list[str]) -> str:
-  """A state file listing `prefixes` (relative, as the manager writes
-  them), the last one the latest."""
-  now = time.time()
-  state = checkpoint_management.CheckpointState(
-    model_checkpoint_path=posixpath.basename(prefixes[-1]),
-    all_model_checkpoint_paths=[posixpath.basename(p) for p in prefixes],
-    all_model_checkpoint_timestamps=[now] * len(prefixes),
-    last_preserved_timestamp=now - 1,
-  )
-  return text_format.MessageToString(state)
+  stamps = {prefix(name): stamp for name, stamp in listed_now.stamps.items()}
+  return [prefix(name) for name in listed_now.names], stamps
 
 
 def _rewrite_state(directory: str, prefixes: list[str]) -> None:
-  """Writes a state file that lists `prefixes`, the last one the latest."""
-  stamps = [
-    tf.io.gfile.stat(prefix + ".index").mtime_nsec / 1e9 for prefix in prefixes
-  ]
-  checkpoint_management.update_checkpoint_state_internal(
-    save_dir=directory,
-    model_checkpoint_path=prefixes[-1],
-    all_model_checkpoint_paths=prefixes,
-    save_relative_paths=True,
-    all_model_checkpoint_timestamps=stamps,
-    last_preserved_timestamp=min(min(stamps), time.time()) - 1,
+  """Writes a state file that lists `prefixes`, the last one the latest,
+  each stamped with its index file's time (when it was saved), whole: a
+  reader finds the old file or the new one."""
+  stamps = {
+    prefix: tf.io.gfile.stat(prefix + ".index").mtime_nsec / 1e9
+    for prefix in prefixes
+  }
+  file_io.atomic_write_string_to_file(
+    os.path.join(directory, STATE_FILE), checkpoint_state.text(prefixes, stamps)
   )
 
 

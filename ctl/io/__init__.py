@@ -5,6 +5,8 @@ Modules (lowest first):
   retry: Retries a call that failed transiently, with exponential backoff.
   tempdirs: Private local directories: the staging root and per-process
     scratch dirs.
+  checkpoint_state: The checkpoint state file as text: its one parser and
+    writer.
   fencing: The fence every commit point checks: this process still holds the
     lease.
   mirror: Keeps a local staging directory and a remote directory in step.

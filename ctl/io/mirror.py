@@ -27,7 +27,6 @@ import os
 import posixpath
 import re
 import shutil
-import tempfile
 import uuid
 
 import fsspec
@@ -35,10 +34,11 @@ from fsspec.implementations import local as local_fs
 
 from ctl import errors
 from ctl.errors import UserError
+from ctl.io import checkpoint_state
 from ctl.io import fencing
 from ctl.io import retry
 
-STATE_FILE = "checkpoint"
+STATE_FILE = checkpoint_state.STATE_FILE
 
 # A CheckpointManager checkpoint is PREFIX.index plus PREFIX.data-K-of-N.
 _CHECKPOINT_FILE = re.compile(r"(?P<prefix>.+)\.(index|data-\d+-of-\d+)")
@@ -444,19 +444,11 @@ def _checkpoint_prefix(name: str) -> str | None:
 
 def _listed_checkpoints(state: bytes, *, where: str) -> set[str]:
   """The checkpoint prefixes a CheckpointManager state file lists."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top  (slow import)
-
-  with tempfile.TemporaryDirectory() as parse_dir:
-    with open(os.path.join(parse_dir, STATE_FILE), "wb") as f:
-      f.write(state)
-    try:
-      parsed = tf.train.get_checkpoint_state(parse_dir)
-    except ValueError:  # It parsed, but names no latest checkpoint.
-      parsed = None
-  if parsed is None:
+  try:
+    listed = checkpoint_state.parse(state)
+  except checkpoint_state.Damaged:
     raise UserError(
       f"The checkpoint state file {where} cannot be parsed; "
       f"restore it from a backup or remove it to start over."
-    )
-  paths = [parsed.model_checkpoint_path, *parsed.all_model_checkpoint_paths]
-  return {os.path.basename(path) for path in paths}
+    ) from None
+  return {posixpath.basename(name) for name in listed.names}

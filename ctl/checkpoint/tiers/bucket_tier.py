@@ -57,9 +57,7 @@ class _Route:
     """The checkpoint prefixes the state file lists, the latest last."""
     from ctl.checkpoint import checkpointing  # pylint: disable=g-import-not-at-top
 
-    if self.fs is not None:
-      return checkpointing.listed_on(self.fs, self.root)
-    return checkpointing._candidates(self.root)[0]  # pylint: disable=protected-access
+    return checkpointing.listed(self.root, self.fs)
 
   def put(self, source: str, name: str) -> None:
     """Copies local file `source` in as `name`, never seen half written:
