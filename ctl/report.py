@@ -21,7 +21,7 @@ import sys
 from ctl import errors
 from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.telemetry import goodput
-from ctl.telemetry import ledger as ledger_lib
+from ctl.telemetry import ledger_reader
 from ctl.telemetry import spot_cost
 
 PNG_NAME = "goodput_timeline.png"
@@ -350,9 +350,9 @@ def _report(argv: Sequence[str] | None) -> None:
     for price in (args.spot_price, args.on_demand_price)
   ):
     parser.error("--spot_price and --on_demand_price go together, each > 0.")
-  directory = ledger_lib.ledger_dir(args.model_dir)
+  directory = ledger_reader.ledger_dir(args.model_dir)
   try:
-    attempts = ledger_lib.read(directory)
+    attempts = ledger_reader.read(directory)
   except OSError as e:
     attempts, reason = [], f" ({e})"
   else:

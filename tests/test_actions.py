@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import ctl
 from ctl.telemetry import goodput
-from ctl.telemetry import ledger
+from ctl.telemetry import ledger_reader
 from ctl.train import controller
 from tests import tasks
 from tests.conftest import launch_two_workers
@@ -153,7 +153,7 @@ def test_loop_actions_are_a_phase_of_their_own_not_training(tmp_path):
   )
   ends = [m for m in marks if m.phase == "loop_actions" and not m.started]
   assert [m.step for m in ends] == [5, 10, 15, 20]
-  (attempt,) = ledger.read(str(tmp_path / "ledger"))
+  (attempt,) = ledger_reader.read(str(tmp_path / "ledger"))
   accounting = goodput.account([attempt])
   assert accounting.seconds[goodput.ACTIONS] >= 4 * 0.3
 
@@ -181,7 +181,9 @@ def test_stateful_actions_on_two_workers_sigkilled_decide_as_uninterrupted(
   # loop's all-reduce, so the run ends after it.
   assert uninterrupted["stopped_early"]["step"] == 25
   assert resumed == uninterrupted
-  assert len(ledger.read(str(killed / "ledger"))) == 2  # Killed, resumed.
+  assert (
+    len(ledger_reader.read(str(killed / "ledger"))) == 2
+  )  # Killed, resumed.
   assert _best_export(killed) == _best_export(tmp_path / "uninterrupted")
 
 

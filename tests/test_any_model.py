@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ctl.telemetry import ledger
+from ctl.telemetry import ledger_reader
 from tests.conftest import launch_two_workers
 from tests.conftest import read_summary
 from trainer.testing import run_command
@@ -58,7 +58,7 @@ def test_an_example_killed_on_two_workers_ends_as_the_uninterrupted_run(
   # The same weights bit for bit, and the same final metrics: the user's
   # metrics are reduced from sums and counts, whatever the path.
   assert resumed == uninterrupted
-  first, second = ledger.read(str(killed_dir / "ledger"))
+  first, second = ledger_reader.read(str(killed_dir / "ledger"))
   # The first attempt ended when its peer was killed, not done.
   assert [e["outcome"] for e in first if e["event"] == "end"] != ["done"]
   (restore,) = [e for e in second if e.get("phase") == "restore"]

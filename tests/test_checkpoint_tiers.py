@@ -23,7 +23,7 @@ from ctl import env
 from ctl.checkpoint.tiers import bucket_tier
 from ctl.checkpoint.tiers import local_tier
 from ctl.errors import USER_ERROR_EXIT_CODE
-from ctl.telemetry import ledger
+from ctl.telemetry import ledger_reader
 from ctl.testing.events import wait_for_event
 from tests.conftest import FAST_FLAGS
 from tests.conftest import free_ports
@@ -135,7 +135,7 @@ def restores(model_dir) -> list[dict]:
   """The `checkpoint_restore` events of every start, in order."""
   return [
     event
-    for attempt in ledger.read(ledger.ledger_dir(str(model_dir)))
+    for attempt in ledger_reader.read(ledger_reader.ledger_dir(str(model_dir)))
     for event in attempt
     if event["event"] == "checkpoint_restore"
   ]

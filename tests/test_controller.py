@@ -11,6 +11,7 @@ import os
 import pytest
 
 from ctl.errors import UserError
+from ctl.telemetry import ledger_reader
 from ctl.train import controller
 from ctl.train import options
 from tests.conftest import read_scalars
@@ -165,7 +166,6 @@ def test_progress_listeners_see_every_phase_of_a_run_in_order(tmp_path):
 
 def test_a_loop_action_stops_the_run_cleanly_at_the_step_it_chose(tmp_path):
   import ctl  # pylint: disable=g-import-not-at-top
-  from ctl.telemetry import ledger  # pylint: disable=g-import-not-at-top
 
   seen, evaluated, marks = [], [], []
 
@@ -191,7 +191,7 @@ def test_a_loop_action_stops_the_run_cleanly_at_the_step_it_chose(tmp_path):
   ends = [(m.phase, m.step) for m in marks if not m.started]
   assert ends[-3:] == [("checkpoint_save", 4), ("export", 4), ("run", 4)]
   assert (tmp_path / "run" / "saved_model" / "saved_model.pb").is_file()
-  (attempt,) = ledger.read(str(tmp_path / "run" / "ledger"))
+  (attempt,) = ledger_reader.read(str(tmp_path / "run" / "ledger"))
   (stopped,) = [e for e in attempt if e["event"] == "stopped_early"]
   assert (stopped["step"], stopped["reason"]) == (4, "enough at 4")
   assert attempt[-1]["outcome"] == "done"
@@ -224,18 +224,18 @@ def test_a_finished_runs_summary_and_ctl_report_say_its_last_start_is_done(
   # accounted (a later one made ctl-report say 67.1% where the summary had
   # 67.2%: test_wall_clock failed in a fresh-clone CI run).
   from ctl.telemetry import goodput  # pylint: disable=g-import-not-at-top
-  from ctl.telemetry import ledger  # pylint: disable=g-import-not-at-top
 
   summary = read_summary(model_dir)["goodput"]
-  reported = goodput.account(ledger.read(ledger.ledger_dir(model_dir)))
+  reported = goodput.account(
+    ledger_reader.read(ledger_reader.ledger_dir(model_dir))
+  )
   assert round(reported.total_seconds, 3) == summary["total_seconds"]
   assert round(reported.goodput_percent, 2) == summary["goodput_percent"]
 
 
 def _local_saves(model_dir) -> int:
-  from ctl.telemetry import ledger  # pylint: disable=g-import-not-at-top
 
-  (attempt,) = ledger.read(ledger.ledger_dir(str(model_dir)))
+  (attempt,) = ledger_reader.read(ledger_reader.ledger_dir(str(model_dir)))
   return sum(e.get("phase") == "local_checkpoint_save" for e in attempt)
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from ctl import env
 from ctl.errors import UserError
-from ctl.telemetry import ledger
+from ctl.telemetry import ledger_reader
 from trainer.testing import FAST_FLAGS
 from trainer.testing import run_trainer
 from trainer.testing import trainer_env
@@ -81,7 +81,7 @@ def test_a_trainer_handed_an_attempt_start_left_in_a_shell_ignores_it(
     env=trainer_env(**{env.ATTEMPT_START: "1"}),
   )
   assert result.stderr.count(f"{env.ATTEMPT_START}=1.0 ") == 1, result.stderr
-  [attempt] = ledger.read(ledger.ledger_dir(model_dir))
+  [attempt] = ledger_reader.read(ledger_reader.ledger_dir(model_dir))
   assert attempt[0]["event"] == "start"
   assert attempt[0]["time"] >= launched - 1  # Not 1.0: the process start.
 

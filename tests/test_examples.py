@@ -4,7 +4,7 @@ import os
 import re
 import sys
 
-from ctl.telemetry import ledger
+from ctl.telemetry import ledger_reader
 from tests.conftest import REPO
 from tests.conftest import read_scalars
 from tests.conftest import read_summary
@@ -31,7 +31,7 @@ def test_own_model_killed_once_ends_with_the_uninterrupted_weights(tmp_path):
   assert "ended with -9" in stdout and "Same weights" in stdout
   # The killed attempt got past step 40's checkpoint, to step 50; the next
   # one restored step 40 and trained on from there.
-  killed, again = ledger.read(str(tmp_path / "resumed" / "ledger"))
+  killed, again = ledger_reader.read(str(tmp_path / "resumed" / "ledger"))
   steps = [e["step"] for e in killed if e.get("phase") == "train_loop"]
   assert max(steps) == 50
   assert not [e for e in killed if e["event"] == "end"]
@@ -79,6 +79,6 @@ def test_loop_action_stops_early_where_validation_accuracy_stopped_improving(
   assert evals[-1][0] == stop_step  # Not evaluated again at the end.
   assert f"{best:.4f}" in stopped["reason"]
   assert (run / "saved_model" / "saved_model.pb").is_file()
-  (attempt,) = ledger.read(str(run / "ledger"))
+  (attempt,) = ledger_reader.read(str(run / "ledger"))
   assert attempt[-1]["outcome"] == "done" and attempt[-1]["step"] == stop_step
   assert f"final_step {stop_step} of 400" in stdout

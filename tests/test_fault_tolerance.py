@@ -15,7 +15,7 @@ import time
 import psutil
 import pytest
 
-from ctl.telemetry import ledger
+from ctl.telemetry import ledger_reader
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
 from tests.conftest import free_ports
@@ -94,7 +94,7 @@ def test_nan_at_one_step_rolls_back_and_ends_identical(reference, model_dir):
   )
   assert "Loss not finite at step 23" in result.stderr
   assert "fault: injecting nan in the step at step 23" in result.stderr
-  (attempt,) = ledger.read(ledger.ledger_dir(model_dir))
+  (attempt,) = ledger_reader.read(ledger_reader.ledger_dir(model_dir))
   assert [
     (e["fault"], e["at_step"]) for e in attempt if e["event"] == "fault"
   ] == [("nan", 23)]

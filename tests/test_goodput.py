@@ -23,7 +23,7 @@ from benchmarks.recovery import goodput_model_lib
 from ctl import report
 from ctl.io import storage
 from ctl.telemetry import goodput
-from ctl.telemetry import ledger
+from ctl.telemetry import ledger_reader
 from ctl.testing.gcs_emulator import GcsEmulator
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
@@ -53,7 +53,7 @@ _LATEST = re.compile(r'^model_checkpoint_path: "ckpt-(\d+)"', re.MULTILINE)
 
 
 def _attempts(model_dir):
-  return ledger.read(ledger.ledger_dir(model_dir))
+  return ledger_reader.read(ledger_reader.ledger_dir(model_dir))
 
 
 def _wait_for_attempt(model_dir, index, step, launcher, timeout=240):
@@ -196,12 +196,12 @@ def test_summary_and_tensorboard_carry_goodput(killed_run):
 
 def test_a_line_cut_short_by_a_crash_is_skipped(killed_run, tmp_path):
   directory = str(tmp_path / "ledger")
-  shutil.copytree(ledger.ledger_dir(killed_run["model_dir"]), directory)
-  before = ledger.read(directory)
+  shutil.copytree(ledger_reader.ledger_dir(killed_run["model_dir"]), directory)
+  before = ledger_reader.read(directory)
   last = sorted(glob.glob(os.path.join(directory, "*.jsonl")))[-1]
   with open(last, "a") as f:
     f.write('{"event": "phase", "phase": "train_lo')
-  after = ledger.read(directory)
+  after = ledger_reader.read(directory)
   assert after == before
   assert goodput.account(after).failures == 2
 
@@ -342,7 +342,7 @@ def test_local_tier_saves_are_counted_as_checkpoint_saves(tmp_path):
     "--local_checkpoint_every_steps=5",
     f"--model_dir={model_dir}",
   )
-  attempts = ledger.read(ledger.ledger_dir(model_dir))
+  attempts = ledger_reader.read(ledger_reader.ledger_dir(model_dir))
   phases = [e["phase"] for e in attempts[0] if e.get("event") == "phase"]
   # Steps 5, 10, 15, 25, 30, 35 go to the local tier only; 20 and 40 (and
   # the start's 0) to both.

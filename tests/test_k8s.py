@@ -20,7 +20,7 @@ from ctl import errors
 from ctl.cloud import k8s
 from ctl.distributed import cluster
 from ctl.launch import launcher
-from ctl.telemetry import ledger
+from ctl.telemetry import ledger_reader
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
 from tests.conftest import run_trainer
@@ -626,7 +626,7 @@ def test_a_spot_preemption_ends_in_the_agreed_save_and_the_same_weights(
   summary = train_to_summary(*_RESUME_FLAGS, model_dir=model_dir)
 
   assert code == errors.PREEMPTED_EXIT_CODE, output[-3000:]
-  preempted, resumed = ledger.read(ledger.ledger_dir(model_dir))
+  preempted, resumed = ledger_reader.read(ledger_reader.ledger_dir(model_dir))
   [end] = [e for e in preempted if e["event"] == "end"]
   assert end["outcome"] == "Preempted"
   [restore] = [e for e in resumed if e.get("phase") == "restore"]

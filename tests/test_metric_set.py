@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from ctl import report
-from ctl.telemetry import ledger
+from ctl.telemetry import ledger_reader
 from ctl.train import controller
 from ctl.train import metric_set
 from tests import tasks
@@ -55,7 +55,7 @@ def test_a_run_reports_the_users_metrics_by_name_everywhere(tmp_path):
   # The regression learned: its error fell.
   assert train["mae"][-1][1] < train["mae"][0][1]
   # The ledger records each evaluation by name; ctl-report shows the last.
-  (attempt,) = ledger.read(str(tmp_path / "ledger"))
+  (attempt,) = ledger_reader.read(str(tmp_path / "ledger"))
   evaluated = [e for e in attempt if e["event"] == "evaluated"]
   assert [e["step"] for e in evaluated] == [10, 20]
   assert evaluated[-1]["metrics"]["mae"] == summary["eval_mae"]

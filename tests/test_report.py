@@ -20,7 +20,7 @@ from ctl import report
 from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.telemetry import goodput
 from ctl.telemetry import goodput_model
-from ctl.telemetry import ledger
+from ctl.telemetry import ledger_reader
 from ctl.telemetry import spot_cost
 from tests.conftest import REPO
 from tests.conftest import trainer_env
@@ -67,7 +67,7 @@ def _attempt(directory, *, restored, end_ok, environ=None):
 
 @pytest.fixture
 def model_dir(tmp_path):
-  directory = ledger.ledger_dir(str(tmp_path / "run"))
+  directory = ledger_reader.ledger_dir(str(tmp_path / "run"))
   # Killed at step 20, after its checkpoint at 10: 10 steps are redone.
   _attempt(directory, restored=0, end_ok=False)
   _attempt(
@@ -90,7 +90,9 @@ def test_the_table_and_the_timeline_of_a_job_killed_once(model_dir, capsys):
   png = os.path.join(model_dir, report.PNG_NAME)
   with open(png, "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-  accounting = goodput.account(ledger.read(ledger.ledger_dir(model_dir)))
+  accounting = goodput.account(
+    ledger_reader.read(ledger_reader.ledger_dir(model_dir))
+  )
   assert accounting.failures == 1 and accounting.lost_steps == 10
   assert [a.outcome for a in accounting.attempts] == [
     "killed by SIGKILL",
@@ -111,7 +113,9 @@ def test_a_directory_without_a_ledger_is_one_sentence_and_exit_2(
 def test_the_badput_of_a_known_ledger_by_googles_badput_types(
   model_dir, capsys
 ):
-  accounting = goodput.account(ledger.read(ledger.ledger_dir(model_dir)))
+  accounting = goodput.account(
+    ledger_reader.read(ledger_reader.ledger_dir(model_dir))
+  )
   seconds = accounting.seconds
   by_type = goodput.badput(seconds)
 
@@ -154,7 +158,7 @@ def test_the_badput_of_a_known_ledger_by_googles_badput_types(
 def test_a_ledger_line_of_wrong_types_is_skipped_with_a_warning(model_dir):
   # One well-formed line with a string time failed every report until it
   # was removed by hand.
-  directory = ledger.ledger_dir(model_dir)
+  directory = ledger_reader.ledger_dir(model_dir)
   path = os.path.join(directory, sorted(os.listdir(directory))[-1])
   with open(path, "a") as f:
     f.write(
@@ -202,13 +206,13 @@ def test_a_start_whose_clock_was_years_ahead_is_placed_and_named(model_dir):
   # The first start ran on a clock ten years ahead: the report said
   # "Goodput 0.0% of 315359233.0 s", the wrong final step and the wrong
   # steps trained twice.
-  directory = ledger.ledger_dir(model_dir)
+  directory = ledger_reader.ledger_dir(model_dir)
   first = min(
     (os.path.join(directory, name) for name in os.listdir(directory)),
-    key=lambda path: ledger.parse(open(path).read())[0]["time"],
+    key=lambda path: ledger_reader.parse(open(path).read())[0]["time"],
   )
   with open(first) as f:
-    events = ledger.parse(f.read())
+    events = ledger_reader.parse(f.read())
   for event in events:
     for field in ("time", "t0", "t1"):
       if field in event:
@@ -231,7 +235,7 @@ def test_a_start_whose_clock_was_years_ahead_is_placed_and_named(model_dir):
     note,
   )
   assert ahead and abs(float(ahead.group(1)) - _TEN_YEARS) < 3600, note
-  accounting = goodput.account(ledger.read(directory))
+  accounting = goodput.account(ledger_reader.read(directory))
   assert 0 < accounting.total_seconds < 3600
   assert min(accounting.seconds.values()) >= 0
 
@@ -258,8 +262,10 @@ _STEPPED_BACK = [
 
 def test_an_older_ledger_whose_clock_stepped_back_is_reported(tmp_path):
   model_dir = str(tmp_path / "run")
-  os.makedirs(ledger.ledger_dir(model_dir))
-  with open(os.path.join(ledger.ledger_dir(model_dir), "a.jsonl"), "w") as f:
+  os.makedirs(ledger_reader.ledger_dir(model_dir))
+  with open(
+    os.path.join(ledger_reader.ledger_dir(model_dir), "a.jsonl"), "w"
+  ) as f:
     f.write("".join(json.dumps(event) + "\n" for event in _STEPPED_BACK))
   for png in ("--png=", f"--png={tmp_path}/timeline.png"):
     result = run_command(
@@ -278,7 +284,9 @@ def test_what_spot_is_worth_from_this_runs_own_restart_and_save(
 ):
   report.main([model_dir, "--png=", "--spot_price=1", "--on_demand_price=3"])
   out = capsys.readouterr().out
-  accounting = goodput.account(ledger.read(ledger.ledger_dir(model_dir)))
+  accounting = goodput.account(
+    ledger_reader.read(ledger_reader.ledger_dir(model_dir))
+  )
   costs = spot_cost.run_costs(accounting)
   # Two starts: each 0.2 s of start-up and 0.2 - 10 steps of tracing, and
   # the gap between them; the saves, 0.05 s each.

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from ctl.telemetry import goodput
-from ctl.telemetry import ledger
+from ctl.telemetry import ledger_reader
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
 from tests.conftest import trainer_env
@@ -27,7 +27,7 @@ def _wait_for_step(model_dir, step, launcher, timeout=240):
   """The first attempt's events once it has recorded `step`."""
   deadline = time.monotonic() + timeout
   while time.monotonic() < deadline:
-    attempts = ledger.read(ledger.ledger_dir(model_dir))
+    attempts = ledger_reader.read(ledger_reader.ledger_dir(model_dir))
     steps = (
       [e["step"] for e in attempts[0] if e["event"] == "phase"]
       if (attempts)
@@ -70,7 +70,9 @@ def killed_once(tmp_path_factory):
 
 
 def test_each_starts_way_to_its_first_step_adds_up(killed_once):
-  accounting = goodput.account(ledger.read(ledger.ledger_dir(killed_once)))
+  accounting = goodput.account(
+    ledger_reader.read(ledger_reader.ledger_dir(killed_once))
+  )
   first, restart = goodput.restart_phases(accounting)
   assert first["gap"] == 0
   # The restart came back from a process that did not exist: every phase

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 
-from ctl.telemetry import ledger
+from ctl.telemetry import ledger_reader
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
 from tests.conftest import free_ports
@@ -163,7 +163,7 @@ def test_one_worker_stall_exits_75_repeats_are_reported_rerun_continues(
   # The run ledger holds each stall where the watchdog saw it.
   stalls = [
     event
-    for attempt in ledger.read(ledger.ledger_dir(model_dir))
+    for attempt in ledger_reader.read(ledger_reader.ledger_dir(model_dir))
     for event in attempt
     if event["event"] == "stall"
   ]

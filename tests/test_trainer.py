@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from ctl import report
-from ctl.telemetry import ledger
+from ctl.telemetry import ledger_reader
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
 from tests.conftest import free_ports
@@ -514,7 +514,8 @@ def test_a_restart_with_xla_compiles_nothing_a_restart_compiled_before(
   assert summary["final_step"] == 30 and summary["restarts"] == 2
   written = sorted(p.stat().st_mtime_ns / 1e9 for p in cache.iterdir())
   starts = [
-    attempt[0]["time"] for attempt in ledger.read(str(model_dir / "ledger"))
+    attempt[0]["time"]
+    for attempt in ledger_reader.read(str(model_dir / "ledger"))
   ]
   assert len(starts) == 3 and len(written) == 2, result.stderr[-3000:]
   assert written[0] < starts[1] < written[1] < starts[2], (written, starts)

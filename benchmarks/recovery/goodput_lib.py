@@ -43,7 +43,7 @@ from benchmarks.harness import report as report_lib
 from benchmarks.harness import settings
 from ctl import env as ctl_env
 from ctl.telemetry import goodput
-from ctl.telemetry import ledger
+from ctl.telemetry import ledger_reader
 from trainer import testing as trainer_testing
 
 # Where ctl's kill may fire: whichever of them starts first at or after the
@@ -145,7 +145,7 @@ def run_ctl(config: Config, *, steps: int, kills: list[int], root: str) -> dict:
     for where in _KILL_PLACES
   )
   env = _env() | (ctl_env.faults_environment(crashes) if kills else {})
-  directory = ledger.ledger_dir(model_dir)
+  directory = ledger_reader.ledger_dir(model_dir)
   with tempfile.TemporaryFile("w+") as log:
     started = time.time()
     process = subprocess.Popen(
@@ -153,7 +153,7 @@ def run_ctl(config: Config, *, steps: int, kills: list[int], root: str) -> dict:
     )
     code = _wait(process, log, config)
     wall = time.time() - started
-    accounting = goodput.account(ledger.read(directory))
+    accounting = goodput.account(ledger_reader.read(directory))
     if code or len(accounting.attempts) != len(kills) + 1:
       raise RuntimeError(
         f"ctl exited with {code} after {len(accounting.attempts)} starts "
@@ -161,7 +161,7 @@ def run_ctl(config: Config, *, steps: int, kills: list[int], root: str) -> dict:
       )
   with open(os.path.join(model_dir, "train_summary.json")) as f:
     summary = json.load(f)
-  attempts = ledger.read(directory)
+  attempts = ledger_reader.read(directory)
   rates = [
     e["busy"] / (e["step"] - e["step0"])
     for events in attempts
@@ -309,7 +309,7 @@ def restart_cost(
 
 def _restart_parts(model_dir: str) -> dict:
   """`restart_cost`'s split, from the ledger of the run in `model_dir`."""
-  events = ledger.read(ledger.ledger_dir(model_dir))[-1]
+  events = ledger_reader.read(ledger_reader.ledger_dir(model_dir))[-1]
   phases = {}
   for e in events:
     if e["event"] == "phase":

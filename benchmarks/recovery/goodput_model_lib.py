@@ -21,7 +21,7 @@ from benchmarks.harness import stats
 from benchmarks.recovery import restart_lib
 from ctl.telemetry import goodput
 from ctl.telemetry import goodput_model
-from ctl.telemetry import ledger
+from ctl.telemetry import ledger_reader
 from ctl.telemetry import progress
 from ctl.testing import events as events_lib
 
@@ -113,7 +113,9 @@ def restart_parts(model_dir: str) -> dict:
 
 
 def _accounting(model_dir: str) -> goodput.Accounting:
-  return goodput.account(ledger.read(ledger.ledger_dir(model_dir)))
+  return goodput.account(
+    ledger_reader.read(ledger_reader.ledger_dir(model_dir))
+  )
 
 
 def _spent(accounting, attempts: range, category: str) -> float:
@@ -127,7 +129,7 @@ def _spent(accounting, attempts: range, category: str) -> float:
 def _local_saves(model_dir: str) -> int:
   return sum(
     1
-    for events in ledger.read(ledger.ledger_dir(model_dir))
+    for events in ledger_reader.read(ledger_reader.ledger_dir(model_dir))
     for e in events
     if e.get("phase") == "local_checkpoint_save"
   )

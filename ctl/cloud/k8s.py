@@ -51,7 +51,7 @@ from ctl.cloud import jobspecs
 from ctl.io import storage
 from ctl.launch import launcher
 from ctl.platform import jobset
-from ctl.telemetry import ledger
+from ctl.telemetry import ledger_reader
 from ctl.telemetry import progress
 from ctl.train import options as options_lib
 
@@ -651,7 +651,7 @@ def agreed_save_secs(model_dir: str) -> tuple[float, float] | None:
     has no save to the bucket.
   """
   loops, saves = [0.0], {"checkpoint_save": [], "checkpoint_upload": [0.0]}
-  for events in ledger.read(ledger.ledger_dir(model_dir)):
+  for events in ledger_reader.read(ledger_reader.ledger_dir(model_dir)):
     for event in events:
       if event["event"] != "phase" or not event["ok"]:
         continue

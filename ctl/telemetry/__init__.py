@@ -5,6 +5,8 @@ Modules (lowest first):
   progress: Where a run is: the phase it is in and the step it has reached.
   summaries: TensorBoard summaries, written by the chief only, one run dir per
     role.
+  ledger_reader: Reads the run ledger back: every attempt's events, each
+    line checked.
   goodput_model: Expected goodput under periodic faults: what a fault and a
     save cost.
   goodput: Goodput: where a job's wall time went, from its run ledger

@@ -230,7 +230,8 @@ def account(
   """Splits a job's wall time into CATEGORIES.
 
   Args:
-    attempts: each attempt's ledger events, in start order (ctl.telemetry.ledger.read).
+    attempts: each attempt's ledger events, in start order
+      (ctl.telemetry.ledger_reader.read).
     now: for the process doing the accounting while it still runs: its
       attempt (the last) ends now rather than at its last event.
 

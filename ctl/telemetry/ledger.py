@@ -40,7 +40,7 @@ paths directly; the gcsfs and FUSE routes through a staging directory
 uploaded after each checkpoint save and at the end (a restart on the same
 machine uploads what a crash left there); the tf route writes the bucket at
 those moments only. A reader
-concatenates all attempts in sequence order. Consecutive train loops are merged
+(ctl.telemetry.ledger_reader) concatenates all attempts in sequence order. Consecutive train loops are merged
 into one event, so a file grows with checkpoints and evaluations, not with
 steps. A file damaged by a crash in the middle of a write loses only its
 unreadable lines (a truncated last line is skipped).
@@ -49,7 +49,6 @@ unreadable lines (a truncated last line is skipped).
 from collections.abc import Mapping
 import contextlib
 import json
-import math
 import os
 import posixpath
 import socket
@@ -63,10 +62,9 @@ from ctl import errors
 from ctl.io import fencing
 from ctl.platform import jobset
 from ctl.telemetry import goodput
+from ctl.telemetry import ledger_reader
 from ctl.telemetry import progress as progress_lib
 
-SUBDIR = "ledger"
-_SUFFIX = ".jsonl"
 # Beside each attempt's file: how it was started, a flagfile (`--flagfile`).
 FLAGS_SUFFIX = ".flags"
 _IMPORTED = time.monotonic()
@@ -104,7 +102,7 @@ def _begin_attempt() -> tuple[float, float, str]:
     time.strftime("attempt-%Y%m%dT%H%M%S", time.gmtime(started))
     + f"-{int(started * 1000) % 1000:03d}-{os.getpid()}"
     + f"-{_attempts_in_this_process}"
-    + _SUFFIX
+    + ledger_reader.SUFFIX
   )
   return started, time.monotonic() - age, name
 
@@ -312,7 +310,7 @@ class Ledger:
     others = [events for _, events in self._others()]
     self._number(others)
     mine = [*self._events, *([ending] if ending else [])]
-    return sorted([*others, mine], key=_order)
+    return sorted([*others, mine], key=ledger_reader.order)
 
   def accounting(
     self, *, ending: str | None = None, step: int = 0
@@ -373,7 +371,7 @@ class Ledger:
   def _others(self) -> list[tuple[str, list[dict]]]:
     return [
       (name, events)
-      for name, events in _read_files(
+      for name, events in ledger_reader.read_files(
         self._directory, storage_route=self._storage, fuse_root=self._fuse_root
       )
       if name != self._name
@@ -402,7 +400,9 @@ class Ledger:
       if writes:
         if self._events[0].get("flags") and not self._wrote_flags:
           flags = "".join(f + "\n" for f in self._events[0]["flags"])
-          _write_file(path.removesuffix(_SUFFIX) + FLAGS_SUFFIX, flags)
+          _write_file(
+            path.removesuffix(ledger_reader.SUFFIX) + FLAGS_SUFFIX, flags
+          )
           self._wrote_flags = True
         _write_file(path, text)
       if upload:
@@ -424,156 +424,6 @@ class Ledger:
         reason,
       )
       self.discard()
-
-
-def ledger_dir(model_dir: str) -> str:
-  return posixpath.join(model_dir.rstrip("/"), SUBDIR)
-
-
-def read(
-  directory: str, *, storage_route: str = "auto", fuse_root: str = "/gcs"
-) -> list[list[dict]]:
-  """Every attempt's events from a ledger directory, in start order.
-
-  Args:
-    directory: a ledger directory (local, FUSE or gs://).
-    storage_route: how a gs:// directory is read (ctl.io.storage.ROUTES).
-    fuse_root: where Cloud Storage FUSE mounts buckets.
-
-  Returns:
-    One list of events per attempt; empty when there is no ledger.
-  """
-  return sorted(
-    (
-      events
-      for _, events in _read_files(
-        directory, storage_route=storage_route, fuse_root=fuse_root
-      )
-    ),
-    key=_order,
-  )
-
-
-def parse(text: str, *, source: str = "the ledger") -> list[dict]:
-  """The events of one attempt's file; unreadable lines are skipped.
-
-  A line that is not JSON (e.g. the last line of a write a crash cut short)
-  is skipped silently; a JSON line that is not a ledger event of the right
-  field types (a hand edit, another tool) is skipped with a warning naming
-  `source` and the line, so that no line can fail a run or a report.
-  """
-  events = []
-  for number, line in enumerate(text.splitlines(), start=1):
-    try:
-      event = json.loads(line)
-    except ValueError:
-      continue
-    problem = _problem(event)
-    if problem:
-      logging.warning("Skipped line %d of %s: %s.", number, source, problem)
-    else:
-      events.append(event)
-  return events
-
-
-def _is_number(value) -> bool:
-  return (
-    isinstance(value, (int, float))
-    and not isinstance(value, bool)
-    and math.isfinite(value)
-  )
-
-
-def _is_int(value) -> bool:
-  return isinstance(value, int) and not isinstance(value, bool)
-
-
-# What a reader (ctl.telemetry.goodput) relies on: each field's type wherever it
-# appears, and the fields each kind of event must have.
-_FIELD_TYPES = {
-  "time": ("a number", _is_number),
-  "t0": ("a number", _is_number),
-  "t1": ("a number", _is_number),
-  "busy": ("a number", _is_number),
-  "previous_exit_time": (
-    "a number or null",
-    lambda v: v is None or _is_number(v),
-  ),
-  "m": ("a number", _is_number),
-  "m0": ("a number", _is_number),
-  "m1": ("a number", _is_number),
-  "sequence": ("an integer", _is_int),
-  "step0": ("an integer", _is_int),
-  "step": ("an integer", _is_int),
-  "loops": ("an integer", _is_int),
-  "restart": ("an integer", _is_int),
-  "previous_exit": ("an integer or null", lambda v: v is None or _is_int(v)),
-  "phase": ("a string", lambda v: isinstance(v, str)),
-  "outcome": ("a string", lambda v: isinstance(v, str)),
-  "ok": ("true or false", lambda v: isinstance(v, bool)),
-  "flags": (
-    "a list of strings",
-    lambda v: isinstance(v, list) and all(isinstance(f, str) for f in v),
-  ),
-}
-_REQUIRED = {
-  "phase": ("phase", "t0", "t1", "step0", "step", "ok"),
-  "end": ("time", "step", "outcome"),
-}
-
-
-def _problem(event) -> str | None:
-  """What makes `event` unusable as a ledger event; None if nothing."""
-  if not isinstance(event, dict) or not isinstance(event.get("event"), str):
-    return "not an event (a JSON object with a string field 'event')"
-  required = _REQUIRED.get(event["event"], ("time",))
-  if (
-    event["event"] == "phase" and event.get("phase") == progress_lib.TRAIN_LOOP
-  ):
-    required += ("busy",)  # Only the loops' phase events carry it.
-  for name in required:
-    if name not in event:
-      return f"a {event['event']} event needs '{name}'"
-  for name, (kind, check) in _FIELD_TYPES.items():
-    if name in event and not check(event[name]):
-      return f"'{name}' is {json.dumps(event[name])}, not {kind}"
-  return None
-
-
-def _read_files(
-  directory: str, *, storage_route: str, fuse_root: str
-) -> list[tuple[str, list[dict]]]:
-  from ctl.io import storage  # pylint: disable=g-import-not-at-top
-
-  if storage_route == "tf":  # Read the bucket directly, without TensorFlow.
-    storage_route = "gcsfs"
-  path, fs = storage.read_route(
-    directory, storage=storage_route, fuse_root=fuse_root
-  )
-  if fs is None:  # A local directory or the FUSE mount of the bucket.
-    import fsspec  # pylint: disable=g-import-not-at-top
-
-    fs = fsspec.filesystem("file")
-  try:
-    names = fs.ls(path, detail=False)
-  except FileNotFoundError:
-    return []
-  found = []
-  for name in sorted(names):
-    if name.endswith(_SUFFIX):
-      events = parse(
-        fs.cat_file(name).decode("utf-8", errors="replace"),
-        source=posixpath.join(directory, posixpath.basename(name)),
-      )
-      if events and events[0]["event"] == "start":
-        found.append((posixpath.basename(name), events))
-  return found
-
-
-def _order(events: list[dict]) -> tuple[int, float]:
-  """Attempts in the order they were numbered; unnumbered ones (written
-  before attempts were numbered) first, by start time."""
-  return events[0].get("sequence", 0), events[0]["time"]
 
 
 def _write_file(path: str, text: str) -> None:

@@ -29,6 +29,7 @@ from ctl.resilience import lease as lease_lib
 from ctl.resilience import preemption
 from ctl.resilience import watchdog as watchdog_lib
 from ctl.telemetry import ledger as ledger_lib
+from ctl.telemetry import ledger_reader
 from ctl.telemetry import progress as progress_lib
 from ctl.train import actions as actions_lib
 from ctl.train import parts as parts_lib
@@ -396,7 +397,7 @@ def _observers(options, faults, listeners, *, current_step, fence):
   """
   ledger = (
     ledger_lib.Ledger(
-      directory=ledger_lib.ledger_dir(options.dirs.model_dir),
+      directory=ledger_reader.ledger_dir(options.dirs.model_dir),
       storage=options.storage,
       fuse_root=options.fuse_root,
       restart=options.restarts,
