@@ -1,6 +1,9 @@
 """Tests for ctl.checkpoint.save_policy: saves by steps, by time, "auto", requested."""
 
+import pytest
+
 from ctl.checkpoint import save_policy
+from ctl.telemetry import goodput
 
 
 def _policy(**kwargs):
@@ -61,3 +64,39 @@ def test_saved_and_restored_record_the_last_step():
   assert policy.last_step == 40
   policy.saved(60)
   assert policy.last_step == 60
+
+
+def test_auto_interval_follows_the_failures_the_ledger_saw():
+  def attempt(start, saves, end=None):
+    events = [{"event": "start", "time": start}]
+    for t0, seconds in saves:
+      events.append(
+        {
+          "event": "phase",
+          "phase": "checkpoint_save",
+          "t0": t0,
+          "t1": t0 + seconds,
+          "step0": 0,
+          "step": 0,
+          "ok": True,
+        }
+      )
+    if end:
+      events.append({"event": "end", "time": end, "step": 0, "outcome": "done"})
+    return events
+
+  never_failed = goodput.account([attempt(0.0, [(1.0, 3.0)], end=100.0)])
+  seconds, why = save_policy.checkpoint_interval(
+    never_failed, expected_mtbf_secs=600.0
+  )
+  assert seconds == pytest.approx((2 * 3.0 * 600.0) ** 0.5)
+  assert "expected_mtbf_secs" in why
+  failed_once = goodput.account(
+    [attempt(0.0, [(1.0, 1.0), (10.0, 3.0)]), attempt(50.0, [], end=200.0)]
+  )
+  seconds, why = save_policy.checkpoint_interval(
+    failed_once, expected_mtbf_secs=600.0
+  )
+  assert seconds == pytest.approx((2 * 2.0 * 200.0) ** 0.5)
+  assert "1 failure(s)" in why
+  assert save_policy.checkpoint_interval(None, expected_mtbf_secs=600.0)[0] == 0

@@ -1,5 +1,6 @@
 """When the controller saves a checkpoint: every N steps, every S seconds
-(fixed, or "auto" from the run's own failure record), and when a worker asked.
+(fixed, or "auto" from the run's own failure record: the Young/Daly interval
+of its measured save cost and failure rate), and when a worker asked.
 
 The controller asks two questions at loop boundaries only: `due_by_time`
 before a train loop (the answer travels into the loop, so all workers agree
@@ -13,6 +14,7 @@ import time
 from absl import logging
 
 from ctl.telemetry import goodput
+from ctl.telemetry import goodput_model
 
 
 class SavePolicy:
@@ -90,7 +92,7 @@ class SavePolicy:
     if self._every != "auto":
       self.seconds = float(self._every) or None
       return
-    seconds, why = goodput.checkpoint_interval(
+    seconds, why = checkpoint_interval(
       self._accounting(), expected_mtbf_secs=self._mtbf
     )
     previous = self.seconds
@@ -103,3 +105,42 @@ class SavePolicy:
   def start(self) -> None:
     """Chooses the first time interval (after the restore)."""
     self._choose_interval()
+
+
+def checkpoint_interval(
+  accounting: goodput.Accounting | None, *, expected_mtbf_secs: float
+) -> tuple[float, str]:
+  """The `checkpoint_every_secs=auto` interval from what the ledger saw.
+
+  Args:
+    accounting: the job so far (None when there is no ledger).
+    expected_mtbf_secs: the mean time between failures to assume while the
+      ledger has seen none.
+
+  Returns:
+    (seconds, why): 0.0 while no save has been measured (save at the next
+    loop boundary, to measure one), else the Young/Daly interval.
+  """
+  if accounting is None or not accounting.checkpoint_saves:
+    return 0.0, (
+      "no checkpoint save measured yet: saving at the next loop to measure one"
+    )
+  save = (
+    accounting.seconds[goodput.CHECKPOINT_SAVE]
+    + accounting.seconds[goodput.CHECKPOINT_UPLOAD]
+  ) / accounting.checkpoint_saves
+  if accounting.failures:
+    mtbf = accounting.total_seconds / accounting.failures
+    seen = (
+      f"MTBF {mtbf:.0f} s ({accounting.failures} failure(s) in "
+      f"{accounting.total_seconds:.0f} s)"
+    )
+  else:
+    mtbf = expected_mtbf_secs
+    seen = f"MTBF {mtbf:.0f} s (--expected_mtbf_secs; no failure seen yet)"
+  interval = goodput_model.young_daly_interval(
+    save_seconds=save, mtbf_seconds=mtbf
+  )
+  return interval, (
+    f"sqrt(2 x {save:.2f} s per save x {seen}) = {interval:.0f} s"
+  )

@@ -42,7 +42,6 @@ import signal
 import statistics
 
 from ctl.errors import STALL_EXIT_CODE
-from ctl.telemetry import goodput_model
 
 GOODPUT = "goodput"
 STARTUP = "startup"
@@ -327,44 +326,6 @@ def restart_phases(accounting: Accounting) -> list[dict[str, float]]:
       }
     )
   return rows
-
-
-def checkpoint_interval(
-  accounting: Accounting | None, *, expected_mtbf_secs: float
-) -> tuple[float, str]:
-  """The `checkpoint_every_secs=auto` interval from what the ledger saw.
-
-  Args:
-    accounting: the job so far (None when there is no ledger).
-    expected_mtbf_secs: the mean time between failures to assume while the
-      ledger has seen none.
-
-  Returns:
-    (seconds, why): 0.0 while no save has been measured (save at the next
-    loop boundary, to measure one), else the Young/Daly interval.
-  """
-  if accounting is None or not accounting.checkpoint_saves:
-    return 0.0, (
-      "no checkpoint save measured yet: saving at the next loop to measure one"
-    )
-  save = (
-    accounting.seconds[CHECKPOINT_SAVE] + accounting.seconds[CHECKPOINT_UPLOAD]
-  ) / accounting.checkpoint_saves
-  if accounting.failures:
-    mtbf = accounting.total_seconds / accounting.failures
-    seen = (
-      f"MTBF {mtbf:.0f} s ({accounting.failures} failure(s) in "
-      f"{accounting.total_seconds:.0f} s)"
-    )
-  else:
-    mtbf = expected_mtbf_secs
-    seen = f"MTBF {mtbf:.0f} s (--expected_mtbf_secs; no failure seen yet)"
-  interval = goodput_model.young_daly_interval(
-    save_seconds=save, mtbf_seconds=mtbf
-  )
-  return interval, (
-    f"sqrt(2 x {save:.2f} s per save x {seen}) = {interval:.0f} s"
-  )
 
 
 def _on_its_own_clock(events: Sequence[dict], shift: float) -> list[dict]:
