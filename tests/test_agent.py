@@ -234,6 +234,40 @@ def test_the_agent_keeps_the_environment_and_exits_with_the_workers_code():
   assert "giving up: worker 1 exited with code 7" in result.stderr
 
 
+def _job_ids_of_two_agents(**platform) -> list[str]:
+  """The CTL_JOB_ID each of two node agents of one cluster hands its worker,
+  started as a platform starts a job's nodes: each with its own TF_CONFIG
+  and the `platform` variables, no CTL_JOB_ID."""
+  cluster = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
+  ids = []
+  for index in (0, 1):
+    result = _agent(
+      0,
+      "import os; print(os.environ['CTL_JOB_ID'])",
+      {
+        "TF_CONFIG": json.dumps(
+          {"cluster": cluster, "task": {"type": "worker", "index": index}}
+        ),
+        "CTL_JOB_ID": "",
+        **platform,
+      },
+    )
+    assert result.returncode == 0, result.stderr
+    ids.append(result.stdout.strip())
+  return ids
+
+
+def test_every_node_agent_of_a_job_gives_its_worker_the_same_job_id():
+  """The job id names the run's local tiers and fences a node agent's
+  persist of its dead worker's step against the chief's lease
+  (lease.job_fence): every node of a job must have the same one, although
+  each node's agent starts on its own."""
+  first, second = _job_ids_of_two_agents()
+  assert first and first == second
+  assert _job_ids_of_two_agents() != [first, second]  # Another cluster.
+  assert _job_ids_of_two_agents(CLOUD_ML_JOB_ID="vertex-7") == ["vertex-7"] * 2
+
+
 def test_an_agent_in_a_malformed_cluster_says_so_in_one_line():
   result = _agent(1, "pass", {"TF_CONFIG": "{not json"})
   assert result.returncode == 2

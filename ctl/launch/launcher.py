@@ -12,9 +12,9 @@ it can read the restart number from `CTL_RESTART_COUNT`, and how the previous
 start ended from `CTL_PREVIOUS_EXIT`: the failed worker's exit code, or -N
 when signal N killed it, as `subprocess` reports it, plus
 `CTL_PREVIOUS_EXIT_TIME`, when that was, in seconds since the epoch; the run
-ledger records both). Every start gets the same `CTL_JOB_ID` (kept from the
-launcher's environment, else a new one), so a restarted chief takes the run
-directory's lease at once (ctl.resilience.lease). SIGINT and SIGTERM
+ledger records both). Every start gets the same `CTL_JOB_ID` (`job_id`: the
+platform's, else a new one), so a restarted chief takes the run directory's
+lease at once (ctl.resilience.lease). SIGINT and SIGTERM
 are forwarded to every worker, and whatever has not exited after a grace
 period is killed, so no worker process outlives the launcher. Not even a
 launcher killed by SIGKILL: its workers get a parent-death signal, and a
@@ -54,11 +54,15 @@ check), ctl.launch.output_relay (prefixed output) and ctl.launch.reaper (no orph
 """
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 import dataclasses
+import hashlib
+import json
+import os
 import queue
 import signal
 import sys
+import uuid
 
 from ctl import errors
 from ctl.checkpoint.tiers import peer_tier
@@ -67,6 +71,7 @@ from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.errors import UserError
 from ctl.launch import supervisor
 from ctl.launch import workers
+from ctl.platform import resolver
 
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # Compute Engine stops a Spot (or preemptible) VM 30 s after its preemption
@@ -204,6 +209,7 @@ def run(options: LaunchOptions) -> int:
     code = supervisor.supervise(
       options.command,
       tasks,
+      job_id=job_id(agent=options.agent),
       relay_output=not options.agent,
       warm_spare=options.warm_spare,
       policy=supervisor.Policy(  # Its fields are options of the same name.
@@ -222,6 +228,29 @@ def run(options: LaunchOptions) -> int:
       service.close(remove_tier=code == 0)
     for signum, handler in previous.items():
       signal.signal(signum, handler)
+
+
+def job_id(*, agent: bool, environ: Mapping[str, str] = os.environ) -> str:
+  """The id of the job every start of this launcher belongs to.
+
+  The platform's (ctl.platform.resolver.job_id: CTL_JOB_ID, Vertex AI's) when
+  it gives one. Else a node agent's is drawn from the cluster description
+  (every address of the cluster): each node's agent starts on its own, and
+  all of one job's must agree, because the id names the run's local tiers
+  and fences an agent's persist of its dead worker's step against the
+  chief's lease (ctl.resilience.lease.job_fence); no two live jobs share
+  the addresses, and a job started again on the same ones is the same job
+  restarted. Else (one launcher for every worker) a new one.
+
+  Raises:
+    UserError: (agent) the cluster in the environment is malformed.
+  """
+  found = resolver.job_id(environ)
+  if found or not agent:
+    return found or uuid.uuid4().hex
+  info = cluster.resolve(environ=environ)
+  addresses = json.dumps([info.chief, info.workers]).encode()
+  return f"cluster-{hashlib.sha256(addresses).hexdigest()[:16]}"
 
 
 def _parse_args(argv: Sequence[str]) -> LaunchOptions:

@@ -17,7 +17,6 @@ import queue
 import signal
 import tempfile
 import time
-import uuid
 
 from ctl import env
 from ctl.errors import LEASE_LOST_EXIT_CODE
@@ -77,6 +76,7 @@ def supervise(
   command: Sequence[str],
   tasks: Callable[[], Sequence[workers_lib.Task]],
   *,
+  job_id: str,
   policy: Policy,
   events: queue.SimpleQueue,
   relay_output: bool = True,
@@ -89,6 +89,8 @@ def supervise(
   Args:
     command: The worker command line.
     tasks: The workers of each start (called once per start).
+    job_id: Every start's `CTL_JOB_ID`: a restarted chief takes over the run
+      directory's lease its killed predecessor held (ctl.resilience.lease).
     policy: How failures are handled.
     events: Where the caller posts ("signal", signum) for SIGINT and SIGTERM.
     relay_output: Prefix the workers' output lines (`workers.Workers`).
@@ -110,9 +112,15 @@ def supervise(
   ):
     guard.remove_dir(heartbeats)
     starts = _Starts(
-      command, tasks, events, heartbeats, guard, relay_output, warm_spare
+      command,
+      tasks,
+      events,
+      heartbeats,
+      guard,
+      relay_output,
+      warm_spare,
+      job={env.JOB_ID: job_id, **(worker_env or {})},
     )
-    starts.job.update(worker_env or {})
     try:
       return _Supervisor(starts, policy, events, after_failure).run()
     finally:
@@ -132,13 +140,8 @@ class _Starts:
   warm_spare: bool = False
   count: int = 0
   spare: workers_lib.Spare | None = None  # For the next start.
-  # One id for every start: a restarted chief takes over the run
-  # directory's lease its killed predecessor held (ctl.resilience.lease).
-  job: dict[str, str] = dataclasses.field(
-    default_factory=lambda: {
-      env.JOB_ID: os.environ.get(env.JOB_ID) or uuid.uuid4().hex
-    }
-  )
+  # What every start is given: the job id and the node agent's variables.
+  job: dict[str, str] = dataclasses.field(default_factory=dict)
   previous_exit: dict[str, str] = dataclasses.field(default_factory=dict)
 
   def start(self, policy: Policy) -> workers_lib.Workers:
