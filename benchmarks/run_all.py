@@ -170,9 +170,13 @@ BENCHMARKS = (
       "--batch_size=16",
       "--steps=3",
       "--steps_per_loop=3",
-      "--repeats=2",
-      "--variants=engine:N,engine:1,bare,fit:1",
-      "--extras=auto",
+      # Only the targets' three variants, in as many rounds as fit: a
+      # verdict at a few percent needs 6 or more (docs/benchmarks.md, "How
+      # a verdict is decided"); steps_per_loop and the extras (XLA, mixed
+      # precision) by hand, `python -m benchmarks.speed.throughput`.
+      "--repeats=6",
+      "--variants=engine:N,bare,fit:1",
+      "--extras=none",
       "--targets=engine:N/bare>=0.98,engine:N/fit:1>=1.0",
     ),
     _TINY_THROUGHPUT,

@@ -4,26 +4,27 @@ Every benchmark here repeats its measurement in rounds (variants interleaved
 A B C A B C ...), so a comparison is made round by round: the ratio of two
 variants is the median of their per-round ratios, its min-max range says how
 much the machine's noise moved single rounds, and a 95% confidence interval
-(a seeded bootstrap of the per-round ratios' median, so the same rounds give
-the same interval) says where the median itself may lie. A ">= threshold"
-target is then PASS when the whole interval reaches the threshold, MISS when
-it lies wholly below, and UNDECIDED when it straddles the threshold: a repeat
-run could give either verdict. A MISS is "clear" when even the best round is
-below the threshold. A target measured once (a count, one run) has no
-interval: its one value decides. docs/benchmarks.md, "How a verdict is
-decided", is the reader's version.
+says where the typical ratio may lie. From 6 rounds on it is the pair of
+order statistics that holds the median of any distribution at least that
+often (the sign-test interval: no assumption about the noise's shape);
+fewer rounds have no such pair (the range of 2 rounds holds the median half
+the time), so for 2 to 5 it is Student's t interval of the mean of the
+ratios' logarithms (exact when they scatter normally, and as wide as few
+rounds must be: 2 rounds that differ by 8% decide nothing). A bootstrap,
+used before, called 2 or 3 rounds' range a 95% interval, and its verdicts
+swapped run to run. Either way the same rounds always give the same
+interval. A ">= threshold" target is then PASS when the whole interval
+reaches the threshold, MISS when it lies wholly below, and UNDECIDED when
+it straddles the threshold: a repeat run could give either verdict. A MISS
+is "clear" when even the best round is below the threshold. A target
+measured once (a count, one run) has no interval: its one value decides.
 """
 
 from collections.abc import Sequence
+import math
 import statistics
 
-import numpy as np
-
 CONFIDENCE = 0.95
-# Resampled medians per interval: the interval's ends move by well under 1%
-# of the spread between seeds at this count, and it costs ~1 ms.
-_RESAMPLES = 2000
-_SEED = 0
 PASS, MISS, UNDECIDED = "PASS", "MISS", "UNDECIDED"
 
 
@@ -75,20 +76,33 @@ def per_round_ratios(
   return [n / d for n, d in zip(numerator, denominator)]
 
 
-def interval(
-  values: Sequence[float], *, seed: int = _SEED
-) -> tuple[float, float]:
-  """The CONFIDENCE interval of the median of `values`, by bootstrap.
+def confidence_of(rounds: int, order: int = 1) -> float:
+  """How often the `order`-th smallest and `order`-th largest of `rounds`
+  independent values hold their distribution's median between them:
+  1 - 2 P(Binomial(rounds, 1/2) < order)."""
+  below = sum(math.comb(rounds, i) for i in range(order)) / 2**rounds
+  return 1 - 2 * below
 
-  `_RESAMPLES` resamples of the values (with replacement, as many as there
-  are), each one's median, and the percentiles that leave (1 - CONFIDENCE)/2
-  out at each end. The generator is seeded, so the same values always give
-  the same interval. With few rounds the interval is about their min-max
-  range, as it should be: three rounds cannot say more.
+
+# The fewest rounds whose range holds the median CONFIDENCE of the time: 6.
+MIN_ORDER_ROUNDS = next(
+  n for n in range(2, 64) if confidence_of(n) >= CONFIDENCE
+)
+# Student's t at 97.5% for 1 to 4 degrees of freedom (2 to 5 rounds).
+_T_975 = (12.706, 4.303, 3.182, 2.776)
+assert CONFIDENCE == 0.95 and len(_T_975) == MIN_ORDER_ROUNDS - 2
+
+
+def interval(values: Sequence[float]) -> tuple[float, float]:
+  """The CONFIDENCE interval of the typical value of `values` (module
+  docstring): from MIN_ORDER_ROUNDS values, the narrowest pair of order
+  statistics (the k-th smallest and k-th largest) that holds the median at
+  least that often (`confidence_of`); from 2 to 5 positive values, Student's
+  t interval of the mean of their logarithms (of the values themselves if
+  one is not positive).
 
   Args:
     values: one measurement per round (at least one).
-    seed: the resampling's seed.
 
   Returns:
     (low, high); (v, v) for a single value v.
@@ -96,15 +110,26 @@ def interval(
   Raises:
     ValueError: no values.
   """
-  if not values:
+  ordered = sorted(float(v) for v in values)
+  if not ordered:
     raise ValueError("interval() needs at least one value.")
-  data = np.asarray(values, dtype=float)
-  rng = np.random.default_rng(seed)
-  picks = rng.integers(0, len(data), size=(_RESAMPLES, len(data)))
-  medians = np.median(data[picks], axis=1)
-  tail = 100 * (1 - CONFIDENCE) / 2
-  low, high = np.percentile(medians, [tail, 100 - tail])
-  return float(low), float(high)
+  if len(ordered) == 1:
+    return ordered[0], ordered[0]
+  if len(ordered) < MIN_ORDER_ROUNDS:
+    logs = ordered[0] > 0
+    points = [math.log(v) for v in ordered] if logs else ordered
+    half = (
+      _T_975[len(points) - 2]
+      * statistics.stdev(points)
+      / math.sqrt(len(points))
+    )
+    mean = statistics.fmean(points)
+    low, high = mean - half, mean + half
+    return (math.exp(low), math.exp(high)) if logs else (low, high)
+  order = 1
+  while confidence_of(len(ordered), order + 1) >= CONFIDENCE:
+    order += 1
+  return ordered[order - 1], ordered[-order]
 
 
 def summary(name: str, values: Sequence[float]) -> dict:
@@ -169,6 +194,7 @@ def verdict(ratio_summary: dict, *, threshold: float, name: str) -> dict:
     threshold too; reason says why a verdict is UNDECIDED.
   """
   low, high = ratio_summary["ci_low"], ratio_summary["ci_high"]
+  rounds = len(ratio_summary["per_round"])
   if low >= threshold:
     status, reason = PASS, None
   elif high < threshold:
@@ -185,7 +211,7 @@ def verdict(ratio_summary: dict, *, threshold: float, name: str) -> dict:
     "max": ratio_summary["max"],
     "ci_low": low,
     "ci_high": high,
-    "rounds": len(ratio_summary["per_round"]),
+    "rounds": rounds,
     "status": status,
     "clear": status == MISS and ratio_summary["max"] < threshold,
     "reason": reason,

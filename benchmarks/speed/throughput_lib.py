@@ -575,7 +575,7 @@ def _standard_notes(
     f"{_rounds_planned(rounds, config.repeats)}, "
     "interleaved, each round starting further along the list.",
     f"Ratios are medians of per-round ratios, with a {stats.CONFIDENCE:.0%} "
-    "bootstrap confidence interval and the min-max over rounds.",
+    "confidence interval (docs/benchmarks.md) and the min-max over rounds.",
     "fit is timed from its first batch to the end of its epoch, without "
     "the setup of each fit call, which favours fit.",
     "Engine variants of one precision with more than one step per call "
