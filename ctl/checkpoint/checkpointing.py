@@ -612,8 +612,8 @@ def _commit_state_on(fs, directory, update, *, fence) -> list[str]:
       _state_on(fs, directory) if generation != "0" else ([], {})
     )
     kept = update(prefixes)
+    text = checkpoint_state.text(kept, stamps)
     try:
-      text = checkpoint_state.text(kept, stamps)
       mirror.put_if_generation(fs, path, text, generation=generation)
       return [prefix for prefix in prefixes if prefix not in kept]
     except FileExistsError:
