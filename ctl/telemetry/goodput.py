@@ -19,8 +19,10 @@ to the total:
   evaluation          evaluations during and at the end of training
   loop_actions        the user's loop actions after each train loop
   export              the final SavedModel
-  progress_lost       work after the checkpoint the next attempt resumed
-                      from: redone later (the steps are `lost_steps`)
+  progress_lost       a failed attempt's time after it last stood at the
+                      step the next attempt resumed from: work redone
+                      later (the steps are `lost_steps`), and a loop that
+                      waited for a dead peer until its collective failed
   restart_gap         no process running: from a failure to the next start
   other               bookkeeping outside any phase (logging, summaries)
 
@@ -502,14 +504,15 @@ def _resume_step(events, later) -> int | None:
 
 
 def _resume_time(events, info: Attempt, later) -> float:
-  """When this attempt last stood at the step the job later resumed from."""
+  """When this attempt last stood at the step the job later resumed from:
+  the end of its last phase at or before that step that did not fail (a
+  failed save kept nothing; a loop that failed waiting for a dead peer, its
+  step still the resumed one, is time lost to the fault, not training)."""
   resume = _resume_step(events, later)
   times = [
     e["t1"]
     for e in _phases(events)
-    if resume is not None
-    and e["step"] <= resume
-    and (e["phase"] != "checkpoint_save" or e["ok"])
+    if resume is not None and e["step"] <= resume and e.get("ok", True)
   ]
   return max(times, default=info.start)
 
