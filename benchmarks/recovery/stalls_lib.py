@@ -54,6 +54,7 @@ class Config(settings.Rounds):
 
 
 _PLACES = ("loop", "input")  # Where a detection run stalls.
+_STEP_EXAMPLES = 8  # A step's examples: the trainer's batch, one worker.
 
 
 def _trainer_flags(model_dir: str, *flags: str) -> tuple[str, ...]:
@@ -61,7 +62,7 @@ def _trainer_flags(model_dir: str, *flags: str) -> tuple[str, ...]:
     "--dataset=digits",
     "--model=small_cnn",
     "--image_size=8",
-    "--per_replica_batch_size=8",
+    f"--per_replica_batch_size={_STEP_EXAMPLES}",
     "--eval_every_steps=0",
     "--checkpoint_every_secs=0",
     f"--model_dir={model_dir}",
@@ -190,18 +191,31 @@ def run(config: Config) -> dict:
         ratios=ratios,
         notes=_notes(config, rates, per_loop),
         chart_key="to_line",
-        targets=[
-          stats.verdict(
-            ratios[0],
-            threshold=0.99,
-            name="watchdog on >= 0.99x off (small CNN, steps_per_loop=1)",
-          )
-        ],
+        targets=[_listener_target(per_loop, rates[False])],
         columns=["name", "to_line", "to_next_step"],
         config=dataclasses.asdict(config),
       )
     )
   }
+
+
+def _listener_target(per_loop: float, unwatched: list[float]) -> dict:
+  """The watchdog's cost target: a small-CNN step at steps_per_loop=1 with
+  the listener's work per loop added, against the step alone, >= 0.99.
+
+  What the watchdog adds to a step is its listener's two marks a loop (its
+  thread wakes once a second), timed here in-process over many loops. The
+  end-to-end ratio of two trainer runs' examples/s, the target before, is
+  reported beside it but cannot resolve 1% on a shared machine (0.896x and
+  1.099x in two runs of the same code): docs/benchmarks.md, "Targets
+  changed, and why".
+  """
+  step = _STEP_EXAMPLES / stats.spread(unwatched)["median"]
+  return stats.verdict(
+    stats.summary("step / (step + listener)", [step / (step + per_loop)]),
+    threshold=0.99,
+    name="watchdog listener <= 1% of a small-CNN step (steps_per_loop=1)",
+  )
 
 
 def _detection_row(place: str, found: list[dict]) -> dict:
@@ -218,7 +232,7 @@ def _notes(
 ) -> list[str]:
   """What the numbers mean, with the listener's `per_loop` seconds against
   a step of the unwatched trainer."""
-  loop_secs = 8 / stats.spread(rates[False])["median"]  # Batch 8.
+  loop_secs = _STEP_EXAMPLES / stats.spread(rates[False])["median"]
   return [
     f"Stall limit --stall_timeout_secs={config.stall_timeout_secs:g}; "
     "to_line is the seconds from the injected stall to the watchdog's "
@@ -229,6 +243,7 @@ def _notes(
     f"steps_per_loop=1 ({loop_secs * 1e3:.2f} ms). The watchdog thread "
     "wakes once a second (a heartbeat write only under the launcher).",
     "End to end, on/off is the trainer's examples/s with and without the "
-    "watchdog in interleaved rounds; on a shared machine the spread of "
-    "that ratio is the noise.",
+    "watchdog in interleaved rounds, shown without a target: on a shared "
+    "machine the spread of that ratio is the noise (the target is on the "
+    "listener's own cost).",
   ]
