@@ -22,9 +22,13 @@ own timeout_secs and the whole run inside 20 minutes on 2 loaded CPU cores
 settings (make bench-quick, in CI). The run is also held to --budget_secs: a
 benchmark is stopped at what is left and keeps the rounds it finished, and one
 that cannot start is reported as skipped. Each section also gets
---time_budget_secs (`section_budget`): it sizes its rounds and steps from its
-own first one to end inside it, so a slower machine cuts rounds, with a note,
-rather than reaching the timeout. The exit status is 1 when any section
+--time_budget_secs (`section_budget`): its share of the run's time left, in
+proportion to its planned_secs among the sections still to run (the standard
+settings; at most a share of its own timeout). It sizes its rounds and steps
+from its own first one to end inside it, so a slower machine cuts every
+section's rounds, with a note, and the last section still gets its share
+(before 2026-11-28 each took a share of its own timeout alone, and on a
+quiet machine here the last, `restart`, was left 1 s and timed out). The exit status is 1 when any section
 failed, timed out, was skipped or is pending, and the message names them.
 """
 
@@ -32,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import importlib.metadata
 import importlib.util
+import math
 import os
 import platform
 import signal
@@ -92,6 +97,10 @@ class Benchmark:
     quick_flags: appended with --quick (a later flag wins in absl).
     timeout_secs: how long it may run with the standard settings.
     quick_timeout_secs: how long it may run with --quick.
+    planned_secs: what it takes here (2 idle cores) with the standard
+      settings: the run's budget is shared among the sections still to run
+      in proportion to it (`section_budget`), so on a slower machine each
+      section sizes its rounds down and the last still gets its share.
     flags_from: derives more flags from the sections measured before it.
     opt_in: runs only when --only names it (too long for the standard run's
       20 minutes).
@@ -105,6 +114,7 @@ class Benchmark:
   # Quick runs measured 10-85 s per section on 2 idle cores; 170-180 s
   # with the machine busy with a test run and an image build beside them.
   quick_timeout_secs: int = 300
+  planned_secs: int = 100
   flags_from: Callable[[Mapping[str, dict]], list[str]] | None = None
   opt_in: bool = False
 
@@ -160,6 +170,7 @@ BENCHMARKS = (
     ),
     _TINY_THROUGHPUT,
     timeout_secs=180,
+    planned_secs=90,
   ),
   Benchmark(
     "resnet50",
@@ -181,6 +192,7 @@ BENCHMARKS = (
     ),
     _TINY_THROUGHPUT,
     timeout_secs=540,
+    planned_secs=290,
   ),
   Benchmark(
     "input_pipeline",
@@ -202,6 +214,7 @@ BENCHMARKS = (
       "--repeats=1",
     ),
     timeout_secs=120,
+    planned_secs=20,
     flags_from=_resnet50_rate,
   ),
   Benchmark(
@@ -215,6 +228,7 @@ BENCHMARKS = (
       "--entry_records=1024",
     ),
     timeout_secs=240,
+    planned_secs=80,
   ),
   Benchmark(
     "scaling",
@@ -228,6 +242,7 @@ BENCHMARKS = (
       "--repeats=1",
     ),
     timeout_secs=180,
+    planned_secs=55,
   ),
   Benchmark(
     "checkpointing",
@@ -249,6 +264,7 @@ BENCHMARKS = (
       "--cost_variants=none,gcsfs_async",
     ),
     timeout_secs=240,
+    planned_secs=115,
   ),
   Benchmark(
     "checkpoint_tiers",
@@ -257,6 +273,7 @@ BENCHMARKS = (
     ("--repeats=3", "--tiers_goodput_kills=3"),
     ("--repeats=1",),
     timeout_secs=420,
+    planned_secs=140,
   ),
   Benchmark(
     "checkpoint_tiers_resnet50",
@@ -288,6 +305,7 @@ BENCHMARKS = (
       "--restart_image_size=16",
     ),
     timeout_secs=300,
+    planned_secs=145,
   ),
   Benchmark(
     "stalls",
@@ -301,6 +319,7 @@ BENCHMARKS = (
       "--cost_train_steps=100",
     ),
     timeout_secs=300,
+    planned_secs=70,
   ),
   Benchmark(
     "restart",
@@ -310,6 +329,7 @@ BENCHMARKS = (
     ("--repeats=2",),
     ("--repeats=1", "--kill_step=10"),
     timeout_secs=420,
+    planned_secs=150,
   ),
   Benchmark(
     "restart_resnet50",
@@ -332,6 +352,7 @@ def run_benchmark(
   quick: bool,
   timeout_secs: float,
   sections: Mapping[str, dict],
+  share_secs: float = math.inf,
 ) -> dict[str, dict]:
   """Runs one benchmark app; returns its sections or a placeholder (why not).
 
@@ -357,7 +378,7 @@ def run_benchmark(
     *benchmark.flags,
     *(benchmark.quick_flags if quick else ()),
     *(benchmark.flags_from(sections) if benchmark.flags_from else ()),
-    f"--time_budget_secs={section_budget(timeout_secs):.0f}",
+    f"--time_budget_secs={section_budget(timeout_secs, share_secs):.0f}",
   ]
   log_path = os.path.join(run_dir, "logs", f"{name}.log")
   before = machine.snapshot()
@@ -408,10 +429,14 @@ def _run_process(
       return None, process.pid
 
 
-def section_budget(timeout_secs: float) -> float:
-  """The --time_budget_secs of a section that may run `timeout_secs`: a
-  margin for its estimate's error and its exit, less its start-up (>= 1)."""
-  return max(1.0, _BUDGET_SHARE * timeout_secs - _START_UP_SECS)
+def section_budget(timeout_secs: float, share_secs: float = math.inf) -> float:
+  """The --time_budget_secs of a section that may run `timeout_secs`, its
+  share of the run's time left being `share_secs`: the smaller of the two
+  (the timeout with a margin for its estimate's error and its exit), less
+  its start-up (>= 1)."""
+  return max(
+    1.0, min(_BUDGET_SHARE * timeout_secs, share_secs) - _START_UP_SECS
+  )
 
 
 def _after_timeout(
@@ -515,6 +540,7 @@ def run(
           left,
         ),
         sections=report["sections"],
+        share_secs=_share(chosen[index - 1 :], left, quick=quick),
       )
     report = report_lib.merge(report, produced)
     for name, body in produced.items():
@@ -534,6 +560,15 @@ def run(
   chart.write(report, os.path.join(run_dir, report_lib.CHART_PNG))
   report_lib.point_latest(results_dir, run_dir)
   return run_dir, report
+
+
+def _share(to_run: Sequence[Benchmark], left: float, *, quick: bool) -> float:
+  """The first of `to_run`'s share of the `left` seconds, in proportion to
+  its planned_secs among them; unbounded on quick settings (tiny: they do
+  not share the budget)."""
+  if quick:
+    return math.inf
+  return left * to_run[0].planned_secs / sum(b.planned_secs for b in to_run)
 
 
 def broken_sections(report: Mapping) -> list[str]:

@@ -8,6 +8,7 @@ JSON itself.
 
 import json
 import os
+import re
 import statistics
 import sys
 import textwrap
@@ -752,3 +753,43 @@ def test_each_app_defines_its_config_as_flags_with_its_defaults():
       name = flag[2:].split("=")[0]
       known = {*found[app]["flags"], *shared}
       assert name in known or name.removeprefix("no") in known, (app, flag)
+
+
+def test_the_sections_share_the_runs_budget_in_proportion_to_their_plans(
+  tmp_path,
+):
+  """Two standard sections planned 1:3 share a 300 s run: the first gets a
+  quarter of what is left, the second all that the first left (less the
+  margin to its timeout)
+  (before, each took a share of its own timeout, and the last section of a
+  standard run here got 1 s and timed out)."""
+  apps = {b.section: b for b in run_all.BENCHMARKS}
+  sections = [
+    run_all.Benchmark(  # Their tiny settings as the standard ones.
+      name,
+      apps[name].module,
+      apps[name].quick_flags,
+      timeout_secs=900,
+      planned_secs=planned,
+    )
+    for name, planned in (("input_pipeline", 1), ("scaling", 3))
+  ]
+  run_dir, report = run_all.run(
+    results_dir=str(tmp_path), budget_secs=300, benchmarks=sections
+  )
+  assert run_all.broken_sections(report) == []
+
+  def budget(name):
+    with open(os.path.join(run_dir, "logs", f"{name}.log")) as f:
+      command = f.readline()
+    return float(re.search(r"--time_budget_secs=(\d+)", command).group(1))
+
+  left = 300 - run_all._REPORT_RESERVE_SECS  # pylint: disable=protected-access
+  start_up = run_all._START_UP_SECS  # pylint: disable=protected-access
+  assert budget("input_pipeline") == pytest.approx(left / 4 - start_up, abs=1)
+  first_took = report["sections"]["input_pipeline"]["seconds"]
+  # All that is left, less the margin kept to its timeout (what is left).
+  share = run_all._BUDGET_SHARE  # pylint: disable=protected-access
+  assert budget("scaling") == pytest.approx(
+    share * (left - first_took) - start_up, abs=2
+  )
