@@ -29,13 +29,11 @@ takes from the project (trainer.testing, ctl.testing.events) is standard
 library only too.
 """
 
-import contextlib
 import dataclasses
 import json
 import os
 import pathlib
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +45,7 @@ from podman_sandbox import CheckFailed
 sys.path.insert(0, str(REPO))
 # Standard library only, like this module, so the system Python can import it.
 from ctl import env as ctl_env  # noqa: E402  # pylint: disable=g-import-not-at-top
+from ctl.distributed.ports import free_ports  # noqa: E402  # pylint: disable=g-import-not-at-top
 from ctl.testing import events as events_lib  # noqa: E402  # pylint: disable=g-import-not-at-top
 from trainer import testing  # noqa: E402  # pylint: disable=g-import-not-at-top
 
@@ -189,14 +188,6 @@ def check_stop_and_resume(ctx: Context) -> str:
   )
 
 
-def _free_ports(count: int) -> list[int]:
-  with contextlib.ExitStack() as stack:
-    sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-    for s in sockets:
-      s.bind(("127.0.0.1", 0))
-    return [s.getsockname()[1] for s in sockets]
-
-
 def _vertex_env(spec, pool_index, bucket_prefix, ports) -> dict:
   """What Vertex AI sets in the container of pool `pool_index`, replica 0."""
   prefix = spec["baseOutputDirectory"]["outputUriPrefix"].rstrip("/")
@@ -240,7 +231,7 @@ def check_cluster(ctx: Context) -> str:
   name = "multiworker_v100.yaml"
   spec = _vertex_specs()[name]
   bucket = _owned_dir(ctx.work / "bucket", ctx.image_uid, ctx.image_gid)
-  ports = _free_ports(2)
+  ports = free_ports(2)
   processes = []
   for index, pool in enumerate(spec["workerPoolSpecs"]):
     env = _vertex_env(spec, index, f"gs://{BUCKET}/", ports)
@@ -294,7 +285,7 @@ def check_cluster(ctx: Context) -> str:
 def check_vertex_args(ctx: Context) -> str:
   """Check 4: every Vertex AI config's args, with --dry_run."""
   bucket = _owned_dir(ctx.work / "dry_run_bucket", ctx.image_uid, ctx.image_gid)
-  ports = _free_ports(2)
+  ports = free_ports(2)
   runs = 0
   for name, spec in _vertex_specs().items():
     for index, pool in enumerate(spec["workerPoolSpecs"]):

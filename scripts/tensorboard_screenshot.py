@@ -18,7 +18,6 @@ import base64
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,9 @@ import urllib.request
 
 from absl import app
 from absl import flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ctl.distributed import ports  # noqa: E402  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_string(
   "logdir", "runs/quickstart/tensorboard", "The run's TensorBoard directory."
@@ -83,12 +85,6 @@ return [...document.querySelectorAll('.line-chart')].map(chart => {
 """ % json.dumps(list(RUNS))  # noqa: UP031  (JavaScript braces)
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 def _call(method: str, url: str, body=None):
   """One JSON request; returns the decoded answer (WebDriver: its value)."""
   request = urllib.request.Request(
@@ -121,7 +117,7 @@ class _Browser:
   """A chromedriver session (W3C WebDriver over HTTP)."""
 
   def __init__(self, profile: str, deadline: float):
-    port = _free_port()
+    (port,) = ports.free_ports(1)
     self._driver = subprocess.Popen(
       [shutil.which(DRIVER), f"--port={port}"],
       stdout=subprocess.DEVNULL,
@@ -182,7 +178,7 @@ class _Browser:
 def screenshot(logdir: str, out: str) -> list[dict]:
   """Writes the PNG to `out`; returns the cards as the browser drew them."""
   deadline = time.time() + FLAGS.timeout_secs
-  port = _free_port()
+  (port,) = ports.free_ports(1)
   board_url = f"http://127.0.0.1:{port}"
   board = subprocess.Popen(
     [

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from ctl.checkpoint.tiers import node_tiers
-from ctl.distributed.cluster import free_ports
+from ctl.distributed.ports import free_ports
 from ctl.testing import gcs_emulator as gcs_emulator_lib
 from ctl.testing.run_files import read_scalars
 from ctl.testing.run_files import read_summary

@@ -10,7 +10,7 @@ import types
 import numpy as np
 import tensorflow as tf
 
-from ctl.distributed import cluster
+from ctl.distributed import ports
 from ctl.distributed import worker_exchange
 from trainer.testing import REPO
 from trainer.testing import trainer_env
@@ -71,8 +71,7 @@ print(json.dumps({
 
 
 def test_every_worker_gets_every_workers_row_exactly():
-  ports = cluster.free_ports(2)
-  workers = [f"localhost:{port}" for port in ports]
+  workers = [f"localhost:{port}" for port in ports.free_ports(2)]
   processes = [
     subprocess.Popen(
       [sys.executable, "-c", _WORKER],

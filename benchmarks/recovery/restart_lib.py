@@ -42,7 +42,7 @@ from benchmarks.harness import budget as budget_lib
 from benchmarks.harness import report as report_lib
 from benchmarks.harness import settings
 from benchmarks.harness import stats
-from ctl.distributed import cluster
+from ctl.distributed import ports
 from ctl.launch import spare
 from ctl.telemetry import progress
 from ctl.testing import events as events_lib
@@ -110,7 +110,7 @@ def launch(
     return [start(command, events=events)]
   if mode == "spare":
     flags.append("--warm_spare")
-  addresses = [f"localhost:{port}" for port in cluster.free_ports(2)]
+  addresses = [f"localhost:{port}" for port in ports.free_ports(2)]
   return [
     start(
       [*launch, "--agent", *flags, "--", *worker],

@@ -2,6 +2,8 @@
 describes (ctl.platform), strategies, waiting for peers.
 
 Modules (lowest first):
+  ports: Free ports for a local cluster's workers and an emulator, that stay
+    free.
   cluster: Who am I in the cluster: the platform's TF_CONFIG as a value
     object.
   strategies: A strategy name and the cluster -> a `tf.distribute.Strategy`.

@@ -12,7 +12,6 @@ from collections.abc import Mapping, MutableMapping
 import dataclasses
 import json
 import os
-import socket
 from typing import Any
 
 from ctl.errors import UserError
@@ -141,23 +140,6 @@ def install_tf_config(
     environ: The environment to change.
   """
   environ[tf_config.VARIABLE] = tf_config_json(info)
-
-
-def free_ports(count: int) -> list[int]:
-  """Returns `count` distinct loopback ports that nothing listened on just now.
-
-  All of them are held open while they are chosen, so they differ; another
-  process may still take one before the caller binds it, so use them at once
-  (a local cluster's workers, an emulator).
-  """
-  sockets = [socket.socket() for _ in range(count)]
-  try:
-    for s in sockets:
-      s.bind(("localhost", 0))
-    return [s.getsockname()[1] for s in sockets]
-  finally:
-    for s in sockets:
-      s.close()
 
 
 def _parse(var: str, text: str) -> ClusterInfo:

@@ -23,7 +23,7 @@ import threading
 import time
 
 from ctl import env as env_lib
-from ctl.distributed import cluster
+from ctl.distributed import ports
 from ctl.errors import STALL_EXIT_CODE
 from ctl.errors import UserError
 from ctl.launch import heartbeats as heartbeats_lib
@@ -56,10 +56,10 @@ def loopback_tasks(num_workers: int, port_base: int | None) -> list[Task]:
   None.
   """
   if port_base is None:
-    ports = cluster.free_ports(num_workers)
+    numbers = ports.free_ports(num_workers)
   else:
-    ports = range(port_base, port_base + num_workers)
-  addresses = [f"localhost:{port}" for port in ports]
+    numbers = range(port_base, port_base + num_workers)
+  addresses = [f"localhost:{port}" for port in numbers]
   return [
     Task(
       rank=index,

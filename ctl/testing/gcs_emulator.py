@@ -39,7 +39,7 @@ import threading
 import time
 import urllib.request
 
-from ctl.distributed import cluster
+from ctl.distributed import ports
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
@@ -66,7 +66,7 @@ class GcsEmulator:
     """
     self._data_dir = data_dir
     self._process = None
-    (self.port,) = cluster.free_ports(1)
+    (self.port,) = ports.free_ports(1)
     self.endpoint = f"http://{_HOST}:{self.port}"
 
   def start(
