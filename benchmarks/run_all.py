@@ -51,6 +51,7 @@ from benchmarks.harness import chart
 from benchmarks.harness import machine
 from benchmarks.harness import markdown
 from benchmarks.harness import report as report_lib
+from benchmarks.harness import subreaper
 
 flags.DEFINE_string(
   "results_dir",
@@ -416,7 +417,7 @@ def _run_process(
     log.flush()
     # Its own session, so a timeout stops it and everything it started.
     process = subprocess.Popen(
-      command,
+      [sys.executable, subreaper.__file__, *command],
       stdout=log,
       stderr=subprocess.STDOUT,
       env=env,

@@ -8,6 +8,8 @@ lowest first:
   stats: medians, spreads, per-round ratios, their intervals and verdicts.
   device: which device to benchmark on, and which precisions it runs fast.
   machine: was the machine quiet enough over a section to decide?
+  subreaper: runs a section's command so every process it starts is its
+    own (orphans adopted and reaped, leftovers stopped).
   report: the results document, the sections of every app merged in one.
   markdown: a report rendered as Markdown, targets first.
   chart: a report drawn as one PNG, a panel per measured section.

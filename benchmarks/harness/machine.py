@@ -14,8 +14,9 @@ its numbers are still shown, nothing is decided from them.
 
 "Other processes" is everything but the section's: the CPU time of the whole
 machine less what the section's process and the children it reaped used
-(`resource.getrusage`, so short-lived processes count too) and less
-`run_all`'s own. iowait is reported, not judged: a checkpoint section waits
+(`resource.getrusage`, so short-lived processes count too; `subreaper`
+adopts the orphans of the section's killed processes, so they count as
+reaped) and less `run_all`'s own. iowait is reported, not judged: a checkpoint section waits
 for its own writes.
 """
 
