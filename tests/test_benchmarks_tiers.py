@@ -1,11 +1,14 @@
 """The checkpoint tiers benchmark (benchmarks/recovery/tiers.py) on tiny settings."""
 
+import glob
 import json
 import os
 import sys
 
+from benchmarks.recovery import restart_lib
 from benchmarks.recovery import tiers_lib
 from benchmarks.workloads import save_cost as save_cost_lib
+from ctl.checkpoint.tiers import node_tiers
 from trainer.testing import run_command
 
 
@@ -45,3 +48,24 @@ def test_a_local_saves_cost_in_training_is_measured(tmp_path):
 def test_the_restore_target_is_three_times_where_the_bytes_dominate():
   assert tiers_lib._restore_target(0.685) == 1.0
   assert tiers_lib._restore_target(308.0) == 3.0
+
+
+def test_a_restart_round_leaves_no_tier_behind(tmp_path, monkeypatch):
+  """A SIGKILLed job keeps its local tier for its restart on purpose
+  (ctl.checkpoint.tiers.node_tiers); the restart benchmark's rounds are
+  never restarted, so each removes its own (a ResNet50 round left about
+  300 MB of /dev/shm taken until the next trainer started on the node)."""
+  monkeypatch.setenv("CTL_JOB_ID", f"bench-restart-test-{os.getpid()}")
+  found = restart_lib.one_restart(
+    "agent", restart_lib.Config(), str(tmp_path / "run")
+  )
+  assert found["to_resumed_step"] > 0
+  roots = [node_tiers.choose_root(s, need_bytes=0) for s in ("ram", "disk")]
+  left = [
+    path
+    for root in roots
+    for path in glob.glob(
+      os.path.join(root, f"bench-restart-test-{os.getpid()}-*")
+    )
+  ]
+  assert not left

@@ -28,6 +28,7 @@ is `benchmarks/recovery/restart.py`.
 """
 
 from collections.abc import Callable
+import contextlib
 import dataclasses
 import json
 import os
@@ -42,6 +43,7 @@ from benchmarks.harness import budget as budget_lib
 from benchmarks.harness import report as report_lib
 from benchmarks.harness import settings
 from benchmarks.harness import stats
+from ctl.checkpoint.tiers import node_tiers
 from ctl.distributed import ports
 from ctl.launch import spare
 from ctl.telemetry import progress
@@ -158,9 +160,30 @@ def one_restart(mode: str, config: Config, model_dir: str) -> dict:
     output = output_so_far(launchers[0])[-3000:]
     raise AssertionError(f"{mode} restart: {e}\n{output}") from None
   finally:
-    for launcher in launchers:  # It takes its workers with it.
+    stop(launchers)
+
+
+def stop(launchers: list) -> None:
+  """SIGKILLs a run's launchers, which takes their workers with them, and
+  removes the local tiers the run leaves.
+
+  A killed job keeps its tier for its restart on purpose
+  (ctl.checkpoint.tiers.node_tiers); no restart of a round comes, and a
+  ResNet50 round's tier would hold about 300 MB of RAM until the next
+  trainer started on the machine. Its processes are waited for first: a
+  tier is removed once its owners are gone (`node_tiers.remove_stale`).
+  """
+  processes = []
+  for launcher in launchers:
+    with contextlib.suppress(psutil.NoSuchProcess):
+      processes += psutil.Process(launcher.pid).children(recursive=True)
+  for launcher in launchers:
+    if launcher.poll() is None:
       launcher.kill()
       finish(launcher)
+  psutil.wait_procs(processes, timeout=60)
+  for setting in ("ram", "disk"):
+    node_tiers.remove_stale(node_tiers.choose_root(setting, need_bytes=0))
 
 
 def _killed_and_resumed(mode, config, launchers, events) -> dict:

@@ -197,10 +197,7 @@ def _killed_run(config: Config, root: str, mode: str, tiers: str) -> dict:
       if code:
         raise RuntimeError(f"{mode} exited {code}:\n{output[-2000:]}")
   finally:
-    for launcher in launchers:
-      if launcher.poll() is None:
-        launcher.kill()
-        trainer_testing.finish(launcher)
+    restart_lib.stop(launchers)
   goodput = run_files.read_summary(model_dir)["goodput"]
   return {
     "goodput_percent": goodput["goodput_percent"],
