@@ -48,3 +48,10 @@ def test_a_port_something_listens_on_is_not_handed_out(tmp_path):
 def test_two_callers_in_a_row_are_given_different_ports():
   first, second = ports.free_ports(20), ports.free_ports(20)
   assert not set(first) & set(second)
+
+
+def test_without_a_place_for_claims_the_choice_is_random_alone(tmp_path):
+  blocked = tmp_path / "a-file"
+  blocked.write_text("")
+  chosen = ports.free_ports(3, claims=str(blocked / "claims"))
+  assert len(set(chosen)) == 3

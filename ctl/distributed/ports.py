@@ -51,8 +51,9 @@ def free_ports(
     count: How many.
     candidates: The ports to choose from; by default `CANDIDATES` less the
       ephemeral range (all of `CANDIDATES` where that leaves none).
-    claims: The directory of claims; by default one in the temporary
-      directory, which every process on the machine shares.
+    claims: The directory of claims; by default this user's in the
+      temporary directory, which all their processes on the machine share
+      (none where it cannot be made: the choice is then random alone).
 
   Raises:
     OSError: Fewer than `count` candidates are free and unclaimed.
@@ -61,11 +62,18 @@ def free_ports(
     low, high = ephemeral_range()
     candidates = [p for p in range(*CANDIDATES) if not low <= p <= high]
     candidates = candidates or range(*CANDIDATES)
-  claims = claims or os.path.join(tempfile.gettempdir(), "ctl-ports")
-  os.makedirs(claims, exist_ok=True)
+  claims = claims or os.path.join(
+    tempfile.gettempdir(), f"ctl-ports-{os.getuid()}"
+  )
+  try:
+    os.makedirs(claims, exist_ok=True)
+  except OSError:  # A read-only temporary directory: unclaimed choices.
+    claims = None
   chosen = []
   for port in random.sample(list(candidates), len(candidates)):
-    if _is_free(port) and _claim(os.path.join(claims, str(port))):
+    if _is_free(port) and (
+      claims is None or _claim(os.path.join(claims, str(port)))
+    ):
       chosen.append(port)
       if len(chosen) == count:
         return chosen
