@@ -73,3 +73,30 @@ def test_what_a_section_leaves_running_is_stopped_and_named(tmp_path):
   assert "still running when the section ended, stopped" in text, text
   (pid,) = map(int, re.findall(r"pid (\d+) \(python", text))
   assert not os.path.exists(f"/proc/{pid}")
+
+
+# Starts a process in a session of its own that exits at once, then waits
+# until it is gone from /proc: exit 0, or 1 while it stays a zombie.
+_REAPED_AT_ONCE = textwrap.dedent(
+  """
+  import os, subprocess, sys, time
+  pid = int(subprocess.check_output([sys.executable, "-c",
+    "import subprocess, sys; print(subprocess.Popen([sys.executable, '-c', "
+    "'pass'], start_new_session=True).pid)"]))
+  deadline = time.monotonic() + 30
+  while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+    time.sleep(0.05)
+  sys.exit(int(os.path.exists(f"/proc/{pid}")))
+  """
+)
+
+
+def test_an_orphan_that_ends_during_the_section_is_reaped_at_once(tmp_path):
+  """A dead orphan left a zombie until the section ended looks alive to
+  whatever the section checks (a tier's owners, a wait for its processes)."""
+  code, _ = run_all._run_process(
+    [sys.executable, "-c", _REAPED_AT_ONCE],
+    str(tmp_path / "section.log"),
+    timeout_secs=120,
+  )
+  assert code == 0

@@ -7,8 +7,8 @@ sections SIGKILL agents: their workers become orphans, reparented to init, and
 their CPU was counted as another process's, so a quiet machine looked busy.
 Run as a script (`python subreaper.py COMMAND...`): it asks Linux to adopt
 every orphan of its descendants (PR_SET_CHILD_SUBREAPER), runs COMMAND, and
-then reaps each of them, so their CPU is in its own, and `run_all`'s, children
-usage. Whatever still runs `LEFTOVER_GRACE_SECS` after COMMAND exited is
+reaps each orphan as it ends (no zombie looks alive to the section), so their
+CPU is in its own, and `run_all`'s, children usage. Whatever still runs `LEFTOVER_GRACE_SECS` after COMMAND exited is
 SIGKILLed and named on stderr (the section's log): a section leaves nothing
 behind to load the next one. Exits with COMMAND's code.
 
@@ -36,9 +36,20 @@ def main(command: list[str]) -> int:
   # process stays to reap what it leaves (a handler, unlike SIG_IGN, is not
   # inherited by COMMAND).
   signal.signal(signal.SIGTERM, lambda *_: None)
-  code = subprocess.call(command)
+  code = _reap_until(subprocess.Popen(command))
   _reap_all(time.monotonic() + LEFTOVER_GRACE_SECS)
   return code
+
+
+def _reap_until(child: subprocess.Popen) -> int:
+  """Reaps every child as it ends, orphans included, until `child` has;
+  returns its exit code. An orphan left a zombie would look alive to what
+  the section checks (a local tier's owners, a wait for its processes)."""
+  while True:
+    pid, status = os.waitpid(-1, 0)
+    if pid == child.pid:
+      child.returncode = os.waitstatus_to_exitcode(status)
+      return child.returncode
 
 
 def _reap_all(deadline: float) -> None:
