@@ -1,5 +1,6 @@
 """ctl.resilience.lease against real holder processes, real files and the GCS emulator."""
 
+import fcntl
 import json
 import os
 import signal
@@ -364,8 +365,39 @@ def _paused_in_first_loop(model_dir, events, *flags, elsewhere=False):
     lambda e: e["phase"] == "first_loop" and e["seconds"] is None,
     process=proc,
   )
-  proc.send_signal(signal.SIGSTOP)
+  _stop_outside_its_check_and_write(proc, model_dir)
   return proc
+
+
+def _stop_outside_its_check_and_write(proc, model_dir):
+  """SIGSTOPs `proc` while this test holds the run directory's lock.
+
+  A renewal checks and writes the lease under an flock on the directory
+  (ctl.resilience.lease); a pause that lands inside it keeps the lock, and
+  every taker then waits out `_LOCK_WAIT_SECS` three times and exits 2 (CI,
+  2026-11-28: "changed hands 3 times"). A trainer on another host could not
+  hold this host's lock, and a paused one on this host is never stale, so
+  the pause must land outside: the lock is taken first, and let go once
+  every thread of `proc` is stopped.
+  """
+  fd = os.open(model_dir, os.O_RDONLY)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    proc.send_signal(signal.SIGSTOP)
+    tasks = f"/proc/{proc.pid}/task"
+    while not all(_stopped(os.path.join(tasks, t)) for t in os.listdir(tasks)):
+      time.sleep(0.01)
+  finally:
+    os.close(fd)
+
+
+def _stopped(task: str) -> bool:
+  """Whether the thread at /proc/<pid>/task/<tid> is stopped (or gone)."""
+  try:
+    with open(os.path.join(task, "stat")) as f:
+      return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+  except FileNotFoundError:
+    return True
 
 
 def _stopped_for_lost_lease(proc):
