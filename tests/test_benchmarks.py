@@ -191,6 +191,8 @@ def test_variant_specs():
   assert variants_lib.parse("fit:1", **defaults).name == "fit spe=1"
   lean = variants_lib.parse("engine:1+noacc", **defaults)
   assert (lean.train_accuracy, lean.name) == (False, "engine spl=1 no accuracy")
+  bare = variants_lib.parse("bare+noacc", **defaults)
+  assert (bare.train_accuracy, bare.name) == (False, "bare step no accuracy")
   numerator, denominator, threshold = variants_lib.parse_target(
     "engine:N/fit:1>=2", **defaults
   )
@@ -199,7 +201,7 @@ def test_variant_specs():
     "fit",
     2.0,
   )
-  for bad in ("keras:1", "engine:x", "engine:1+fp8", "bare+noacc"):
+  for bad in ("keras:1", "engine:x", "engine:1+fp8", "fit:1+noacc"):
     with pytest.raises(ValueError, match="Bad"):
       variants_lib.parse(bad, **defaults)
   with pytest.raises(ValueError, match="Bad target"):
@@ -267,6 +269,7 @@ def test_throughput_on_tiny_settings(tmp_path):
       **_TINY_THROUGHPUT,
       steps=2,
       repeats=2,
+      slices=2,  # The 1-step variants run a step in each, the others one.
       variants=("engine:N", "engine:1", "bare", "bare:N", "fit:1", "fit:N"),
       extras=("auto",),
       targets=(
@@ -329,6 +332,20 @@ def test_throughput_on_tiny_settings(tmp_path):
     assert row["mfu_percent"] == pytest.approx(
       100 * flops * row["images_per_second"] / peaks[row["precision"]]
     )
+
+
+def test_a_rounds_slices_spread_each_variants_whole_calls_evenly():
+  config = throughput_lib.Config(steps=100, slices=10)
+  for steps_per_call, expected in (
+    (1, [10] * 10),
+    (20, [0, 20, 0, 20, 0, 20, 0, 20, 0, 20]),
+    (100, [0] * 9 + [100]),
+  ):
+    pieces = [
+      throughput_lib._slice_steps(steps_per_call, config, piece)
+      for piece in range(config.slices)
+    ]
+    assert pieces == expected
 
 
 def test_plan_keeps_what_fits_the_budget_and_never_goes_below_its_floor():

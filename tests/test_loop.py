@@ -193,9 +193,8 @@ def test_nan_fault_fires_at_its_global_step_only():
 
 def _op_types(loop, iterator) -> set[str]:
   """Every op type of the traced train loop, its functions included."""
-  graph = loop._train.get_concrete_function(  # pylint: disable=protected-access
-    iterator, tf.constant(1), tf.constant([0.0, 0.0]), tf.constant(0.0)
-  ).graph.as_graph_def()
+  loop.trace(iterator)
+  graph = loop._traced.graph.as_graph_def()  # pylint: disable=protected-access
   types = {node.op for node in graph.node}
   for function in graph.library.function:
     types.update(node.op for node in function.node_def)

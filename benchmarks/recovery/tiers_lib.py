@@ -272,18 +272,15 @@ def _goodput_section(config: Config, found: dict) -> dict:
         _LOOP - found[tiers]["lost_steps_per_kill"],
         0.0,
       ),
-      goodput_model_lib.above(
-        "goodput with the local tier minus bucket only, agents and spares "
-        "(points)",
-        found[tiers]["goodput_percent"] - found[bucket]["goodput_percent"],
-        0.0,
-      ),
     ],
     notes=[
       "One run each: worker 1's trainer SIGKILLed at every multiple of "
       f"{config.goodput_kill_every} steps; the bucket saves every 50 steps, "
       f"the local tier every loop ({_LOOP} steps). Goodput and lost steps are the "
-      "chief's train_summary.json (the run ledger's accounting).",
+      "chief's train_summary.json (the run ledger's accounting). The "
+      "goodput of one run each moves by a restart's spread (seconds), more "
+      "than the tier gains a kill, so only the steps it saves have a target "
+      "(docs/benchmarks.md, 'Targets changed, and why').",
       f"Lost steps per kill: {found[bucket]['lost_steps_per_kill']:g} with "
       f"the bucket only, {found[tiers]['lost_steps_per_kill']:g} with the "
       f"local tier (at most one local interval: {_LOOP}).",

@@ -39,8 +39,8 @@ DEFAULT_RATIOS = (
   "engine:1/fit:1",
   "engine:N/engine:1",
   "engine:N/bare:N",
-  "engine:N+noacc/bare:N",
-  "engine:1+noacc/bare",
+  "engine:N+noacc/bare:N+noacc",
+  "engine:1+noacc/bare+noacc",
   "fit:N/fit:1",
   "bare/fit:1",
   "engine:N+bf16/engine:N",
@@ -76,6 +76,12 @@ class Config(settings.Rounds):
   )
   steps_per_loop: int = settings.flag(
     3, "N in the variant specs: steps per engine call / per fit execution."
+  )
+  slices: int = settings.flag(
+    1,
+    "Each round times every variant's steps in this many interleaved "
+    "slices (whole calls each), so the variants of a ratio share the "
+    "machine's moments; more suits steps of a few milliseconds.",
   )
   precision: str = settings.flag(
     "none",
@@ -141,10 +147,10 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
     ValueError: a bad spec or sizes that do not fit together.
     RuntimeError: every variant failed to build or warm up.
   """
-  if config.repeats < 1 or config.steps < 1:
+  if min(config.repeats, config.steps, config.slices) < 1:
     raise ValueError(
-      f"repeats and steps must be >= 1, got {config.repeats} "
-      f"and {config.steps}."
+      "repeats, steps and slices must be >= 1, got "
+      f"{config.repeats}, {config.steps} and {config.slices}."
     )
   budget = budget_lib.Budget(config.time_budget_secs)
   device = device_lib.resolve(config.device)
@@ -237,13 +243,35 @@ def _peak_meters(config, device, groups) -> dict:
 
 
 def _time_round(config, setup, meters, round_index, seconds, peak_rates):
-  """Times one round: each variant once, in the round's rotated order, then
-  each peak meter once; appends to `seconds` and `peak_rates`."""
-  order = list(setup.runners)
-  for variant in _rotated(order, round_index, config.repeats):
-    seconds[variant].append(setup.runners[variant].run(config.steps))
+  """Times one round: each variant's `config.steps` in `config.slices`
+  slices, the variants interleaved in the round's rotated order, then each
+  peak meter once; appends to `seconds` and `peak_rates`.
+
+  Slicing matters where a step takes milliseconds: a burst of another
+  process's work then lands on every variant of a slice alike, not on the
+  one variant that ran its whole round during it.
+  """
+  order = _rotated(list(setup.runners), round_index, config.repeats)
+  took = dict.fromkeys(order, 0.0)
+  for piece in range(config.slices):
+    for variant in order:
+      steps = _slice_steps(variant.steps_per_call, config, piece)
+      if steps:
+        took[variant] += setup.runners[variant].run(steps)
+  for variant in order:
+    seconds[variant].append(took[variant])
   for precision, meter in meters.items():  # The peak is one more variant.
     peak_rates[precision].append(meter.rate())
+
+
+def _slice_steps(steps_per_call: int, config, piece: int) -> int:
+  """The steps of slice `piece` for a variant of `steps_per_call`: its
+  round's calls spread evenly over the slices (a variant of fewer calls
+  than slices runs in some of them only)."""
+  calls = config.steps // steps_per_call
+  first = piece * calls // config.slices
+  last = (piece + 1) * calls // config.slices
+  return (last - first) * steps_per_call
 
 
 def _rotated(order: list, round_index: int, rounds: int) -> list:
@@ -348,6 +376,7 @@ class _Setup:
         global_batch_size=self._config.batch_size,
         xla=variant.xla,
         steps_per_loop=variant.steps_per_call,
+        train_accuracy=variant.train_accuracy,
       )
     return runners.FitRunner(
       strategy=self._strategy,

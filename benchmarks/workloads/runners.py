@@ -173,11 +173,13 @@ class EngineRunner:
 class BareRunner:
   """A bare GradientTape step in a `tf.function`, called once per step.
 
-  It computes the same loss as the engine and applies the same optimizer; with
-  `xla` it compiles the same part (forward and backward), so the difference to
-  `EngineRunner` is the framework around the step and nothing else. With
-  `steps_per_loop` > 1 the step runs in a bare `tf.range` loop instead, the
-  floor for the engine's compiled loop.
+  It computes the same loss as the engine, applies the same optimizer and,
+  with `train_accuracy`, updates the same accuracy metric (as the seed
+  tutorial's hand-written step does); with `xla` it compiles the same part
+  (forward and backward), so the difference to `EngineRunner` is the
+  framework around the step and nothing else. With `steps_per_loop` > 1 the
+  step runs in a bare `tf.range` loop instead, the floor for the engine's
+  compiled loop.
   """
 
   def __init__(
@@ -189,10 +191,15 @@ class BareRunner:
     global_batch_size: int,
     xla: bool,
     steps_per_loop: int = 1,
+    train_accuracy: bool = True,
   ):
     self.warmup_steps = 1
     self._steps_per_loop = steps_per_loop
     model, optimizer = group.model, group.optimizer
+    accuracy = None
+    if train_accuracy:
+      with strategy.scope():
+        accuracy = keras.metrics.SparseCategoricalAccuracy()
 
     def gradients(images, labels):
       with tf.GradientTape() as tape:
@@ -202,13 +209,16 @@ class BareRunner:
           global_batch_size=global_batch_size,
         )
         scaled_loss = optimizer.scale_loss(loss)
-      return loss, tape.gradient(scaled_loss, model.trainable_variables)
+      grads = tape.gradient(scaled_loss, model.trainable_variables)
+      return loss, logits, grads
 
     compiled = tf.function(gradients, jit_compile=True) if xla else gradients
 
     def replica_step(images, labels):
-      loss, grads = compiled(images, labels)
+      loss, logits, grads = compiled(images, labels)
       optimizer.apply_gradients(zip(grads, model.trainable_variables))
+      if accuracy is not None:
+        accuracy.update_state(labels, logits)
       return loss
 
     @tf.function

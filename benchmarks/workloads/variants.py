@@ -8,7 +8,8 @@ A spec is `kind[:steps][+modifier...]`:
   bare:N          the same step in a tf.range loop of N steps per call
   fit:1, fit:N    Keras model.fit with steps_per_execution 1 or N
   engine:N+bf16   modifiers: bf16, fp16 (precision), xla
-  engine:1+noacc  the engine without train accuracy (train_accuracy=False)
+  engine:1+noacc  the engine without train accuracy (train_accuracy=False);
+                  bare+noacc, bare:N+noacc: the bare step without it
 
 Ratios are `spec/spec` and targets `spec/spec>=threshold`, e.g.
 `engine:N/bare>=0.98`.
@@ -32,7 +33,8 @@ class Variant:
       fit: steps_per_execution).
     precision: "none", "bf16" or "fp16".
     xla: whether the forward and backward pass are compiled with XLA.
-    train_accuracy: whether the engine counts correct predictions.
+    train_accuracy: whether the engine or the bare step counts correct
+      predictions (fit always does).
   """
 
   kind: str
@@ -72,13 +74,11 @@ def parse(
   head, *modifiers = spec.strip().split("+")
   kind, _, steps = head.partition(":")
   unknown = [m for m in modifiers if m not in _MODIFIERS]
-  if (
-    kind not in KINDS or unknown or (kind != "engine" and "noacc" in modifiers)
-  ):
+  if kind not in KINDS or unknown or (kind == "fit" and "noacc" in modifiers):
     raise ValueError(
       f"Bad variant {spec!r}: use engine:K, bare[:K] or fit:K (K a number "
       f"or N for --steps_per_loop), then optional +bf16, +fp16 or +xla "
-      "(and +noacc for engine)."
+      "(and +noacc for engine and bare)."
     )
   if kind == "bare" and not steps:
     steps_per_call = 1
