@@ -22,6 +22,7 @@ from benchmarks.harness import machine
 from benchmarks.harness import markdown
 from benchmarks.harness import report as report_lib
 from benchmarks.harness import stats
+from benchmarks.recovery import restart_lib
 from benchmarks.speed import input_pipeline_lib
 from benchmarks.speed import input_scale_lib
 from benchmarks.speed import scaling_lib
@@ -553,6 +554,48 @@ def test_throughput_rejects_steps_that_do_not_fill_a_loop():
         measure_peak=False,
       )
     )
+
+
+def _restart(down, first, restored, resumed):
+  """One mode's seconds from a kill, as `restart_lib.one_restart` gives."""
+  return dict(
+    to_chief_down=down,
+    to_first_mark=first,
+    to_restored=restored,
+    to_resumed_step=resumed,
+    to_training=resumed - 0.1,
+  )
+
+
+def test_the_restart_section_reports_and_judges_the_modes_it_ran():
+  # Made-up seconds of three rounds: the cold cluster restart about twice
+  # the spare's, its first mark about five times later.
+  found = {
+    "cluster": [_restart(2, 9 + r, 10 + r, 17 + r) for r in range(3)],
+    "spare": [_restart(1, 1.8 + r / 10, 3, 8.5 + r / 2) for r in range(3)],
+  }
+  config = restart_lib.Config(modes=("cluster", "spare"), repeats=3)
+  body = restart_lib._section(config, found)["restart"]
+  assert [row["name"] for row in body["rows"]] == ["cluster", "spare"]
+  assert len(body["ratios"]) == 2  # No agent: no ratio needs one.
+  assert [t["status"] for t in body["targets"]] == ["PASS", "PASS"]
+  assert body["targets"][1]["measured"] == pytest.approx(10 / 1.9)
+  # With the cold agent restart too, its two ratios are reported, untargeted.
+  found["agent"] = [_restart(6, 12, 13, 20 + r) for r in range(3)]
+  body = restart_lib._section(config, found)["restart"]
+  assert len(body["ratios"]) == 4 and len(body["targets"]) == 2
+
+
+@pytest.mark.parametrize("modes", ["agent,spare", "cluster,spare,warm"])
+def test_the_restart_app_refuses_modes_its_targets_cannot_use(modes):
+  done = run_command(
+    [sys.executable, "-m", "benchmarks.recovery.restart", f"--modes={modes}"],
+    check=False,
+    timeout=120,
+  )
+  assert done.returncode == 2
+  assert "--modes must name cluster and spare" in done.stderr
+  assert "Traceback" not in done.stderr
 
 
 def test_input_pipeline_on_tiny_settings():

@@ -21,6 +21,8 @@ from absl import flags
 from benchmarks.harness import markdown
 from benchmarks.harness import report as report_lib
 from benchmarks.harness import settings
+from ctl.errors import USER_ERROR_EXIT_CODE
+from ctl.errors import UserError
 
 flags.DEFINE_string(
   "output",
@@ -130,14 +132,20 @@ def run_app(
   with the prefix its app defined them under) and the sections `run`
   returns are emitted. With `progress` (`write_progress`,
   `exit_when_final`), `run` is given it as `progress=` and calls it with
-  the sections so far.
+  the sections so far. A `UserError` (flags that do not fit together) is
+  its one sentence on stderr and exit status 2, no traceback.
   """
 
   def main(argv):
     del argv  # Unused.
     config = config_from_flags(config_class, prefix=prefix)
     given = {} if progress is None else {"progress": progress}
-    emit(run(config, **given))
+    try:
+      sections = run(config, **given)
+    except UserError as e:
+      print(f"{sys.argv[0]}: {e}", file=sys.stderr)
+      sys.exit(USER_ERROR_EXIT_CODE)
+    emit(sections)
 
   app.run(main)
 

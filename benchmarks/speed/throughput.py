@@ -2,10 +2,11 @@
 
 See `throughput_lib` for what is measured and how. Examples:
 
-  # ResNet50 as in `make bench` (CPU: 5 to 8 minutes on 2 cores).
+  # ResNet50 as in `make bench` (CPU: about 6 minutes on 2 cores).
   python -m benchmarks.speed.throughput --model=resnet50 --image_size=224 \
-      --batch_size=16 --steps=3 --steps_per_loop=3 --repeats=3 \
-      --targets=engine:N/bare>=0.98,engine:N/fit:1>=1.0
+      --batch_size=16 --steps=1 --steps_per_loop=1 --repeats=10 \
+      --variants=engine:1,bare,fit:1 --extras=none \
+      --targets=engine:1/bare>=0.95,engine:1/fit:1>=0.95
 
   # What steps_per_loop buys on a model where per-step overhead dominates.
   python -m benchmarks.speed.throughput --model=small_cnn --image_size=8 \
