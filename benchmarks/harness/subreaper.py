@@ -8,9 +8,10 @@ their CPU was counted as another process's, so a quiet machine looked busy.
 Run as a script (`python subreaper.py COMMAND...`): it asks Linux to adopt
 every orphan of its descendants (PR_SET_CHILD_SUBREAPER), runs COMMAND, and
 reaps each orphan as it ends (no zombie looks alive to the section), so their
-CPU is in its own, and `run_all`'s, children usage. Whatever still runs `LEFTOVER_GRACE_SECS` after COMMAND exited is
-SIGKILLed and named on stderr (the section's log): a section leaves nothing
-behind to load the next one. Exits with COMMAND's code.
+CPU is in its own, and `run_all`'s, children usage. Whatever still runs
+`LEFTOVER_GRACE_SECS` after COMMAND exited is SIGKILLed and named on stderr
+(the section's log): a section leaves nothing behind to load the next one.
+Exits with COMMAND's code.
 
 Only the standard library, and run as a file: it starts in milliseconds.
 """

@@ -90,7 +90,8 @@ class Config(settings.Rounds):
     "three ways: whole-cluster restart and agents with warm spares, bucket "
     "only; agents with warm spares and the local tier.",
   )
-  # The bucket's checkpoints are every 50 steps.
+  # Just under the bucket's interval (_BUCKET_EVERY, 50 steps): a kill
+  # without the local tier loses most of one.
   goodput_kill_every: int = settings.flag(45, "Steps between two SIGKILLs.")
   # For the goodput model's restart seconds (the ResNet50 section's).
   model_restarts: bool = settings.flag(
@@ -275,7 +276,8 @@ def _goodput_section(config: Config, found: dict) -> dict:
     ],
     notes=[
       "One run each: worker 1's trainer SIGKILLed at every multiple of "
-      f"{config.goodput_kill_every} steps; the bucket saves every 50 steps, "
+      f"{config.goodput_kill_every} steps; the bucket saves every "
+      f"{_BUCKET_EVERY} steps, "
       f"the local tier every loop ({_LOOP} steps). Goodput and lost steps are the "
       "chief's train_summary.json (the run ledger's accounting). The "
       "goodput of one run each moves by a restart's spread (seconds), more "
