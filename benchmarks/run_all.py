@@ -166,8 +166,10 @@ BENCHMARKS = (
       "bare+noacc,fit:1,fit:N",
       "--extras=none",
       "--nomeasure_peak",
+      # spl=100 against the per-step loops with the margin two quiet
+      # runs resolve (docs/benchmarks.md, "Targets changed, and why").
       "--targets=engine:N/bare:N>=1.0,engine:1/bare>=0.95,"
-      "engine:N/bare>=1.5,engine:N/fit:1>=2",
+      "engine:N/bare>=1.3,engine:N/fit:1>=1.5",
       "--title=Small model (small_cnn 8x8, batch 8): what steps_per_loop "
       "buys when per-step overhead dominates",
     ),
