@@ -199,10 +199,11 @@ BENCHMARKS = (
       "--repeats=12",
       "--variants=engine:1,bare,fit:1",
       "--extras=none",
-      # Within 5%: what 10 rounds resolve at this step (docs/benchmarks.md,
-      # "Targets changed, and why"); the engine's host cost per step is
-      # judged where it shows, on the small model.
-      "--targets=engine:1/bare>=0.95,engine:1/fit:1>=0.95",
+      # Within 10%: what 10 rounds of one step resolve here, where even
+      # bare step / fit (no ctl in either) swings 0.89-1.14 a round
+      # (docs/benchmarks.md, "Targets changed, and why"); the engine's host
+      # cost per step is judged where it shows, on the small model.
+      "--targets=engine:1/bare>=0.9,engine:1/fit:1>=0.9",
     ),
     _TINY_THROUGHPUT,
     timeout_secs=600,
@@ -242,7 +243,10 @@ BENCHMARKS = (
       "--entry_records=1024",
     ),
     timeout_secs=240,
-    planned_secs=80,
+    # Start-up (writing the records) about 25 s, then 7-8 s a round: at
+    # 80 s the standard run's share gave 1 or 2 of the 3 rounds, and a
+    # ratio of 1 round decided what one of 2 could not.
+    planned_secs=105,
   ),
   Benchmark(
     "scaling",
