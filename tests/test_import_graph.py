@@ -2,8 +2,9 @@
 other in a loop, and the folders of `ctl/` and of `benchmarks/` import only
 their own layer or lower (docs/design.md, "Layers": imports only point down).
 The maps hold too: each folder's `__init__` lists its modules lowest first,
-`ctl` itself offers every exception and exit code of ctl.errors, and every
-module has its test file (docs/design.md, "Style").
+`ctl` itself offers every exception and exit code of ctl.errors, every
+module has its test file (docs/design.md, "Style"), and only `ctl/platform/`
+reads a platform's variables (docs/design.md, "Where a new platform goes").
 
 Read statically from the source (every import statement, also those inside
 functions), so the test needs nothing installed and cannot be fooled by an
@@ -265,3 +266,79 @@ def test_every_ctl_module_has_a_test_file_named_after_it():
     )
   )
   assert missing == sorted(NO_TEST_FILE)
+
+
+def _platform_variables() -> set[str]:
+  """The environment variables `ctl/platform/` reads: the upper-case string
+  constants of its modules (TF_CONFIG, CLUSTER_SPEC, AIP_MODEL_DIR, ...)."""
+  names = set()
+  for path in _modules(os.path.join("ctl", "platform")).values():
+    with open(path) as f:
+      for node in ast.walk(ast.parse(f.read())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+          if re.fullmatch(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+", node.value):
+            names.add(node.value)
+  return names
+
+
+def _environment_reads(path: str) -> set[str]:
+  """The constant names the module at `path` reads from the environment:
+  `os.environ[X]` loaded, `os.environ.get(X)`, `os.getenv(X)`, `X in
+  os.environ` (a write, as the launcher sets TF_CONFIG for its workers, is
+  not a read)."""
+
+  def environ(node) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+  with open(path) as f:
+    tree = ast.parse(f.read())
+  read = set()
+  for node in ast.walk(tree):
+    key = None
+    if isinstance(node, ast.Subscript) and environ(node.value):
+      key = node.slice if isinstance(node.ctx, ast.Load) else None
+    elif isinstance(node, ast.Call) and node.args:
+      func = node.func
+      getter = isinstance(func, ast.Attribute) and (
+        (func.attr == "get" and environ(func.value)) or func.attr == "getenv"
+      )
+      key = node.args[0] if getter else None
+    elif isinstance(node, ast.Compare) and any(
+      environ(c) for c in node.comparators
+    ):
+      key = node.left
+    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+      read.add(key.value)
+  return read
+
+
+def test_only_ctl_platform_reads_a_platforms_variables():
+  platform = _platform_variables()
+  assert {"TF_CONFIG", "CLUSTER_SPEC", "AIP_MODEL_DIR"} <= platform
+  readers = {
+    f"{module}: {name}"
+    for package in ("ctl", "trainer")
+    for module, path in _modules(package).items()
+    if not module.startswith("ctl.platform")
+    for name in sorted(_environment_reads(path) & platform)
+  }
+  assert readers == set()
+
+
+def test_the_platform_check_sees_reads(tmp_path):
+  module = tmp_path / "reader.py"
+  module.write_text(
+    "import os\n"
+    "a = os.environ['TF_CONFIG']\n"
+    "b = os.environ.get('CLUSTER_SPEC', '')\n"
+    "c = os.getenv('AIP_MODEL_DIR')\n"
+    "d = 'AIP_CHECKPOINT_DIR' in os.environ\n"
+    "env = dict(os.environ)\n"
+    "os.environ['CLOUD_ML_JOB_ID'] = 'x'\n"
+  )
+  assert _environment_reads(str(module)) == {
+    "TF_CONFIG",
+    "CLUSTER_SPEC",
+    "AIP_MODEL_DIR",
+    "AIP_CHECKPOINT_DIR",
+  }

@@ -12,6 +12,10 @@ makes a claim a reader acts on; these tests hold each kind to the code:
   module or a name of the `ctl` package (a part in capitals, as in
   `python -m benchmarks.speed.X`, stands for any);
 - every `make X` is a target of the Makefile;
+- every `pip install` of this project (`'<name>[extra]'`, `.[extra]`), in
+  the pages, the Makefile and the code's messages, names setup.cfg's
+  distribution and extras (the name `ctl` on the public index is another
+  project);
 - the README's exit-code table names only codes that each tool its heading
   names can exit with, read from the tool's modules (their `*_EXIT_CODE`
   constants, the literals they exit with, the ctl exceptions they catch),
@@ -19,6 +23,7 @@ makes a claim a reader acts on; these tests hold each kind to the code:
 """
 
 import ast
+import configparser
 import glob
 import importlib
 import os
@@ -394,6 +399,51 @@ def test_every_exit_code_a_page_names_is_one_a_tool_exits_with():
   assert not _unknown_codes(_pages())
 
 
+# `pip install` of a name or `.`, with extras: `pip install -e '.[report]'`.
+_INSTALL = re.compile(
+  r"pip install\s+(?:-[ec]\s+(?:constraints\.txt\s+)?)*['\"]?"
+  r"([A-Za-z][\w.-]*|\.)(?:\[([\w,-]+)\])?"
+)
+
+
+def _distribution() -> tuple[str, set[str]]:
+  """setup.cfg's distribution name and the extras it declares."""
+  parser = configparser.ConfigParser()
+  parser.read(os.path.join(REPO, "setup.cfg"))
+  return parser["metadata"]["name"], set(parser["options.extras_require"])
+
+
+def _wrong_installs(files: list[pathlib.Path]) -> list[str]:
+  """'file: pip install X[E]' for each install of this project that names
+  another distribution or an extra setup.cfg does not declare; installs of
+  other projects (not starting with "ctl") are theirs."""
+  name, extras = _distribution()
+  wrong = []
+  for path in files:
+    for target, wanted in _INSTALL.findall(path.read_text()):
+      ours = target == "." or target.lower().startswith("ctl")
+      unknown = set(filter(None, wanted.split(","))) - extras
+      if ours and (target not in (".", name) or unknown):
+        shown = f"{target}[{wanted}]" if wanted else target
+        wrong.append(f"{path.name}: pip install {shown}")
+  return wrong
+
+
+def _install_hints() -> list[pathlib.Path]:
+  """The pages, the Makefile and every module of ctl/ and trainer/ (their
+  error messages tell users what to install)."""
+  code = [
+    pathlib.Path(f)
+    for f in _python_files()
+    if os.path.relpath(f, REPO).split(os.sep)[0] in ("ctl", "trainer")
+  ]
+  return [*_pages(), pathlib.Path(REPO, "Makefile"), *code]
+
+
+def test_every_install_of_this_project_names_its_distribution_and_extras():
+  assert _wrong_installs(_install_hints()) == []
+
+
 def test_the_checks_find_what_a_page_gets_wrong(tmp_path):
   page = tmp_path / "page.md"
   page.write_text(
@@ -417,6 +467,15 @@ def test_the_checks_find_what_a_page_gets_wrong(tmp_path):
   ]
   assert _missing_targets(pages) == ["page.md: make tset"]
   assert _unknown_codes(pages) == ["page.md: exit 76"]
+  hints = tmp_path / "hints.py"
+  hints.write_text(
+    "pip install 'ctl[report]'; pip install -e '.[reports]';\n"
+    "pip install '.[k8s]', pip install apache-beam, pip install -e .\n"
+  )
+  assert _wrong_installs([hints]) == [
+    "hints.py: pip install ctl[report]",
+    "hints.py: pip install .[reports]",
+  ]
 
 
 def test_the_trainers_help_names_every_code_of_the_exit_table():
