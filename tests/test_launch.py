@@ -168,6 +168,32 @@ time.sleep(600)
   _assert_all_gone([int((tmp_path / f"pid{i}").read_text()) for i in (0, 1)])
 
 
+def test_a_worker_killed_by_sigkill_has_the_others_killed_at_once(tmp_path):
+  """Worker 0 stands for a survivor whose SIGTERM starts an agreed save
+  that cannot complete without its dead peer: it must not be asked."""
+  result = _launch(
+    ["--num_workers=2", "--max_restarts=0"],
+    """
+def on_term(signum, frame):
+  note(f"got{index}", signal.Signals(signum).name)
+  time.sleep(5)  # The doomed save.
+  sys.exit(143)
+signal.signal(signal.SIGTERM, on_term)
+publish(f"pid{index}", os.getpid())
+if index == 1:
+  wait_for("pid0")
+  os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(600)
+""",
+    tmp_path,
+  )
+  assert result.returncode == 128 + signal.SIGKILL, result.stderr
+  assert "worker 1 was killed by signal 9" in result.stderr
+  assert "sending SIGKILL to 1 running worker(s)" in result.stderr
+  assert not (tmp_path / "got0").exists()
+  _assert_all_gone([int((tmp_path / "pid0").read_text())])
+
+
 def test_restarts_the_cluster_until_it_succeeds(tmp_path):
   result = _launch(
     ["--num_workers=2", "--max_restarts=3", "--restart_backoff_secs=0"],

@@ -1,6 +1,29 @@
-"""ctl.launch.supervisor: the pause between restarts (the loop: tests/test_launch.py)."""
+"""ctl.launch.supervisor: the pause between restarts and the signal that
+stops the others (the loop: tests/test_launch.py)."""
+
+import signal
+
+import pytest
 
 from ctl.launch import supervisor
+
+
+@pytest.mark.parametrize(
+  "code, others_get",
+  [
+    (-signal.SIGKILL, signal.SIGKILL),  # Saved nothing, never will.
+    (-signal.SIGSEGV, signal.SIGKILL),
+    (-signal.SIGTERM, signal.SIGTERM),  # Preempted: may be saving with them.
+    (-signal.SIGINT, signal.SIGTERM),
+    (143, signal.SIGTERM),  # Its agreed save done.
+    (1, signal.SIGTERM),
+    (75, signal.SIGTERM),  # A stall: the stalled one is stopped too.
+  ],
+)
+def test_the_others_are_killed_at_once_only_after_a_death_no_save_survives(
+  code, others_get
+):
+  assert supervisor.stop_signal(code) == others_get
 
 
 def test_the_pause_doubles_from_the_base_up_to_the_cap():

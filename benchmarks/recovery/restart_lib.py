@@ -384,9 +384,10 @@ _NOTES = [
   "restore is done (to_restored); it ends its first train loop "
   "(to_resumed_step). Medians over interleaved rounds, with the min-max "
   "range of the total.",
-  "The surviving chief goes down either way. The launcher sends it "
-  "SIGTERM at once, and it tries its agreed save with a dead peer until "
-  "that fails (or --grace_secs ends). Under agents nothing tells it: its "
+  "The surviving chief goes down either way. The launcher SIGKILLs it "
+  "at once (an agreed save cannot complete with its peer SIGKILLed; until "
+  "2026-11-29 it sent SIGTERM, and the chief tried that save until its "
+  "collective failed, 2-10 s). Under agents nothing tells it: its "
   "collective is aborted only when the restarted peer's new server comes "
   "up (to_chief_down), and its agent restarts it then; so a cold agent "
   "restart pays two process starts in series where the launcher restarts "

@@ -2,7 +2,11 @@
 
 When a worker fails, the others stop (MultiWorkerMirroredStrategy cannot go
 on without it) and, if restarts are left, all start again after an
-exponential backoff; the trainer resumes from its checkpoint. A user error
+exponential backoff; the trainer resumes from its checkpoint. They get
+SIGTERM, which gives them their agreed save, unless the failed worker was
+killed by another signal (SIGKILL, a crash): an agreed save needs every
+worker, so theirs could only fail, and they are killed at once
+(`stop_signal`). A user error
 (exit 2) is never restarted: a restart cannot fix it; nor is a writer
 whose lease another trainer took over (exit 77). A stall (exit 75, or a
 heartbeat past its deadline) is restarted like a crash and reported with its
@@ -38,6 +42,9 @@ _FINAL_CODES = {
     "owns it"
   ),
 }
+# A worker killed by one of these may have handled it with the agreed save
+# (ctl.resilience.preemption), its peers saving with it.
+_SAVE_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # The shortest pause between restarts, whatever --restart_backoff_secs says:
 # a worker that fails at once must not make the launcher spin.
 MIN_PAUSE_SECS = 0.5
@@ -59,6 +66,24 @@ class Policy:
   restart_backoff_secs: float = 1.0
   grace_secs: float = 10.0
   heartbeat_grace_secs: float = 30.0
+
+
+def stop_signal(code: int) -> int:
+  """The signal that stops the other workers after one ended with `code`.
+
+  SIGTERM asks them for their agreed save at the next loop boundary. That
+  save needs every worker, so after one was killed by any other signal
+  (SIGKILL, SIGSEGV: it saved nothing and never will) the survivors would
+  only wait in their collective until it failed: 2-10 s of every
+  whole-cluster restart after a hard kill (benchmarks' `restart` section),
+  and the grace period at worst. They are killed at once instead. What
+  they had saved stays whole: a checkpoint is committed whole or not at all
+  (docs/design.md, "Contracts"), a local tier's step stays on the node for
+  the restart, and a copy to the bucket cut short is not committed.
+  """
+  if code < 0 and -code not in _SAVE_SIGNALS:
+    return signal.SIGKILL
+  return signal.SIGTERM
 
 
 def restart_pause_secs(*, base_secs: float, restart: int) -> float:
@@ -211,10 +236,13 @@ class _Supervisor:
         when_steady=self._starts.spare_to_full_priority
       )
       self._starts.ended(code)
-      signum = (
-        workers.stop(signum or signal.SIGTERM, self._policy.grace_secs)
-        or signum
-      )
+      stop_with = signum or stop_signal(code)
+      if stop_with == signal.SIGKILL:
+        output_relay.log(
+          f"worker {rank} was killed by signal {-code}: the others cannot"
+          " agree a save without it"
+        )
+      signum = workers.stop(stop_with, self._policy.grace_secs) or signum
       if rank is not None:
         self._after_failure()
       if signum:
