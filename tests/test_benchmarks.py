@@ -10,6 +10,7 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import textwrap
 
@@ -261,6 +262,42 @@ def test_report_renders_every_section_and_target(tmp_path):
     assert json.load(f)["sections"]["checkpointing"]["status"] == "pending"
   with pytest.raises(ValueError, match="status"):
     report_lib.section(title="bad", status="great")
+
+
+def test_a_round_other_processes_disturb_is_timed_again_and_decides_nothing():
+  """Two processes burn both cores through the whole run, so every round
+  is disturbed: each is timed again while the cap (the planned rounds)
+  allows, and the rounds kept then leave the target UNDECIDED, saying so.
+  (The section's own average cannot see a burst of a few seconds.)"""
+  burners = [
+    subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    for _ in range(2)
+  ]
+  try:
+    sections = throughput_lib.run(
+      throughput_lib.Config(
+        **_TINY_THROUGHPUT,
+        steps=40,  # Rounds of a fraction of a second: /proc/stat's ticks.
+        repeats=2,
+        variants=("engine:N", "bare"),
+        extras=("none",),
+        targets=("engine:N/bare>=0.1",),
+        measure_peak=False,
+        time_budget_secs=600,
+        section="busy",
+      )
+    )
+  finally:
+    for burner in burners:
+      burner.kill()
+      burner.wait()
+  body = sections["busy"]
+  notes = " ".join(body["notes"])
+  assert notes.count("timed again: other processes used") == 2
+  assert "Kept, though disturbed by other processes: round 1 (" in notes
+  [target] = body["targets"]
+  assert target["status"] == "UNDECIDED"
+  assert "disturbed by other processes" in target["reason"]
 
 
 def test_throughput_on_tiny_settings(tmp_path):
