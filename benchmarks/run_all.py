@@ -151,14 +151,15 @@ BENCHMARKS = (
   Benchmark(
     "small_model",
     "benchmarks.speed.throughput",
-    # Many interleaved rounds, each in slices of 10 steps: the host
+    # Many interleaved rounds, each in slices of 20 steps: the host
     # overhead measured here is a few percent of a step of milliseconds,
-    # and a shared machine's noise comes in bursts.
+    # and a shared machine's noise comes in bursts. 200 steps a round give
+    # the spl=100 variants two calls each, in different slices.
     (
       "--model=small_cnn",
       "--image_size=8",
       "--batch_size=8",
-      "--steps=100",
+      "--steps=200",
       "--slices=10",
       "--steps_per_loop=100",
       "--repeats=10",
@@ -166,9 +167,10 @@ BENCHMARKS = (
       "bare+noacc,fit:1,fit:N",
       "--extras=none",
       "--nomeasure_peak",
-      # spl=100 against the per-step loops with the margin two quiet
-      # runs resolve (docs/benchmarks.md, "Targets changed, and why").
-      "--targets=engine:N/bare:N>=1.0,engine:1/bare>=0.95,"
+      # spl=100 against the per-step loops, and against the same loop by
+      # hand, with the margins quiet runs resolve (docs/benchmarks.md,
+      # "Targets changed, and why").
+      "--targets=engine:N/bare:N>=0.9,engine:1/bare>=0.95,"
       "engine:N/bare>=1.3,engine:N/fit:1>=1.5",
       "--title=Small model (small_cnn 8x8, batch 8): what steps_per_loop "
       "buys when per-step overhead dominates",
@@ -243,10 +245,11 @@ BENCHMARKS = (
       "--entry_records=1024",
     ),
     timeout_secs=240,
-    # Start-up (writing the records) about 25 s, then 7-8 s a round: at
-    # 80 s the standard run's share gave 1 or 2 of the 3 rounds, and a
-    # ratio of 1 round decided what one of 2 could not.
-    planned_secs=105,
+    # Start-up (writing the records) about 25 s, then about 20 s a round
+    # (the entry routes 7-8 s, 4 resume passes of about 3 s): at 80 s the
+    # standard run's share gave 1 or 2 of the 3 rounds, and a ratio of 1
+    # round decided what one of 2 could not. 87 s alone (2026-11-29).
+    planned_secs=120,
   ),
   Benchmark(
     "scaling",

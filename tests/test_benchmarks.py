@@ -544,6 +544,7 @@ def test_input_scale_over_its_budget_runs_one_round_and_says_so(tmp_path):
     "--decode_batches=2",
     "--entry_records=64",
     "--repeats=3",
+    "--resume_passes=2",
     f"--cache_dir={tmp_path}",
   )
   for name in ("input_scale", "input_scale_entry"):
@@ -570,8 +571,10 @@ def test_input_scale_over_its_budget_runs_one_round_and_says_so(tmp_path):
     # the background threads got. At the benchmark's 50,000 records it is
     # a small error.
     assert isinstance(row[input_scale_lib.STREAMED], int)
-  statuses = [t["status"] for t in sections["input_scale"]["targets"]]
-  assert statuses[:2] == ["PASS", "PASS"]
+  targets = sections["input_scale"]["targets"]
+  assert [t["status"] for t in targets[:2]] == ["PASS", "PASS"]
+  # The resume targets: a sample per pass, 2 passes in the one round.
+  assert [t["rounds"] for t in targets[2:]] == [2, 2]
   entry = sections["input_scale_entry"]
   _check_section(entry, ("name", "records_per_second"))
   assert len(entry["rows"]) == 4
