@@ -22,6 +22,7 @@ from ctl import errors
 from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.telemetry import goodput
 from ctl.telemetry import ledger_reader
+from ctl.telemetry import restart_phases
 from ctl.telemetry import spot_cost
 
 PNG_NAME = "goodput_timeline.png"
@@ -94,7 +95,7 @@ def table(accounting: goodput.Accounting) -> str:
 
 
 def restart_table(accounting: goodput.Accounting) -> list[str]:
-  """Each start's way to its first step, by phase (goodput.restart_phases):
+  """Each start's way to its first step, by phase (restart_phases):
   where a restart's seconds go, for every attempt."""
   heads = {
     "gap": "gap",
@@ -107,13 +108,15 @@ def restart_table(accounting: goodput.Accounting) -> list[str]:
   lines = [
     "Seconds from the failure before each start to its first step:",
     f"{'start':>5} "
-    + " ".join(f"{heads[p]:>8}" for p in goodput.RESTART_PHASES)
+    + " ".join(f"{heads[p]:>8}" for p in restart_phases.RESTART_PHASES)
     + f" {'total':>8}",
   ]
-  for a, row in zip(accounting.attempts, goodput.restart_phases(accounting)):
+  for a, row in zip(
+    accounting.attempts, restart_phases.restart_phases(accounting)
+  ):
     lines.append(
       f"{a.index + 1:>5} "
-      + " ".join(f"{row[p]:>8.2f}" for p in goodput.RESTART_PHASES)
+      + " ".join(f"{row[p]:>8.2f}" for p in restart_phases.RESTART_PHASES)
       + f" {sum(row.values()):>8.2f}"
     )
   return lines

@@ -21,6 +21,7 @@ import pytest
 
 from ctl.checkpoint.tiers import node_tiers
 from ctl.distributed.ports import free_ports
+from ctl.telemetry import ledger_reader
 from ctl.testing import gcs_emulator as gcs_emulator_lib
 from ctl.testing.run_files import read_scalars
 from ctl.testing.run_files import read_summary
@@ -44,7 +45,24 @@ __all__ = [
   "trainer_command",
   "trainer_env",
   "trained_model_dir",
+  "wait_for_attempt",
 ]
+
+
+def wait_for_attempt(model_dir, index, step, launcher, timeout=240):
+  """The ledger's events of attempt `index` of the job `launcher` runs in
+  `model_dir`, once that attempt has recorded `step` (the job must not end
+  before)."""
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    attempts = ledger_reader.read(ledger_reader.ledger_dir(model_dir))
+    if len(attempts) > index:
+      steps = [e["step"] for e in attempts[index] if e["event"] == "phase"]
+      if steps and max(steps) >= step:
+        return attempts[index]
+    assert launcher.poll() is None, launcher.communicate()[0][-3000:]
+    time.sleep(0.02)
+  raise AssertionError(f"attempt {index} never reached step {step}")
 
 
 def heavy_modules_loaded_by(*modules: str) -> list[str]:

@@ -31,6 +31,7 @@ from tests.conftest import read_scalars
 from tests.conftest import read_summary
 from tests.conftest import run_trainer
 from tests.conftest import trainer_env
+from tests.conftest import wait_for_attempt
 from trainer.testing import launch_command
 from trainer.testing import run_command
 
@@ -56,20 +57,6 @@ def _attempts(model_dir):
   return ledger_reader.read(ledger_reader.ledger_dir(model_dir))
 
 
-def _wait_for_attempt(model_dir, index, step, launcher, timeout=240):
-  """Waits until attempt `index` has recorded `step`; returns its events."""
-  deadline = time.monotonic() + timeout
-  while time.monotonic() < deadline:
-    attempts = _attempts(model_dir)
-    if len(attempts) > index:
-      steps = [e["step"] for e in attempts[index] if e["event"] == "phase"]
-      if steps and max(steps) >= step:
-        return attempts[index]
-    assert launcher.poll() is None, launcher.communicate()[0][-3000:]
-    time.sleep(0.02)
-  raise AssertionError(f"attempt {index} never reached step {step}")
-
-
 @pytest.fixture(scope="module")
 def killed_run(tmp_path_factory):
   """A job killed at KILL_AT and resumed by the launcher; what the test saw."""
@@ -90,7 +77,7 @@ def killed_run(tmp_path_factory):
   )
   expected_lost = []
   for index, kill_at in enumerate(KILL_AT):
-    events = _wait_for_attempt(model_dir, index, kill_at, launcher)
+    events = wait_for_attempt(model_dir, index, kill_at, launcher)
     pid = events[0]["pid"]
     os.kill(pid, signal.SIGSTOP)  # Frozen: the ledger and disk stay as read.
     recorded = max(

@@ -9,35 +9,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from ctl.telemetry import goodput
 from ctl.telemetry import ledger_reader
+from ctl.telemetry import restart_phases
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
 from tests.conftest import trainer_env
+from tests.conftest import wait_for_attempt
 from trainer.testing import launch_command
 
 KILL_AT = 30
-
-
-def _wait_for_step(model_dir, step, launcher, timeout=240):
-  """The first attempt's events once it has recorded `step`."""
-  deadline = time.monotonic() + timeout
-  while time.monotonic() < deadline:
-    attempts = ledger_reader.read(ledger_reader.ledger_dir(model_dir))
-    steps = (
-      [e["step"] for e in attempts[0] if e["event"] == "phase"]
-      if (attempts)
-      else []
-    )
-    if steps and max(steps) >= step:
-      return attempts[0]
-    assert launcher.poll() is None, launcher.communicate()[0][-3000:]
-    time.sleep(0.05)
-  raise AssertionError(f"the run never reached step {step}")
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +46,7 @@ def killed_once(tmp_path_factory):
     stderr=subprocess.STDOUT,
     text=True,
   )
-  events = _wait_for_step(model_dir, KILL_AT, launcher)
+  events = wait_for_attempt(model_dir, 0, KILL_AT, launcher)
   os.kill(events[0]["pid"], signal.SIGKILL)
   output, _ = launcher.communicate(timeout=300)
   assert launcher.returncode == 0, output[-3000:]
@@ -73,11 +57,11 @@ def test_each_starts_way_to_its_first_step_adds_up(killed_once):
   accounting = goodput.account(
     ledger_reader.read(ledger_reader.ledger_dir(killed_once))
   )
-  first, restart = goodput.restart_phases(accounting)
+  first, restart = restart_phases.restart_phases(accounting)
   assert first["gap"] == 0
   # The restart came back from a process that did not exist: every phase
   # of a cold start is there, and the gap holds the launcher's back-off.
-  for phase in goodput.RESTART_PHASES:
+  for phase in restart_phases.RESTART_PHASES:
     assert restart[phase] > 0 or phase == "before_loop", phase
   assert restart["gap"] > 0
   assert restart[goodput.RESTORE] == pytest.approx(
@@ -96,7 +80,9 @@ def test_each_starts_way_to_its_first_step_adds_up(killed_once):
     (goodput.TRACING, (goodput.TRACING,)),
   ):
     assert sum(
-      goodput.restart_phases(accounting)[i][p] for i in (0, 1) for p in phases
+      restart_phases.restart_phases(accounting)[i][p]
+      for i in (0, 1)
+      for p in phases
     ) == pytest.approx(accounting.seconds[category])
 
 

@@ -23,6 +23,7 @@ from ctl.telemetry import goodput
 from ctl.telemetry import goodput_model
 from ctl.telemetry import ledger_reader
 from ctl.telemetry import progress
+from ctl.telemetry import restart_phases as restart_phases_lib
 from ctl.testing import events as events_lib
 
 # The fault intervals the model is evaluated at (minutes).
@@ -315,9 +316,11 @@ def timed_restarts(model: str, root: str, *, timeout: int) -> dict:
 
 def restart_phases(model_dir: str) -> dict:
   """The starts after the first, by restart phase (ctl-report's table,
-  goodput.restart_phases), summed: {phase: seconds}."""
-  rows = goodput.restart_phases(_accounting(model_dir))[1:]
-  return {p: sum(row[p] for row in rows) for p in goodput.RESTART_PHASES}
+  ctl.telemetry.restart_phases), summed: {phase: seconds}."""
+  rows = restart_phases_lib.restart_phases(_accounting(model_dir))[1:]
+  return {
+    p: sum(row[p] for row in rows) for p in restart_phases_lib.RESTART_PHASES
+  }
 
 
 def restarts_section(
@@ -399,7 +402,7 @@ def _restart_notes(restarts: dict, seconds: dict, from_bucket: float) -> list:
     f"{spare['to_restored']:.1f} s, its first resumed loop ended at "
     f"{spare['to_resumed_step']:.1f} s; its ledger: {parts}.",
     "Each way's restart by phase (its ledger, as ctl-report prints it: "
-    f"{', '.join(goodput.RESTART_PHASES)}): "
+    f"{', '.join(restart_phases_lib.RESTART_PHASES)}): "
     + "; ".join(
       f"{way} "
       + " / ".join(f"{v:.1f}" for v in restarts[way]["phases"].values())

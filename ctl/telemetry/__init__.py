@@ -11,6 +11,8 @@ Modules (lowest first):
     save cost.
   goodput: Goodput: where a job's wall time went, from its run ledger
     (ctl.telemetry.ledger).
+  restart_phases: Where each start's seconds went on its way to its first
+    step.
   spot_cost: What Spot VMs are worth for one run: goodput and cost per useful
     hour.
   ledger: The run ledger: what each start of a job did and when, across

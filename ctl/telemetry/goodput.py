@@ -287,49 +287,6 @@ def account(
   )
 
 
-# A start's way back, in order: no process, interpreter and imports, the
-# run's parts (model, optimizer, data, strategy), the restore, bookkeeping
-# before the first loop, and the first loop's tracing.
-RESTART_PHASES = ("gap", "imports", "build", RESTORE, "before_loop", TRACING)
-
-
-def restart_phases(accounting: Accounting) -> list[dict[str, float]]:
-  """Each start's seconds from the failure before it to its first step.
-
-  Where a restart's time goes, per attempt: its segments before its first
-  training (a killed start that never trained: all of them), split by
-  RESTART_PHASES; start-up is split at the end of the imports (the `run`
-  event). The phases add up to the start's time to its first step.
-
-  Returns:
-    One {phase: seconds} per attempt, in order (the first has no gap).
-  """
-  rows = []
-  for a in accounting.attempts:
-    spent = dict.fromkeys(CATEGORIES, 0.0)
-    for s in accounting.segments:
-      if s.attempt == a.index and s.category == GOODPUT:
-        break
-      if s.attempt == a.index:
-        spent[s.category] += s.end - s.start
-    imports = min(a.imported or 0.0, spent[STARTUP])
-    rows.append(
-      {
-        "gap": spent[RESTART_GAP],
-        "imports": imports,
-        "build": spent[STARTUP] - imports,
-        RESTORE: spent[RESTORE],
-        "before_loop": sum(spent.values())
-        - spent[RESTART_GAP]
-        - spent[STARTUP]
-        - spent[RESTORE]
-        - spent[TRACING],
-        TRACING: spent[TRACING],
-      }
-    )
-  return rows
-
-
 def _on_its_own_clock(events: Sequence[dict], shift: float) -> list[dict]:
   """The attempt's events placed by its start (moved by `shift`) plus their
   monotonic seconds since it (`m`, `m0`, `m1`; older ledgers have none)."""
