@@ -104,6 +104,7 @@ def restart_table(accounting: goodput.Accounting) -> list[str]:
     goodput.RESTORE: "restore",
     "before_loop": "pre-loop",
     goodput.TRACING: "tracing",
+    goodput.LOST: "lost",
   }
   lines = [
     "Seconds from the failure before each start to its first step:",

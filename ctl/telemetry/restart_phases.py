@@ -10,7 +10,9 @@ from ctl.telemetry import goodput
 
 # A start's way back, in order: no process, interpreter and imports, the
 # run's parts (model, optimizer, data, strategy), the restore, bookkeeping
-# before the first loop, and the first loop's tracing.
+# before the first loop, the first loop's tracing, and the work a failure
+# cut short before the start kept a step (a first loop killed before it
+# ended, steps never saved: redone by the next start).
 RESTART_PHASES = (
   "gap",
   "imports",
@@ -18,6 +20,7 @@ RESTART_PHASES = (
   goodput.RESTORE,
   "before_loop",
   goodput.TRACING,
+  goodput.LOST,
 )
 
 
@@ -51,8 +54,10 @@ def restart_phases(accounting: goodput.Accounting) -> list[dict[str, float]]:
         - spent[goodput.RESTART_GAP]
         - spent[goodput.STARTUP]
         - spent[goodput.RESTORE]
-        - spent[goodput.TRACING],
+        - spent[goodput.TRACING]
+        - spent[goodput.LOST],
         goodput.TRACING: spent[goodput.TRACING],
+        goodput.LOST: spent[goodput.LOST],
       }
     )
   return rows
