@@ -367,18 +367,8 @@ def test_a_local_checkpoint_of_another_input_shape_is_refused(tmp_path):
   """As the bucket's (tests/test_errors.py): a run killed after its local
   saves, restarted with another --image_size, restores the local step and
   is refused in one sentence (exit 2), its checkpoints left as they were."""
-  flags = (
-    *ONE_WORKER,
-    f"--model_dir={tmp_path / 'run'}",
-    f"--local_checkpoints={tmp_path}/node0",
-  )
-  killed = run_trainer(
-    *flags, env=trainer_env(CTL_JOB_ID="shape", faults="crash@40"), check=False
-  )
-  assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-  kept = tier(tmp_path, 0)
+  flags, kept = _killed_after_local_saves(tmp_path, job="shape")
   newest = kept.steps()[-1]
-  assert newest > BUCKET_EVERY
   result = run_trainer(
     *flags,
     "--image_size=24",
@@ -405,17 +395,7 @@ def test_a_deleted_run_directory_starts_over_though_the_tier_is_there(
   (one line says why the tier is not used) and ends as the uninterrupted
   run; the other run's local steps are removed, not restored."""
   model_dir = tmp_path / "run"
-  flags = (
-    *ONE_WORKER,
-    f"--model_dir={model_dir}",
-    f"--local_checkpoints={tmp_path}/node0",
-  )
-  killed = run_trainer(
-    *flags, env=trainer_env(CTL_JOB_ID="ghost", faults="crash@40"), check=False
-  )
-  assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-  ghost = tier(tmp_path, 0)
-  assert ghost.steps()[-1] > BUCKET_EVERY
+  flags, ghost = _killed_after_local_saves(tmp_path, job="ghost")
   shutil.rmtree(model_dir)
   again = run_trainer(
     *flags, env=trainer_env(CTL_JOB_ID="ghost"), events=f"{model_dir}.jsonl"
@@ -521,3 +501,20 @@ def test_a_copy_to_the_bucket_that_never_completes_is_a_stall(
   bucket = _Bucket.emulated(gcs_emulator)
   summary = read_summary(bucket.download("run", str(tmp_path / "downloaded")))
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
+
+
+def _killed_after_local_saves(tmp_path, *, job: str):
+  """One worker of job `job` in `tmp_path / "run"`, SIGKILLed at step 40,
+  after local saves newer than the bucket's; returns its flags and tier."""
+  flags = (
+    *ONE_WORKER,
+    f"--model_dir={tmp_path / 'run'}",
+    f"--local_checkpoints={tmp_path}/node0",
+  )
+  killed = run_trainer(
+    *flags, env=trainer_env(CTL_JOB_ID=job, faults="crash@40"), check=False
+  )
+  assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+  kept = tier(tmp_path, 0)
+  assert kept.steps()[-1] > BUCKET_EVERY
+  return flags, kept

@@ -126,6 +126,7 @@ class PipelineOptions:
     return dataset.prefetch(self.prefetch_batches).with_options(options)
 
 
+@tf.autograph.experimental.do_not_convert
 def steps_per_epoch(num_records: int, global_batch_size: int) -> int:
   """Whole global batches per epoch (the incomplete last batch is dropped)."""
   return num_records // global_batch_size
@@ -272,6 +273,7 @@ def dataset_fns(
   return train_dataset_fn, (None if eval_records is None else eval_dataset_fn)
 
 
+@tf.autograph.experimental.do_not_convert
 def train_indices(
   *,
   step,
@@ -329,6 +331,7 @@ def _indexed_train_records(
     global_batch_size=global_batch_size, pipelines=pipelines, options=options
   )
 
+  @tf.autograph.experimental.do_not_convert
   def indices(first_step):
     steps = first_step + tf.range(steps_per_fetch, dtype=tf.int64)
     return tf.reshape(

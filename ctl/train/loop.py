@@ -138,6 +138,7 @@ class TrainLoop:
     self._controls = _controls()
     self._num_workers, self._host_slot = _host_slot(strategy)
 
+  @tf.autograph.experimental.do_not_convert
   def _average(self, output) -> tf.Tensor:
     loss = step_lib.average_loss(
       self._model,
@@ -229,6 +230,7 @@ class TrainLoop:
       axis=None,
     )
 
+  @tf.autograph.experimental.do_not_convert
   def _accumulators(self) -> tuple[tf.Variable, ...]:
     """The variables a call starts from zero: the loss buffer, metrics."""
     buffer = () if self._step_losses is None else (self._step_losses,)
@@ -477,6 +479,7 @@ def _replica_accumulator(shape) -> tf.Variable:
   )
 
 
+@tf.autograph.experimental.do_not_convert
 def _zero(*variables) -> None:
   """Resets accumulators; runs in replica context (each local copy)."""
   for variable in variables:

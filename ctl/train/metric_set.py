@@ -65,6 +65,7 @@ class MetricSet:
     }
     self.size = sum(sum(sizes) for sizes in self._sizes.values())
 
+  @tf.autograph.experimental.do_not_convert
   def variables(self) -> list:
     """Every replica-side state variable (to zero them in replica context)."""
     return [v.value for m in self._replica.values() for v in m.variables]
@@ -82,6 +83,7 @@ class MetricSet:
           output.y_true, output.y_pred, sample_weight=output.sample_weight
         )
 
+  @tf.autograph.experimental.do_not_convert
   def state(self) -> list[tf.Tensor]:
     """This replica's state, flat float32 pieces in a fixed order."""
     return [

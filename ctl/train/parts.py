@@ -89,43 +89,54 @@ def assemble(
     loop_actions, record=_recorder(ledger, "stopped_early")
   )
   _bind_actions(loop_actions, task, options, state, fence)
-  writer = _writer(outputs, fence)
+  shared = _Shared(
+    task=task,
+    options=options,
+    strategy=strategy,
+    progress=progress,
+    ledger=ledger,
+    fence=fence,
+    outputs=outputs,
+    state=state,
+    metrics=metrics,
+    writer=_writer(outputs, fence),
+  )
   return Parts(
     outputs=outputs,
     state=state,
     checkpoints=_checkpoints(
-      options,
-      outputs.checkpoints,
-      state.checkpoint(actions=actions.stateful()),
-      state,
-      progress,
-      ledger,
-      fence,
-      strategy,
+      shared, state.checkpoint(actions=actions.stateful())
     ),
-    loop=_train_loop(task, options, strategy, state, metrics, faults),
-    writer=writer,
+    loop=_train_loop(shared, faults),
+    writer=shared.writer,
     profiler=profiler.StepProfiler(
-      steps=options.profile_steps, logdir=writer.run_dir(summaries.TRAIN)
+      steps=options.profile_steps,
+      logdir=shared.writer.run_dir(summaries.TRAIN),
     ),
-    window=_window(task, options, state, metrics, writer, outputs),
-    evaluation=_evaluation(
-      task,
-      options,
-      strategy,
-      state,
-      metrics,
-      writer,
-      outputs,
-      eval_callbacks,
-      progress,
-      ledger,
-    ),
+    window=_window(shared),
+    evaluation=_evaluation(shared, eval_callbacks),
     stragglers=stragglers_lib.Watch(enabled=options.is_chief),
     divergence=DivergenceGuard(max_recoveries=options.max_nan_recoveries),
     actions=actions,
     metric_names=metrics.names,
   )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shared:
+  """What the builders of the parts read: the run's inputs to `assemble`
+  and the pieces built first (outputs, state, metrics, writer)."""
+
+  task: Task
+  options: RunOptions
+  strategy: tf.distribute.Strategy
+  progress: progress_lib.Progress
+  ledger: ledger_lib.Ledger | ledger_lib.Unkept
+  fence: fencing.Fence
+  outputs: outputs_lib.OpenedOutputs
+  state: state_lib.TrainState
+  metrics: metric_set.MetricSet
+  writer: summaries.ScalarWriter
 
 
 def _writer(outputs, fence) -> summaries.ScalarWriter:
@@ -136,41 +147,28 @@ def _writer(outputs, fence) -> summaries.ScalarWriter:
   )
 
 
-def _window(
-  task, options, state, metrics, writer, outputs
-) -> metrics_window.MetricsWindow:
+def _window(shared: _Shared) -> metrics_window.MetricsWindow:
   """The training metrics between two log lines, and where they go."""
+  optimizer = shared.state.optimizer
   return metrics_window.MetricsWindow(
-    metrics=metrics,
-    train_steps=options.train_steps,
-    global_batch_size=task.global_batch_size,
-    writer=writer,
-    publish=lambda: _publish(outputs.tensorboard),
-    learning_rate=lambda: float(
-      tf.convert_to_tensor(state.optimizer.learning_rate)
-    ),
+    metrics=shared.metrics,
+    train_steps=shared.options.train_steps,
+    global_batch_size=shared.task.global_batch_size,
+    writer=shared.writer,
+    publish=lambda: _publish(shared.outputs.tensorboard),
+    learning_rate=lambda: float(tf.convert_to_tensor(optimizer.learning_rate)),
   )
 
 
-def _evaluation(
-  task,
-  options,
-  strategy,
-  state,
-  metrics,
-  writer,
-  outputs,
-  callbacks,
-  progress,
-  ledger,
-) -> evaluation_lib.Evaluation:
+def _evaluation(shared: _Shared, callbacks) -> evaluation_lib.Evaluation:
   """Evaluation during the run: the eval loop, its data, where it writes."""
+  task, options, strategy = shared.task, shared.options, shared.strategy
   return evaluation_lib.Evaluation(
     eval_loop=loop_lib.EvalLoop(
       strategy=strategy,
-      model=state.model,
+      model=shared.state.model,
       compute_loss=step_lib.compute_loss_of(task),
-      metrics=metrics,
+      metrics=shared.metrics,
     ),
     eval_data=(
       strategy.distribute_datasets_from_function(_finite(task.eval_dataset_fn))
@@ -179,11 +177,11 @@ def _evaluation(
     ),
     every_steps=options.eval_every_steps,
     train_steps=options.train_steps,
-    writer=None if options.evaluator_writes_validation else writer,
-    publish=lambda: _publish(outputs.tensorboard),
+    writer=None if options.evaluator_writes_validation else shared.writer,
+    publish=lambda: _publish(shared.outputs.tensorboard),
     callbacks=callbacks,
-    progress=progress,
-    record=_recorder(ledger, "evaluated"),
+    progress=shared.progress,
+    record=_recorder(shared.ledger, "evaluated"),
   )
 
 
@@ -265,12 +263,12 @@ def _open_outputs(options, fence) -> outputs_lib.OpenedOutputs:
   )
 
 
-def _checkpoints(
-  options, location, checkpoint, state, progress, ledger, fence, strategy
-) -> run_checkpoints.RunCheckpoints:
+def _checkpoints(shared: _Shared, checkpoint) -> run_checkpoints.RunCheckpoints:
   """The checkpoint duty: into the local tier (ctl.checkpoint.tiers.checkpoint_tiers;
   none when its setting is "off") in front of `location` (fetched first),
   when the policy says."""
+  options, state, fence = shared.options, shared.state, shared.fence
+  progress, location = shared.progress, shared.outputs.checkpoints
   location.fetch()
   setting = node_tiers.setting_for_job(
     options.local_checkpoints, job_id=options.job_id
@@ -289,7 +287,7 @@ def _checkpoints(
     checkpointer=checkpoint_tiers.build(
       bucket=bucket,
       bucket_url=location.url,
-      strategy=strategy,
+      strategy=shared.strategy,
       setting=setting,
       job_id=options.job_id,
       keep=options.keep_checkpoints,
@@ -311,7 +309,7 @@ def _checkpoints(
       expected_mtbf_secs=options.expected_mtbf_secs,
       train_steps=options.train_steps,
       is_chief=options.is_chief,
-      accounting=ledger.accounting,
+      accounting=shared.ledger.accounting,
     ),
     progress=progress,
     global_step=state.global_step,
@@ -319,27 +317,28 @@ def _checkpoints(
     fence=fence,
     local_every_steps=setting != "off"
     and (options.local_checkpoint_every_steps or options.steps_per_loop),
-    record=lambda **fields: ledger.record("checkpoint_restore", **fields),
+    record=_recorder(shared.ledger, "checkpoint_restore"),
   )
 
 
-def _train_loop(
-  task, options, strategy, state, metrics, faults
-) -> loop_lib.TrainLoop:
-  with strategy.scope():
+def _train_loop(shared: _Shared, faults) -> loop_lib.TrainLoop:
+  """The compiled train loop of the task's step (with the fault injector's
+  loss hook when faults are injected)."""
+  state = shared.state
+  with shared.strategy.scope():
     loss_hook = faults and faults.loss_hook()
   return loop_lib.TrainLoop(
-    strategy=strategy,
+    strategy=shared.strategy,
     model=state.model,
     optimizer=state.optimizer,
     global_step=state.global_step,
-    global_batch_size=task.global_batch_size,
-    steps_per_loop=options.steps_per_loop,
-    compute_loss=step_lib.compute_loss_of(task),
-    replica_step=task.replica_step,
-    metrics=metrics,
-    jit_compile=options.xla,
-    train_metrics=options.train_metrics,
+    global_batch_size=shared.task.global_batch_size,
+    steps_per_loop=shared.options.steps_per_loop,
+    compute_loss=step_lib.compute_loss_of(shared.task),
+    replica_step=shared.task.replica_step,
+    metrics=shared.metrics,
+    jit_compile=shared.options.xla,
+    train_metrics=shared.options.train_metrics,
     loss_hook=loss_hook,
   )
 

@@ -50,6 +50,7 @@ class StepOutput(NamedTuple):
   values: Mapping[str, tf.Tensor] | None = None
 
 
+@tf.autograph.experimental.do_not_convert
 def sparse_softmax_cross_entropy(labels, logits):
   """Per-example cross entropy from float32 logits (mixed precision safe)."""
   return keras.losses.sparse_categorical_crossentropy(
@@ -127,6 +128,7 @@ class StepContext:
     )
 
 
+@tf.autograph.experimental.do_not_convert
 def average_loss(
   model, per_example_loss, *, sample_weight, global_batch_size: int
 ) -> tf.Tensor:
@@ -148,6 +150,7 @@ def average_loss(
   return loss
 
 
+@tf.autograph.experimental.do_not_convert
 def checked(output: Any, batch: Any, *, where: str) -> StepOutput:
   """`output` when it is a usable StepOutput for `batch`; else UserError.
 
@@ -176,6 +179,7 @@ def checked(output: Any, batch: Any, *, where: str) -> StepOutput:
   return output
 
 
+@tf.autograph.experimental.do_not_convert
 def batch_size_of(batch) -> tf.Tensor:
   """The number of examples in `batch` (its first tensor's first dimension),
   as a tensor."""
