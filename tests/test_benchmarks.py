@@ -607,6 +607,48 @@ def _restart(down, first, restored, resumed):
   )
 
 
+def _chief_marks(path, marks):
+  """An events file of the chief's marks: (attempt, phase, end, seconds,
+  steps), each at step 5 (the fields `restart_lib` reads)."""
+  with open(path, "w") as f:
+    for attempt, phase, end, seconds, steps in marks:
+      event = dict(
+        worker=0,
+        attempt=attempt,
+        pid=100 + attempt,
+        phase=phase,
+        step=5,
+        monotonic=end,
+        seconds=seconds,
+        steps=steps,
+      )
+      f.write(json.dumps(event) + "\n")
+
+
+@pytest.mark.parametrize("steady_loop", [False, True])
+def test_a_restarts_resumed_steps_come_off_at_a_steady_pace(
+  tmp_path, steady_loop
+):
+  # The resumed loop's 5 steps train (goodput): they come off the restart at
+  # the killed run's pace. A first loop's pace holds its tracing (ResNet50's
+  # whole-cluster restart, 36.7 s by its ledger, came out as 6.4 s): a kill
+  # after the first loop alone has no pace to take them off at.
+  events = tmp_path / "events.jsonl"
+  killed_run = [(0, "first_loop", 30.0, 30.0, 5)]
+  if steady_loop:
+    killed_run.append((0, "train_loop", 35.0, 5.0, 5))
+  resumed = (1, "first_loop", 80.0, 35.0, 5)
+  _chief_marks(events, [*killed_run, (1, "restore", 45.0, 1.0, 0), resumed])
+  resumed_event = json.loads(events.read_text().splitlines()[-1])
+  if not steady_loop:
+    with pytest.raises(AssertionError, match="no train loop before the kill"):
+      restart_lib._split(str(events), 40.0, resumed_event)
+    return
+  found = restart_lib._split(str(events), 40.0, resumed_event)
+  assert found["to_resumed_step"] == 40.0
+  assert found["to_training"] == 40.0 - 5 * 1.0  # 1 s a step, not 6.
+
+
 def test_the_restart_section_reports_and_judges_the_modes_it_ran():
   # Made-up seconds of three rounds: the cold cluster restart about twice
   # the spare's, its first mark about five times later.

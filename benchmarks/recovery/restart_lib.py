@@ -213,19 +213,20 @@ def _killed_and_resumed(mode, config, launchers, events) -> dict:
   )
   if mode == "spare":
     wait_until_warm(launchers, timeout=config.run_timeout_secs)
-    # One loop more, which the spares' imports did not slow: its step time
-    # is what the resumed loop's steps are taken off at (`_split`).
-    reached = max(
-      e["step"]
-      for e in events_lib.read_events(events)
-      if e["worker"] == 0 and e["seconds"] is not None
-    )
-    events_lib.wait_for_step(
-      events,
-      reached + 1,
-      process=launchers[0],
-      timeout=config.run_timeout_secs,
-    )
+  # One train loop more (after the spares' imports, which slow the loops
+  # beside them): its step time is what the resumed loop's steps are taken
+  # off at (`_split`); a first loop's holds its tracing.
+  reached = max(
+    e["step"]
+    for e in events_lib.read_events(events)
+    if e["worker"] == 0 and e["seconds"] is not None
+  )
+  events_lib.wait_for_step(
+    events,
+    reached + 1,
+    process=launchers[0],
+    timeout=config.run_timeout_secs,
+  )
   trainer_process(launchers, 1).send_signal(signal.SIGKILL)
   killed = time.monotonic()
   resumed = events_lib.wait_for_event(
@@ -265,14 +266,16 @@ def _split(events: str, killed: float, resumed: dict) -> dict:
     if e["phase"] == progress.RESTORE and e["seconds"] is not None
   ]
   first = min(e["monotonic"] for e in marks)
-  step_seconds = min(
+  paces = [
     e["seconds"] / e["steps"]
     for e in chief
     if e["attempt"] == 0
-    and e["phase"] in (progress.FIRST_LOOP, progress.TRAIN_LOOP)
+    and e["phase"] == progress.TRAIN_LOOP
     and e["seconds"] is not None
     and e["steps"]
-  )
+  ]
+  assert paces, "no train loop before the kill: no steady step time"
+  step_seconds = min(paces)
   return {
     # The killed run's chief: its last mark (the end of its run, when it
     # got to mark it) is about when it went down.
@@ -282,8 +285,8 @@ def _split(events: str, killed: float, resumed: dict) -> dict:
     "to_restored": (restored[0] if restored else first) - killed,
     "to_resumed_step": resumed["monotonic"] - killed,
     # The restart proper: the resumed loop's own steps train (they are
-    # goodput), so they come off, at the fastest step time seen before the
-    # kill (never more than they took).
+    # goodput), so they come off, at the fastest train loop's step time
+    # before the kill (never more than they took).
     "to_training": resumed["monotonic"]
     - killed
     - resumed["steps"] * step_seconds,
