@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -136,6 +137,16 @@ def test_the_start_up_checks_run_once_per_start(continued_run):
   """The cluster lookup, bucket probe and writability check: not twice."""
   _, (first, _), _, _ = continued_run
   assert first.stderr.count(checks.PASSED) == 1, first.stderr[-3000:]
+
+
+def test_a_runs_log_holds_no_python_warning(continued_run):
+  """A trained, evaluated and exported run prints no `warnings.warn` line:
+  TensorFlow's own iterators ask a dataset for its options while ctl's loops
+  are traced, and the warning that call prints is about TensorFlow's
+  internals, not the user's run."""
+  _, (first, _), _, _ = continued_run
+  warned = re.findall(r"^\S+:\d+: \w*Warning: .*$", first.stderr, re.M)
+  assert not warned, warned
 
 
 def test_train_and_validation_run_dirs_share_tag_names(continued_run):

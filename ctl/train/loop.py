@@ -29,9 +29,11 @@ at every step can be switched off (`train_metrics=False`).
 """
 
 from collections.abc import Callable
+import contextlib
 import dataclasses
 import functools
 import itertools
+import warnings
 
 import keras
 import numpy as np
@@ -42,6 +44,28 @@ from ctl.errors import UserError
 from ctl.errors import first_line
 from ctl.train import metric_set as metric_set_lib
 from ctl.train import step as step_lib
+
+# What `tf.data.Dataset.options()` warns when it is called in a graph.
+_GRAPH_OPTIONS_WARNING = "To make it possible to preserve tf.data options"
+
+
+@contextlib.contextmanager
+def _no_graph_options_warning():
+  """Within it, that one warning of TensorFlow's is not printed.
+
+  Tracing a loop over a distributed dataset makes TensorFlow's own iterator
+  code (tf.data's `iterator_ops`) ask the dataset for its options in graph
+  mode, where `Dataset.options()` warns that the value "might not reflect the
+  actual value of the options". Neither ctl nor the task made that call, and
+  the options it reads are the ones set in Python, so the warning, printed at
+  every run's first evaluation, tells a user nothing. Only this message is
+  hidden, and only while the block runs.
+  """
+  with warnings.catch_warnings():
+    warnings.filterwarnings(
+      "ignore", message=_GRAPH_OPTIONS_WARNING, category=UserWarning
+    )
+    yield
 
 
 @dataclasses.dataclass(frozen=True)
@@ -459,7 +483,8 @@ class EvalLoop:
       example: no evaluation, and no number that could pass for one.
     """
     try:
-      totals = self._eval(dataset).numpy()
+      with _no_graph_options_warning():
+        totals = self._eval(dataset).numpy()
     except UserError as e:  # Raised while tracing: AutoGraph's text off.
       raise UserError(_user_sentence(e)) from None
     loss_sum, count = totals[:2]
