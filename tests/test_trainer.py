@@ -25,6 +25,7 @@ from tests.conftest import run_trainer
 from tests.conftest import trained_model_dir
 from tests.conftest import trainer_env
 from trainer import checks
+from trainer.testing import REPO
 from trainer.testing import RESUME_FLAGS
 from trainer.testing import launch_command
 from trainer.testing import run_command
@@ -147,6 +148,26 @@ def test_a_runs_log_holds_no_python_warning(continued_run):
   _, (first, _), _, _ = continued_run
   warned = re.findall(r"^\S+:\d+: \w*Warning: .*$", first.stderr, re.M)
   assert not warned, warned
+
+
+def test_a_runs_info_lines_are_its_own(continued_run):
+  """The log's INFO lines from Python are ctl's and the trainer's: not
+  TensorFlow's own (a "Sharding callback duration" at every save, the
+  export's asset and fingerprint paths), which would outnumber them.
+  TensorFlow's warnings and errors still print."""
+  _, (first, _), _, _ = continued_run
+  ours = {
+    os.path.basename(path)
+    for folder in ("ctl", "trainer")
+    for path in glob.glob(
+      os.path.join(REPO, folder, "**", "*.py"), recursive=True
+    )
+  }
+  sources = re.findall(
+    r"^I\d{4} [\d:.]+ +\d+ (\S+\.py):\d+\]", first.stderr, re.M
+  )
+  assert sources and set(sources) <= ours, sorted(set(sources) - ours)
+  assert "Exported the SavedModel of step 40 to " in first.stderr
 
 
 def test_train_and_validation_run_dirs_share_tag_names(continued_run):

@@ -85,6 +85,7 @@ def main(argv):
   _use_xla_cache(checks.xla_cache_dir(config))
   with _hidden_from_imports(_UNUSED_KERAS_EXTRAS):
     from . import job  # pylint: disable=g-import-not-at-top  (loads TF)
+  _quiet_tensorflow_info()
 
   try:
     if FLAGS.dry_run:
@@ -106,6 +107,31 @@ def main(argv):
     _fail(str(e), ctl.CANNOT_WRITE_EXIT_CODE)
   except ctl.LeaseLost as e:
     _fail(str(e), e.exit_code)
+
+
+class _NoInfoFrom(python_logging.Filter):
+  """Drops the records below WARNING logged by modules under a folder."""
+
+  def __init__(self, folder: str):
+    super().__init__()
+    self._folder = os.path.join(folder, "")
+
+  def filter(self, record: python_logging.LogRecord) -> bool:
+    return record.levelno >= python_logging.WARNING or not (
+      record.pathname.startswith(self._folder)
+    )
+
+
+def _quiet_tensorflow_info() -> None:
+  """Keeps TensorFlow's own INFO lines out of the log at the default
+  verbosity: they would outnumber the run's own (a "Sharding callback
+  duration" at every checkpoint save, the export's asset, fingerprint and
+  renamed-input lines). TensorFlow logs them through absl as ctl does, so
+  they are told apart by the module that logged them. Its warnings and
+  errors still print, and `--verbosity=1` (debug) shows everything."""
+  if logging.get_verbosity() < logging.DEBUG:
+    folder = os.path.dirname(sys.modules["tensorflow"].__file__)
+    logging.get_absl_handler().addFilter(_NoInfoFrom(folder))
 
 
 def _use_xla_cache(directory: str | None) -> None:

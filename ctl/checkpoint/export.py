@@ -36,6 +36,7 @@ import shutil
 import tempfile
 import uuid
 
+from absl import logging
 import keras
 import tensorflow as tf
 
@@ -98,6 +99,7 @@ def export_saved_model(
     write_out(target)
     fence.check(what)
     _write_marker(target, step)
+    _log_exported(what, location)
     return
   remove_leftovers(location, fence=fence)
   partial = f"{target}{_PARTIAL}{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -109,6 +111,12 @@ def export_saved_model(
   finally:
     shutil.rmtree(partial, ignore_errors=True)
   location.publish(commit_file=MARKER, replaces=True)
+  _log_exported(what, location)
+
+
+def _log_exported(what: str, location: storage.Location) -> None:
+  """Says where the committed SavedModel is (the log's only line of it)."""
+  logging.info("Exported %s to %s.", what, location.url)
 
 
 def _write_and_discard(write_out: Callable[[str], None]) -> None:
