@@ -3,8 +3,9 @@ other in a loop, and the folders of `ctl/` and of `benchmarks/` import only
 their own layer or lower (docs/design.md, "Layers": imports only point down).
 The maps hold too: each folder's `__init__` lists its modules lowest first,
 `ctl` itself offers every exception and exit code of ctl.errors, every
-module has its test file (docs/design.md, "Style"), and only `ctl/platform/`
-reads a platform's variables (docs/design.md, "Where a new platform goes").
+module has its test file (docs/design.md, "Style"), only `ctl/platform/`
+reads a platform's variables (docs/design.md, "Where a new platform goes"),
+and docs/framework.md's module map names every folder in the layers' order.
 
 Read statically from the source (every import statement, also those inside
 functions), so the test needs nothing installed and cannot be fooled by an
@@ -342,3 +343,18 @@ def test_the_platform_check_sees_reads(tmp_path):
     "AIP_MODEL_DIR",
     "AIP_CHECKPOINT_DIR",
   }
+
+
+def test_the_module_map_lists_every_folder_of_ctl_highest_first():
+  """docs/framework.md's module map names each folder of ctl/ once, in the
+  order of the layers, highest first, as the page says."""
+  with open(os.path.join(REPO, "docs", "framework.md")) as f:
+    block = f.read().split("## Module map", 1)[1].split("```")[1]
+  listed = re.findall(r"^ctl/(\w+)/", block, re.M)
+  folders = [
+    name.split(".")[1]
+    for layer in reversed(LAYERS)
+    for name in layer
+    if name != "ctl" and os.path.isdir(os.path.join(REPO, *name.split(".")))
+  ]
+  assert listed == folders
