@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 MODEL_DIR ?= runs/quickstart
 
-.PHONY: demo test lint format bench bench-quick container-check browser-check wheel-check clean
+.PHONY: demo test lint format bench bench-quick cluster-check container-check browser-check wheel-check clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,13 @@ bench: $(VENV)/.installed-test
 bench-quick: $(VENV)/.installed-test
 	$(PY) -m benchmarks.run_all --results_dir=bench_results/quick --quick $(BENCH_FLAGS)
 
+# The six faults between nodes (a node lost, partitions, a flapping link, the
+# bucket lost by the chief, a stale chief) on a cluster of network namespaces,
+# as root; writes cluster_results/latest/results.json and results.md
+# (docs/fault-tolerance.md, "Faults between nodes").
+cluster-check: $(VENV)/.installed-test
+	$(PY) -m benchmarks.cluster.check --results_dir=cluster_results $(CLUSTER_CHECK_FLAGS)
+
 # Builds the Dockerfile with podman and checks the image in real containers
 # (as root on Debian; see docs/container.md).
 # CONTAINER_CHECK_FLAGS=--keep keeps the images and the store.
@@ -64,4 +71,4 @@ wheel-check: $(VENV)/.installed-test
 	PY=$(PY) scripts/wheel_check.sh
 
 clean:
-	rm -rf $(VENV) runs bench_results .pytest_cache
+	rm -rf $(VENV) runs bench_results cluster_results .pytest_cache

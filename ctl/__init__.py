@@ -14,7 +14,9 @@ two, and with `ctl.STALL_EXIT_CODE` for `ctl.Stalled` (start-up gave up
 waiting; a stall watchdog, ctl.resilience.watchdog, exits with it too),
 `ctl.CANNOT_WRITE_EXIT_CODE` for `ctl.CannotWrite` (an output could not be
 written) and `ctl.LeaseLost`'s own `exit_code` (another trainer took the run
-directory over, or its lease vanished: `ctl.LeaseVanished`). The
+directory over, or its lease vanished: `ctl.LeaseVanished`) and
+`ctl.PeerLost`'s (a peer's node was lost or cut off mid-run; the message
+names it; ctl.distributed.peer_loss). The
 modules live in folders by role (`ctl.train.controller`, `ctl.train.options`,
 ...; docs/design.md, "Layers").
 
@@ -42,6 +44,7 @@ from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.errors import CannotWrite
 from ctl.errors import LeaseLost
 from ctl.errors import LeaseVanished
+from ctl.errors import PeerLost
 from ctl.errors import Preempted
 from ctl.errors import Stalled
 from ctl.errors import TrainingDiverged
@@ -80,6 +83,7 @@ __all__ = [
   "LoopResult",
   "Preempted",
   "RunOptions",
+  "PeerLost",
   "Stalled",
   "StopTraining",
   "Task",

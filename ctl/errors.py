@@ -183,6 +183,14 @@ class Stalled(Exception):
   """Start-up gave up waiting (e.g. for a peer); exit with STALL_EXIT_CODE."""
 
 
+class PeerLost(Exception):
+  """A peer's node was lost or cut off mid-run (ctl.distributed.peer_loss):
+  the message names it; exit with `exit_code`, worth a restart once the
+  node is back or replaced."""
+
+  exit_code = STALL_EXIT_CODE
+
+
 class ArgumentParser(argparse.ArgumentParser):
   """argparse, with a bad command line reported as one line (no usage).
 

@@ -124,7 +124,7 @@ LAYERS = (
 BENCHMARK_LAYERS = (
   ("benchmarks.harness",),
   ("benchmarks.workloads",),
-  ("benchmarks.speed", "benchmarks.recovery"),
+  ("benchmarks.speed", "benchmarks.recovery", "benchmarks.cluster"),
   ("benchmarks", "benchmarks.run_all"),
 )
 # Each package whose folders are layered, with its layers.

@@ -9,6 +9,8 @@ Modules (lowest first):
   strategies: A strategy name and the cluster -> a `tf.distribute.Strategy`.
   peers: Waiting for the cluster's other workers, in Python, before TensorFlow
     does.
+  peer_loss: Naming the peer a worker lost (a node gone or cut off) from
+    TensorFlow's coordination-service error: one sentence, not a traceback.
   worker_exchange: A small exchange among the workers: every worker's row, to
     every worker.
   environment: What the platform says this process is: one call for a

@@ -146,7 +146,8 @@ class Attempt:
     start: process start time (seconds since the epoch).
     end: when it ended: its end event, else when the launcher saw it exit,
       else its last event.
-    outcome: "done", "preempted (saved)", "failed: <error>", "killed by
+    outcome: "done", "preempted (saved)", "failed: <error>" (for a peer
+      lost, "failed: lost contact with worker 1 (host-1:23500)"), "killed by
       SIGKILL", "stalled", "failed (unknown cause)", or "running" for the
       last attempt with no end yet.
     failed: whether it ended without finishing or saving on request.
@@ -382,7 +383,7 @@ def _attempt(
     # At least its last event: an older ledger's wall clock may run back.
     end, outcome = max(end_event["time"], last_time), end_event["outcome"]
     outcome = {"done": "done", "Preempted": "preempted (saved)"}.get(
-      outcome, f"failed: {outcome}"
+      outcome, f"failed: {_peer_lost(events) or outcome}"
     )
   else:
     # The launcher's clock: believed only between this end and the next.
@@ -422,6 +423,11 @@ def _restored_from(events: Sequence[dict]) -> str:
     if event["event"] == "checkpoint_restore":
       return f"{event.get('tier')} tier, {event.get('seconds', 0):.2f} s"
   return ""
+
+
+def _peer_lost(events: Sequence[dict]) -> str | None:
+  """Whom the attempt lost contact with (its `peer_lost` event), or None."""
+  return next((e["peer"] for e in events if e["event"] == "peer_lost"), None)
 
 
 def _unrecorded_end(events, following: dict | None, *, last: bool) -> str:

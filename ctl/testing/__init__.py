@@ -12,5 +12,7 @@ Modules:
     its logs.
   gcs_emulator: A real Cloud Storage server (gcp-storage-emulator), a
     process.
+  netns_cluster: A cluster in a box: nodes as network namespaces with their
+    own addresses, host names and disks; cuts, flaps and lost nodes.
   run_files: What a run wrote: train_summary.json, TensorBoard scalars.
 """

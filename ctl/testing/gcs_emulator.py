@@ -25,7 +25,7 @@ HTTP emulator never answers, and every call waits about 60 s.
 """
 
 import argparse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 import contextlib
 import functools
 import http
@@ -58,16 +58,26 @@ class GcsEmulator:
 
   BUCKET = "test-bucket"
 
-  def __init__(self, *, data_dir: str):
+  def __init__(
+    self,
+    *,
+    data_dir: str,
+    host: str = _HOST,
+    launch: Callable[[list[str]], subprocess.Popen] = subprocess.Popen,
+  ):
     """Prepares a server; call `start()` to run it.
 
     Args:
       data_dir: An absolute directory where the server keeps its objects.
+      host: The address it serves on (loopback by default; a node's own
+        address on a cluster of namespaces, ctl.testing.netns_cluster).
+      launch: Starts its command (e.g. on the bucket host's node).
     """
     self._data_dir = data_dir
+    self._host, self._launch = host, launch
     self._process = None
     (self.port,) = ports.free_ports(1)
-    self.endpoint = f"http://{_HOST}:{self.port}"
+    self.endpoint = f"http://{host}:{self.port}"
 
   def start(
     self,
@@ -95,12 +105,14 @@ class GcsEmulator:
       str(self.port),
       "--data_dir",
       self._data_dir,
+      "--host",
+      self._host,
     ]
     if exit_on_upload:
       command += ["--exit_on_upload", exit_on_upload]
     if freeze_on_upload:
       command += ["--freeze_on_upload", freeze_on_upload]
-    self._process = subprocess.Popen(command)
+    self._process = self._launch(command)
     deadline = time.monotonic() + _START_TIMEOUT_S
     while not self._answers():
       if self._process.poll() is not None or time.monotonic() > deadline:
@@ -209,6 +221,7 @@ def serve(*, data_dir: str, bucket: str) -> Iterator[GcsEmulator]:
 
 def _serve(
   *,
+  host: str,
   port: int,
   data_dir: str,
   exit_on_upload: str | None,
@@ -245,7 +258,7 @@ def _serve(
   ).start()
   _honour_generation_preconditions(server)
   httpd = http.server.HTTPServer(
-    (_HOST, port),
+    (host, port),
     functools.partial(server.RequestHandler, Storage(data_dir=data_dir)),
   )
   httpd.serve_forever()
@@ -296,8 +309,10 @@ if __name__ == "__main__":
   parser.add_argument("--data_dir", required=True)
   parser.add_argument("--exit_on_upload")
   parser.add_argument("--freeze_on_upload")
+  parser.add_argument("--host", default=_HOST)
   args = parser.parse_args()
   _serve(
+    host=args.host,
     port=args.port,
     data_dir=args.data_dir,
     exit_on_upload=args.exit_on_upload,

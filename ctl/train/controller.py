@@ -20,8 +20,11 @@ import tensorflow as tf
 
 from ctl.checkpoint import checkpointing
 from ctl.checkpoint import finishing
+from ctl.distributed import cluster as cluster_lib
 from ctl.distributed import environment as environment_lib
+from ctl.distributed import peer_loss
 from ctl.distributed import worker_exchange
+from ctl.errors import PeerLost
 from ctl.errors import Preempted
 from ctl.errors import TrainingDiverged
 from ctl.resilience import faults as faults_lib
@@ -168,7 +171,14 @@ class _Run:
     """The whole run, from start-up to the summary: the one place a run is
     entered and left (what must hold for all of it wraps this)."""
     with self._progress.phase(progress_lib.RUN):
-      return self._train()
+      try:
+        return self._train()
+      except Exception as error:  # pylint: disable=broad-except
+        lost = peer_loss.describe(error, cluster_lib.resolve())
+        if lost is None:
+          raise
+        self.ledger.record("peer_lost", step=self._current_step(), peer=lost)
+        raise PeerLost(f"{lost}; its node is gone or cut off.") from None
 
   def _train(self) -> dict:
     options = self._options

@@ -1,0 +1,83 @@
+"""Naming the peer a worker lost, from TensorFlow's error.
+
+When a node is lost or cut off (a partition, a flapping link), TensorFlow's
+coordination service finds it by its heartbeats (about 10 s) and aborts every
+collective: the task that runs the service (the chief, or worker 0) raises
+`UnavailableError` "The following tasks are unhealthy (stopped sending
+heartbeats)" naming the task as `/job:worker/task:1`, and a task that lost
+the service raises `DeadlineExceededError` (or `UnavailableError`) on its
+`CoordinationService/Heartbeat` RPC; a collective whose peer's node
+vanished raises `UnavailableError` naming the peer as a "remote target".
+All are the cluster's fault, not the
+program's: `describe` turns them into one sentence that names the peer by
+rank and address, as TF_CONFIG gives it ("lost contact with worker 1
+(host-1:23500)"), so a run ends with that line, a `peer_lost` ledger event
+and the restartable exit code, instead of a 60-line traceback read as a
+crash. Any other error is left alone (None).
+"""
+
+import re
+
+from ctl.distributed import cluster as cluster_lib
+
+# A task in TensorFlow's device names: /job:worker/replica:0/task:1.
+_TASK = re.compile(r"/job:(chief|master|worker)(?:/replica:\d+)?/task:(\d+)")
+_UNHEALTHY = "tasks are unhealthy (stopped sending heartbeats):"
+_REMOTE = re.compile(r"remote target " + _TASK.pattern)
+_LOST_SERVICE = "CoordinationService/Heartbeat"
+# The OpError classes a lost peer comes as (by name: no TensorFlow import).
+_NETWORK_ERRORS = ("UnavailableError", "DeadlineExceededError", "AbortedError")
+
+
+def describe(error: BaseException, info: cluster_lib.ClusterInfo) -> str | None:
+  """The sentence for a peer lost behind `error`, or None if it is not one.
+
+  Args:
+    error: What a train loop (a collective) raised.
+    info: This process's place in the cluster (names and addresses).
+
+  Returns:
+    "lost contact with worker 1 (host-1:23500)", or "lost contact with
+    worker 0 (host-0:23500), which runs the coordination service"; None
+    for an error that is not a lost peer, or on one worker.
+  """
+  if not info.is_multi_worker or type(error).__name__ not in _NETWORK_ERRORS:
+    return None
+  text = str(error)
+  lost = _lost_tasks(text, info)
+  if lost:
+    return "lost contact with " + ", ".join(_name(r, info) for r in lost)
+  if _LOST_SERVICE in text:
+    return (
+      f"lost contact with {_name(0, info)}, which runs the coordination service"
+    )
+  if _UNHEALTHY in text:
+    return "lost contact with a peer (its heartbeats stopped)"
+  return None
+
+
+def _lost_tasks(text: str, info: cluster_lib.ClusterInfo) -> list[int]:
+  """The ranks the error says were lost: those the coordination service
+  lists as unhealthy, else the innermost "remote target" of a relayed
+  error (the peer that saw the loss first), never this task."""
+  if _UNHEALTHY in text:
+    listed = text.split(_UNHEALTHY, 1)[1].split("The tasks have", 1)[0]
+    tasks = _TASK.findall(listed)
+  else:
+    tasks = _REMOTE.findall(text)[-1:]
+  ranks = {_rank(job, int(i), info) for job, i in tasks}
+  return sorted(r for r in ranks if r is not None and r != info.rank)
+
+
+def _rank(job: str, index: int, info: cluster_lib.ClusterInfo) -> int | None:
+  """The rank (chief 0, then the workers) of TensorFlow's task name."""
+  if job in ("chief", "master"):
+    return 0 if info.chief else None
+  rank = index + len(info.chief)
+  return rank if rank < info.num_workers else None
+
+
+def _name(rank: int, info: cluster_lib.ClusterInfo) -> str:
+  """ "worker 1 (host-1:23500)": a rank as logs say it, with its address."""
+  addresses = (*info.chief, *info.workers)
+  return f"worker {rank} ({addresses[rank]})"
