@@ -234,6 +234,27 @@ def test_the_agent_keeps_the_environment_and_exits_with_the_workers_code():
   assert "giving up: worker 1 exited with code 7" in result.stderr
 
 
+def test_an_exit_75_the_watchdog_did_not_record_is_not_called_a_stall():
+  """A worker that lost a peer (ctl.PeerLost) or gave up waiting for one
+  exits 75 with its own line naming the peer; no heartbeat says it stalled,
+  so the agent restarts it without calling it a stall (failed on the old
+  supervisor: "worker 0 stalled (exit code 75)", then "stalled twice ...
+  the stall is not transient")."""
+  result = _agent(1, "import sys; sys.exit(75)", {})
+  assert result.returncode == 75, result.stderr
+  assert (
+    result.stderr.count(
+      "worker 0 lost a peer or gave up waiting for one (exit code 75)"
+    )
+    == 2
+  )
+  assert (
+    "giving up: worker 0 lost a peer or gave up waiting for one"
+    in result.stderr
+  )
+  assert "stalled" not in result.stderr
+
+
 def _job_ids_of_two_agents(**platform) -> list[str]:
   """The CTL_JOB_ID each of two node agents of one cluster hands its worker,
   started as a platform starts a job's nodes: each with its own TF_CONFIG

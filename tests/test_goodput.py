@@ -339,3 +339,24 @@ def test_a_loop_that_failed_waiting_for_a_dead_peer_is_not_goodput():
   assert accounting.seconds[goodput.GOODPUT] == pytest.approx(2.0)
   assert accounting.seconds[goodput.LOST] == pytest.approx(9.1)
   assert accounting.lost_steps == 0
+
+
+def test_an_attempt_that_lost_a_peer_says_whom_not_the_tensorflow_error():
+  """A partition or a lost node ends the chief's attempt with a `peer_lost`
+  event (ctl.train.controller): its outcome names the worker and address,
+  as ctl-report and train_summary.json show it."""
+  cut = [
+    {"event": "start", "time": 0.0},
+    {"event": "phase", "phase": "startup", "t0": 0.0, "t1": 2.0, "step0": 0,
+     "step": 0, "ok": True},
+    {"event": "peer_lost", "time": 9.0, "step": 100,
+     "peer": "lost contact with worker 1 (host-1:23500)"},
+    {"event": "end", "time": 9.1, "step": 100, "outcome": "PeerLost"},
+  ]  # fmt: skip
+  resumed = [
+    {"event": "start", "time": 20.0, "previous_exit": 75},
+    {"event": "end", "time": 30.0, "step": 300, "outcome": "done"},
+  ]
+  first, _ = goodput.account([cut, resumed]).attempts
+  assert first.outcome == "failed: lost contact with worker 1 (host-1:23500)"
+  assert first.failed

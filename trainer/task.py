@@ -105,8 +105,10 @@ def main(argv):
     _fail(str(e), ctl.STALL_EXIT_CODE)
   except ctl.CannotWrite as e:
     _fail(str(e), ctl.CANNOT_WRITE_EXIT_CODE)
-  except (ctl.LeaseLost, ctl.PeerLost) as e:
+  except ctl.LeaseLost as e:
     _fail(str(e), e.exit_code)
+  except ctl.PeerLost as e:
+    _fail(str(e), ctl.STALL_EXIT_CODE)
 
 
 class _NoInfoFrom(python_logging.Filter):

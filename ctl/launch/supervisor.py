@@ -278,8 +278,17 @@ class _Supervisor:
     return None
 
   def _stalled(self, workers: workers_lib.Workers, rank: int, code: int) -> str:
-    """Says where worker `rank` stalled and how often; its failure, worded."""
+    """Says where worker `rank` stalled and how often; its failure, worded.
+
+    An exit 75 that the watchdog did not record (no heartbeat says where)
+    is a peer lost mid-run or never reached at start-up, which the
+    worker's own line names; it is not counted as a stall.
+    """
     where = workers.stalled_at(rank)
+    if not where:  # Not the watchdog: ctl.PeerLost or ctl.Stalled said why.
+      failure = "lost a peer or gave up waiting for one"
+      output_relay.log(f"worker {rank} {failure} (exit code {code})")
+      return failure
     self._stalls[where] += 1
     times = self._stalls[where]
     failure = "stalled" + {1: "", 2: " twice"}.get(times, f" {times} times")
