@@ -37,6 +37,13 @@ VANISHED = (
   "from remote target /job:worker/replica:0/task:1 while calling /tensorflow"
   ".WorkerService/RecvBuf"
 )
+# A replacement node's worker 1 connected before the chief noticed the loss.
+REPLACED = (
+  "Graph execution error:\nDetected at node while/CollectiveReduceV2\n"
+  "Collective ops is aborted by: Error reported from /job:worker/task:1: "
+  "/job:worker/replica:0/task:1 unexpectedly tried to connect with a "
+  "different incarnation. It has likely restarted."
+)
 
 
 def _info(index, workers=WORKERS):
@@ -55,6 +62,8 @@ def _info(index, workers=WORKERS):
      "coordination service"),
     (tf.errors.UnavailableError(None, None, VANISHED), 0,
      "lost contact with worker 1 (host-1:23500)"),
+    (tf.errors.AbortedError(None, None, REPLACED), 0,
+     "lost contact with worker 1 (host-1:23500), which restarted"),
   ],
 )  # fmt: skip
 def test_a_lost_peer_is_named_by_rank_and_address(error, index, expected):
@@ -80,7 +89,7 @@ def test_with_a_chief_task_the_ranks_count_it_first():
   "error",
   [
     tf.errors.InvalidArgumentError(None, None, UNHEALTHY),  # Not the network.
-    tf.errors.UnavailableError(None, None, "Socket closed"),  # Names no one.
+    tf.errors.UnavailableError(None, None, "Unknown service"),  # Not a peer.
     ValueError(VANISHED),
   ],
 )
@@ -98,3 +107,13 @@ def test_its_own_task_is_not_a_lost_peer():
     None, None, "remote target /job:worker/replica:0/task:0 went away"
   )
   assert peer_loss.describe(own, _info(0)) is None
+
+
+def test_a_broken_connection_to_an_unnamed_peer_is_still_a_lost_peer():
+  error = tf.errors.UnavailableError(
+    None, None, "Collective ops: Socket closed"
+  )
+  assert (
+    peer_loss.describe(error, _info(1))
+    == "lost contact with a peer (Socket closed)"
+  )

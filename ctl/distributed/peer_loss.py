@@ -7,7 +7,10 @@ collective: the task that runs the service (the chief, or worker 0) raises
 heartbeats)" naming the task as `/job:worker/task:1`, and a task that lost
 the service raises `DeadlineExceededError` (or `UnavailableError`) on its
 `CoordinationService/Heartbeat` RPC; a collective whose peer's node
-vanished raises `UnavailableError` naming the peer as a "remote target".
+vanished raises `UnavailableError` naming the peer as a "remote target";
+and when a lost node's replacement joins before the loss was noticed, the
+service aborts the collectives with `AbortedError`: the task "unexpectedly
+tried to connect with a different incarnation".
 All are the cluster's fault, not the
 program's: `describe` turns them into one sentence that names the peer by
 rank and address, as TF_CONFIG gives it ("lost contact with worker 1
@@ -24,6 +27,13 @@ from ctl.distributed import cluster as cluster_lib
 _TASK = re.compile(r"/job:(chief|master|worker)(?:/replica:\d+)?/task:(\d+)")
 _UNHEALTHY = "tasks are unhealthy (stopped sending heartbeats):"
 _REMOTE = re.compile(r"remote target " + _TASK.pattern)
+# What a broken connection to an unnamed peer says.
+_CONNECTION = re.compile(
+  r"Socket closed|Connection reset by peer|failed to connect to all addresses"
+  r"|Connection refused|No route to host"
+)
+# A lost node's replacement came back before the loss was noticed.
+_RESTARTED = re.compile(_TASK.pattern + r" unexpectedly tried to connect")
 _LOST_SERVICE = "CoordinationService/Heartbeat"
 # The OpError classes a lost peer comes as (by name: no TensorFlow import).
 _NETWORK_ERRORS = ("UnavailableError", "DeadlineExceededError", "AbortedError")
@@ -38,7 +48,8 @@ def describe(error: BaseException, info: cluster_lib.ClusterInfo) -> str | None:
 
   Returns:
     "lost contact with worker 1 (host-1:23500)", or "lost contact with
-    worker 0 (host-0:23500), which runs the coordination service"; None
+    worker 0 (host-0:23500), which runs the coordination service", or
+    "... (host-1:23500), which restarted"; None
     for an error that is not a lost peer, or on one worker.
   """
   if not info.is_multi_worker or type(error).__name__ not in _NETWORK_ERRORS:
@@ -46,13 +57,18 @@ def describe(error: BaseException, info: cluster_lib.ClusterInfo) -> str | None:
   text = str(error)
   lost = _lost_tasks(text, info)
   if lost:
-    return "lost contact with " + ", ".join(_name(r, info) for r in lost)
+    restarted = ", which restarted" if _RESTARTED.search(text) else ""
+    return (
+      "lost contact with " + ", ".join(_name(r, info) for r in lost) + restarted
+    )
   if _LOST_SERVICE in text:
     return (
       f"lost contact with {_name(0, info)}, which runs the coordination service"
     )
   if _UNHEALTHY in text:
     return "lost contact with a peer (its heartbeats stopped)"
+  if _CONNECTION.search(text):
+    return f"lost contact with a peer ({_CONNECTION.search(text).group(0)})"
   return None
 
 
@@ -63,6 +79,8 @@ def _lost_tasks(text: str, info: cluster_lib.ClusterInfo) -> list[int]:
   if _UNHEALTHY in text:
     listed = text.split(_UNHEALTHY, 1)[1].split("The tasks have", 1)[0]
     tasks = _TASK.findall(listed)
+  elif _RESTARTED.search(text):
+    tasks = _RESTARTED.findall(text)
   else:
     tasks = _REMOTE.findall(text)[-1:]
   ranks = {_rank(job, int(i), info) for job, i in tasks}
