@@ -360,3 +360,33 @@ def test_an_attempt_that_lost_a_peer_says_whom_not_the_tensorflow_error():
   first, _ = goodput.account([cut, resumed]).attempts
   assert first.outcome == "failed: lost contact with worker 1 (host-1:23500)"
   assert first.failed
+
+
+def test_a_stalled_attempt_says_where_and_what_it_waited_in():
+  """The watchdog's `stall` event (ctl.resilience.watchdog) names the phase,
+  the step and, where it could see it, the library the stuck thread waited
+  in: a bucket lost by the chief during its save reads as that, not as a
+  bare "stalled"."""
+  stalled = [
+    {"event": "start", "time": 0.0},
+    {"event": "phase", "phase": "startup", "t0": 0.0, "t1": 2.0, "step0": 0,
+     "step": 0, "ok": True},
+    {"event": "stall", "time": 30.0, "worker": 0, "phase": "checkpoint_save",
+     "step": 150, "seconds": 20.1, "limit": 20.0,
+     "flag": "--stall_timeout_secs", "doing": None,
+     "waiting_in": "gcsfs, called from ctl/io/mirror.py:362 (object_generation)"},
+  ]  # fmt: skip
+  older = [dict(stalled[-1], waiting_in=None)]  # A ledger from before it.
+  del older[0]["waiting_in"]
+  resumed = [
+    {"event": "start", "time": 40.0, "previous_exit": 75},
+    {"event": "end", "time": 60.0, "step": 300, "outcome": "done"},
+  ]
+  first, second, _ = goodput.account(
+    [stalled, [stalled[0], *older], resumed]
+  ).attempts
+  assert first.outcome == (
+    "stalled in checkpoint_save at step 150, waiting in gcsfs, called from "
+    "ctl/io/mirror.py:362 (object_generation)"
+  )
+  assert second.outcome == "stalled in checkpoint_save at step 150"

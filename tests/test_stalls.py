@@ -94,7 +94,8 @@ def test_two_workers_survive_input_loop_and_sigstop_stalls(tmp_path):
     assert f"[worker 1] fault: injecting {fault} at step {step}" in output
     assert re.search(
       rf"\[worker 1\] stall: worker 1 made no progress for \d+ "
-      rf"s in train_loop at step {step} \(limit 15 s, "
+      rf"s in train_loop at step {step}, waiting in \w+, called from "
+      r"ctl/\S+ \(\w+\) \(limit 15 s, "
       r"--stall_timeout_secs\)",
       output,
     ), output[-5000:]
@@ -124,11 +125,24 @@ def test_one_worker_stall_exits_75_repeats_are_reported_rerun_continues(
     "--local_checkpoints=off",
     f"--model_dir={model_dir}",
   )
-  stalled = run_trainer(*flags, env=trainer_env(faults="stall@15"), check=False)
+  events = f"{model_dir}.stalled.jsonl"
+  stalled = run_trainer(
+    *flags, env=trainer_env(faults="stall@15"), events=events, check=False
+  )
   assert stalled.returncode == STALL, stalled.stderr[-3000:]
+  # The events file shows when: the run ended by the stall, before exit.
+  (ended,) = [
+    e
+    for e in events_lib.read_events(events)
+    if e["phase"] == "run" and e["seconds"] is not None
+  ]
+  assert (ended["ok"], ended["error"], ended["step"]) == (False, "Stalled", 15)
   assert re.search(
     r"stall: worker 0 made no progress for \d+ s in train_loop "
-    r"at step 15 \(limit 8 s, --stall_timeout_secs\); stacks "
+    # The injected stall waits on an event (what the stuck thread waits in).
+    r"at step 15, waiting in threading, called from "
+    r"ctl/resilience/faults.py:\d+ \(_fire\) "
+    r"\(limit 8 s, --stall_timeout_secs\); stacks "
     "of all threads follow; exiting with 75.",
     stalled.stderr,
   )
@@ -171,7 +185,8 @@ def test_one_worker_stall_exits_75_repeats_are_reported_rerun_continues(
     ("train_loop", 15, 0)
   ] * 3
   assert [a["outcome"] for a in summary["goodput"]["attempts"]][:3] == [
-    "stalled"
+    "stalled in train_loop at step 15, waiting in threading, called from "
+    f"ctl/resilience/faults.py:{stalls[0]['waiting_in'].rsplit(':', 1)[1]}"
   ] * 3
 
 
@@ -314,7 +329,10 @@ def test_a_trainer_stopped_past_its_limit_then_continued_exits_75(tmp_path):
   assert code == STALL, output[-3000:]
   assert re.search(
     r"stall: worker 0 made no progress for \d+ s in "
-    r"(\w+|bookkeeping after \w+) at step \d+ "
+    r"(\w+|bookkeeping after \w+) at step \d+"
+    # Where the main thread was stopped, when the watchdog's thread woke
+    # first: e.g. ", waiting in tensorflow, called from ctl/train/loop.py:…".
+    r"(, waiting in .+)? "
     r"\(limit 10 s, --stall_timeout_secs\); stacks of all threads follow; "
     "exiting with 75.",
     output,

@@ -42,13 +42,18 @@ def _run(script: str) -> subprocess.CompletedProcess:
   )
 
 
-def _assert_stalled(result, where: str, recorded: str) -> str:
-  """The process ended as a stall in `where` (the steady limit), recorded."""
+def _assert_stalled(
+  result, where: str, recorded: str, *, limit_after: bool = True
+) -> str:
+  """The process ended as a stall in `where` (the steady limit; right after
+  it unless `limit_after` is False), recorded."""
   assert result.returncode == 75, result.stderr
   line = result.stderr.splitlines()[0]
   assert line.startswith("stall: worker 3 made no progress for "), line
   limit = f"(limit {LIMIT_SECS} s, --stall_timeout_secs)"
-  assert f"in {where} {limit}" in line, line
+  assert f"in {where}" in line and limit in line, line
+  if limit_after:
+    assert f"in {where} {limit}" in line, line
   assert result.stdout == f"recorded {recorded}\n"
   return line
 
@@ -77,6 +82,30 @@ with marks.phase(progress.DATA_LISTING):
   _assert_stalled(
     result, "data_listing at step 40, reading /data/19.png", "data_listing"
   )
+
+
+def test_a_bucket_that_stops_answering_is_named_in_the_stall_line():
+  # A real gcsfs call to a server that accepts the connection and never
+  # answers (a bucket lost behind a partition looks the same to the
+  # client): the line names the library ctl's innermost frame called.
+  result = _run("""
+import os, socket
+silent = socket.create_server(("127.0.0.1", 0))
+os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{silent.getsockname()[1]}"
+from ctl.io import mirror, storage
+fs = storage._gcs_filesystem()
+with marks.phase(progress.CHECKPOINT_SAVE):  # The first save's limit is
+  pass                                       # the start-up one.
+with marks.phase(progress.CHECKPOINT_SAVE):
+  mirror.object_generation(fs, "bucket/run/run.lease")
+""")
+  line = _assert_stalled(
+    result, "checkpoint_save at step 40", "checkpoint_save", limit_after=False
+  )
+  assert (
+    "at step 40, waiting in gcsfs, called from ctl/io/mirror.py:" in line
+  ), line
+  assert "(object_generation) (limit 5 s" in line, line
 
 
 def test_bookkeeping_between_loops_of_a_run_gets_the_steady_limit():

@@ -37,7 +37,8 @@ same job (`reference`):
 Each result says when the fault was detected (the first failed run mark of
 any worker after it), how many steps were lost (the ledger's goodput), and
 whether the ledger names the fault (`peer_lost`: "lost contact with worker
-1 (host-1:23500)").
+1 (host-1:23500)"; a stall: "stalled in checkpoint_save at step 150,
+waiting in gcsfs, called from ctl/resilience/lease.py:659 (read)").
 """
 
 import dataclasses
@@ -211,8 +212,10 @@ class Job:
 
   def detected_after(self, wall: float) -> float | None:
     """Seconds from `wall` until a worker failed on the fault: its failed
-    run mark (a lost peer), or, for a stall, which exits at once without
-    one, the first mark of the process that replaced it (an upper bound)."""
+    run mark (a lost peer, or a stall: the watchdog ends the run phase in
+    the events file before it exits), or, for a process that left none (a
+    backstop's SIGKILL), the first mark of the process that replaced it
+    (an upper bound)."""
     events = events_lib.read_events(self.events)
     before = {e["pid"] for e in events if e["time"] < wall}
     times = [
@@ -231,12 +234,14 @@ class Job:
     except FileNotFoundError:
       return None
 
-  def peers_named(self) -> list[str]:
-    """The `peer_lost` events of the run's ledger (ctl.telemetry.ledger)."""
+  def faults_named(self) -> list[str]:
+    """What the run's ledger says ended each attempt that a fault ended (a
+    lost peer, a stall and where it waited: `goodput.named_fault`)."""
+    from ctl.telemetry import goodput  # pylint: disable=g-import-not-at-top
     from ctl.telemetry import ledger_reader  # pylint: disable=g-import-not-at-top
 
     attempts = ledger_reader.read(ledger_reader.ledger_dir(MODEL_DIR))
-    return [e["peer"] for a in attempts for e in a if e["event"] == "peer_lost"]
+    return [f for f in map(goodput.named_fault, attempts) if f]
 
   def filesystem(self):
     import gcsfs  # pylint: disable=g-import-not-at-top
@@ -404,7 +409,7 @@ def run_fault(
       reference is None or result.fingerprint == reference
     )
     result.steps_lost = summary.get("goodput", {}).get("lost_steps")
-    result.named_in_ledger = sorted(set(job.peers_named()))
+    result.named_in_ledger = sorted(set(job.faults_named()))
     torn = job.torn_steps()
     if torn:
       result.broken.append(f"the bucket lists torn checkpoints {torn}")
@@ -431,12 +436,14 @@ def _outcome(name: str, summary: dict) -> str:
   return f"finished at step {summary.get('final_step')}"
 
 
-# The faults whose worker the chief loses while it runs: its ledger must
-# name that worker (a `peer_lost` event), not a generic crash.
+# What the ledger must name, not a generic crash or stall: the worker the
+# chief lost while it ran (a `peer_lost` event), or what the chief's stuck
+# save waited in (its `stall` event).
 NAMED = {
   "node_lost": "host-1",
   "partition_healed": "host-1",
   "partition_permanent": "host-2",
+  "bucket_unreachable_from_chief": "waiting in gcsfs",
 }
 
 

@@ -7,6 +7,10 @@ thread of the watchdog writes one line to stderr
   stall: worker 1 made no progress for 21 s in train_loop at step 40 (limit
   20 s, --stall_timeout_secs); stacks of all threads follow; exiting with 75.
 
+naming, where it can, what the stuck thread waits in: the library that
+ctl's own innermost frame called ("waiting in gcsfs, called from
+ctl/io/checkpoint_state.py:61 (read)": a bucket that stopped answering),
+
 then the Python stacks of every thread (`faulthandler`), calls `on_stall`
 (best-effort, a few seconds at most), and ends the process with
 `STALL_EXIT_CODE` so a supervisor (`ctl.launch`, Vertex AI) restarts it.
@@ -43,8 +47,10 @@ import dataclasses
 import faulthandler
 import json
 import os
+import sys
 import threading
 import time
+import traceback
 from typing import NamedTuple
 
 from ctl.distributed import peers
@@ -111,9 +117,12 @@ class Stall:
   limit: float
   flag: str
   doing: str | None = None  # What the last beat said came next.
+  waiting_in: str | None = None  # Where the stuck thread waits (`_waiting_in`).
 
   def message(self) -> str:
     doing = f", {self.doing}" if self.doing else ""
+    if self.waiting_in:
+      doing += f", waiting in {self.waiting_in}"
     return (
       f"stall: worker {self.worker} made no progress for "
       f"{self.seconds:.0f} s in {self.phase} at step {self.step}{doing} (limit "
@@ -175,6 +184,7 @@ class Watchdog:
     self._thread = None
     self._backstop = None
     self._late = None  # (state, seconds): progress that came past its limit.
+    self._marking_thread = threading.get_ident()  # The thread that marks.
 
   def add_stall_callback(self, callback: Callable[[Stall], None]) -> None:
     """Also calls `callback(stall)` before exiting on a stall."""
@@ -212,6 +222,7 @@ class Watchdog:
 
   def __call__(self, mark: progress.Mark) -> None:
     """The progress listener: cheap, no I/O (the thread does that)."""
+    self._marking_thread = threading.get_ident()
     now = time.monotonic()
     waited = now - self._state.since
     if self._thread is not None and waited > self._state.limit:
@@ -265,7 +276,7 @@ class Watchdog:
     written = None
     while not self._stop.wait(self._poll_secs):
       if self._late is not None:
-        self._stalled(*self._late)
+        self._stalled(*self._late, late=True)
       state = self._state
       waited = time.monotonic() - state.since
       left = state.limit - waited
@@ -303,11 +314,18 @@ class Watchdog:
     except OSError:
       pass
 
-  def _stalled(self, state: _State, waited: float) -> None:
-    """Reports the stall and ends the process; never returns."""
+  def _stalled(self, state: _State, waited: float, *, late=False) -> None:
+    """Reports the stall and ends the process; never returns. A `late` one
+    (progress came past the limit) no longer waits where it was stuck."""
     where = state._asdict()  # The stall's fields, but for the time since.
     del where["since"]
-    stall = Stall(worker=self._worker, seconds=waited, **where)
+    stuck = not late and sys._current_frames().get(self._marking_thread)  # pylint: disable=protected-access
+    stall = Stall(
+      worker=self._worker,
+      seconds=waited,
+      waiting_in=_waiting_in(stuck) if stuck else None,
+      **where,
+    )
     self._backstop.arm(BACKSTOP_GRACE_SECS)  # Time for the hooks below.
     # os.write and faulthandler take no Python lock the stuck thread may hold.
     os.write(_STDERR, f"{stall.message()}\n".encode())
@@ -322,6 +340,43 @@ class Watchdog:
       hook.start()
       hook.join(timeout=5.0)
     os._exit(STALL_EXIT_CODE)  # pylint: disable=protected-access
+
+
+def _waiting_in(frame) -> str | None:
+  """Where a stuck thread waits: the library that its innermost frame of
+  ctl's own code called, and that frame ("gcsfs, called from
+  ctl/io/checkpoint_state.py:61 (read)"); None when no frame is ctl's.
+
+  The library is the package of the `self` of the first frame called (so a
+  gcsfs call through fsspec's synchronous wrapper is gcsfs's), else of that
+  frame's module; a call into C code has no frame, and only ctl's is named.
+  """
+  stack = [f for f, _ in traceback.walk_stack(frame)]  # Innermost first.
+  ours = next(
+    (i for i, f in enumerate(stack) if _package(f.f_globals) == "ctl"), None
+  )
+  if ours is None:
+    return None
+  here = stack[ours]
+  code = here.f_code
+  path = code.co_filename
+  path = path[path.rfind(f"{os.sep}ctl{os.sep}") + 1 :]
+  called_from = f"{path}:{here.f_lineno} ({code.co_name})"
+  if ours == 0:
+    return called_from
+  called = stack[ours - 1]
+  owner = called.f_locals.get("self")
+  library = (
+    _package({"__name__": type(owner).__module__}) if owner is not None else ""
+  )
+  if library in ("", "builtins"):
+    library = _package(called.f_globals)
+  return f"{library}, called from {called_from}"
+
+
+def _package(module_globals: dict) -> str:
+  """The top-level package of a frame's module ("" when it has no name)."""
+  return str(module_globals.get("__name__") or "").split(".", 1)[0]
 
 
 def _call_quietly(function, *args) -> None:

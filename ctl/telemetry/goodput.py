@@ -148,7 +148,9 @@ class Attempt:
       else its last event.
     outcome: "done", "preempted (saved)", "failed: <error>" (for a peer
       lost, "failed: lost contact with worker 1 (host-1:23500)"), "killed by
-      SIGKILL", "stalled", "failed (unknown cause)", or "running" for the
+      SIGKILL", "stalled" (with the watchdog's record: "stalled in
+      checkpoint_save at step 150, waiting in gcsfs, called from …"),
+      "failed (unknown cause)", or "running" for the
       last attempt with no end yet.
     failed: whether it ended without finishing or saving on request.
     restored_step: the step it restored (None: died before restoring).
@@ -425,14 +427,35 @@ def _restored_from(events: Sequence[dict]) -> str:
   return ""
 
 
+def named_fault(events: Sequence[dict]) -> str | None:
+  """The fault an attempt's own ledger names, or None: whom it lost
+  contact with (its `peer_lost` event, ctl.train.controller) or where it
+  stalled (its `stall` event, ctl.resilience.watchdog)."""
+  return _peer_lost(events) or _stalled(events)
+
+
 def _peer_lost(events: Sequence[dict]) -> str | None:
   """Whom the attempt lost contact with (its `peer_lost` event), or None."""
   return next((e["peer"] for e in events if e["event"] == "peer_lost"), None)
 
 
+def _stalled(events: Sequence[dict]) -> str | None:
+  """Where the attempt stalled (its watchdog's `stall` event), or None:
+  "stalled in checkpoint_save at step 150, waiting in gcsfs, called from
+  ctl/io/mirror.py:362 (object_generation)"."""
+  stall = next((e for e in events if e["event"] == "stall"), None)
+  if stall is None:
+    return None
+  waiting = stall.get("waiting_in")
+  return f"stalled in {stall['phase']} at step {stall['step']}" + (
+    f", waiting in {waiting}" if waiting else ""
+  )
+
+
 def _unrecorded_end(events, following: dict | None, *, last: bool) -> str:
-  if any(e["event"] == "stall" for e in events):
-    return "stalled"
+  stalled = _stalled(events)
+  if stalled:
+    return stalled
   code = following and following.get("previous_exit")
   if code == STALL_EXIT_CODE:  # The watchdog's record did not make it.
     return "stalled"

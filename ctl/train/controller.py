@@ -98,7 +98,7 @@ def run(
       loop_actions=loop_actions,
     )
     if watchdog:
-      _on_stall(watchdog, run_state.ledger, held)
+      _on_stall(watchdog, run_state.ledger, held, listeners)
     return run_state.run()
 
 
@@ -117,8 +117,27 @@ def _from_environment(strategy, options, listeners, faults):
   return tuple(listeners), faults
 
 
-def _on_stall(watchdog, ledger, held) -> None:
-  """A stall is recorded in the ledger, then the lease is released."""
+def _on_stall(watchdog, ledger, held, listeners) -> None:
+  """A stall ends the `run` phase, not ok, in the events file (a local
+  file, so first: what follows may wait on the bucket), is recorded in the
+  ledger, then the lease is released."""
+  started = time.monotonic()  # The `run` phase starts right after this.
+  events_files = [
+    listener
+    for listener in listeners
+    if isinstance(listener, progress_lib.EventsFile)
+  ]
+
+  def end_run(stall: watchdog_lib.Stall) -> None:
+    now = time.monotonic()
+    ended = progress_lib.Mark(
+      phase=progress_lib.RUN, step=stall.step, time=time.time(),
+      seconds=now - started, ok=False, error="Stalled", monotonic=now,
+    )  # fmt: skip
+    for events_file in events_files:
+      events_file(ended)
+
+  watchdog.add_stall_callback(end_run)
   watchdog.add_stall_callback(
     lambda stall: ledger.record("stall", **dataclasses.asdict(stall))
   )
