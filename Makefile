@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 MODEL_DIR ?= runs/quickstart
 
-.PHONY: demo test lint format bench bench-quick cluster-check container-check browser-check wheel-check clean
+.PHONY: demo test test-fast lint format bench bench-quick cluster-check container-check browser-check wheel-check clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ demo: $(VENV)/.installed
 # The lint runs first: a formatting or lint error fails `make test` (and CI).
 test: lint
 	$(PY) -m pytest -q -n 4 --dist loadfile --durations=20
+
+# The fast tier, for a contributor's every change: the tests that start no
+# process (one that does fails here and belongs in the slow tier,
+# `@pytest.mark.processes`); `make test` runs both, as CI does.
+test-fast: lint
+	CTL_TEST_TIER=fast $(PY) -m pytest -q -n 4 --dist loadfile -m "not processes"
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff format --check --quiet .

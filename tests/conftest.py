@@ -49,6 +49,38 @@ __all__ = [
 ]
 
 
+# The two tiers (docs/development.md, "Tests"): `make test` runs every test;
+# `make test-fast` (CTL_TEST_TIER=fast) only those not marked `processes`,
+# and there starting any process fails, so a test that needs one says so.
+FAST_TIER = os.environ.get("CTL_TEST_TIER") == "fast"
+
+
+def pytest_configure(config):
+  config.addinivalue_line(
+    "markers",
+    "processes: starts a process (a trainer, a launcher, an emulator, a "
+    "script); left out of the fast tier (`make test-fast`)",
+  )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fast_tier_starts_no_process():
+  """In the fast tier, every way to start a process (subprocess) fails;
+  set up where the tests run, before any other fixture (pytest-xdist's
+  own workers are started before it)."""
+  if FAST_TIER:
+    subprocess.Popen._execute_child = _refuse_a_process  # pylint: disable=protected-access
+  yield
+
+
+def _refuse_a_process(*args, **kwargs):
+  del args, kwargs
+  raise AssertionError(
+    "the fast tier starts no process: mark this test (or its module) "
+    "`@pytest.mark.processes`"
+  )
+
+
 def wait_for_attempt(model_dir, index, step, launcher, timeout=240):
   """The ledger's events of attempt `index` of the job `launcher` runs in
   `model_dir`, once that attempt has recorded `step` (the job must not end

@@ -168,6 +168,7 @@ def _launch(model_dir, *, faults=None) -> dict:
   )
 
 
+@pytest.mark.processes
 def test_stateful_actions_on_two_workers_sigkilled_decide_as_uninterrupted(
   tmp_path,
 ):
@@ -194,6 +195,7 @@ def _checkpoint_steps(model_dir) -> list[int]:
   return sorted(int(n[len("ckpt-") : -len(".index")]) for n in names)
 
 
+@pytest.mark.processes
 def test_a_stop_decided_on_the_chief_only_ends_both_workers_at_one_step(
   tmp_path,
 ):

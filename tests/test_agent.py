@@ -33,6 +33,9 @@ from trainer.testing import killed_at_exit
 from trainer.testing import output_so_far
 from trainer.testing import start
 
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
+
 STEPS = 60
 FLAGS = (
   *FAST_FLAGS,

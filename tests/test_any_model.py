@@ -13,6 +13,9 @@ from tests.conftest import launch_two_workers
 from tests.conftest import read_summary
 from trainer.testing import run_command
 
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
+
 
 def _serves_a_dict_request(model_dir) -> None:
   """dict_inputs.py's SavedModel serves a dict of token ids and features."""

@@ -6,7 +6,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.conftest import REPO
+
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
 
 _ARMED = """
 import sys, time

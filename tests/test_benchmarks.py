@@ -264,6 +264,7 @@ def test_report_renders_every_section_and_target(tmp_path):
     report_lib.section(title="bad", status="great")
 
 
+@pytest.mark.processes
 def test_a_round_other_processes_disturb_is_timed_again_and_decides_nothing():
   """Two processes burn both cores through the whole run, so every round
   is disturbed: each is timed again while the cap (the planned rounds)
@@ -445,6 +446,7 @@ def test_budget_notes_and_records_what_it_cut():
   assert run_all.section_budget(540) == 0.75 * 540 - 30
 
 
+@pytest.mark.processes
 def test_a_section_over_its_budget_runs_fewer_rounds_and_says_so(tmp_path):
   # The small model on tiny settings, 6 rounds planned and a budget the
   # set-up alone overruns: one round, the app's usual JSON, status ok.
@@ -493,6 +495,7 @@ def _app_over_a_one_second_budget(tmp_path, app: str, *flags: str) -> dict:
   return report_lib.read_sections(str(output))
 
 
+@pytest.mark.processes
 def test_goodput_over_its_budget_runs_fewer_epochs_and_says_so(tmp_path):
   # ctl's clean run at the 2 epochs planned overruns the budget: every run
   # is then one epoch (the fewest that hold the kill; ctl's clean run
@@ -530,6 +533,7 @@ def test_goodput_over_its_budget_runs_fewer_epochs_and_says_so(tmp_path):
   )
 
 
+@pytest.mark.processes
 def test_input_scale_over_its_budget_runs_one_round_and_says_so(tmp_path):
   """On tiny settings: each pipeline's exact share, read by index, in the
   one round a 1 s budget leaves, and the section says it scaled down."""
@@ -669,6 +673,7 @@ def test_the_restart_section_reports_and_judges_the_modes_it_ran():
 
 
 @pytest.mark.parametrize("modes", ["agent,spare", "cluster,spare,warm"])
+@pytest.mark.processes
 def test_the_restart_app_refuses_modes_its_targets_cannot_use(modes):
   done = run_command(
     [sys.executable, "-m", "benchmarks.recovery.restart", f"--modes={modes}"],
@@ -722,6 +727,7 @@ _STAND_IN_WORKER = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.processes
 def test_scaling_reads_the_chief_summary_of_each_run(tmp_path):
   script = tmp_path / "worker.py"
   script.write_text(_STAND_IN_WORKER)
@@ -753,6 +759,7 @@ def test_scaling_reads_the_chief_summary_of_each_run(tmp_path):
     )
 
 
+@pytest.mark.processes
 def test_run_all_quick_writes_json_markdown_and_chart(tmp_path):
   only = ["small_model", "input_pipeline"]
   results = tmp_path / "results"
@@ -801,6 +808,7 @@ def test_run_all_quick_writes_json_markdown_and_chart(tmp_path):
     assert f"Machine: {markdown.machine_text(state)}" in text
 
 
+@pytest.mark.processes
 def test_run_all_names_each_section_that_did_not_finish(tmp_path):
   """A crash, a timeout and a section the budget skipped each fail the run."""
   tiny = run_all._TINY_THROUGHPUT  # pylint: disable=protected-access
@@ -866,6 +874,7 @@ _APP_FLAGS = textwrap.dedent("""\
 """)
 
 
+@pytest.mark.processes
 def test_each_app_defines_its_config_as_flags_with_its_defaults():
   # Every app `benchmarks/F/X.py` with a `benchmarks/F/X_lib.py` has a
   # Config; an app is named `F.X`, its module less `benchmarks.`.
@@ -903,6 +912,7 @@ def test_each_app_defines_its_config_as_flags_with_its_defaults():
       assert name in known or name.removeprefix("no") in known, (app, flag)
 
 
+@pytest.mark.processes
 def test_the_sections_share_the_runs_budget_in_proportion_to_their_plans(
   tmp_path,
 ):

@@ -77,6 +77,7 @@ def test_it_is_in_the_standard_run():
   assert "--io_model=small_cnn" in entry.quick_flags
 
 
+@pytest.mark.processes
 def test_sections_are_named_after_the_section_flag(sections):
   assert list(sections) == ["ckpt", "ckpt_training"]
   for body in sections.values():
@@ -87,6 +88,7 @@ def test_sections_are_named_after_the_section_flag(sections):
       assert any(column in row for row in body["rows"]), column
 
 
+@pytest.mark.processes
 def test_checkpoint_io_numbers_come_from_the_rounds(sections):
   body = sections["ckpt"]
   assert body["config"]["model"] == "small_cnn"
@@ -122,6 +124,7 @@ def test_checkpoint_io_numbers_come_from_the_rounds(sections):
     )
 
 
+@pytest.mark.processes
 def test_training_numbers_come_from_the_runs(sections):
   body = sections["ckpt_training"]
   rows = body["rows"]

@@ -5,6 +5,8 @@ import json
 import os
 import sys
 
+import pytest
+
 from benchmarks.recovery import restart_lib
 from benchmarks.recovery import tiers_lib
 from benchmarks.workloads import save_cost as save_cost_lib
@@ -12,6 +14,7 @@ from ctl.checkpoint.tiers import node_tiers
 from trainer.testing import run_command
 
 
+@pytest.mark.processes
 def test_the_tiers_section_times_every_tier(tmp_path):
   output = tmp_path / "tiers.json"
   run_command(
@@ -50,6 +53,7 @@ def test_the_restore_target_is_three_times_where_the_bytes_dominate():
   assert tiers_lib._restore_target(308.0) == 3.0
 
 
+@pytest.mark.processes
 def test_a_restart_round_leaves_no_tier_behind(tmp_path, monkeypatch):
   """A SIGKILLed job keeps its local tier for its restart on purpose
   (ctl.checkpoint.tiers.node_tiers); the restart benchmark's rounds are

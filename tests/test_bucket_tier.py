@@ -55,6 +55,7 @@ def test_an_agent_persists_only_a_step_newer_than_the_buckets(tmp_path):
   assert bucket_tier.newest_in_bucket(bucket) == 10
 
 
+@pytest.mark.processes
 def test_a_stale_agent_cannot_change_the_buckets_state_file(
   lease_holder, tmp_path
 ):
@@ -96,6 +97,7 @@ def _saved_tier(tmp_path, *steps) -> local_tier.LocalTier:
   return tier
 
 
+@pytest.mark.processes
 def test_an_agent_persists_into_cloud_storage_as_the_run_reaches_it(
   gcs_emulator, tmp_path
 ):
@@ -123,6 +125,7 @@ def test_an_agent_persists_into_cloud_storage_as_the_run_reaches_it(
   assert restored.weights.numpy()[0] == 10
 
 
+@pytest.mark.processes
 def test_a_stale_agent_cannot_change_the_state_file_in_cloud_storage(
   gcs_emulator, lease_holder, tmp_path
 ):
@@ -155,6 +158,7 @@ def test_a_stale_agent_cannot_change_the_state_file_in_cloud_storage(
   assert not fs.glob(f"{gcs_emulator.BUCKET}/run/checkpoints/ckpt-20*")
 
 
+@pytest.mark.processes
 def test_two_writers_of_the_state_file_lose_neither_step(
   gcs_emulator, tmp_path
 ):
@@ -214,6 +218,7 @@ def _chief_saved_10(url, tmp_path):
   return location, chief
 
 
+@pytest.mark.processes
 def test_the_chiefs_next_publish_follows_its_agents_persist(
   gcs_emulator, tmp_path
 ):
@@ -241,6 +246,7 @@ def test_the_chiefs_next_publish_follows_its_agents_persist(
   assert not fs.glob(f"{root}/ckpt-15*")
 
 
+@pytest.mark.processes
 def test_a_commit_on_gcs_keeps_the_save_times_the_state_file_lists(
   gcs_emulator, tmp_path
 ):

@@ -47,6 +47,9 @@ from trainer.testing import stall_on_frozen_upload
 from trainer.testing import start
 from trainer.testing import train_to_summary
 
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
+
 STEPS = 60
 BUCKET_EVERY = 30  # The bucket holds step 30, then 60; the tiers every 5.
 FLAGS = (

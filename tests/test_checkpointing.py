@@ -401,6 +401,7 @@ def test_a_resume_with_another_global_batch_says_the_data_order_differs(
   assert len([r for r in caplog.records if "data order" in r.getMessage()]) == 1
 
 
+@pytest.mark.processes
 def test_a_run_resumed_with_another_batch_size_says_so_in_log_and_summary(
   tmp_path,
 ):

@@ -34,6 +34,9 @@ from trainer.testing import start_until_step
 from trainer.testing import train_to_summary
 from trainer.testing import vertex_output_env
 
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
+
 BUCKET = GcsEmulator.BUCKET
 STEPS = 60
 CHECKPOINT_EVERY = 10

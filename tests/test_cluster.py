@@ -220,6 +220,7 @@ def test_install_tf_config_sets_the_variable():
   assert cluster.resolve(environ=environ) == info
 
 
+@pytest.mark.processes
 def test_one_address_for_two_tasks_stops_the_trainer_before_tensorflow(
   tmp_path,
 ):

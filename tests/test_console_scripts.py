@@ -9,6 +9,9 @@ import pytest
 
 from trainer.testing import run_command
 
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
+
 # Each script and a flag its help must list.
 _SCRIPTS = {
   "ctl-train": "--train_steps",

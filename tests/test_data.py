@@ -239,6 +239,7 @@ def test_files_on_a_fuse_mount_keep_their_manifest(tmp_path, form):
   assert load("").num_train == first.num_train + 1  # Listed afresh.
 
 
+@pytest.mark.processes
 def test_files_on_cloud_storage_through_gcsfs(gcs_emulator, image_root):
   fs = gcs_emulator.filesystem()
   bucket = GcsEmulator.BUCKET
@@ -284,6 +285,7 @@ def test_a_manifest_of_another_data_dir_is_a_user_error(tmp_path, image_root):
 
 
 @pytest.mark.parametrize("route", ["local", "gcsfs"])
+@pytest.mark.processes
 def test_undecodable_files_are_named_or_skipped_and_left_out_of_the_manifest(
   route, image_root, tmp_path, request, caplog
 ):
@@ -511,6 +513,7 @@ runpy.run_module("trainer.task", run_name="__main__", alter_sys=True)
 """
 
 
+@pytest.mark.processes
 def test_a_digits_run_imports_neither_scikit_learn_nor_matplotlib(tmp_path):
   # Keras imports both when they are installed (plot galleries, estimator
   # wrappers) and load_digits imports scikit-learn: 1.1 s of CPU at every

@@ -140,6 +140,7 @@ def test_dockerignore_keeps_what_the_image_needs():
   assert {".git", ".venv", "tests", "benchmarks"} <= set(patterns)
 
 
+@pytest.mark.processes
 def test_default_cmd_is_accepted_by_the_trainer(dockerfile, tmp_path):
   cmd = _exec_form(dockerfile, "CMD")
   # The output directories Vertex AI sets for a job with baseOutputDirectory.
@@ -153,6 +154,7 @@ def test_default_cmd_is_accepted_by_the_trainer(dockerfile, tmp_path):
   assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.processes
 def test_the_container_check_imports_with_the_standard_library_only():
   # `make container-check` runs scripts/container_check.py on the system
   # Python, which has none of the project's dependencies (-S: no site dirs):

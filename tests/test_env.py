@@ -66,6 +66,7 @@ def test_a_handed_time_that_cannot_be_true_is_one_warning_and_ignored(
   assert f"is {why}, which cannot be true" in warnings[0]
 
 
+@pytest.mark.processes
 def test_a_trainer_handed_an_attempt_start_left_in_a_shell_ignores_it(
   tmp_path,
 ):

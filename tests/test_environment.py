@@ -116,6 +116,7 @@ def test_check_chief_agrees_with_the_strategy(strategy, chief):
   _assert_one_sentence(str(e.value), f"is_chief={not chief}, but")
 
 
+@pytest.mark.processes
 def test_a_user_script_runs_on_two_workers_from_the_environment(tmp_path):
   model_dir = tmp_path / "run"
   result = run_command(

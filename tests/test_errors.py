@@ -30,6 +30,9 @@ from tests.conftest import trainer_env
 from trainer.testing import run_command
 from trainer.testing import trainer_command
 
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
+
 USER_ERROR_EXIT_CODE = 2
 
 

@@ -19,6 +19,7 @@ from tests.test_controller import _tiny_task
 from tests.test_options import make_options
 
 
+@pytest.mark.processes
 def test_evaluator_follows_the_chief_to_the_last_checkpoint(model_dir):
   cluster = {"chief": ["localhost:1"], "evaluator": ["localhost:2"]}
   flags = (*FAST_FLAGS, "--train_steps=40", f"--model_dir={model_dir}")

@@ -4,11 +4,16 @@ import os
 import re
 import sys
 
+import pytest
+
 from ctl.telemetry import ledger_reader
 from tests.conftest import REPO
 from tests.conftest import read_scalars
 from tests.conftest import read_summary
 from trainer.testing import run_command
+
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
 
 
 def _run_example(name: str, model_dir) -> str:

@@ -186,6 +186,7 @@ def _continue_killed_in_export(model_dir, kill):
 
 
 @pytest.mark.parametrize("kill", ["SIGKILL", "SIGTERM"])
+@pytest.mark.processes
 def test_a_kill_during_export_is_not_trusted_by_the_rerun(
   run_to_60, tmp_path, kill
 ):
@@ -208,6 +209,7 @@ def test_a_kill_during_export_is_not_trusted_by_the_rerun(
   assert sorted(os.listdir(model_dir)) == sorted(os.listdir(run_to_60))
 
 
+@pytest.mark.processes
 def test_a_rerun_removes_the_old_model_a_kill_after_the_swap_left(
   run_to_60, tmp_path
 ):

@@ -31,6 +31,9 @@ from trainer.testing import start
 from trainer.testing import start_until_step
 from trainer.testing import train_to_summary
 
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
+
 STEPS = 60
 FLAGS = (*FAST_FLAGS, *RESUME_FLAGS, f"--train_steps={STEPS}")
 PREEMPTED = 143

@@ -63,6 +63,7 @@ class _TakenOverRightAfterTheCheck(fencing.Fence):
       then()
 
 
+@pytest.mark.processes
 def test_a_stale_writers_state_file_commit_is_refused_by_its_generation(
   gcs_emulator, tmp_path
 ):

@@ -98,6 +98,7 @@ def killed_run(tmp_path_factory):
   )
 
 
+@pytest.mark.processes
 def test_killed_twice_the_accounting_adds_up(killed_run):
   attempts = _attempts(killed_run["model_dir"])
   accounting = goodput.account(attempts)
@@ -135,6 +136,7 @@ def test_killed_twice_the_accounting_adds_up(killed_run):
     assert accounting.seconds[goodput.LOST] > 0
 
 
+@pytest.mark.processes
 def test_the_goodput_models_inputs_come_from_the_killed_runs_ledger(
   killed_run,
 ):
@@ -169,6 +171,7 @@ def test_the_goodput_models_inputs_come_from_the_killed_runs_ledger(
   assert 0 <= goodput_model_lib.predicted(costs) < 100
 
 
+@pytest.mark.processes
 def test_summary_and_tensorboard_carry_goodput(killed_run):
   model_dir = killed_run["model_dir"]
   summary = read_summary(model_dir)["goodput"]
@@ -181,6 +184,7 @@ def test_summary_and_tensorboard_carry_goodput(killed_run):
   )
 
 
+@pytest.mark.processes
 def test_a_line_cut_short_by_a_crash_is_skipped(killed_run, tmp_path):
   directory = str(tmp_path / "ledger")
   shutil.copytree(ledger_reader.ledger_dir(killed_run["model_dir"]), directory)
@@ -193,6 +197,7 @@ def test_a_line_cut_short_by_a_crash_is_skipped(killed_run, tmp_path):
   assert goodput.account(after).failures == 2
 
 
+@pytest.mark.processes
 def test_report_prints_the_table_and_draws_the_timeline(killed_run, tmp_path):
   png = str(tmp_path / "timeline.png")
   result = run_command(
@@ -211,6 +216,7 @@ def test_report_prints_the_table_and_draws_the_timeline(killed_run, tmp_path):
 
 
 @pytest.mark.parametrize("make", [None, "empty"])
+@pytest.mark.processes
 def test_report_without_a_ledger_exits_2_in_one_sentence(tmp_path, make):
   model_dir = tmp_path / "run"
   if make:
@@ -224,6 +230,7 @@ def test_report_without_a_ledger_exits_2_in_one_sentence(tmp_path, make):
   assert line.startswith("error: no run ledger in ") and line.endswith(".")
 
 
+@pytest.mark.processes
 def test_ledger_on_cloud_storage(gcs_emulator, tmp_path, capsys):
   model_dir = f"gs://{GcsEmulator.BUCKET}/run"
   result = run_trainer(
@@ -278,6 +285,7 @@ def test_time_between_a_finished_run_and_its_continuation_is_not_counted():
   assert preempted.failures == 0
 
 
+@pytest.mark.processes
 def test_local_tier_saves_are_counted_as_checkpoint_saves(tmp_path):
   # Saves to the local tier block the steps like any save: the accounting
   # shows them as checkpoint_save seconds, not as bookkeeping ("other"),

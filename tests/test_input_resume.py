@@ -12,6 +12,9 @@ from trainer.testing import RESUME_FLAGS
 from trainer.testing import kill_at_steps_then_finish
 from trainer.testing import train_to_summary
 
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
+
 STEPS = 30
 # 100 examples, a global batch of 16: 6 steps per epoch, 4 records dropped
 # (different ones each epoch); the checkpoint at step 10 is mid-epoch.

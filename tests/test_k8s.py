@@ -135,6 +135,7 @@ def test_every_pod_builds_the_tf_config_of_the_same_cluster():
     )
 
 
+@pytest.mark.processes
 def test_the_trainer_in_a_pod_sees_the_cluster(tmp_path):
   manifest = _manifest(num_workers=2)
   args = ["--dataset=synthetic", "--train_steps=5", "--dry_run"]
@@ -163,6 +164,7 @@ def test_the_trainer_in_a_pod_sees_the_cluster(tmp_path):
   assert described["task_type"] == "worker"
 
 
+@pytest.mark.processes
 def test_the_agent_in_a_pod_runs_the_trainer_with_the_cluster(tmp_path):
   # The container command with --agent_restarts: the node agent (and its
   # warm spare) runs the trainer with the pod's environment, output as is.
@@ -225,6 +227,7 @@ def _failure_outcome(manifest, job, **failure):
 
 
 @pytest.mark.parametrize("agent_restarts", [0, 2])
+@pytest.mark.processes
 def test_a_user_error_in_a_pod_fails_the_jobset_at_once(agent_restarts):
   # The container's real command with a bad trainer flag exits 2; JobSet
   # must fail the set, not recreate it maxRestarts times to repeat it.
@@ -597,6 +600,7 @@ def test_a_run_without_a_measured_save_is_said(tmp_path, capsys):
 _RESUME_FLAGS = (*FAST_FLAGS, *RESUME_FLAGS, "--train_steps=60")
 
 
+@pytest.mark.processes
 def test_a_spot_preemption_ends_in_the_agreed_save_and_the_same_weights(
   tmp_path,
 ):

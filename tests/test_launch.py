@@ -22,6 +22,9 @@ from tests.conftest import trainer_command
 from trainer.testing import finish
 from trainer.testing import start
 
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
+
 REPO_ROOT = pathlib.Path(REPO)
 DEADLINE_SECS = 60  # Generous bound for a busy 2-core machine; never reached.
 

@@ -30,6 +30,7 @@ def _launch(*args: str) -> subprocess.CompletedProcess:
   )
 
 
+@pytest.mark.processes
 def test_the_launcher_exits_with_the_code_of_the_worker_that_failed():
   result = _launch(
     "--num_workers=2",
@@ -42,6 +43,7 @@ def test_the_launcher_exits_with_the_code_of_the_worker_that_failed():
   assert result.returncode == 3, result.stderr[-3000:]
 
 
+@pytest.mark.processes
 def test_every_worker_gets_its_own_rank_and_its_output_is_prefixed():
   result = _launch(
     "--num_workers=2",
@@ -57,6 +59,7 @@ def test_every_worker_gets_its_own_rank_and_its_output_is_prefixed():
   ]
 
 
+@pytest.mark.processes
 def test_a_command_that_cannot_start_is_one_sentence_and_exit_2():
   result = _launch("--num_workers=1", "--", "/no/such/program")
   assert result.returncode == errors.USER_ERROR_EXIT_CODE, result.stderr
@@ -90,6 +93,7 @@ def test_the_node_agent_on_vertex_stops_its_trainer_before_the_vm_stops():
 
 
 @pytest.mark.parametrize(("grace_secs", "saved"), [(50, True), (5, False)])
+@pytest.mark.processes
 def test_the_node_agent_lets_a_long_agreed_save_finish_within_its_grace(
   grace_secs, saved, tmp_path
 ):

@@ -38,6 +38,7 @@ def _record(model_dir):
     return json.load(f)
 
 
+@pytest.mark.processes
 def test_a_live_holder_refuses_a_second_writer_naming_itself(
   lease_holder, tmp_path
 ):
@@ -66,6 +67,7 @@ def test_a_fresh_directory_made_for_the_lease_is_removed_with_it(tmp_path):
   assert not fresh.exists()
 
 
+@pytest.mark.processes
 def test_a_sigkilled_holder_on_this_host_is_reclaimed_at_once(
   lease_holder, tmp_path
 ):
@@ -76,6 +78,7 @@ def test_a_sigkilled_holder_on_this_host_is_reclaimed_at_once(
     assert _record(tmp_path)["pid"] == os.getpid() == taken.holder.pid
 
 
+@pytest.mark.processes
 def test_a_restart_of_the_same_job_takes_its_own_lease(lease_holder, tmp_path):
   lease_holder(str(tmp_path), job="job-7", stale_secs=3600)  # Alive, not stale.
   with pytest.raises(lease.LeaseHeld):  # Another job is refused.
@@ -84,6 +87,7 @@ def test_a_restart_of_the_same_job_takes_its_own_lease(lease_holder, tmp_path):
     assert _record(tmp_path)["pid"] == os.getpid()
 
 
+@pytest.mark.processes
 def test_a_stale_lease_is_taken_over_and_its_old_holder_keeps_off(
   lease_holder, tmp_path
 ):
@@ -100,6 +104,7 @@ def test_a_stale_lease_is_taken_over_and_its_old_holder_keeps_off(
   taken.release()
 
 
+@pytest.mark.processes
 def test_a_paused_holder_on_this_host_is_never_stale(lease_holder, tmp_path):
   proc = lease_holder(str(tmp_path), stale_secs=1.0)
   proc.send_signal(signal.SIGSTOP)  # Alive: it may go on and commit.
@@ -109,6 +114,7 @@ def test_a_paused_holder_on_this_host_is_never_stale(lease_holder, tmp_path):
   assert _record(tmp_path)["pid"] == proc.pid
 
 
+@pytest.mark.processes
 def test_a_holder_is_judged_by_its_own_staleness_not_the_takers(
   lease_holder, tmp_path
 ):
@@ -120,6 +126,7 @@ def test_a_holder_is_judged_by_its_own_staleness_not_the_takers(
   assert _record(tmp_path)["stale_secs"] == 60.0
 
 
+@pytest.mark.processes
 def test_take_over_lease_takes_a_live_holders_lease(lease_holder, tmp_path):
   proc = lease_holder(str(tmp_path), stale_secs=3600)
   with _take(str(tmp_path), take_over=True):
@@ -195,6 +202,7 @@ def test_a_run_directory_moved_away_under_its_holder_is_said_so(tmp_path):
   assert (tmp_path / "moved" / lease.LEASE_FILE).exists()  # Not its own now.
 
 
+@pytest.mark.processes
 def test_the_lease_on_cloud_storage_is_exclusive(lease_holder, gcs_emulator):
   url = f"gs://{gcs_emulator.BUCKET}/run"
   fs = gcs_emulator.filesystem()
@@ -214,6 +222,7 @@ def test_the_lease_on_cloud_storage_is_exclusive(lease_holder, gcs_emulator):
   assert not fs.exists(object_path)
 
 
+@pytest.mark.processes
 def test_the_emulator_honours_generation_preconditions(gcs_emulator):
   # ctl.resilience.lease relies on it; gcp-storage-emulator alone ignores it.
   store = lease._GcsStore(
@@ -268,6 +277,7 @@ def single_run_fingerprint(tmp_path_factory):
   return train_to_summary(*_RUN, model_dir=model_dir)["weights_fingerprint"]
 
 
+@pytest.mark.processes
 def test_two_trainers_on_one_directory_the_second_is_refused(
   single_run_fingerprint, tmp_path
 ):
@@ -296,6 +306,7 @@ def test_two_trainers_on_one_directory_the_second_is_refused(
   assert not os.path.exists(os.path.join(model_dir, lease.LEASE_FILE))
 
 
+@pytest.mark.processes
 def test_a_preempted_trainer_releases_the_lease(tmp_path):
   model_dir = str(tmp_path / "run")
   proc = _start_trainer(model_dir, tmp_path / "log")
@@ -308,6 +319,7 @@ def test_a_preempted_trainer_releases_the_lease(tmp_path):
   assert not os.path.exists(os.path.join(model_dir, lease.LEASE_FILE))
 
 
+@pytest.mark.processes
 def test_a_sigkilled_trainers_rerun_takes_the_lease_and_ends_as_one_run(
   single_run_fingerprint, tmp_path
 ):
@@ -407,6 +419,7 @@ def _stopped_for_lost_lease(proc):
   return code, output.strip().splitlines()[-1]
 
 
+@pytest.mark.processes
 def test_a_paused_holder_taken_over_when_stale_stops_without_writing(
   single_run_fingerprint, tmp_path
 ):
@@ -440,6 +453,7 @@ def test_a_paused_holder_taken_over_when_stale_stops_without_writing(
     ("run_directory", errors.USER_ERROR_EXIT_CODE),
   ],
 )
+@pytest.mark.processes
 def test_a_holder_whose_lease_vanished_stops_saying_so(vanish, code, tmp_path):
   """The lease file deleted by hand, or the run directory moved away, while
   the holder is paused: it stops at its next commit, in one sentence that
@@ -463,6 +477,7 @@ def test_a_holder_whose_lease_vanished_stops_saying_so(vanish, code, tmp_path):
   assert os.path.exists(model_dir) == (vanish == "lease_file")
 
 
+@pytest.mark.processes
 def test_take_over_lease_stops_the_live_holder_naming_the_new_one(
   single_run_fingerprint, tmp_path
 ):

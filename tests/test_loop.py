@@ -330,6 +330,7 @@ print(json.dumps({"one": one, "two": two, "num_weights": len(one_weights)}))
 """
 
 
+@pytest.mark.processes
 def test_two_replicas_match_one_replica_with_the_same_global_batch(tmp_path):
   """Two CPU replicas, each with half of every global batch, train the same.
 

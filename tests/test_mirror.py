@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from fsspec.implementations import local as fsspec_local
+import pytest
 
 from ctl.io import mirror
 from ctl.io import retry
@@ -126,6 +127,7 @@ for letter in itertools.cycle(b"bc"):  # The same file, grown, again and
 """
 
 
+@pytest.mark.processes
 def test_a_kill_while_a_published_file_is_replaced_keeps_the_old_whole(
   tmp_path,
 ):

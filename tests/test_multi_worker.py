@@ -14,6 +14,9 @@ from tests.conftest import trainer_env
 from trainer.testing import launch_command
 from trainer.testing import run_command
 
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
+
 # No dropout: its masks depend on the local batch shape, which differs
 # between 1 worker x 32 and 2 workers x 16.
 STEPS = 12

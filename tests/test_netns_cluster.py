@@ -12,8 +12,13 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from ctl.testing import netns_cluster
 from trainer.testing import REPO
+
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
 
 # A node answers HTTP on this port; another node asks by host name.
 PORT = 8000

@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from ctl.checkpoint.tiers import local_tier
 from ctl.checkpoint.tiers import node_tiers
 from tests.conftest import FAST_FLAGS
@@ -38,6 +40,7 @@ def test_a_start_removes_the_snapshots_a_killed_copy_left(tmp_path):
   assert not os.path.exists(left)
 
 
+@pytest.mark.processes
 def test_the_tiers_of_job_less_runs_that_are_gone_are_removed(tmp_path):
   gone = subprocess.Popen([sys.executable, "-c", "pass"])
   gone.wait()
@@ -56,6 +59,7 @@ def _open_other_job(root) -> local_tier.LocalTier:
   return _open(root, job_id="next", checkpoint_dir="/elsewhere")
 
 
+@pytest.mark.processes
 def test_the_tier_of_a_launcher_stopped_by_ctrl_c_is_removed_next(tmp_path):
   """Ctrl-C on ctl-launch ends its job, whose id nothing finds again: the
   next start on the node removes its tier (its launcher and worker are

@@ -167,6 +167,7 @@ print(json.dumps(result))
 """
 
 
+@pytest.mark.processes
 def test_every_replica_updates_its_own_copy_alike():
   """Under MirroredStrategy the kernel gets each device's copies of the
   variable and its slots; all copies end equal to Keras's update."""

@@ -56,6 +56,7 @@ def test_every_exception_is_in_the_errors_module():
   ],
   ids=["import ctl", "trainer --help", "launch --help"],
 )
+@pytest.mark.processes
 def test_light_entry_points_do_not_load_tensorflow(args, says):
   result = _run_logging_imports(*args)
   assert says in result.stdout, result.stderr[-3000:]

@@ -149,6 +149,7 @@ def test_the_service_serves_nothing_outside_the_tier(bare_service, tmp_path):
       peer_tier._open(f"http://127.0.0.1:{bare_service.port}/{name}")
 
 
+@pytest.mark.processes
 def test_the_launcher_and_its_tier_service_import_no_tensorflow():
   """The launcher and node agent start in a fraction of a second: TensorFlow
   loads only when an agent persists a step (a worker died)."""

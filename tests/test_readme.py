@@ -23,6 +23,8 @@ import pathlib
 import re
 import shutil
 
+import pytest
+
 from tests.conftest import REPO
 from tests.conftest import trainer_env
 from trainer.testing import run_command
@@ -179,6 +181,7 @@ def test_the_link_checks_find_broken_links_and_lost_pages(tmp_path):
   assert _unlinked(pages) == (["lost.md"], ["chained.md", "lost.md"])
 
 
+@pytest.mark.processes
 def test_readme_shell_examples_run_as_written(tmp_path):
   work = _workspace(tmp_path)
   env = trainer_env(IMAGE=IMAGE)

@@ -73,6 +73,7 @@ def test_the_cli_adds_the_pool(capsys):
   ]
 
 
+@pytest.mark.processes
 def test_the_trainer_accepts_the_collective_it_gets(tmp_path):
   chief = _spec()["workerPoolSpecs"][0]
   result = run_trainer(

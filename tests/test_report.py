@@ -83,6 +83,7 @@ def model_dir(tmp_path):
   return str(tmp_path / "run")
 
 
+@pytest.mark.processes
 def test_the_table_and_the_timeline_of_a_job_killed_once(model_dir, capsys):
   report.main([model_dir])
   out = capsys.readouterr().out
@@ -110,6 +111,7 @@ def test_a_directory_without_a_ledger_is_one_sentence_and_exit_2(
   assert line.startswith("error: no run ledger in ")
 
 
+@pytest.mark.processes
 def test_the_badput_of_a_known_ledger_by_googles_badput_types(
   model_dir, capsys
 ):
@@ -155,6 +157,7 @@ def test_the_badput_of_a_known_ledger_by_googles_badput_types(
   assert row.endswith(goodput.LOST)
 
 
+@pytest.mark.processes
 def test_a_ledger_line_of_wrong_types_is_skipped_with_a_warning(model_dir):
   # One well-formed line with a string time failed every report until it
   # was removed by hand.
@@ -178,6 +181,7 @@ def test_a_ledger_line_of_wrong_types_is_skipped_with_a_warning(model_dir):
   )
 
 
+@pytest.mark.processes
 def test_a_reader_that_stops_reading_ends_the_report_quietly(model_dir):
   # `ctl-report DIR | head`: the reader is gone before the report writes
   # (its end of the pipe is closed first, so the write always fails).
@@ -202,6 +206,7 @@ def test_a_reader_that_stops_reading_ends_the_report_quietly(model_dir):
 _TEN_YEARS = 10 * 365 * 86400
 
 
+@pytest.mark.processes
 def test_a_start_whose_clock_was_years_ahead_is_placed_and_named(model_dir):
   # The first start ran on a clock ten years ahead: the report said
   # "Goodput 0.0% of 315359233.0 s", the wrong final step and the wrong
@@ -260,6 +265,7 @@ _STEPPED_BACK = [
 ]
 
 
+@pytest.mark.processes
 def test_an_older_ledger_whose_clock_stepped_back_is_reported(tmp_path):
   model_dir = str(tmp_path / "run")
   os.makedirs(ledger_reader.ledger_dir(model_dir))
@@ -279,6 +285,7 @@ def test_an_older_ledger_whose_clock_stepped_back_is_reported(tmp_path):
     assert " -" not in result.stdout
 
 
+@pytest.mark.processes
 def test_what_spot_is_worth_from_this_runs_own_restart_and_save(
   model_dir, capsys
 ):
@@ -321,6 +328,7 @@ def test_what_spot_is_worth_from_this_runs_own_restart_and_save(
   assert float(rows["Spot", 0.25][5]) < float(rows["on-demand", 720.0][5])
 
 
+@pytest.mark.processes
 def test_a_spot_price_without_an_on_demand_price_is_one_sentence(
   model_dir, capsys
 ):

@@ -23,6 +23,9 @@ from tests.conftest import trainer_env
 from tests.conftest import wait_for_attempt
 from trainer.testing import launch_command
 
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
+
 KILL_AT = 30
 
 

@@ -4,11 +4,13 @@ probabilities (the export itself: tests/test_export.py)."""
 
 import keras
 import numpy as np
+import pytest
 
 from ctl.checkpoint import serving
 from tests.conftest import heavy_modules_loaded_by
 
 
+@pytest.mark.processes
 def test_the_task_and_its_serving_load_no_tensorflow():
   assert (
     heavy_modules_loaded_by("ctl.checkpoint.serving", "ctl.train.options") == []

@@ -85,6 +85,7 @@ def test_imports_of_the_trainer_reaches_tensorflow_through_its_package():
   assert "trainer.job" in names and "trainer.flags" in names
 
 
+@pytest.mark.processes
 def test_the_hand_over_runs_the_module_with_the_given_environment(tmp_path):
   process = _spare(tmp_path)
   try:
@@ -102,6 +103,7 @@ def test_the_hand_over_runs_the_module_with_the_given_environment(tmp_path):
   assert ran["csv_already_imported"]  # Warmed up before the hand-over.
 
 
+@pytest.mark.processes
 def test_an_agent_that_ends_without_a_restart_ends_the_spare_quietly(
   tmp_path,
 ):
@@ -114,6 +116,7 @@ def test_an_agent_that_ends_without_a_restart_ends_the_spare_quietly(
   assert (process.returncode, out, err) == (0, "", "")
 
 
+@pytest.mark.processes
 def test_the_spare_imports_at_a_lower_priority_the_worker_runs_at_its_own(
   tmp_path,
 ):
@@ -148,6 +151,7 @@ def _autogroups() -> bool:
   reason="the kernel does not group scheduling by session, or the spare "
   "may not lower itself",
 )
+@pytest.mark.processes
 def test_in_its_own_session_the_spare_lowers_its_sessions_priority_too(
   tmp_path,
 ):
@@ -173,6 +177,7 @@ def test_in_its_own_session_the_spare_lowers_its_sessions_priority_too(
 @pytest.mark.skipif(
   not spare.may_restore_priority(), reason="the spare may not lower itself"
 )
+@pytest.mark.processes
 def test_a_hand_over_before_the_spare_is_warm_runs_at_the_workers_priority(
   tmp_path,
 ):
@@ -194,6 +199,7 @@ def test_a_hand_over_before_the_spare_is_warm_runs_at_the_workers_priority(
 @pytest.mark.skipif(
   not spare.may_restore_priority(), reason="the spare may not lower itself"
 )
+@pytest.mark.processes
 def test_told_the_start_beside_it_trains_steadily_the_spare_waits_at_full_priority(
   tmp_path,
 ):

@@ -13,6 +13,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from ctl.telemetry import ledger_reader
 from ctl.testing import events as events_lib
 from tests.conftest import FAST_FLAGS
@@ -28,6 +30,9 @@ from trainer.testing import launch_command
 from trainer.testing import output_so_far
 from trainer.testing import run_command
 from trainer.testing import start
+
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
 
 STALL = 75
 STEPS = 40

@@ -122,6 +122,7 @@ def test_unknown_storage_is_a_user_error():
     storage.open_location("gs://bkt/p", storage="s3")
 
 
+@pytest.mark.processes
 def test_gcsfs_checkpoint_round_trip(gcs_emulator, tmp_path):
   writer = _open_bucket(gcs_emulator, tmp_path, "writer")
   writer.fetch()  # A new run: nothing to fetch.
@@ -135,6 +136,7 @@ def test_gcsfs_checkpoint_round_trip(gcs_emulator, tmp_path):
   assert _fetch_and_restore(reader) == 1.0
 
 
+@pytest.mark.processes
 def test_state_file_is_the_commit_point(gcs_emulator, tmp_path):
   writer = _open_bucket(
     gcs_emulator, tmp_path, "writer", retry_policy=_IMPATIENT
@@ -163,6 +165,7 @@ def test_state_file_is_the_commit_point(gcs_emulator, tmp_path):
   assert _restore(reader.local_path) == 2.0
 
 
+@pytest.mark.processes
 def test_publish_retries_across_a_restart(gcs_emulator, tmp_path):
   writer = _open_bucket(gcs_emulator, tmp_path, "writer", retry_policy=_PATIENT)
   _save(writer.local_path, step=1)
@@ -185,6 +188,7 @@ def test_publish_retries_across_a_restart(gcs_emulator, tmp_path):
   ],
   ids=["gcsfs", "fuse"],
 )
+@pytest.mark.processes
 def test_missing_bucket_fails_before_anything_is_written(
   route, refusal, request, tmp_path
 ):

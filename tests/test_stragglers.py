@@ -3,6 +3,7 @@
 import os
 
 import numpy as np
+import pytest
 
 from ctl.resilience import stragglers
 from tests.conftest import read_scalars
@@ -74,6 +75,7 @@ def test_watch_says_when_a_straggler_comes_and_goes(caplog):
   assert said[1] == "straggler: worker 1 no longer straggles at step 7."
 
 
+@pytest.mark.processes
 def test_two_workers_name_the_slow_one(tmp_path):
   """Worker 1 starts every loop 1 s late (ctl.resilience.faults `slow`).
 

@@ -125,6 +125,7 @@ def test_nccl_without_gpu_is_a_user_error(name):
 
 
 @pytest.mark.parametrize("collective", ["auto", "ring"])
+@pytest.mark.processes
 def test_mirrored_on_two_logical_cpus(collective):
   [line] = _python(
     "-c", REPLICA_SUM.format(setup=TWO_LOGICAL_CPUS), "mirrored", collective
@@ -139,6 +140,7 @@ def test_mirrored_on_two_logical_cpus(collective):
   assert "CPU:0" in result["describe"] and "CPU:1" in result["describe"]
 
 
+@pytest.mark.processes
 def test_auto_with_two_local_workers_is_multi_worker():
   lines = _python(
     "-m",

@@ -14,7 +14,12 @@ import resource
 import sys
 import textwrap
 
+import pytest
+
 from benchmarks import run_all
+
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
 
 # Burns `seconds` of CPU, then writes the CPU it used to `path`.
 _BURN = textwrap.dedent(

@@ -34,6 +34,7 @@ def _mode(path):
   return stat.S_IMODE(os.lstat(path).st_mode)
 
 
+@pytest.mark.processes
 def test_scratch_dirs_of_dead_processes_are_removed(tmp):
   stale = tmp / f"ctl_worker_checkpoint_{_dead_pid()}_abc"
   (stale / "sub").mkdir(parents=True)
@@ -50,6 +51,7 @@ def test_scratch_dirs_of_dead_processes_are_removed(tmp):
   assert live.exists() and other.exists()
 
 
+@pytest.mark.processes
 def test_a_stale_dir_another_process_removes_first_is_no_error(
   tmp, monkeypatch
 ):

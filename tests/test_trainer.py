@@ -31,6 +31,7 @@ from trainer.testing import launch_command
 from trainer.testing import run_command
 
 
+@pytest.mark.processes
 def test_quickstart_reaches_95_percent(model_dir):
   """The `make demo` configuration, as shipped, on real digits."""
   run_trainer("--flagfile=configs/quickstart.cfg", f"--model_dir={model_dir}")
@@ -70,6 +71,7 @@ def short_run(tmp_path_factory):
   )
 
 
+@pytest.mark.processes
 def test_each_start_keeps_its_flags_and_the_report_says_what_changed(
   continued_run, tmp_path, capsys
 ):
@@ -101,6 +103,7 @@ def test_each_start_keeps_its_flags_and_the_report_says_what_changed(
   assert read_summary(copy)["final_step"] == 60
 
 
+@pytest.mark.processes
 def test_train_rerun_continue_and_outputs(continued_run):
   model_dir, (first, summary), (again, rerun_summary), more = continued_run
   assert summary["final_step"] == 40
@@ -134,12 +137,14 @@ def test_train_rerun_continue_and_outputs(continued_run):
   assert continued["restores"] >= 1
 
 
+@pytest.mark.processes
 def test_the_start_up_checks_run_once_per_start(continued_run):
   """The cluster lookup, bucket probe and writability check: not twice."""
   _, (first, _), _, _ = continued_run
   assert first.stderr.count(checks.PASSED) == 1, first.stderr[-3000:]
 
 
+@pytest.mark.processes
 def test_a_runs_log_holds_no_python_warning(continued_run):
   """A trained, evaluated and exported run prints no `warnings.warn` line:
   TensorFlow's own iterators ask a dataset for its options while ctl's loops
@@ -150,6 +155,7 @@ def test_a_runs_log_holds_no_python_warning(continued_run):
   assert not warned, warned
 
 
+@pytest.mark.processes
 def test_a_runs_info_lines_are_its_own(continued_run):
   """The log's INFO lines from Python are ctl's and the trainer's: not
   TensorFlow's own (a "Sharding callback duration" at every save, the
@@ -170,6 +176,7 @@ def test_a_runs_info_lines_are_its_own(continued_run):
   assert "Exported the SavedModel of step 40 to " in first.stderr
 
 
+@pytest.mark.processes
 def test_train_and_validation_run_dirs_share_tag_names(continued_run):
   """TensorBoard overlays train and validation: same tags, two run dirs."""
   model_dir = continued_run[0]
@@ -273,6 +280,7 @@ def _traces(model_dir) -> list[str]:
   )
 
 
+@pytest.mark.processes
 def test_profile_steps_trace_the_loop_calls_over_the_range(continued_run):
   traces = _traces(continued_run[0])
   assert len(traces) == 1, traces  # The re-runs past step 25 traced nothing.
@@ -297,6 +305,7 @@ def test_profile_steps_trace_the_loop_calls_over_the_range(continued_run):
   assert sorted(steps) == [20, 30]
 
 
+@pytest.mark.processes
 def test_no_profile_trace_without_profile_steps(short_run):
   assert os.path.isdir(os.path.join(short_run, "tensorboard", "train"))
   assert not _traces(short_run)
@@ -305,6 +314,7 @@ def test_no_profile_trace_without_profile_steps(short_run):
   )
 
 
+@pytest.mark.processes
 def test_hparams_dashboard_lists_the_run_with_its_final_metric(
   continued_run, tensorboard_server
 ):
@@ -352,6 +362,7 @@ def test_hparams_dashboard_lists_the_run_with_its_final_metric(
   not all(map(shutil.which, ("chromium", "chromedriver"))),
   reason="needs a browser: apt-get install -y chromium chromium-driver",
 )
+@pytest.mark.processes
 def test_a_browser_draws_train_and_validation_in_one_chart(
   continued_run, tmp_path
 ):
@@ -374,6 +385,7 @@ def test_a_browser_draws_train_and_validation_in_one_chart(
   assert out.read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.processes
 def test_saved_model_predicts_what_the_model_predicts(short_run):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -414,6 +426,7 @@ def test_saved_model_predicts_what_the_model_predicts(short_run):
   assert not np.allclose(expected, expected[:1])  # Inputs really differ.
 
 
+@pytest.mark.processes
 def test_resnet50_trains_from_a_local_weights_file(tmp_path, model_dir):
   import keras  # pylint: disable=g-import-not-at-top
 
@@ -472,6 +485,7 @@ def test_resnet50_loads_the_weights_file(tmp_path):
     ("--mixed_precision=bf16", "--xla"),
   ],
 )
+@pytest.mark.processes
 def test_mixed_precision_and_xla_train_and_export(extra, model_dir):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -486,6 +500,7 @@ def test_mixed_precision_and_xla_train_and_export(extra, model_dir):
   assert logits.dtype == tf.float32  # Float32 out, whatever the policy.
 
 
+@pytest.mark.processes
 def test_fp16_resume_restores_the_loss_scale(tmp_path):
   """Stopped at step 5 and resumed to 10, an fp16 run ends as the straight
   one: the same weights and the same loss scale state (the scale, and the
@@ -519,6 +534,7 @@ def test_fp16_resume_restores_the_loss_scale(tmp_path):
   assert loss_scale(straight)[1] == 10
 
 
+@pytest.mark.processes
 def test_a_restart_with_xla_compiles_nothing_a_restart_compiled_before(
   tmp_path,
 ):

@@ -72,6 +72,7 @@ def _trainer_command_lines():
 
 
 @pytest.mark.parametrize("args", _trainer_command_lines(), ids=" ".join)
+@pytest.mark.processes
 def test_config_args_are_accepted_by_the_trainer(args, tmp_path):
   # As in the image, whose WORKDIR holds the repository root, and with the
   # directories Vertex AI derives from baseOutputDirectory.
@@ -137,6 +138,7 @@ def test_zero_workers_is_a_user_error():
     vertex.build_job_spec(image=_IMAGE, num_workers=0)
 
 
+@pytest.mark.processes
 def test_bad_accelerator_exits_2_with_one_sentence():
   result = _run_cli(
     f"--image={_IMAGE}", "--accelerator_type=NVIDIA_TESLA_V1000"
@@ -458,6 +460,7 @@ def test_submit_refused_by_vertex_is_a_user_error(fake_vertex, monkeypatch):
   assert str(raised.value).endswith(": Permission denied on project p.")
 
 
+@pytest.mark.processes
 def test_submit_without_credentials_exits_2(tmp_path):
   env = dict(
     os.environ, GOOGLE_APPLICATION_CREDENTIALS=str(tmp_path / "missing.json")

@@ -26,6 +26,9 @@ from trainer.testing import OFFLINE_FLAGS
 from trainer.testing import run_command
 from trainer.testing import vertex_output_env
 
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
+
 
 def _entrypoint() -> list[str]:
   """The Dockerfile's ENTRYPOINT, with this test's Python as `python`."""

@@ -25,6 +25,9 @@ from trainer.testing import launch_command
 from trainer.testing import run_command
 from trainer.testing import start
 
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
+
 HOUR = 3600
 STEPS = 60
 # One step per loop, each loop at least 0.2 s late (ctl.resilience.faults `slow`): the

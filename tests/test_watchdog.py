@@ -9,8 +9,13 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from ctl.resilience import watchdog
 from tests.conftest import REPO
+
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
 
 # The steady limit: far above the scripts' gaps between marks (0.5 s at
 # most) and any pause a loaded machine adds, so only a planned stall meets it.

@@ -10,6 +10,9 @@ import pytest
 from trainer.testing import REPO
 from trainer.testing import run_command
 
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
+
 _SCRIPT = os.path.join(REPO, "scripts", "wheel_names.py")
 
 

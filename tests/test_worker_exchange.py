@@ -8,6 +8,7 @@ import sys
 import types
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from ctl.distributed import ports
@@ -70,6 +71,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.processes
 def test_every_worker_gets_every_workers_row_exactly():
   workers = [f"localhost:{port}" for port in ports.free_ports(2)]
   processes = [

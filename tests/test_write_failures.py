@@ -24,6 +24,9 @@ from tests.conftest import trainer_command
 from tests.conftest import trainer_env
 from trainer import testing
 
+# Every test here starts a process: the slow tier (tests/conftest.py).
+pytestmark = pytest.mark.processes
+
 CANNOT_WRITE_EXIT_CODE = 74
 _FLAGS = (*FAST_FLAGS, "--checkpoint_every_steps=10")
 
