@@ -205,11 +205,12 @@ BENCHMARKS = (
       "--repeats=12",
       "--variants=engine:1,bare,fit:1",
       "--extras=none",
-      # Within 10%: what 10 rounds of one step resolve here, where even
-      # bare step / fit (no ctl in either) swings 0.89-1.14 a round
-      # (docs/benchmarks.md, "Targets changed, and why"); the engine's host
-      # cost per step is judged where it shows, on the small model.
-      "--targets=engine:1/bare>=0.9,engine:1/fit:1>=0.9",
+      # Within 2%, where a regression shows: measured 0.995x (95% CI
+      # 0.988-1.01) a bare step and 0.999x fit; a 0.9x target let a 10%
+      # regression pass unseen. A round that swings (bare step / fit, no
+      # ctl in either, 0.89-1.14) widens the interval: UNDECIDED, rounds
+      # are added (docs/benchmarks.md, "Targets changed, and why").
+      "--targets=engine:1/bare>=0.98,engine:1/fit:1>=0.98",
     ),
     _TINY_THROUGHPUT,
     timeout_secs=600,

@@ -167,6 +167,26 @@ def test_ratio_is_the_median_of_per_round_ratios():
     stats.per_round_ratios([1.0], [1.0, 2.0])
 
 
+def test_each_ratio_is_listed_once_whatever_its_specs_resolve_to():
+  """With steps_per_loop=1 (the ResNet50 section), engine:N is engine:1 and
+  bare:N is bare: the default specs name `engine spl=1 / bare step` three
+  times and `/ fit` twice; the report lists each pair once, in order."""
+  defaults = {"steps_per_loop": 1, "precision": "float32", "xla": False}
+  rates = {
+    variants_lib.parse(spec, **defaults): [10.0, 11.0, 9.0]
+    for spec in ("engine:1", "bare", "fit:1")
+  }
+  ratios = throughput_lib._ratios(  # pylint: disable=protected-access
+    throughput_lib.DEFAULT_RATIOS, defaults, rates
+  )
+  pairs = [(r["numerator"], r["denominator"]) for r in ratios]
+  assert pairs == [
+    ("engine spl=1 +float32", "bare step +float32"),
+    ("engine spl=1 +float32", "fit spe=1 +float32"),
+    ("bare step +float32", "fit spe=1 +float32"),
+  ]
+
+
 def test_verdict_is_pass_miss_or_undecided_by_the_interval():
   """More in tests/test_bench_stats.py."""
   summary = _a_over_b([0.97, 0.99, 1.01], [1.0, 1.0, 1.0])

@@ -586,14 +586,21 @@ def _ratio(numerator, denominator, rates) -> dict:
 
 
 def _ratios(specs, defaults, rates) -> list[dict]:
-  ratios = []
+  """The ratios of `specs` whose variants ran, each pair once: with
+  steps_per_loop=1, `engine:N/bare`, `engine:1/bare` and `engine:N/bare:N`
+  are one ratio."""
+  pairs = []
   for spec in specs:
-    numerator, denominator = variants_lib.parse_ratio(spec, **defaults)
+    pair = variants_lib.parse_ratio(spec, **defaults)
+    numerator, denominator = pair
     if (
-      numerator in rates and denominator in rates and (numerator != denominator)
+      numerator in rates
+      and denominator in rates
+      and numerator != denominator
+      and pair not in pairs
     ):
-      ratios.append(_ratio(numerator, denominator, rates))
-  return ratios
+      pairs.append(pair)
+  return [_ratio(n, d, rates) for n, d in pairs]
 
 
 def _targets(specs, defaults, rates, notes) -> list[dict]:
