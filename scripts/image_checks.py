@@ -4,7 +4,8 @@ scripts/container_check.py runs them in order on the image that
 podman_sandbox.py built, and prints what each returns (PASS) or raises
 (FAIL). Each check is a function of a Context that returns one line saying
 what it saw, or raises CheckFailed saying how the image misbehaved:
-  1. check_quickstart: the quickstart trains as a non-root user passed with
+  1. check_quickstart: the quickstart trains (to README's 95% accuracy, the
+     suite's proof of `make demo`'s claim) as a non-root user passed with
      --user (as `docker run --user $(id -u):$(id -g)`), into a mounted
      directory; every output is owned by that host user;
   2. check_stop_and_resume: `podman stop` during training exits 143 after a
@@ -116,9 +117,15 @@ def check_quickstart(ctx: Context) -> str:
   )
   model_dir = out / "quickstart"
   steps = _train_steps("configs/quickstart.cfg")
+  summary = _summary(model_dir)
   _expect(
-    _summary(model_dir)["final_step"] == steps,
+    summary["final_step"] == steps,
     f"train_summary.json does not end at step {steps}",
+  )
+  # What README promises of `make demo` (the same flagfile, real digits).
+  _expect(
+    summary["eval_accuracy"] >= 0.95,
+    f"eval_accuracy {summary['eval_accuracy']:.3f} is below 0.95",
   )
   missing = sorted(set(testing.RUN_DIR_OUTPUTS) - set(os.listdir(model_dir)))
   _expect(
@@ -130,7 +137,8 @@ def check_quickstart(ctx: Context) -> str:
     f"outputs owned by {owners}, not {ctx.host_uid}:{ctx.host_gid}",
   )
   return (
-    f"uid {ctx.host_uid} trained to step {steps}; every output owned by "
+    f"uid {ctx.host_uid} trained to step {steps} (eval accuracy "
+    f"{summary['eval_accuracy']:.3f}); every output owned by "
     f"{ctx.host_uid}:{ctx.host_gid}"
   )
 
