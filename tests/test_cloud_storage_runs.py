@@ -298,8 +298,14 @@ def test_upload_that_never_completes_is_a_stall(
     events=events,
     env=_env(tmp_path, "first"),
   )
-  # Stuck in the save of `cut`: its last mark started a phase never ended.
-  stuck = events_lib.read_events(events)[-1]
+  # Stuck in the save of `cut`: its last mark started a phase never ended,
+  # then the watchdog ended the run as stalled.
+  *_, stuck, ended = events_lib.read_events(events)
+  assert (ended["phase"], ended["ok"], ended["error"]) == (
+    "run",
+    False,
+    "Stalled",
+  )
   assert stuck["phase"] in ("checkpoint_upload", "checkpoint_save")
   assert (stuck["step"], stuck["seconds"]) == (cut, None), output[-3000:]
   assert "stall: worker 0 made no progress" in output

@@ -66,6 +66,7 @@ def test_anything_else_is_not_found(service, name):
   served, _ = service
   with pytest.raises(urllib.error.HTTPError) as raised:
     _get(served, name)
+  raised.value.close()  # The error holds the answer's connection.
   assert raised.value.code == 404
 
 

@@ -251,6 +251,8 @@ def fetch_from_peer(
     TypeError,
     http.client.HTTPException,
   ) as e:
+    if isinstance(e, urllib.error.HTTPError):
+      e.close()  # It holds the answer's connection (a 404: a step gone).
     unanswered = _did_not_answer(e)
     if unanswered and silent is not None:
       silent.add(address)
