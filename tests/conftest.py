@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 
-# The two tiers (docs/development.md, "Tests"): `make test` runs every test;
+# The two tiers (docs/development.md, "Tests: two tiers"): `make test` runs every test;
 # `make test-fast` (CTL_TEST_TIER=fast) only those not marked `processes`,
 # and there starting any process fails, so a test that needs one says so.
 FAST_TIER = os.environ.get("CTL_TEST_TIER") == "fast"
