@@ -25,8 +25,10 @@ demo: $(VENV)/.installed
 	$(PY) -m trainer.task --flagfile=configs/quickstart.cfg --model_dir=$(MODEL_DIR)
 
 # The lint runs first: a formatting or lint error fails `make test` (and CI).
+# The browser tests run once, in `make browser-check`, which installs the
+# browser they need.
 test: lint
-	$(PY) -m pytest -q -n 4 --dist loadfile --durations=20
+	$(PY) -m pytest -q -n 4 --dist loadfile --durations=20 -m "not browser"
 
 # The fast tier, for a contributor's every change: the tests that start no
 # process (one that does fails here and belongs in the slow tier,

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make browser-check: the TensorBoard browser checks (headless Chromium draws
+# make browser-check: the tests marked `browser`, which `make test` leaves to
+# it (headless Chromium draws
 # train and validation in one chart: the trainer's accuracy,
 # tests/test_trainer.py, and a regression's own MAE and RMSE,
 # tests/test_any_model.py) with Debian's
@@ -26,5 +27,4 @@ if ! have_browser; then
     "The TensorBoard browser check did NOT run. ########" >&2
   exit 0
 fi
-"$PY" -m pytest -q tests/test_trainer.py tests/test_any_model.py \
-  -k "test_a_browser_draws_train_and_validation_in_one_chart or test_a_browser_draws_the_regressions_own_metrics"
+"$PY" -m pytest -q -m browser

@@ -61,6 +61,11 @@ def pytest_configure(config):
     "processes: starts a process (a trainer, a launcher, an emulator, a "
     "script); left out of the fast tier (`make test-fast`)",
   )
+  config.addinivalue_line(
+    "markers",
+    "browser: drives headless Chromium; run once, by `make browser-check` "
+    "(which installs the browser), and left out of `make test`",
+  )
 
 
 @pytest.fixture(scope="session", autouse=True)

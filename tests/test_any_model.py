@@ -70,6 +70,7 @@ def test_an_example_killed_on_two_workers_ends_as_the_uninterrupted_run(
   assert summary["restarts"] == 1 and summary["final_step"] == 120
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(
   not all(map(shutil.which, ("chromium", "chromedriver"))),
   reason="needs a browser: apt-get install -y chromium chromium-driver",

@@ -349,6 +349,7 @@ def test_hparams_dashboard_lists_the_run_with_its_final_metric(
   )
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(
   not all(map(shutil.which, ("chromium", "chromedriver"))),
   reason="needs a browser: apt-get install -y chromium chromium-driver",
