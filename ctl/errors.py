@@ -52,12 +52,33 @@ class UserError(Exception):
   """
 
 
-def first_line(error: BaseException) -> str:
-  """The first line of `error`'s message (at most 200 characters), or its
-  type's name when it has none: what a one-sentence report quotes of an
-  error from TensorFlow or the operating system."""
-  lines = str(error).strip().splitlines()
-  return lines[0][:200] if lines else type(error).__name__
+def error_sentence(error: BaseException) -> str:
+  """What a one-sentence report quotes of an error from TensorFlow or the
+  operating system (at most 300 characters), or its type's name when it has
+  no message.
+
+  TensorFlow puts frames in front of the error that names the op and the
+  shapes: AutoGraph's "in user code:", the frames, then the raised error; a
+  running graph's "Graph execution error:", the frames where the node was
+  defined, then the error and `[[{{node NAME}}]]`. The sentence is that
+  error (with the node's name), never the line that opens the frames.
+  """
+  lines = [line.strip() for line in str(error).strip().splitlines()]
+  lines = [line for line in lines if line]
+  if not lines:
+    return type(error).__name__
+  sentence = lines[0]
+  if sentence == "in user code:":
+    sentence = lines[-1]
+    for prefix in ("ctl.errors.UserError: ", "UserError: "):
+      sentence = sentence.removeprefix(prefix)
+  elif sentence == "Graph execution error:":
+    nodes = [i for i, line in enumerate(lines) if line.startswith("[[{{node ")]
+    sentence = lines[nodes[0] - 1] if nodes else lines[-1]
+    if nodes:
+      node = lines[nodes[0]].removeprefix("[[{{node ").split("}}", 1)[0]
+      sentence = f"{sentence} (node {node})"
+  return sentence[:300]
 
 
 def cannot_write(url: str, error: Exception) -> UserError:

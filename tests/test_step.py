@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import ctl
+from ctl import errors
 from ctl.errors import UserError
 from ctl.train import controller
 from tests import tasks
@@ -181,3 +182,30 @@ def test_a_task_that_branches_on_a_tensor_in_python_trains(tmp_path):
     keras.utils.set_random_seed(0)
     losses.append(_run(tmp_path / name, task, train_steps=10)["train_loss"])
   np.testing.assert_allclose(losses[1:], [losses[0]] * 2, rtol=1e-6)
+
+
+def test_a_step_that_cannot_run_names_the_op_and_the_shapes(tmp_path):
+  # y_pred of another batch size: TensorFlow's message opens with AutoGraph's
+  # "in user code:" and its frames; the sentence is the error at their end.
+  halved = lambda y, y_pred: tf.square(y - y_pred[: tasks.BATCH // 2])
+  with pytest.raises(UserError) as raised:
+    _run(tmp_path, tasks.regression(loss_fn=halved))
+  sentence = str(raised.value)
+  assert "\n" not in sentence and "in user code" not in sentence, sentence
+  assert "Dimensions must be equal, but are 16 and 8" in sentence, sentence
+  assert "[16], [8]" in sentence, sentence
+  assert tasks.written(tmp_path) == []
+
+
+def test_an_error_from_a_running_graph_is_named_by_its_op_and_shapes():
+  @tf.function(
+    input_signature=[tf.TensorSpec([None, 1]), tf.TensorSpec([None, 1])]
+  )
+  def subtract(x, y):
+    return x - y
+
+  with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+    subtract(tf.ones([4, 1]), tf.ones([8, 1]))
+  assert errors.error_sentence(raised.value) == (
+    "Incompatible shapes: [4,1] vs. [8,1] (node sub)"
+  )

@@ -35,7 +35,7 @@ import tensorflow as tf
 from tensorflow.python.lib.io import file_io  # pylint: disable=g-direct-tensorflow-import
 
 from ctl.errors import UserError
-from ctl.errors import first_line
+from ctl.errors import error_sentence
 from ctl.errors import write_failure
 from ctl.io import checkpoint_state
 from ctl.io import fencing
@@ -251,7 +251,7 @@ class Checkpointer:
     except (AssertionError, ValueError) as e:
       raise UserError(
         f"The checkpoint {path} was written by a different model or "
-        f"configuration ({first_line(e)}); use another --checkpoint_dir "
+        f"configuration ({error_sentence(e)}); use another --checkpoint_dir "
         "or --model_dir."
       ) from None
     return True

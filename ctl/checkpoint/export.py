@@ -42,7 +42,7 @@ import tensorflow as tf
 
 from ctl.checkpoint.serving import FROM_MODEL
 from ctl.errors import UserError
-from ctl.errors import first_line
+from ctl.errors import error_sentence
 from ctl.io import fencing
 from ctl.io import storage
 
@@ -173,7 +173,7 @@ def check_serving(model: keras.Model, serving) -> None:
   except (ValueError, TypeError) as e:
     raise UserError(
       "Task.serving's input_signature does not have the structure of the "
-      f"model's inputs ({first_line(e)})."
+      f"model's inputs ({error_sentence(e)})."
     ) from None
 
 

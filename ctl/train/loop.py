@@ -41,7 +41,7 @@ import tensorflow as tf
 
 from ctl.distributed import worker_exchange
 from ctl.errors import UserError
-from ctl.errors import first_line
+from ctl.errors import error_sentence
 from ctl.train import metric_set as metric_set_lib
 from ctl.train import step as step_lib
 
@@ -336,11 +336,11 @@ class TrainLoop:
         *self._arguments(1, False, False, False), tf.constant(0.0)
       )
     except UserError as e:  # AutoGraph put its trace in front of it.
-      raise UserError(_user_sentence(e)) from None
+      raise UserError(error_sentence(e)) from None
     except (TypeError, ValueError, NotImplementedError, tf.errors.OpError) as e:
       raise UserError(
         "The task's step cannot run on its training batches "
-        f"{_spec_of(iterator)}: {first_line(e)}"
+        f"{_spec_of(iterator)}: {error_sentence(e)}"
       ) from e
     self._traced_for = iterator
 
@@ -362,16 +362,6 @@ def _spec_of(iterator) -> str:
       iterator.element_spec,
     )
   )
-
-
-def _user_sentence(error: UserError) -> str:
-  """A UserError's own sentence, without what AutoGraph put in front of it
-  when it was raised while tracing (its last line)."""
-  lines = [line.strip() for line in str(error).strip().splitlines()]
-  last = lines[-1] if lines else ""
-  for prefix in ("ctl.errors.UserError: ", "UserError: "):
-    last = last.removeprefix(prefix)
-  return last
 
 
 def _controls() -> dict[tuple[bool, ...], tf.Tensor]:
@@ -486,7 +476,7 @@ class EvalLoop:
       with _no_graph_options_warning():
         totals = self._eval(dataset).numpy()
     except UserError as e:  # Raised while tracing: AutoGraph's text off.
-      raise UserError(_user_sentence(e)) from None
+      raise UserError(error_sentence(e)) from None
     loss_sum, count = totals[:2]
     if not count:
       return {"examples": 0}
