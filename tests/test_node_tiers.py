@@ -40,6 +40,30 @@ def test_a_start_removes_the_snapshots_a_killed_copy_left(tmp_path):
   assert not os.path.exists(left)
 
 
+def test_a_tier_belongs_to_the_directory_not_to_its_spelling(
+  tmp_path, monkeypatch
+):
+  # Two runs of one job id, each `--model_dir=run` from its own working
+  # directory: two run directories, so two tiers (one shared tier let run A
+  # restore a step run B had written, and end with B's weights).
+  root = tmp_path / "root"
+  tiers = []
+  for where in ("a", "b"):
+    (tmp_path / where).mkdir()
+    monkeypatch.chdir(tmp_path / where)
+    tiers.append(_open(root, job_id="job", checkpoint_dir="run/checkpoints"))
+  assert tiers[0].directory != tiers[1].directory
+  # One directory however it is spelled: the same tier (a restart finds it).
+  spellings = (
+    "run/checkpoints",
+    "./run/checkpoints/",
+    str(tmp_path / "b/run/checkpoints"),
+  )
+  assert {
+    _open(root, job_id="job", checkpoint_dir=s).directory for s in spellings
+  } == {tiers[1].directory}
+
+
 @pytest.mark.processes
 def test_the_tiers_of_job_less_runs_that_are_gone_are_removed(tmp_path):
   gone = subprocess.Popen([sys.executable, "-c", "pass"])

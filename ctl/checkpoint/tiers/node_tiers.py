@@ -45,8 +45,12 @@ def run_name(*, job_id: str, checkpoint_dir: str) -> str:
   AI), so a restarted worker finds its tier; without one the name carries
   this process's pid, so nothing is found again and the next start removes
   the directory of a process that is gone (`remove_stale`); "auto" then
-  makes no tier (`setting_for_job`).
+  makes no tier (`setting_for_job`). The directory is named resolved (a
+  URL as it is): one relative path typed in two working directories is two
+  runs' directories, and two spellings of one directory are one.
   """
+  if "://" not in checkpoint_dir:
+    checkpoint_dir = os.path.realpath(checkpoint_dir)
   digest = hashlib.sha256(checkpoint_dir.encode()).hexdigest()[:12]
   owner = re.sub(r"[^A-Za-z0-9_.-]", "_", job_id)[:64] if job_id else None
   return f"{owner or f'pid{os.getpid()}'}-{digest}"
