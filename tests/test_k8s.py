@@ -636,3 +636,24 @@ def test_a_spot_preemption_ends_in_the_agreed_save_and_the_same_weights(
   [restore] = [e for e in resumed if e.get("phase") == "restore"]
   assert restore["step"] == end["step"] >= 20
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"]
+
+
+@pytest.mark.parametrize(
+  "flags, warned",
+  [
+    (["--spot", "--grace_secs=60"], True),
+    (["--spot"], False),
+    (["--spot", "--grace_secs=15"], False),
+    (["--grace_secs=60"], False),
+  ],
+)
+def test_a_spot_grace_above_gkes_default_is_said_once(capsys, flags, warned):
+  # GKE gives a Spot node's pods 15 s unless its node pool is set up for
+  # more: a longer grace is kept in the manifest, and said.
+  assert k8s.main(["--name=train", f"--image={_IMAGE}", *flags]) == 0
+  err = capsys.readouterr().err
+  if warned:
+    assert err.count("\n") == 1 and err.startswith("warning: ")
+    assert "--grace_secs=60" in err and "15 s" in err and "node pool" in err
+  else:
+    assert err == ""

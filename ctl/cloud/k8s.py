@@ -627,6 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     manifest = build_manifest(options)
     validate_manifest(manifest, kubernetes_version=args.kubernetes_version)
+    _warn_if_spot_grace_needs_a_node_pool(options)
     if args.measured_run:
       _warn_if_the_save_does_not_fit(options, args.measured_run)
     return jobspecs.format_spec(manifest, args.format)
@@ -665,6 +666,22 @@ def agreed_save_secs(model_dir: str) -> tuple[float, float] | None:
   return max(loops), max(saves["checkpoint_save"]) + max(
     saves["checkpoint_upload"]
   )
+
+
+def _warn_if_spot_grace_needs_a_node_pool(options: JobSetOptions) -> None:
+  """Says on stderr when a Spot job's grace is longer than GKE gives Spot
+  pods unless their node pool is set up for more (`SPOT_GRACE_SECS`): the
+  manifest keeps it, and without that node pool the kubelet kills the pod
+  at `SPOT_GRACE_SECS`, in the middle of a longer agreed save."""
+  grace = pod_grace_secs(options)
+  if options.spot and grace > SPOT_GRACE_SECS:
+    print(
+      f"warning: --grace_secs={grace} on Spot nodes holds only where the "
+      "node pool's graceful node shutdown gives pods that long (GKE gives "
+      f"Spot pods {SPOT_GRACE_SECS} s by default, at most "
+      f"{SPOT_MAX_GRACE_SECS} s when the node pool is set up for it).",
+      file=sys.stderr,
+    )
 
 
 def _warn_if_the_save_does_not_fit(options: JobSetOptions, run: str) -> None:
