@@ -460,6 +460,32 @@ def test_submit_refused_by_vertex_is_a_user_error(fake_vertex, monkeypatch):
   assert str(raised.value).endswith(": Permission denied on project p.")
 
 
+@pytest.mark.parametrize("transport", ["grpc", "rest"])
+def test_submit_without_a_network_is_one_sentence(transport):
+  # Nothing listens on port 9 (discard): what a machine without a route to
+  # Vertex AI, or with a refused connection, gets from the client.
+  scheme = "http://" if transport == "rest" else ""
+  client = aiplatform_v1.JobServiceClient(
+    credentials=credentials.AnonymousCredentials(),
+    transport=transport,
+    client_options={"api_endpoint": f"{scheme}127.0.0.1:9"},
+  )
+
+  with pytest.raises(errors.UserError) as raised:
+    vertex.submit(
+      vertex.build_job_spec(image=_IMAGE),
+      project="p",
+      region="r",
+      display_name="cassava",
+      client=client,
+    )
+
+  sentence = str(raised.value)
+  assert sentence.startswith("Could not reach Vertex AI (")
+  assert sentence.endswith("; check the network, then submit again.")
+  assert "\n" not in sentence
+
+
 @pytest.mark.processes
 def test_submit_without_credentials_exits_2(tmp_path):
   env = dict(

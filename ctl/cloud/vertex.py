@@ -360,14 +360,16 @@ def submit(
     The job's resource name, projects/P/locations/R/customJobs/ID.
 
   Raises:
-    errors.UserError: If the spec is invalid, there are no credentials, or
-      Vertex AI refuses the request (a 4xx answer).
+    errors.UserError: If the spec is invalid, there are no credentials,
+      Vertex AI refuses the request (a 4xx answer), or it cannot be reached
+      (no network, a token that cannot be refreshed, a 5xx answer).
   """
   job_spec = vertex_check.validate_job_spec(spec)
   vertex_check.check_region(job_spec, region)
   aiplatform_v1 = vertex_check.import_aiplatform()
   # It comes with google-cloud-aiplatform.
   from google.api_core import exceptions as api_exceptions  # pylint: disable=g-import-not-at-top
+  from google.auth import exceptions as auth_exceptions  # pylint: disable=g-import-not-at-top
 
   client = client or client_for(region)
   try:
@@ -380,6 +382,15 @@ def submit(
   except api_exceptions.ClientError as e:
     reason = e.message.rstrip(".")
     raise errors.UserError(f"Vertex AI refused the job: {reason}.") from None
+  except (api_exceptions.GoogleAPICallError, auth_exceptions.GoogleAuthError,
+          OSError) as e:  # fmt: skip
+    # No route, a refused connection, a token that could not be refreshed,
+    # Vertex AI unavailable: the request never reached a decision.
+    reason = errors.error_sentence(e).rstrip(".")
+    raise errors.UserError(
+      f"Could not reach Vertex AI ({type(e).__name__}: {reason}); check the "
+      "network, then submit again."
+    ) from None
   return job.name
 
 
