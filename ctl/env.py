@@ -158,8 +158,20 @@ def heartbeat_dir(environ: Mapping[str, str] = os.environ) -> str | None:
 
 
 def events_path(environ: Mapping[str, str] = os.environ) -> str | None:
-  """The file a test or benchmark follows the run's progress events in."""
-  return environ.get(EVENTS) or None
+  """The file a test or benchmark follows the run's progress events in.
+
+  Checked here, not when `ctl.run` opens it, so that a path it cannot open
+  fails with the other variables, before training.
+
+  Raises:
+    UserError: for a directory, or a file in a directory that does not exist.
+  """
+  path = environ.get(EVENTS) or None
+  if path and (
+    os.path.isdir(path) or not os.path.isdir(os.path.dirname(path) or ".")
+  ):
+    raise UserError(f"{EVENTS} must be {_WHAT[EVENTS]}, not {path!r}.")
+  return path
 
 
 def faults(environ: Mapping[str, str] = os.environ) -> str:
@@ -196,6 +208,7 @@ def check(environ: Mapping[str, str] = os.environ) -> None:
     previous_exit_time,
     attempt_start,
     faults_enabled,
+    events_path,
   ):
     reader(environ)
 
@@ -209,6 +222,7 @@ _WHAT = {
   PREVIOUS_EXIT: "an exit code (an integer; -N for signal N)",
   PREVIOUS_EXIT_TIME: "a time in seconds since the epoch",
   ATTEMPT_START: "a time in seconds since the epoch",
+  EVENTS: "a file in an existing directory (for the run's progress events)",
 }
 
 

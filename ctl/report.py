@@ -9,10 +9,12 @@ the job and its way to its first step by phase (where a restart's seconds
 go), which flags changed between starts (each start's flagfile is
 `<MODEL_DIR>/ledger/<attempt>.flags`), and draws the timeline: one row per start, colored by category,
 failures marked. The picture goes to `<MODEL_DIR>/goodput_timeline.png`
-(for gs:// directories, `goodput_timeline.png` here) unless --png says where;
-it needs matplotlib (`pip install 'ctl-train-loop[report]'`).
+(for gs:// directories, `goodput_timeline.png` here) unless --png names the
+file (a directory is refused); it needs matplotlib
+(`pip install 'ctl-train-loop[report]'`).
 """
 
+import argparse
 from collections.abc import Sequence
 import os
 import signal
@@ -20,6 +22,7 @@ import sys
 
 from ctl import errors
 from ctl.errors import USER_ERROR_EXIT_CODE
+from ctl.io import storage
 from ctl.telemetry import goodput
 from ctl.telemetry import ledger_reader
 from ctl.telemetry import restart_phases
@@ -197,7 +200,7 @@ def timeline(
       f"{accounting.lost_steps} step(s) trained twice"
     )
   )
-  figure.savefig(path, dpi=110)
+  figure.savefig(path, dpi=110, format="png")  # The name as given.
   pyplot.close(figure)
 
 
@@ -302,11 +305,15 @@ def main(argv: Sequence[str] | None = None) -> None:
   """Entry point of `ctl-report` and `python -m ctl.report`; exits.
 
   A reader that stops reading (`ctl-report DIR | head`) ends the report
-  quietly with 141 (128 + SIGPIPE), as a tool killed by SIGPIPE does.
+  quietly with 141 (128 + SIGPIPE), as a tool killed by SIGPIPE does; a
+  `UserError` is one `error: ...` line, exit 2.
   """
   try:
     _report(argv)
     sys.stdout.flush()
+  except errors.UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(USER_ERROR_EXIT_CODE)
   except BrokenPipeError:
     # Python would flush stdout again at exit and fail the same way.
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -325,9 +332,9 @@ def _parser() -> errors.ArgumentParser:
   parser.add_argument(
     "--png",
     default=None,
-    help="Where to write the "
-    f"timeline (default: <model_dir>/{PNG_NAME}; for gs:// "
-    f"./{PNG_NAME}); empty for none.",
+    help="The file to write the "
+    f"timeline to, not a directory (default: <model_dir>/{PNG_NAME}; for "
+    f"gs:// ./{PNG_NAME}); empty for none.",
   )
   parser.add_argument(
     "--spot_price",
@@ -345,8 +352,9 @@ def _parser() -> errors.ArgumentParser:
   return parser
 
 
-def _report(argv: Sequence[str] | None) -> None:
-  """Prints the accounting of the run named in `argv`; draws its timeline."""
+def _checked_args(argv: Sequence[str] | None) -> argparse.Namespace:
+  """`argv` parsed; a mistake in it is one sentence and exit 2, before
+  anything is read."""
   parser = _parser()
   args = parser.parse_args(sys.argv[1:] if argv is None else argv)
   if (args.spot_price is None) != (args.on_demand_price is None) or any(
@@ -354,6 +362,24 @@ def _report(argv: Sequence[str] | None) -> None:
     for price in (args.spot_price, args.on_demand_price)
   ):
     parser.error("--spot_price and --on_demand_price go together, each > 0.")
+  if args.png and os.path.isdir(args.png):
+    parser.error(
+      f"--png={args.png} is a directory; give the picture's file name, "
+      f"such as {os.path.join(args.png, PNG_NAME)}"
+    )
+  if args.png and not os.path.isdir(os.path.dirname(args.png) or "."):
+    parser.error(
+      f"--png={args.png}: no directory {os.path.dirname(args.png)} to write "
+      "it in; make it or name a file in another"
+    )
+  return args
+
+
+def _report(argv: Sequence[str] | None) -> None:
+  """Prints the accounting of the run named in `argv`; draws its timeline."""
+  args = _checked_args(argv)
+  # Offline, gcsfs would retry for about 50 s: the trainer's check first.
+  storage.check_reachable(args.model_dir)
   directory = ledger_reader.ledger_dir(args.model_dir)
   try:
     attempts = ledger_reader.read(directory)

@@ -112,3 +112,19 @@ def test_faults_act_only_with_the_second_switch():
   assert not env.faults_enabled({env.FAULTS: "crash@50"})
   environ = env.faults_environment("crash@50")
   assert env.faults(environ) == "crash@50" and env.faults_enabled(environ)
+
+
+def test_an_events_file_that_cannot_be_opened_is_one_sentence(tmp_path):
+  """CTL_EVENTS in a missing directory (or naming a directory) was a
+  FileNotFoundError traceback when `ctl.run` opened it; now one sentence
+  from the check every entry point makes before training."""
+  for path in (str(tmp_path / "missing" / "events.jsonl"), str(tmp_path)):
+    with pytest.raises(UserError) as raised:
+      env.check({env.EVENTS: path})
+    message = str(raised.value)
+    assert message.startswith(f"{env.EVENTS} must be") and message.endswith(
+      f"not {path!r}."
+    ), message
+  path = str(tmp_path / "events.jsonl")  # A new file in a directory: fine.
+  env.check({env.EVENTS: path})
+  assert env.events_path({env.EVENTS: path}) == path

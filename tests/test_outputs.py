@@ -4,9 +4,12 @@ import os
 import tempfile
 
 import pytest
+import tensorflow as tf
 
 from ctl.errors import UserError
 from ctl.io import outputs
+from ctl.train import controller
+from tests import tasks
 
 _VERTEX = {
   "AIP_MODEL_DIR": "gs://bkt/out/model/",
@@ -106,3 +109,31 @@ def test_only_the_chief_opens_outputs(tmp_path, monkeypatch):
   worker.close()
   chief.close()
   assert not os.path.exists(worker_staging)  # Read-only staging is private.
+
+
+def test_a_summary_path_that_is_a_directory_is_refused_by_the_check(
+  tmp_path,
+):
+  """The run summary is written only at the end: a directory in its place
+  was found after all the training (a traceback, exit 1)."""
+  dirs = _resolve(model_dir=str(tmp_path / "run"))
+  summary = tmp_path / "run" / "train_summary.json"
+  summary.mkdir(parents=True)
+  with pytest.raises(UserError) as raised:
+    outputs.check_writable(dirs)
+  message = str(raised.value)
+  assert str(summary) in message and "\n" not in message, message
+
+
+def test_a_run_whose_summary_cannot_be_written_stops_before_step_1(tmp_path):
+  (tmp_path / "train_summary.json").mkdir()
+  marks = []
+  with pytest.raises(UserError, match="train_summary.json"):
+    controller.run(
+      task=tasks.regression(),
+      options=tasks.run_options(tmp_path),
+      strategy=tf.distribute.get_strategy(),
+      progress_listeners=(marks.append,),
+    )
+  assert not [m for m in marks if m.phase == "first_loop"]
+  assert tasks.written(tmp_path) == []

@@ -336,3 +336,70 @@ def test_a_spot_price_without_an_on_demand_price_is_one_sentence(
     report.main([model_dir, "--png=", "--spot_price=1"])
   assert exit_info.value.code == USER_ERROR_EXIT_CODE
   assert "go together" in capsys.readouterr().err
+
+
+def _one_start(model_dir) -> str:
+  """`model_dir` with a ledger of one start that ended at once, written
+  here (no process)."""
+  directory = ledger_reader.ledger_dir(str(model_dir))
+  os.makedirs(directory)
+  started = time.time()
+  with open(os.path.join(directory, f"0{ledger_reader.SUFFIX}"), "w") as f:
+    for event in (
+      {"event": "start", "time": started},
+      {"event": "end", "time": started + 1, "step": 0, "outcome": "done"},
+    ):
+      f.write(json.dumps(event) + "\n")
+  return str(model_dir)
+
+
+def test_a_png_path_that_is_a_directory_is_one_sentence_and_exit_2(
+  tmp_path, capsys
+):
+  """--png=DIR said "Timeline: DIR" and wrote DIR.png beside it."""
+  model_dir = _one_start(tmp_path / "run")
+  with pytest.raises(SystemExit) as exit_info:
+    report.main([model_dir, f"--png={tmp_path}"])
+  assert exit_info.value.code == USER_ERROR_EXIT_CODE
+  [line] = capsys.readouterr().err.strip().splitlines()
+  assert line.startswith(f"error: --png={tmp_path} is a directory"), line
+  assert not os.path.exists(f"{tmp_path}.png")
+
+
+def test_a_png_in_a_missing_directory_is_one_sentence_and_exit_2(
+  tmp_path, capsys
+):
+  """It was matplotlib's traceback, after the report was printed."""
+  model_dir = _one_start(tmp_path / "run")
+  png = tmp_path / "missing" / "timeline.png"
+  with pytest.raises(SystemExit) as exit_info:
+    report.main([model_dir, f"--png={png}"])
+  assert exit_info.value.code == USER_ERROR_EXIT_CODE
+  [line] = capsys.readouterr().err.strip().splitlines()
+  assert line.startswith(f"error: --png={png}: no directory "), line
+
+
+def test_the_png_is_written_under_the_name_given(tmp_path, capsys):
+  """--png=NAME without an extension said "Timeline: NAME" and wrote
+  NAME.png."""
+  model_dir = _one_start(tmp_path / "run")
+  png = tmp_path / "timeline"
+  report.main([model_dir, f"--png={png}"])
+  assert f"Timeline: {png}\n" in capsys.readouterr().out
+  assert png.read_bytes().startswith(b"\x89PNG")
+  assert not os.path.exists(f"{png}.png")
+
+
+def test_cloud_storage_that_cannot_be_resolved_is_one_sentence(
+  monkeypatch, capsys
+):
+  """Offline, gcsfs retried for about 50 s before the report said anything;
+  now the trainer's check of the host name comes first."""
+  monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://no-such-host.invalid:9")
+  with pytest.raises(SystemExit) as exit_info:
+    report.main(["gs://test-bucket/run", "--png="])
+  assert exit_info.value.code == USER_ERROR_EXIT_CODE
+  [line] = capsys.readouterr().err.strip().splitlines()
+  assert line.startswith(
+    "error: Cannot reach Cloud Storage for gs://test-bucket/run"
+  ), line

@@ -16,12 +16,11 @@ from ctl.checkpoint import export as export_lib
 from ctl.errors import Preempted
 from ctl.errors import write_failure
 from ctl.io import fencing
+from ctl.io.outputs import SUMMARY_FILE
 from ctl.resilience import preemption
 from ctl.telemetry import goodput as goodput_lib
 from ctl.telemetry import progress as progress_lib
 from ctl.telemetry import summaries
-
-SUMMARY_FILE = "train_summary.json"
 
 
 def export(

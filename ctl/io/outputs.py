@@ -18,6 +18,7 @@ each trial its own AIP_* directories, so those are used as they are.
 
 from collections.abc import Mapping
 import dataclasses
+import os
 import posixpath
 
 from ctl.errors import UserError
@@ -28,6 +29,8 @@ from ctl.platform import resolver
 CHECKPOINTS_SUBDIR = "checkpoints"
 TENSORBOARD_SUBDIR = "tensorboard"
 EXPORT_SUBDIR = "saved_model"
+# The run summary, in model_dir: the chief writes it once, at the run's end.
+SUMMARY_FILE = "train_summary.json"
 # The flags that name output directories: the keywords of resolve_output_dirs
 # besides `environ`, so a caller with one attribute per flag passes them by name.
 DIR_FLAGS = (
@@ -165,14 +168,39 @@ class OpenedOutputs:
 
 
 def check_writable(dirs: OutputDirs, *, fuse_root: str = "/gcs") -> None:
-  """Checks, before anything is written, that local outputs can be written.
+  """Checks, before anything is written, that local outputs can be written:
+  each directory, and the run summary, which a run writes only at its end,
+  so that a summary it cannot write fails before the training, not after.
 
   Raises:
     UserError: a path that is a file or a directory this process may not
-      write (see `storage.check_writable`).
+      write (see `storage.check_writable`), or a run summary that is a
+      directory or a file this process may not write.
   """
   for url in dataclasses.astuple(dirs):
     storage.check_writable(url, fuse_root=fuse_root)
+  _check_summary_writable(posixpath.join(dirs.model_dir, SUMMARY_FILE))
+
+
+def _check_summary_writable(path: str) -> None:
+  """Checks that the run summary at `path` can be written later (its
+  directory is checked as an output directory); a gs:// url passes.
+
+  Raises:
+    UserError: `path` is a directory, or a file this process may not write.
+  """
+  if "://" in path:
+    return
+  if os.path.isdir(path):
+    raise UserError(
+      f"Cannot write the run summary {path}: it is a directory; remove it "
+      "or choose another model_dir."
+    )
+  if os.path.exists(path) and not os.access(path, os.W_OK):
+    raise UserError(
+      f"Cannot write the run summary {path}: this process (user id "
+      f"{os.geteuid()}) may not write it."
+    )
 
 
 def open_outputs(
