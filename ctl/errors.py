@@ -10,6 +10,7 @@ line, exit 2.
 import argparse
 import errno
 import os
+import re
 import signal
 import sys
 
@@ -52,6 +53,9 @@ class UserError(Exception):
   """
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Keras's bold in its messages.
+
+
 def error_sentence(error: BaseException) -> str:
   """What a one-sentence report quotes of an error from TensorFlow or the
   operating system (at most 300 characters), or its type's name when it has
@@ -60,15 +64,21 @@ def error_sentence(error: BaseException) -> str:
   TensorFlow puts frames in front of the error that names the op and the
   shapes: AutoGraph's "in user code:", the frames, then the raised error; a
   running graph's "Graph execution error:", the frames where the node was
-  defined, then the error and `[[{{node NAME}}]]`. The sentence is that
-  error (with the node's name), never the line that opens the frames.
+  defined, then the error and `[[{{node NAME}}]]`; Keras's "Exception
+  encountered when calling LAYER.call()." the layer's error next. The
+  sentence is that error (with the node's name), never the line that opens
+  the frames.
   """
   lines = [line.strip() for line in str(error).strip().splitlines()]
   lines = [line for line in lines if line]
   if not lines:
     return type(error).__name__
   sentence = lines[0]
-  if sentence == "in user code:":
+  if (
+    sentence.startswith("Exception encountered when calling") and len(lines) > 1
+  ):
+    sentence = _ANSI.sub("", lines[1])  # Keras: the layer's own error next.
+  elif sentence == "in user code:":
     sentence = lines[-1]
     for prefix in ("ctl.errors.UserError: ", "UserError: "):
       sentence = sentence.removeprefix(prefix)

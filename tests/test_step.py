@@ -120,6 +120,48 @@ def test_a_serving_signature_that_does_not_match_the_model_is_refused(
   _refused(tmp_path, tasks.regression(serving=serving), "input_signature")
 
 
+@pytest.mark.parametrize(
+  "spec, dtype",
+  [
+    ((None, tasks.FEATURES + 3), tf.float32),
+    ((None, tasks.FEATURES), tf.string),
+  ],
+  ids=["another_width", "another_dtype"],
+)
+def test_a_serving_function_the_model_cannot_take_is_refused_before_step_0(
+  tmp_path, spec, dtype
+):
+  # The structure matches; the model cannot take the tensors: found by
+  # tracing the signature on the built model, not at the export after the
+  # last step (or in a SavedModel no request can call).
+  serving = ctl.Serving(
+    fn=lambda model, inputs: {"y": model(inputs)},
+    input_signature=tf.TensorSpec(spec, dtype),
+  )
+  _refused(
+    tmp_path, tasks.regression(serving=serving), "Task.serving cannot serve"
+  )
+
+
+def test_a_model_with_a_list_of_outputs_serves_each_by_its_name(tmp_path):
+  def two_heads():
+    x = keras.Input((tasks.FEATURES,), name="x")
+    value = keras.layers.Reshape((), name="value")(keras.layers.Dense(1)(x))
+    spread = keras.layers.Reshape((), name="spread")(keras.layers.Dense(1)(x))
+    return keras.Model(x, [value, spread])
+
+  task = tasks.regression(
+    build_model=two_heads,
+    loss_fn=lambda y, y_pred: tf.square(y - y_pred[0]) + tf.square(y_pred[1]),
+    build_metrics=lambda: {},
+  )
+  _run(tmp_path, task)
+  served = tf.saved_model.load(str(tmp_path / "saved_model"))
+  outputs = served.signatures["serving_default"](x=tf.ones([2, tasks.FEATURES]))
+  assert sorted(outputs) == ["spread", "value"]
+  assert outputs["value"].shape == [2]
+
+
 def test_the_reported_loss_is_the_mean_weighted_loss_of_the_global_batch(
   tmp_path,
 ):

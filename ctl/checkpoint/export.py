@@ -137,11 +137,7 @@ def serving_archive(model: keras.Model, serving) -> keras.export.ExportArchive:
     UserError: the model has no declared inputs to serve from (a subclassed
       model not built from `keras.Input`) and no serving function is given.
   """
-  fn, signature = (
-    _from_model(model)
-    if serving == FROM_MODEL
-    else (serving.fn, serving.input_signature)
-  )
+  fn, signature = _serving_fn(model, serving)
   archive = keras.export.ExportArchive()
   archive.track(model)
 
@@ -154,15 +150,66 @@ def serving_archive(model: keras.Model, serving) -> keras.export.ExportArchive:
   return archive
 
 
+def _serving_fn(model: keras.Model, serving):
+  """(fn(model, inputs) -> outputs, input_signature) of `serving`."""
+  if serving == FROM_MODEL:
+    return _from_model(model)
+  return serving.fn, serving.input_signature
+
+
 def check_serving(model: keras.Model, serving) -> None:
   """UserError when `serving` cannot work for `model`, found before
-  training: a model with no declared inputs and no serving function, or a
-  signature whose structure is not the model's inputs'."""
+  training rather than at the export after the last step: a model with no
+  declared inputs and no serving function, a signature whose structure is
+  not the model's inputs', or one the model cannot take (another width,
+  another dtype) or whose outputs are not tensors by name. The serving
+  function is traced on the built model and called once on a request of one
+  example (zeros; about 1 s for ResNet50 on 2 CPU cores)."""
   if serving is None:
     return
-  if serving == FROM_MODEL:
-    _from_model(model)
-    return
+  if serving != FROM_MODEL:
+    _check_structure(model, serving)
+  fn, signature = _serving_fn(model, serving)
+  try:
+    traced = tf.function(
+      lambda inputs: fn(model, inputs), autograph=False
+    ).get_concrete_function(signature)
+    traced(_example(signature))  # What only running shows (a cast).
+  except (
+    TypeError, ValueError, AttributeError, NotImplementedError,
+    tf.errors.OpError,
+  ) as e:  # fmt: skip
+    raise UserError(
+      f"Task.serving cannot serve the model with its input_signature "
+      f"{_spec_text(signature)}: {error_sentence(e)}"
+    ) from None
+  outputs = traced.structured_outputs
+  if not isinstance(outputs, tf.Tensor) and not (
+    isinstance(outputs, dict)
+    and all(isinstance(v, tf.Tensor) for v in outputs.values())
+  ):
+    raise UserError(
+      "Task.serving cannot serve the model: its function must return a "
+      f"tensor or a dict of tensors by name, not {_spec_text(outputs)}."
+    )
+
+
+def _example(signature):
+  """A request of one example for `signature`: zeros (empty strings), a
+  dimension of unknown size 1."""
+
+  def zeros(spec: tf.TensorSpec) -> tf.Tensor:
+    shape = [1 if d is None else d for d in spec.shape]
+    if spec.dtype == tf.string:
+      return tf.fill(shape, "")
+    return tf.zeros(shape, spec.dtype)
+
+  return tf.nest.map_structure(zeros, signature)
+
+
+def _check_structure(model: keras.Model, serving) -> None:
+  """UserError when `serving`'s signature is not the model's inputs'
+  structure (a model with declared inputs)."""
   inputs = _model_inputs(model)
   if inputs is None:
     return  # Nothing to compare with: the user's function decides.
@@ -175,6 +222,20 @@ def check_serving(model: keras.Model, serving) -> None:
       "Task.serving's input_signature does not have the structure of the "
       f"model's inputs ({error_sentence(e)})."
     ) from None
+
+
+def _spec_text(structure) -> str:
+  """A structure of tensors or specs as `dtype[shape]` text."""
+  return str(
+    tf.nest.map_structure(
+      lambda t: (
+        f"{t.dtype.name}{list(t.shape)}"
+        if hasattr(t, "dtype")
+        else type(t).__name__
+      ),
+      structure,
+    )
+  ).replace("None", "?")
 
 
 def _model_inputs(model: keras.Model):
@@ -205,7 +266,9 @@ def _from_model(model: keras.Model):
 
   def serve(model, inputs):
     outputs = model(inputs, training=False)
-    if not isinstance(outputs, dict):
+    if isinstance(outputs, (list, tuple)):  # By the output layers' names.
+      outputs = dict(zip(model.output_names, outputs))
+    elif not isinstance(outputs, dict):
       outputs = {"outputs": outputs}
     return {
       name: tf.cast(value, tf.float32) if value.dtype.is_floating else value
