@@ -61,6 +61,7 @@ _LAZY = {
   "StepOutput": "ctl.train.step",
   "StepContext": "ctl.train.step",
   "Serving": "ctl.checkpoint.serving",
+  "OnOutput": "ctl.train.metric_set",
   "image_classification": "ctl.train.options",
   "environment": "ctl.distributed.environment",
 }
@@ -73,6 +74,7 @@ __all__ = [
   "LeaseLost",
   "LeaseVanished",
   "KeepBest",
+  "OnOutput",
   "Serving",
   "StepContext",
   "StepOutput",

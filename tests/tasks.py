@@ -24,12 +24,17 @@ def _data(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
   return x, y + rng.normal(0, 0.1, count).astype(np.float32)
 
 
+def eval_records() -> tuple[np.ndarray, np.ndarray]:
+  """The features and targets `regression`'s evaluation reads, in order."""
+  return _data(64, seed=2)
+
+
 def regression(**fields) -> options_lib.Task:
   """A linear regression with MSE loss and an MAE metric; `fields` replace
   the task's."""
   train_dataset_fn, eval_dataset_fn = input_lib.dataset_fns(
     train_records=input_lib.IndexedRecords.from_tensors(_data(256, seed=1)),
-    eval_records=input_lib.IndexedRecords.from_tensors(_data(64, seed=2)),
+    eval_records=input_lib.IndexedRecords.from_tensors(eval_records()),
     decode_fn=lambda x, y: (x, y),
     global_batch_size=BATCH,
   )

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.processes
 
 
 def _serves_a_dict_request(model_dir) -> None:
-  """dict_inputs.py's SavedModel serves a dict of token ids and features."""
+  """dict_inputs.py's SavedModel serves a dict of token ids and features,
+  and returns both heads by name."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   serve = tf.saved_model.load(str(model_dir / "saved_model")).signatures[
@@ -29,7 +30,8 @@ def _serves_a_dict_request(model_dir) -> None:
     tokens=tf.constant([[1, 2, 3, 4, 5, 6, 7, 8]], tf.int32),
     features=tf.zeros([1, 4]),
   )
-  assert outputs["outputs"].shape == (1,)
+  assert sorted(outputs) == ["positive", "score"]  # Both heads by name.
+  assert outputs["positive"].shape == (1,) and outputs["score"].shape == (1, 1)
 
 
 # Example, the step worker 1 kills itself at (the first loop boundary at or

@@ -1,11 +1,14 @@
 """ctl.train.metric_set: the task's metrics by name, from sums and counts,
 everywhere a run reports (the log, TensorBoard, the summary, the actions)."""
 
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import ctl
 from ctl import report
 from ctl.telemetry import ledger_reader
 from ctl.train import controller
@@ -63,3 +66,68 @@ def test_a_run_reports_the_users_metrics_by_name_everywhere(tmp_path):
     f"Last evaluation: step 20: loss {summary['eval_loss']:.4f}, "
     f"mae {summary['eval_mae']:.4f} (64 examples)."
   )
+
+
+def _two_heads(**metrics) -> "ctl.Task":
+  """The regression with two heads by name (`value`, and `spread`: |y|),
+  dict labels of the same names, and `metrics` as its metrics."""
+  task = tasks.regression()
+
+  def labelled(dataset):
+    return dataset.map(lambda x, y: (x, {"value": y, "spread": tf.abs(y)}))
+
+  def build_model():
+    x = keras.Input((tasks.FEATURES,), name="x")
+    heads = {
+      name: keras.layers.Reshape((), name=name)(keras.layers.Dense(1)(x))
+      for name in ("value", "spread")
+    }
+    return keras.Model(x, heads)
+
+  return dataclasses.replace(
+    task,
+    build_model=build_model,
+    train_dataset_fn=lambda *args: labelled(task.train_dataset_fn(*args)),
+    eval_dataset_fn=lambda context: labelled(task.eval_dataset_fn(context)),
+    loss_fn=lambda y, p: sum(tf.square(y[k] - p[k]) for k in y),
+    build_metrics=lambda: metrics,
+  )
+
+
+def test_a_metric_bound_to_an_output_by_name_reads_that_head_exactly(
+  tmp_path,
+):
+  keras.utils.set_random_seed(0)
+  summary = controller.run(
+    task=_two_heads(
+      value_mae=ctl.OnOutput("value", keras.metrics.MeanAbsoluteError()),
+      spread_mae=ctl.OnOutput("spread", keras.metrics.MeanAbsoluteError()),
+    ),
+    options=tasks.run_options(tmp_path),
+    strategy=tf.distribute.get_strategy(),
+  )
+  # The same metric computed here on the evaluation records, head by head,
+  # with the trained model as it was exported.
+  x, y = tasks.eval_records()
+  served = tf.saved_model.load(str(tmp_path / "saved_model"))
+  outputs = served.signatures["serving_default"](x=tf.constant(x))
+  for head, label in (("value", y), ("spread", np.abs(y))):
+    expected = np.mean(np.abs(label - outputs[head].numpy()))
+    assert summary[f"eval_{head}_mae"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_a_metric_bound_to_an_output_the_step_lacks_is_one_sentence(tmp_path):
+  task = _two_heads(
+    mae=ctl.OnOutput("valeu", keras.metrics.MeanAbsoluteError())
+  )
+  with pytest.raises(ctl.UserError) as raised:
+    controller.run(
+      task=task,
+      options=tasks.run_options(tmp_path),
+      strategy=tf.distribute.get_strategy(),
+    )
+  assert str(raised.value) == (
+    "Metric 'mae' reads output 'valeu', but the step's y_pred has the keys "
+    "['spread', 'value']; give ctl.OnOutput one of them."
+  )
+  assert tasks.written(tmp_path) == []
