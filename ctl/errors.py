@@ -54,6 +54,10 @@ class UserError(Exception):
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Keras's bold in its messages.
+# A line that opens a raised error's text: "ValueError: ...".
+_RAISED = re.compile(r"(?:[\w.]+\.)?\w*(?:Error|Exception): ")
+# Keras's wrapper around a layer's error; the error is on the next line.
+_KERAS_CALL = "Exception encountered when calling"
 
 
 def error_sentence(error: BaseException) -> str:
@@ -70,18 +74,18 @@ def error_sentence(error: BaseException) -> str:
   the frames.
   """
   lines = [line.strip() for line in str(error).strip().splitlines()]
-  lines = [line for line in lines if line]
+  lines = [_ANSI.sub("", line) for line in lines if line]
   if not lines:
     return type(error).__name__
-  sentence = lines[0]
-  if (
-    sentence.startswith("Exception encountered when calling") and len(lines) > 1
-  ):
-    sentence = _ANSI.sub("", lines[1])  # Keras: the layer's own error next.
-  elif sentence == "in user code:":
-    sentence = lines[-1]
+  first = 0
+  if lines[0] == "in user code:":  # The raised error's line, last of all.
+    raised = [i for i, line in enumerate(lines) if _RAISED.match(line)]
+    first = raised[-1] if raised else len(lines) - 1
     for prefix in ("ctl.errors.UserError: ", "UserError: "):
-      sentence = sentence.removeprefix(prefix)
+      lines[first] = lines[first].removeprefix(prefix)
+  sentence = lines[first]
+  if _KERAS_CALL in sentence and first + 1 < len(lines):
+    sentence = lines[first + 1]  # The layer's own error comes next.
   elif sentence == "Graph execution error:":
     nodes = [i for i, line in enumerate(lines) if line.startswith("[[{{node ")]
     sentence = lines[nodes[0] - 1] if nodes else lines[-1]

@@ -234,3 +234,55 @@ def test_a_stop_from_an_evaluation_callback_ends_the_run_as_an_actions(
   }
   assert summary["final_step"] == 10
   assert _checkpoint_steps(tmp_path)[-1] == 10
+
+
+def _refused_at_start(model_dir, action, task, match) -> None:
+  """The run with `action` raises one sentence, UserError matching `match`,
+  before its step 0 is saved: nothing a reader takes for a result."""
+  keras.utils.set_random_seed(0)
+  with pytest.raises(ctl.UserError, match=match) as raised:
+    controller.run(
+      task=task,
+      options=tasks.run_options(model_dir),
+      strategy=tf.distribute.get_strategy(),
+      loop_actions=[action],
+    )
+  assert "\n" not in str(raised.value)
+  assert tasks.written(model_dir) == []
+
+
+_MISSPELT = r"metric='mea'.* loss, mae\.$"
+_NO_EVALUATION = r"evaluation.*Task\.eval_dataset_fn is None"
+
+
+@pytest.mark.parametrize(
+  "make, task_fields, match",
+  [
+    (lambda: ctl.EarlyStopping(metric="mea", patience=2), {}, _MISSPELT),
+    (lambda: ctl.KeepBest(metric="mea", mode="min"), {}, _MISSPELT),
+    (
+      lambda: ctl.EarlyStopping(metric="loss", patience=2),
+      {"eval_dataset_fn": None},
+      _NO_EVALUATION,
+    ),
+    (
+      lambda: ctl.KeepBest(metric="mae", mode="min"),
+      {"eval_dataset_fn": None},
+      _NO_EVALUATION,
+    ),
+  ],
+  ids=[
+    "EarlyStopping-misspelt",
+    "KeepBest-misspelt",
+    "EarlyStopping-no-evaluation",
+    "KeepBest-no-evaluation",
+  ],
+)
+def test_an_action_on_what_the_run_never_reports_is_refused_at_start(
+  tmp_path, make, task_fields, match
+):
+  """A misspelt metric, or an evaluation metric in a run without one,
+  would be looked up in vain at every loop: the action never acted."""
+  _refused_at_start(
+    tmp_path, make(), tasks.regression(**task_fields), match=match
+  )

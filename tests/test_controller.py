@@ -267,3 +267,91 @@ def test_a_run_with_a_tier_directory_leaves_nothing_in_it(tmp_path):
   )
   assert _local_saves(tmp_path / "run") == 2  # Steps 2 and 4.
   assert os.listdir(tiers / f"ctl-tier-{os.getuid()}") == []
+
+
+def _regression_step(*, apply: bool):
+  """A `Task.replica_step` of `tests.tasks.regression`'s loss that takes
+  its gradients and applies them only if `apply`."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  import ctl  # pylint: disable=g-import-not-at-top
+
+  def replica_step(context, batch):
+    x, y = batch
+    variables = context.model.trainable_variables
+    with tf.GradientTape() as tape:
+      y_pred = context.model(x, training=True)
+      per_example_loss = tf.square(y - y_pred)
+      scaled_loss = context.optimizer.scale_loss(
+        context.average_loss(per_example_loss)
+      )
+    gradients = tape.gradient(scaled_loss, variables)
+    if apply:
+      context.optimizer.apply_gradients(zip(gradients, variables))
+    return ctl.StepOutput(per_example_loss, y_true=y, y_pred=y_pred)
+
+  return replica_step
+
+
+def _run_regression(model_dir, steps_per_loop=5, **fields) -> dict:
+  """`controller.run` of `tests.tasks.regression(**fields)`, 60 steps in
+  loops of `steps_per_loop`."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  from tests import tasks  # pylint: disable=g-import-not-at-top
+
+  return controller.run(
+    task=tasks.regression(**fields),
+    options=tasks.run_options(
+      model_dir, train_steps=60, steps_per_loop=steps_per_loop
+    ),
+    strategy=tf.distribute.get_strategy(),
+  )
+
+
+def test_a_replica_step_that_applies_no_update_is_refused_after_the_first_loop(
+  tmp_path,
+):
+  from tests import tasks  # pylint: disable=g-import-not-at-top
+
+  with pytest.raises(UserError, match="Task.replica_step") as raised:
+    _run_regression(tmp_path, replica_step=_regression_step(apply=False))
+  assert "optimizer.iterations advanced 0 over 5 steps" in str(raised.value)
+  assert "\n" not in str(raised.value)
+  assert "saved_model" not in tasks.written(tmp_path)
+  assert "train_summary.json" not in tasks.written(tmp_path)
+
+
+@pytest.mark.parametrize(
+  "optimizer",
+  ["loss_scale_skips", "accumulates"],
+)
+def test_an_update_the_optimizer_skips_or_accumulates_is_not_refused(
+  tmp_path, optimizer
+):
+  # Keras counts neither a step a LossScaleOptimizer skipped (non-finite
+  # gradients: this scale overflows float32; the first loop is its one
+  # step) nor, with gradient accumulation, a step before the update (the
+  # first loop's 5 of 6): the first loop counts no update, yet the step
+  # applies its gradients.
+  import keras  # pylint: disable=g-import-not-at-top
+
+  build, steps_per_loop = {
+    "loss_scale_skips": (
+      lambda: keras.optimizers.LossScaleOptimizer(
+        keras.optimizers.SGD(0.05), initial_scale=2.0**127
+      ),
+      1,
+    ),
+    "accumulates": (
+      lambda: keras.optimizers.SGD(0.05, gradient_accumulation_steps=6),
+      5,
+    ),
+  }[optimizer]
+  summary = _run_regression(
+    tmp_path,
+    steps_per_loop,
+    replica_step=_regression_step(apply=True),
+    build_optimizer=build,
+  )
+  assert summary["final_step"] == 60

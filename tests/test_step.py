@@ -251,3 +251,25 @@ def test_an_error_from_a_running_graph_is_named_by_its_op_and_shapes():
   assert errors.error_sentence(raised.value) == (
     "Incompatible shapes: [4,1] vs. [8,1] (node sub)"
   )
+
+
+def test_a_keras_layer_error_in_a_traced_function_is_named_by_the_layer():
+  # AutoGraph's frames, then Keras's "Exception encountered when calling",
+  # the layer's own error, and its arguments listed line by line (a
+  # LossScaleOptimizer's "No gradients provided" reads the same way).
+  class Picky(keras.layers.Layer):
+    def call(self, x):
+      raise ValueError("Picky wants 3 features, got 8.")
+
+  picky = Picky()
+
+  @tf.function
+  def call(x):
+    return picky(x)
+
+  with pytest.raises(ValueError) as raised:
+    call.get_concrete_function(tf.TensorSpec([None, 8]))
+  assert "Arguments received" in str(raised.value)  # What it looked like.
+  assert errors.error_sentence(raised.value) == (
+    "Picky wants 3 features, got 8."
+  )

@@ -39,6 +39,8 @@ import dataclasses
 from absl import logging
 import tensorflow as tf
 
+from ctl.errors import UserError
+
 
 class StopTraining(Exception):  # noqa: N818 (a request, not an error)
   """Raised by a loop action to end the run cleanly at this step.
@@ -108,6 +110,23 @@ class LoopActions:
       if isinstance(action, tf.Module) and action.variables
     ]
 
+  def check(self, evaluated: Sequence[str] | None) -> None:
+    """Refuses, before the first step, an action that watches what the run
+    never reports: a misspelt metric, or any evaluation metric in a run
+    without evaluation, would otherwise be looked up in vain at every loop
+    and the action would never act.
+
+    Args:
+      evaluated: the names each evaluation reports ("loss" and the task's
+        metrics); None when the run does not evaluate.
+
+    Raises:
+      UserError: one sentence naming the action and what the run reports.
+    """
+    for action in self._actions:
+      if isinstance(action, _BestSoFar):
+        action.check(evaluated)
+
   def after_loop(self, step: int, result: LoopResult) -> bool:
     """Calls every action with the loop that ended at `step`.
 
@@ -168,6 +187,21 @@ class _BestSoFar(tf.Module):
 
   def _more_variables(self) -> None:
     """Makes a subclass's own variables."""
+
+  def check(self, evaluated: Sequence[str] | None) -> None:
+    """Raises UserError unless the run's evaluation reports this metric
+    (`evaluated`, as `_evaluated` looks it up; None: no evaluation)."""
+    action = f"ctl.{type(self).__name__}(metric={self._metric!r})"
+    if evaluated is None:
+      raise UserError(
+        f"{action} watches an evaluation metric, but the run has no "
+        "evaluation (Task.eval_dataset_fn is None)."
+      )
+    if self._metric not in evaluated:
+      raise UserError(
+        f"{action} names no metric of the run's evaluation, whose metrics "
+        f"are {', '.join(evaluated)}."
+      )
 
   def _evaluated(self, result: LoopResult) -> float | None:
     """The metric of the evaluation after this loop, or None (none ran)."""

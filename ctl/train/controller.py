@@ -11,6 +11,7 @@ same call after any interruption continues and ends at the same place.
 """
 
 from collections.abc import Callable, Sequence
+import contextlib
 import dataclasses
 import os
 import time
@@ -27,6 +28,7 @@ from ctl.distributed import worker_exchange
 from ctl.errors import PeerLost
 from ctl.errors import Preempted
 from ctl.errors import TrainingDiverged
+from ctl.errors import UserError
 from ctl.resilience import faults as faults_lib
 from ctl.resilience import lease as lease_lib
 from ctl.resilience import preemption
@@ -245,6 +247,14 @@ class _Run:
       loop_actions=self._loop_actions,
       fence=self._fence,
     )
+    # The names each evaluation reports (LoopResult.eval_metrics); None: none.
+    evaluated = (
+      ("loss", *self._parts.metric_names)
+      if self._task.eval_dataset_fn
+      else None
+    )
+    with _closed_on_user_error(self._parts):
+      self._parts.actions.check(evaluated)
     with self._progress.phase(progress_lib.RESTORE):
       restored, self._restored_step = self._parts.checkpoints.restore_at_start(
         directory=options.dirs.checkpoint_dir, train_steps=options.train_steps
@@ -276,6 +286,17 @@ class _Run:
     parts.checkpoints.remove_local()
     finishing.log_done(summary, model_dir=self._options.dirs.model_dir)
     return summary
+
+
+@contextlib.contextmanager
+def _closed_on_user_error(parts):
+  """Closes the run's parts (checkpoint writes finished, outputs released)
+  when the block refuses the user's input, then lets the UserError out."""
+  try:
+    yield
+  except UserError:
+    parts.close()
+    raise
 
 
 def _evaluate(parts, step: int) -> None:
@@ -321,8 +342,7 @@ class _Loops:
           first_step=self.step + 1, last_step=self.step + num_steps
         ),
       ):
-        if first:
-          self._trace_and_save_first(iterator)
+        check_updates = self._trace_and_save_first(iterator) if first else None
         # Host time since the previous loop returned: what the others
         # wait for in this loop's all-reduce if this worker is the slowest.
         output = parts.loop.train(
@@ -340,6 +360,9 @@ class _Loops:
         self._roll_back(output.step_losses)
         iterator = self._iterator()
         continue
+      if check_updates:
+        with _closed_on_user_error(parts):
+          check_updates(num_steps)
       if output.stop_requested:
         self._record_loop(output, num_steps, time.monotonic() - started)
         parts.checkpoints.save(self.step)
@@ -352,12 +375,14 @@ class _Loops:
       if self._after_loop(output, num_steps, time.monotonic() - started):
         return
 
-  def _trace_and_save_first(self, iterator) -> None:
+  def _trace_and_save_first(self, iterator) -> Callable[[int], None]:
     """Traces the loop (a bad step or batch is refused here), then saves
-    step 0 of a new run."""
+    step 0 of a new run; returns the check of the first loop's updates
+    (`TrainLoop.update_check`), read now, called after the loop."""
     self._parts.loop.trace(iterator)
     if self._save_first:
       self._parts.checkpoints.save(self.step)
+    return self._parts.loop.update_check()
 
   def _record_loop(self, output, num_steps: int, seconds: float) -> None:
     """The loop's metrics, stragglers and log line."""
