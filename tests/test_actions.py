@@ -178,9 +178,21 @@ def test_stateful_actions_on_two_workers_sigkilled_decide_as_uninterrupted(
   uninterrupted = _launch(tmp_path / "uninterrupted")
   killed = tmp_path / "killed"
   resumed = _launch(killed, faults="crash@15:worker=1:attempt=0")
-  # EarlyStopping decides at 20 on both; the stop is agreed in the next
-  # loop's all-reduce, so the run ends after it.
-  assert uninterrupted["stopped_early"]["step"] == 25
+  # EarlyStopping decides at 20 on both workers, and the run ends there, at
+  # the step the same actions end one worker's run (was: 25, a loop later).
+  one_worker = _run(
+    tmp_path / "one_worker",
+    [
+      ctl.EarlyStopping(metric="mae", patience=3, min_delta=10.0),
+      ctl.KeepBest(metric="mae"),
+    ],
+    train_steps=40,
+    eval_every_steps=5,
+    checkpoint_every_steps=5,
+  )
+  assert one_worker["stopped_early"]["step"] == 20
+  assert uninterrupted["stopped_early"] == one_worker["stopped_early"]
+  assert uninterrupted["final_step"] == 20
   assert resumed == uninterrupted
   assert (
     len(ledger_reader.read(str(killed / "ledger"))) == 2
@@ -199,18 +211,18 @@ def _checkpoint_steps(model_dir) -> list[int]:
 def test_a_stop_decided_on_the_chief_only_ends_both_workers_at_one_step(
   tmp_path,
 ):
-  # The chief's action stops at step 10; worker 1's does not. The stop is
-  # agreed in the next loop's all-reduce: both workers end after it (step
-  # 15), exit 0 (the launcher's), the checkpoint due at 10 written too.
+  # The chief's action stops at step 10; worker 1's does not. The workers
+  # agree right after their actions: both end at step 10 (was: 15, after
+  # the next loop), exit 0 (the launcher's), with the checkpoint of 10.
   summary = launch_two_workers(
     "tests/chief_stop_run.py", tmp_path, "--train_steps=40"
   )
-  assert summary["final_step"] == 15
+  assert summary["final_step"] == 10
   assert summary["stopped_early"] == {
-    "step": 15,
+    "step": 10,
     "reason": "the chief's own decision",
   }
-  assert {10, 15} <= set(_checkpoint_steps(tmp_path))
+  assert max(_checkpoint_steps(tmp_path)) == 10
 
 
 def test_a_stop_from_an_evaluation_callback_ends_the_run_as_an_actions(

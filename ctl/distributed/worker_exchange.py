@@ -1,4 +1,5 @@
-"""A small exchange among the workers: every worker's row, to every worker.
+"""Small exchanges among the workers: every worker's row, to every worker;
+whether a flag is set on any worker.
 
 Before a restore the workers must agree on what each of them holds (ctl.
 tier_restore). One all-reduce does it: each worker writes its row into its
@@ -7,6 +8,8 @@ table on every worker. Each local replica adds its share of the row, so a
 worker with several devices counts once. Like every collective it is
 bounded by the coordination service: a worker that is gone fails it.
 """
+
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -55,6 +58,24 @@ def gather_rows(strategy: tf.distribute.Strategy, row) -> np.ndarray:
     )
 
   return np.rint(all_reduce().numpy())  # Shares of a whole number.
+
+
+def any_worker(strategy: tf.distribute.Strategy) -> Callable[[bool], bool]:
+  """`agree(flag)`: whether `flag` is true on any worker, one all-reduce of
+  one number a call (traced once, so a call costs the collective alone).
+
+  Every worker must call it at the same points. With one worker it is the
+  flag itself, and nothing is traced.
+  """
+  if num_workers(strategy) == 1:
+    return bool
+  share = 1.0 / local_replicas(strategy)
+
+  @tf.function
+  def all_reduce(flag):
+    return strategy.reduce("SUM", strategy.run(lambda: flag * share), axis=None)
+
+  return lambda flag: bool(all_reduce(tf.constant(float(flag))) > 0.5)
 
 
 def worker_hosts(strategy: tf.distribute.Strategy) -> list[str]:

@@ -18,15 +18,15 @@ finishes as at `train_steps` (the checkpoint of the step, the export, the
 summary, whose `stopped_early` says at which step and why) and returns
 normally. The actions after it in the list are not called for that loop.
 
-Actions run on every worker (the chief's result has `is_chief=True`). With
-one worker the run ends at the step the action stopped at. With several, a
-stop decided on one worker only (the chief's file, its clock) must still end
-every worker at one step: the stop is a request, agreed in the next loop's
-all-reduce as a SIGTERM is, and every worker ends after that loop (its step
-is the summary's `stopped_early`); the checkpoint due at the step it was
-decided is written as usual. The metrics are reduced over all workers, so a
-decision made from them alone is the same everywhere; an action with a side
-effect of its own (a file) does it on the chief only. A loop that ends in a
+Actions run on every worker (the chief's result has `is_chief=True`). The
+run ends at the step an action stopped at, on one worker or several: with
+several, a stop decided on one worker only (the chief's file, its clock)
+must still end every worker at that step, so right after the actions (and
+an evaluation's callbacks) the workers all-reduce one flag, "did an action
+of yours stop?", and all end where any did (a run with neither pays no
+exchange). The metrics are reduced over all workers, so a decision made
+from them alone is the same everywhere; an action with a side effect of its
+own (a file) does it on the chief only. A loop that ends in a
 stop request (SIGTERM) saves and stops without calling the actions. The stop
 is not remembered: running the same call again resumes at the saved step,
 and the actions decide anew (from their restored state). An evaluation

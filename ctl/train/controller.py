@@ -325,8 +325,14 @@ class _Loops:
     # restore, then advanced by the steps each loop runs.
     self.step = step
     self._save_first = save_first  # Save this step after the first trace.
-    # With one worker an action's stop needs no agreement (ctl.train.actions).
-    self._one_worker = worker_exchange.num_workers(strategy) == 1
+    # A stop that an action or an evaluation callback of any worker asked
+    # for, agreed right after them (ctl.train.actions); with one worker, or
+    # none of either, no exchange.
+    self._any_worker = (
+      worker_exchange.any_worker(strategy)
+      if parts.actions or parts.evaluation.has_callbacks
+      else bool
+    )
 
   def until(self, train_steps: int, stop) -> None:
     """Runs train loops to `train_steps`, the duties between them."""
@@ -351,7 +357,6 @@ class _Loops:
           stop_requested=stop.requested,
           save_requested=parts.checkpoints.due_by_time(),
           host_seconds=time.perf_counter() - returned,
-          finish_requested=parts.actions.requested is not None,
         )
         returned = time.perf_counter()
         self.step += num_steps
@@ -368,10 +373,6 @@ class _Loops:
         parts.checkpoints.save(self.step)
         parts.close()
         raise Preempted(self.step, stop.signal)
-      if output.finish_requested:  # An action's stop, agreed: end here.
-        self._record_loop(output, num_steps, time.monotonic() - started)
-        parts.actions.end(self.step)
-        return
       if self._after_loop(output, num_steps, time.monotonic() - started):
         return
 
@@ -403,10 +404,8 @@ class _Loops:
     if parts.actions and parts.actions.requested is None:
       with self._progress.phase(progress_lib.LOOP_ACTIONS):
         parts.actions.after_loop(step, self._result(output))
-    if parts.actions.requested is not None and (
-      self._one_worker or step >= self._options.train_steps
-    ):
-      parts.actions.end(step)
+    if self._any_worker(parts.actions.requested is not None):
+      parts.actions.end(step)  # Every worker, at the step it was decided.
       return True
     parts.checkpoints.maybe_save(step, requested=output.save_requested)
     return False

@@ -60,6 +60,11 @@ class Evaluation:
     self.metrics = {}  # The latest evaluation's.
     self.step = None  # The step `metrics` are of.
 
+  @property
+  def has_callbacks(self) -> bool:
+    """Whether a callback may ask to stop after an evaluation."""
+    return bool(self._callbacks)
+
   def due(self, step: int) -> bool:
     """Whether to evaluate after a train loop that ended at `step`."""
     return bool(

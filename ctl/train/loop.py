@@ -81,8 +81,6 @@ class LoopOutput:
     save_requested: the chief asked for a time-based checkpoint at this step.
     host_seconds: every worker's `host_seconds` of this call, by index in the
       cluster (the chief first); see `TrainLoop.train`.
-    finish_requested: some worker's loop action asked to end the run (it
-      raised `ctl.StopTraining` after the loop before): the run ends here.
   """
 
   step_losses: np.ndarray
@@ -90,7 +88,6 @@ class LoopOutput:
   stop_requested: bool
   save_requested: bool
   host_seconds: np.ndarray
-  finish_requested: bool = False
 
 
 class TrainLoop:
@@ -233,8 +230,7 @@ class TrainLoop:
     # The loop's one extra all-reduce: [step losses..., metric states...,
     # host seconds per worker..., requests]. Summing the requests tells every
     # worker whether any worker was asked to stop, or the chief wants a
-    # time-based save, or an action of any worker ended the run (a stop
-    # decided on one worker), so all of them take the same decision at the same
+    # time-based save, so all of them take the same decision at the same
     # step; each worker's host seconds fill its own slot, so the sum holds
     # everyone's; metric states are sums and counts, so their sum is exact.
     return strategy.reduce(
@@ -268,7 +264,6 @@ class TrainLoop:
     stop_requested: bool = False,
     save_requested: bool = False,
     host_seconds: float = 0.0,
-    finish_requested: bool = False,
   ) -> LoopOutput:
     """Runs `num_steps` training steps in one `tf.function` call.
 
@@ -280,8 +275,6 @@ class TrainLoop:
       save_requested: this worker wants a checkpoint now (chief's timer).
       host_seconds: this worker's host time to share with the others (the
         controller passes its previous loop's time outside this call).
-      finish_requested: a loop action of this worker ended the run after
-        the loop before (`ctl.StopTraining`).
 
     Returns:
       A `LoopOutput` with the per-step losses, the agreed requests and every
@@ -291,7 +284,7 @@ class TrainLoop:
       raise ValueError(
         f"num_steps must be in [1, {self._steps_per_loop}], got {num_steps}."
       )
-    requests = (stop_requested, save_requested, finish_requested)
+    requests = (stop_requested, save_requested)
     args = self._arguments(num_steps, *requests)
     args += (tf.constant(float(host_seconds)),)  # float32; faster sans dtype.
     self.trace(iterator)
@@ -303,8 +296,8 @@ class TrainLoop:
         "(an OutOfRangeError): Task.train_dataset_fn must return an endless "
         "dataset (`.repeat()`); the run stops at a step target instead."
       ) from e
-    stop, save, finish = totals[-3:]
-    workers = totals[-3 - self._num_workers : -3]
+    stop, save = totals[-2:]
+    workers = totals[-2 - self._num_workers : -2]
     metrics_end = self._steps_per_loop + (
       self.metrics.size if self.metrics else 0
     )
@@ -316,7 +309,6 @@ class TrainLoop:
       stop_requested=bool(stop > 0),
       save_requested=bool(save > 0),
       host_seconds=workers,
-      finish_requested=bool(finish > 0),
     )
 
   def trace(self, iterator) -> None:
@@ -333,7 +325,7 @@ class TrainLoop:
     loop = tf.function(functools.partial(self._train_loop, iterator))
     try:
       self._traced = loop.get_concrete_function(
-        *self._arguments(1, False, False, False), tf.constant(0.0)
+        *self._arguments(1, False, False), tf.constant(0.0)
       )
     except UserError as e:  # AutoGraph put its trace in front of it.
       raise UserError(error_sentence(e)) from None
@@ -407,10 +399,10 @@ def _spec_of(iterator) -> str:
 
 
 def _controls() -> dict[tuple[bool, ...], tf.Tensor]:
-  """The loop's request argument for each (stop, save, finish), made once."""
+  """The loop's request argument for each (stop, save), made once."""
   return {
     requests: tf.constant([float(r) for r in requests])
-    for requests in itertools.product((False, True), repeat=3)
+    for requests in itertools.product((False, True), repeat=2)
   }
 
 
