@@ -11,8 +11,8 @@ sentence (`UserError`, exit 2) rather than a traceback:
                           exit code, or -N when signal N killed it
   CTL_PREVIOUS_EXIT_TIME  when it ended, in seconds since the epoch
   CTL_JOB_ID              one id for every start of a job (ctl.resilience.lease;
-                          ctl.platform.resolver.job_id reads it, else the
-                          platform's)
+                          ctl.platform.resolver.job_id asks it, else the
+                          platform's); a blank one is no id
   CTL_HEARTBEAT_DIR       where the workers' watchdogs beat (ctl.launch.heartbeats)
   CTL_ATTEMPT_START       when a warm spare was handed its start (ctl.launch.spare)
   CTL_EVENTS              a file for the run's progress events (ctl.telemetry.progress)
@@ -150,6 +150,16 @@ def _untrue(name: str, value: float, why: str) -> None:
       why,
     )
   return None
+
+
+def job_id(environ: Mapping[str, str] = os.environ) -> str:
+  """The launcher's job id, "" when unset or blank.
+
+  Blank is unset, as for every variable here: a lease of the same job is
+  taken over as that job restarted, so a " " left in two shells must not
+  make two separate commands one job.
+  """
+  return environ.get(JOB_ID, "").strip()
 
 
 def heartbeat_dir(environ: Mapping[str, str] = os.environ) -> str | None:

@@ -128,3 +128,9 @@ def test_an_events_file_that_cannot_be_opened_is_one_sentence(tmp_path):
   path = str(tmp_path / "events.jsonl")  # A new file in a directory: fine.
   env.check({env.EVENTS: path})
   assert env.events_path({env.EVENTS: path}) == path
+
+
+def test_a_blank_job_id_is_unset():
+  assert env.job_id({env.JOB_ID: " \t"}) == ""
+  assert env.job_id({}) == ""
+  assert env.job_id({env.JOB_ID: " job-7\n"}) == "job-7"

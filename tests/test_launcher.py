@@ -9,6 +9,7 @@ import sys
 import pytest
 import tensorflow as tf
 
+from ctl import env
 from ctl import errors
 from ctl.launch import launcher
 from tests.conftest import REPO
@@ -124,3 +125,13 @@ def test_the_node_agent_lets_a_long_agreed_save_finish_within_its_grace(
   assert code == 128 + signal.SIGTERM, output[-3000:]
   newest = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
   assert (not newest.endswith("ckpt-0")) == saved, output[-3000:]
+
+
+def test_a_blank_job_id_gets_a_new_one():
+  """A blank CTL_JOB_ID is no job id: every start of this launcher gets a
+  new one, not " ", which a separate command left with " " would share."""
+  drawn = launcher.job_id(agent=False, environ={env.JOB_ID: " "})
+  assert drawn.strip() and drawn != launcher.job_id(
+    agent=False, environ={env.JOB_ID: " "}
+  )
+  assert launcher.job_id(agent=True, environ={env.JOB_ID: " job-7"}) == "job-7"

@@ -4,6 +4,7 @@ import fcntl
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -131,6 +132,134 @@ def test_take_over_lease_takes_a_live_holders_lease(lease_holder, tmp_path):
   proc = lease_holder(str(tmp_path), stale_secs=3600)
   with _take(str(tmp_path), take_over=True):
     assert _record(tmp_path)["pid"] == os.getpid() != proc.pid
+
+
+def _left_over(model_dir, data: bytes) -> bytes:
+  """Leaves `data` as the lease file in `model_dir`, as a run left it."""
+  (model_dir / lease.LEASE_FILE).write_bytes(data)
+  return data
+
+
+def _record_of(pid: int, job: str = "", **fields) -> bytes:
+  """A lease record of `pid` on this host, renewed now."""
+  now = time.time()
+  record = dict(
+    host=socket.gethostname(),
+    pid=pid,
+    job=job,
+    started=now,
+    renewed=now,
+    generation=3,
+    stale_secs=3600.0,
+  )
+  return json.dumps({**record, **fields}).encode()
+
+
+@pytest.mark.parametrize("mine", [" ", "\t", ""])
+def test_a_blank_job_id_is_no_job(tmp_path, mine):
+  """Issue 57: a second, separate command with CTL_JOB_ID=" " took over a
+  live trainer's lease as "this job, restarted" (the first exited 77)."""
+  live = os.getppid()  # Alive on this host, and not this process.
+  left = _left_over(tmp_path, _record_of(live, job=" "))
+  terms = lease.Terms(model_dir=str(tmp_path), job=mine, stale_secs=3600)
+  with pytest.raises(lease.LeaseHeld, match="alive on this host"):
+    lease.check_free(terms)
+  with pytest.raises(lease.LeaseHeld, match="alive on this host"):
+    _take(str(tmp_path), job=mine, stale_secs=3600)
+  assert (tmp_path / lease.LEASE_FILE).read_bytes() == left
+
+
+@pytest.mark.parametrize("pid", [0, -1])
+def test_a_lease_of_pid_0_or_below_is_no_live_holders(tmp_path, pid):
+  """os.kill(0 or -1, 0) signals process groups: such a record was "alive
+  on this host" and held the run directory for good."""
+  _left_over(tmp_path, _record_of(pid))
+  with _take(str(tmp_path), stale_secs=3600) as taken:
+    assert _record(tmp_path)["pid"] == os.getpid() == taken.holder.pid
+    assert taken.holder.generation == 4
+
+
+_DAMAGED = [
+  (_record_of(999999, generation="7"), "generation is '7', not a whole number"),
+  (_record_of("999999"), "pid is '999999', not a whole number"),
+  (_record_of(999999, renewed=None), "renewed is None, not a number"),
+  (_record_of(999999, stale_secs=True), "stale_secs is True, not a number"),
+  (json.dumps({"pid": 999999}).encode(), "it has no host"),
+  (b"[1, 2]", "it is not a JSON object"),
+]
+
+
+@pytest.mark.parametrize("data", [b'{"host": "h", "pi', b""])
+def test_a_lease_left_half_written_is_taken_over_as_stale(tmp_path, data):
+  """A trainer killed between creating the lease file and writing it left
+  no holder: the next start (a supervised restart) takes it over."""
+  _left_over(tmp_path, data)
+  with _take(str(tmp_path), stale_secs=3600) as taken:
+    assert _record(tmp_path)["pid"] == os.getpid() == taken.holder.pid
+    assert taken.holder.generation == 1
+
+
+@pytest.mark.parametrize("data, what", _DAMAGED)
+def test_a_damaged_lease_is_one_sentence_and_taken_over_when_asked(
+  tmp_path, data, what
+):
+  """Issue 57: a left-over record with fields of the wrong type was a
+  TypeError traceback (or, unreadable, silently taken as stale)."""
+  _left_over(tmp_path, data)
+  path = tmp_path / lease.LEASE_FILE
+  terms = lease.Terms(model_dir=str(tmp_path), job="", stale_secs=60)
+  for refuse in (lambda: lease.check_free(terms), lambda: _take(str(tmp_path))):
+    with pytest.raises(lease.LeaseDamaged) as refused:
+      refuse()
+    message = str(refused.value)
+    assert message.startswith(f"The lease file {path} is damaged ({what})")
+    assert "--take_over_lease" in message and message.count(". ") == 0
+    assert path.read_bytes() == data
+  with _take(str(tmp_path), take_over=True) as taken:
+    assert _record(tmp_path)["pid"] == os.getpid() == taken.holder.pid
+    taken.check_held("the checkpoint of step 1")  # Fenced as any holding.
+
+
+@pytest.mark.processes
+def test_a_damaged_lease_on_cloud_storage_is_taken_over_by_generation(
+  gcs_emulator,
+):
+  """The take over of a damaged record is conditioned as any other: on the
+  generation judged, so a record rewritten since is not overwritten."""
+  url = f"gs://{gcs_emulator.BUCKET}/run"
+  fs = gcs_emulator.filesystem()
+  object_path = f"{gcs_emulator.BUCKET}/run/{lease.LEASE_FILE}"
+  fs.pipe_file(object_path, b"[]")
+  with pytest.raises(lease.LeaseDamaged, match="it is not a JSON object"):
+    _take(url)
+  store = lease._open_store(url, storage_route="gcsfs", fuse_root="/gcs")
+  judged = store.read()
+  fs.pipe_file(object_path, b"{}")  # Rewritten after it was judged.
+  with pytest.raises(FileExistsError):
+    store.take_over(b"{}", judged[1])
+  with _take(url, take_over=True) as taken:
+    assert json.loads(fs.cat_file(object_path))["pid"] == taken.holder.pid
+    assert taken.holder.generation == 1
+
+
+@pytest.mark.processes
+def test_a_trainer_on_a_damaged_lease_says_so_and_takes_it_when_asked(tmp_path):
+  model_dir = tmp_path / "run"
+  model_dir.mkdir()
+  _left_over(model_dir, _record_of("999999"))
+  refused = run_trainer(*_RUN, f"--model_dir={model_dir}", check=False)
+  assert refused.returncode == errors.USER_ERROR_EXIT_CODE, refused.stderr
+  assert "Traceback" not in refused.stderr
+  last = refused.stderr.strip().splitlines()[-1]
+  assert last.startswith(f"error: The lease file {model_dir}/"), last
+  run_trainer(
+    *FAST_FLAGS,
+    "--train_steps=10",
+    "--take_over_lease",
+    f"--model_dir={model_dir}",
+  )
+  assert read_summary(str(model_dir))["final_step"] == 10
+  assert not (model_dir / lease.LEASE_FILE).exists()  # Released at the end.
 
 
 def test_a_take_over_cannot_land_inside_a_renewal(tmp_path, monkeypatch):

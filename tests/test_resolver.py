@@ -38,3 +38,12 @@ def test_the_job_id_is_the_supervisors_else_vertex_ais():
     resolver.job_id({env.JOB_ID: "ctl-1", vertex_ai.JOB_ID: "v"}) == "ctl-1"
   )
   assert resolver.job_id({}) == ""
+
+
+def test_a_blank_job_id_is_no_job_id():
+  """A blank CTL_JOB_ID (a variable left as " ") named a job, so a second,
+  separate command took over a live trainer as "this job, restarted"."""
+  assert resolver.job_id({env.JOB_ID: " \t"}) == ""
+  assert resolver.job_id({env.JOB_ID: " ", vertex_ai.JOB_ID: "v"}) == "v"
+  assert resolver.job_id({vertex_ai.JOB_ID: "  "}) == ""
+  assert resolver.job_id({env.JOB_ID: " ctl-1\n"}) == "ctl-1"

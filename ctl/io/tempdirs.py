@@ -67,11 +67,24 @@ def scratch_dir(prefix: str) -> str:
 
 
 def pid_alive(pid: int) -> bool:
-  """Whether process `pid` runs on this host (someone else's counts)."""
+  """Whether process `pid` runs on this host (someone else's counts).
+
+  The one such check in ctl: a pid read from a file or a name may be
+  anything, and `os.kill` takes 0 and below for process groups (0: this
+  one, -1: every process), so only a positive whole number can be alive.
+  A zombie (ended, not yet reaped) is not; where /proc cannot say, one
+  that `os.kill` finds counts.
+  """
+  if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+    return False
   try:
     os.kill(pid, 0)
-  except ProcessLookupError:
+  except (ProcessLookupError, OverflowError):  # Gone, or past any pid.
     return False
   except PermissionError:
-    return True  # Someone else's process.
-  return True
+    pass  # Someone else's process.
+  try:  # The state follows the command name, which may hold anything.
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+      return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+  except (OSError, IndexError):
+    return True

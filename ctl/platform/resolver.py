@@ -40,8 +40,8 @@ def cluster_description(
 
 def job_id(environ: Mapping[str, str] = os.environ) -> str:
   """The supervisor's job id (CTL_JOB_ID, ctl.launch's), else Vertex AI's,
-  or ""."""
-  return environ.get(env.JOB_ID) or vertex_ai.job_id(environ)
+  or "": a blank one is none (a restart of the same job takes its lease)."""
+  return env.job_id(environ) or vertex_ai.job_id(environ).strip()
 
 
 def trial_id(environ: Mapping[str, str] = os.environ) -> str | None:

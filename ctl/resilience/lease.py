@@ -29,7 +29,15 @@ share), so a taker with a shorter `stale_secs` cannot take a lease its
 holder renews at a slower pace; and a holder whose pid is alive on this
 host is never stale (paused, it may go on). A renewal thread rewrites the
 record every `stale_secs / 4` on a monotonic clock. A holder that finds its lease taken over says so and stops
-renewing; it never deletes another's lease.
+renewing; it never deletes another's lease. A blank job id is no job id.
+
+A record left half-written (empty, or JSON cut short: a trainer killed
+between creating the file and writing it) names no holder and is taken over
+as a stale one. A whole record that is not a holder's (not a JSON object, a
+field missing or of the wrong type: a hand's edit, another program) is
+damaged: it is refused in one sentence (`LeaseDamaged`) until an operator
+passes `--take_over_lease`, whose take over replaces it as conditionally
+as any other.
 """
 
 from collections.abc import Iterator
@@ -37,7 +45,9 @@ import contextlib
 import dataclasses
 import fcntl
 import json
+import math
 import os
+import reprlib
 import socket
 import threading
 import time
@@ -60,6 +70,10 @@ _LOCK_WAIT_SECS = 5.0
 
 class LeaseHeld(UserError):
   """Another live process holds the run directory."""
+
+
+class LeaseDamaged(UserError):
+  """The run directory's lease file holds no holder's record."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,9 +110,29 @@ class Holder:
       f"last renewed {_when(self.renewed)}"
     )
 
-  def same_holding(self, other: "Holder") -> bool:
+  def same_holding(self, other: "Holder | Damaged") -> bool:
     """Whether `other` is this record, renewed or not (the same taking)."""
-    return dataclasses.replace(other, renewed=self.renewed) == self
+    return (
+      isinstance(other, Holder)
+      and dataclasses.replace(other, renewed=self.renewed) == self
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Damaged:
+  """A lease file's record that is no `Holder`'s, and what is wrong with it.
+
+  Read as a holder, it is no one's: no job (no job's fence passes on it)
+  and generation 0 (its taker's is 1, as a first lease's).
+  """
+
+  what: str
+  half_written: bool = False  # Empty or cut short: taken over as stale.
+  job = ""
+  generation = 0
+
+  def describe(self) -> str:
+    return f"a damaged lease record ({self.what})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,8 +144,8 @@ class Terms:
 
   Attributes:
     model_dir: the run directory (local, FUSE path or gs://).
-    job: this process's job id ("" for none); a lease of the same job is
-      taken over at once (a supervised restart).
+    job: this process's job id ("" or blank for none); a lease of the same
+      job is taken over at once (a supervised restart).
     stale_secs: this holder renews its lease every quarter of it, and its
       lease is stale once not renewed for that long; another's is judged
       by the staleness recorded in it.
@@ -304,7 +338,7 @@ class Lease:
     except OSError as e:
       logging.warning("Could not read the run lease: %s", e)
       current = self._holder
-    if current and current.same_holding(self._holder):
+    if current and self._holder.same_holding(current):
       if not self._lost.is_set():
         return
       current = None  # A hiccup's stand-in: the thread's finding holds.
@@ -430,7 +464,7 @@ def job_fence(
   store = _open_store(
     model_dir, storage_route=storage_route, fuse_root=fuse_root
   )
-  return _JobFence(store, job=job, model_dir=model_dir)
+  return _JobFence(store, job=job.strip(), model_dir=model_dir)
 
 
 class _JobFence(fencing.Fence):
@@ -453,14 +487,21 @@ class _JobFence(fencing.Fence):
 
 
 def _me(job: str, stale_secs: float, generation: int = 0) -> Holder:
+  """This process's record (a blank `job` is none: "")."""
   now = time.time()
   return Holder(
-    socket.gethostname(), os.getpid(), job, now, now, generation, stale_secs
+    socket.gethostname(),
+    os.getpid(),
+    job.strip(),
+    now,
+    now,
+    generation,
+    stale_secs,
   )
 
 
 def _judge(
-  holder: Holder,
+  holder: Holder | Damaged,
   mine: Holder,
   *,
   model_dir: str,
@@ -472,10 +513,21 @@ def _judge(
 
   Raises:
     LeaseHeld: it may not.
+    LeaseDamaged: it is damaged (and `take_over` is not set).
   """
   del unused  # The other terms.
+  if take_over:
+    return "--take_over_lease"
+  if isinstance(holder, Damaged) and holder.half_written:
+    return f"it was left half-written ({holder.what})"
+  if isinstance(holder, Damaged):
+    raise LeaseDamaged(
+      f"The lease file {os.path.join(model_dir, LEASE_FILE)} is damaged "
+      f"({holder.what}) and names no holder: if no trainer runs on "
+      f"{model_dir}, pass --take_over_lease to replace it."
+    )
   stale_secs = holder.stale_secs or stale_secs  # The holder's own terms.
-  why = _reclaimable(holder, mine, stale_secs, take_over)
+  why = _reclaimable(holder, mine, stale_secs)
   if why is None:
     live = (
       "alive on this host"
@@ -490,16 +542,12 @@ def _judge(
   return why
 
 
-def _reclaimable(
-  holder: Holder, mine: Holder, stale_secs: float, take_over: bool
-) -> str | None:
+def _reclaimable(holder: Holder, mine: Holder, stale_secs: float) -> str | None:
   """Why `holder`'s lease may be taken over, or None when it may not.
 
   `stale_secs` is the holder's. A holder on this host is judged by its pid
   alone: alive, it is never stale (a paused one may go on and commit).
   """
-  if take_over:
-    return "--take_over_lease"
   if holder.job and holder.job == mine.job:
     return f"it belongs to this job ({holder.job}), restarted"
   if holder.host == mine.host:
@@ -526,14 +574,46 @@ def _encode(holder: Holder) -> bytes:
   return json.dumps(dataclasses.asdict(holder)).encode()
 
 
-def _decode(data: bytes) -> Holder:
-  """The record, or a stale stand-in for an unreadable one (half written)."""
-  known = {field.name for field in dataclasses.fields(Holder)}
-  try:  # Fields a later version records are not this one's to judge.
+def _decode(data: bytes) -> Holder | Damaged:
+  """The record `data` holds, or what makes it damaged.
+
+  Fields a later version records are not this one's to judge; those an
+  earlier one did not record take their defaults.
+  """
+  if not data.strip():
+    return Damaged("it is empty", half_written=True)
+  try:
     record = json.loads(data)
-    return Holder(**{k: v for k, v in record.items() if k in known})
-  except (ValueError, TypeError, AttributeError):
-    return Holder("?", 0, "", 0.0, 0.0)
+  except ValueError:  # Also bytes that are not UTF-8.
+    return Damaged("it is not JSON", half_written=True)
+  if not isinstance(record, dict):
+    return Damaged("it is not a JSON object")
+  fields = dataclasses.fields(Holder)
+  for field in fields:
+    if field.name not in record:
+      if field.default is dataclasses.MISSING:
+        return Damaged(f"it has no {field.name}")
+    elif not _is_a(record[field.name], field.type):
+      return Damaged(
+        f"{field.name} is {reprlib.repr(record[field.name])}, not "
+        f"{_KINDS[field.type]}"
+      )
+  return Holder(**{f.name: record[f.name] for f in fields if f.name in record})
+
+
+# A record's field types, in words.
+_KINDS = {str: "a string", int: "a whole number", float: "a number"}
+
+
+def _is_a(value, kind: type) -> bool:
+  """Whether JSON value `value` is a `kind`: a whole number is a number
+  too, true and false are neither, and no number is infinite or NaN."""
+  if isinstance(value, bool):
+    return False
+  if kind is str:
+    return isinstance(value, str)
+  numbers = (int, float) if kind is float else int
+  return isinstance(value, numbers) and math.isfinite(value)
 
 
 def _open_store(model_dir: str, *, storage_route: str, fuse_root: str):

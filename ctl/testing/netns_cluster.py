@@ -43,6 +43,8 @@ import signal
 import subprocess
 import time
 
+from ctl.io import tempdirs
+
 # Every namespace of a harness is named PREFIX<harness pid>-<suffix>.
 PREFIX = "ctln"
 _NETNS_ETC = "/etc/netns"
@@ -307,13 +309,15 @@ def remove_leftovers(*, pid: int | None = None) -> list[str]:
   removed = []
   for link in _host_links():
     owner = int(link[len(HOST_LINK) :])
-    if owner == pid or (pid is None and not _alive(owner)):
+    if owner == pid or (pid is None and not tempdirs.pid_alive(owner)):
       subprocess.run(
         ["ip", "link", "delete", link], capture_output=True, check=False
       )
   for name in namespaces():
     owner = _owner_pid(name)
-    if owner is None or (owner != pid and (pid is not None or _alive(owner))):
+    if owner is None or (
+      owner != pid and (pid is not None or tempdirs.pid_alive(owner))
+    ):
       continue
     _remove_namespace(name)
     removed.append(name)
@@ -340,16 +344,6 @@ def _host_links() -> list[str]:
 def _owner_pid(name: str) -> int | None:
   digits = name[len(PREFIX) :].split("-", 1)[0]
   return int(digits) if digits.isdigit() else None
-
-
-def _alive(pid: int) -> bool:
-  """Whether process `pid` runs (a zombie, killed but not yet reaped, is
-  gone)."""
-  try:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-      return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-  except OSError:
-    return False
 
 
 def _remove_namespace(name: str) -> None:

@@ -52,6 +52,7 @@ def run_name(*, job_id: str, checkpoint_dir: str) -> str:
   if "://" not in checkpoint_dir:
     checkpoint_dir = os.path.realpath(checkpoint_dir)
   digest = hashlib.sha256(checkpoint_dir.encode()).hexdigest()[:12]
+  job_id = job_id.strip()  # A blank job id is none.
   owner = re.sub(r"[^A-Za-z0-9_.-]", "_", job_id)[:64] if job_id else None
   return f"{owner or f'pid{os.getpid()}'}-{digest}"
 
@@ -64,7 +65,7 @@ def setting_for_job(setting: str, *, job_id: str) -> str:
   restart finds it again and the next start removes it, so its saves would
   cost every loop for nothing. An explicit setting still makes one.
   """
-  if setting != "auto" or job_id:
+  if setting != "auto" or job_id.strip():  # A blank job id is none.
     return setting
   logging.info(
     "No local checkpoint tier: no job id to find it again after a restart "
