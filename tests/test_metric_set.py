@@ -2,6 +2,7 @@
 everywhere a run reports (the log, TensorBoard, the summary, the actions)."""
 
 import dataclasses
+import re
 
 import keras
 import numpy as np
@@ -131,3 +132,137 @@ def test_a_metric_bound_to_an_output_the_step_lacks_is_one_sentence(tmp_path):
     "['spread', 'value']; give ctl.OnOutput one of them."
   )
   assert tasks.written(tmp_path) == []
+
+
+class _Maximum(keras.metrics.Metric):
+  """The largest prediction seen, its variable declared as Keras's default
+  (aggregation "sum"): over four loops ctl once reported four maxima
+  summed."""
+
+  def __init__(self):
+    super().__init__(name="maximum")
+    self.largest = self.add_variable((), "zeros", name="largest")
+
+  def update_state(self, y_true, y_pred, sample_weight=None):
+    self.largest.assign(tf.maximum(self.largest, tf.reduce_max(y_pred)))
+
+  def result(self):
+    return self.largest
+
+
+def _traced(build_metrics, output: ctl.StepOutput) -> None:
+  """Traces the metrics' update from a step output of these specs, as the
+  first loop's trace does (nothing runs on a device)."""
+  metrics = metric_set.MetricSet(
+    build_metrics, strategy=tf.distribute.get_strategy()
+  )
+  update = tf.function(metrics.update_states)
+  update.get_concrete_function(output)
+
+
+def _spec(dtype, *shape):
+  return tf.TensorSpec(shape, dtype)
+
+
+def test_a_running_maximum_is_refused_before_step_0(tmp_path):
+  task = tasks.regression(build_metrics=lambda: {"top": _Maximum()})
+  with pytest.raises(ctl.UserError) as raised:
+    controller.run(
+      task=task,
+      options=tasks.run_options(tmp_path),
+      strategy=tf.distribute.get_strategy(),
+    )
+  assert re.fullmatch(
+    r"Metric 'top' cannot be summed across replicas and loops: its state "
+    r"largest was [0-9.]+ after two batches but [0-9.]+ \+ [0-9.]+ after one "
+    r"each, so it is not a sum of per-example parts \(a maximum, a last "
+    r"value…\)\.",
+    str(raised.value),
+  )
+  assert tasks.written(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+  "metric, y_true, y_pred",
+  [
+    (keras.metrics.MeanAbsoluteError, _spec(tf.float32, None, 1), None),
+    (
+      lambda: keras.metrics.AUC(from_logits=True),
+      _spec(tf.int32, None),
+      _spec(tf.float32, None),
+    ),
+    (
+      keras.metrics.SparseCategoricalAccuracy,
+      _spec(tf.int64, 32),
+      _spec(tf.float32, 32, 10),
+    ),
+  ],
+  ids=["mae", "auc", "sparse_accuracy"],
+)
+def test_keras_metrics_are_proved_sums(metric, y_true, y_pred):
+  _traced(
+    lambda: {"m": metric()},
+    ctl.StepOutput(
+      per_example_loss=_spec(tf.float32, y_true.shape[0]),
+      y_true=y_true,
+      y_pred=y_pred or y_true,
+      sample_weight=_spec(tf.float32, y_true.shape[0]),
+    ),
+  )
+
+
+def test_a_mean_of_a_steps_own_value_is_a_proved_sum():
+  _traced(
+    lambda: {"aux": keras.metrics.Mean(), "mae": _mae_on("head")},
+    ctl.StepOutput(
+      per_example_loss=_spec(tf.float32, None),
+      y_true={"head": _spec(tf.float32, None)},
+      y_pred={"head": _spec(tf.float32, None)},
+      values={"aux": _spec(tf.float32, None)},
+    ),
+  )
+
+
+def _mae_on(output: str) -> ctl.OnOutput:
+  return ctl.OnOutput(output, keras.metrics.MeanAbsoluteError())
+
+
+def test_a_last_value_whose_variable_says_mean_is_refused_when_traced():
+  class Last(keras.metrics.Metric):
+    def __init__(self):
+      super().__init__(name="last")
+      self.value = self.add_variable((), "zeros", aggregation="mean")
+
+    def update_state(self, value, sample_weight=None):
+      self.value.assign(tf.reduce_mean(value))
+
+    def result(self):
+      return self.value
+
+  with pytest.raises(ctl.UserError, match="'last' cannot be summed"):
+    _traced(
+      lambda: {"last": Last()},
+      ctl.StepOutput(
+        per_example_loss=_spec(tf.float32, None),
+        values={"last": _spec(tf.float32, None)},
+      ),
+    )
+
+
+def test_a_metric_the_probe_cannot_feed_is_taken_as_a_sum(caplog):
+  class Positive(keras.metrics.Mean):
+    """A mean that refuses the probe's labels (zeros)."""
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+      tf.debugging.assert_positive(y_true)
+      super().update_state(y_pred, sample_weight)
+
+  _traced(
+    lambda: {"positive": Positive()},
+    ctl.StepOutput(
+      per_example_loss=_spec(tf.float32, None),
+      y_true=_spec(tf.int32, None),
+      y_pred=_spec(tf.float32, None),
+    ),
+  )
+  assert "Metric 'positive' could not be probed" in caplog.text
