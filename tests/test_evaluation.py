@@ -1,14 +1,19 @@
 """Tests for ctl.train.evaluation: when a run evaluates, and where metrics go."""
 
+import dataclasses
+
 import keras
 import numpy as np
 import tensorflow as tf
 
+import ctl
 from ctl.telemetry import progress as progress_lib
 from ctl.telemetry import summaries
 from ctl.testing.run_files import read_scalars
 from ctl.train import evaluation
 from ctl.train import loop as loop_lib
+from tests import tasks
+from tests.test_step import _refused
 
 
 def _evaluation(tmp_path, *, writes=True, data=True, every_steps=10):
@@ -68,3 +73,50 @@ def test_no_eval_data_no_evaluation(tmp_path):
   unit, _, marks, calls, _ = _evaluation(tmp_path, data=False)
   unit.run(10)
   assert (marks, calls, unit.metrics) == ([], [], {})
+
+
+def test_evaluation_batches_of_another_structure_are_refused_before_step_0(
+  tmp_path,
+):
+  # Labels of another dtype failed at the first evaluation, after the
+  # step-0 checkpoint and ten steps; the sentence shows both structures.
+  task = tasks.regression()
+  int_labels = lambda context: task.eval_dataset_fn(context).map(
+    lambda x, y: (x, tf.cast(y, tf.int32))
+  )
+  _refused(
+    tmp_path,
+    dataclasses.replace(task, eval_dataset_fn=int_labels),
+    r"\(float32\[5\], int32\[\]\).*\(float32\[5\], float32\[\]\)",
+  )
+
+
+def test_evaluation_batches_the_default_step_cannot_take_are_refused_early(
+  tmp_path,
+):
+  # A task with its own replica_step but no compute_loss trains on dicts
+  # and evaluates them with the default step, which takes (x, y) only.
+  task = tasks.regression()
+
+  def replica_step(context, batch):
+    with tf.GradientTape() as tape:
+      y_pred = context.model(batch["x"], training=True)
+      per_example = tf.square(batch["y"] - y_pred)
+      loss = context.average_loss(per_example)
+    variables = context.model.trainable_variables
+    context.optimizer.apply_gradients(
+      zip(tape.gradient(loss, variables), variables)
+    )
+    return ctl.StepOutput(per_example, batch["y"], y_pred)
+
+  as_dicts = lambda dataset: dataset.map(lambda x, y: {"x": x, "y": y})
+  _refused(
+    tmp_path,
+    dataclasses.replace(
+      task,
+      replica_step=replica_step,
+      train_dataset_fn=lambda *args: as_dicts(task.train_dataset_fn(*args)),
+      eval_dataset_fn=lambda context: as_dicts(task.eval_dataset_fn(context)),
+    ),
+    r"\(inputs, targets\).*got dict",
+  )

@@ -2,8 +2,10 @@
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
+from ctl.errors import UserError
 from ctl.train import options
 from ctl.train import state
 
@@ -51,3 +53,34 @@ def test_an_evaluator_restores_the_model_and_step_of_a_training_checkpoint(
 def test_the_checkpoint_holds_the_dropout_rng_state():
   built = state.build_state(task=_task(), strategy=tf.distribute.get_strategy())
   assert built.checkpoint().rng  # Keras' SeedGenerator state, saved too.
+
+
+def _spec(*leaves):
+  """A batch's element spec: (dtype, per-example shape) leaves, batch None."""
+  return tuple(tf.TensorSpec([None, *shape], dtype) for dtype, shape in leaves)
+
+
+_X, _Y, _W = (tf.float32, [4]), (tf.int64, []), (tf.float32, [])
+
+
+def test_evaluation_batches_may_differ_from_training_by_the_sample_weight():
+  for train, evaluation in [
+    ((_X, _Y, _W), (_X, _Y)),
+    ((_X, _Y), (_X, _Y, _W)),
+    ((_X, _Y, _W), (_X, _Y, _W)),
+    ((_X, _Y), ((tf.float32, [None]), _Y)),  # A dimension left unknown.
+  ]:
+    state.check_eval_batches(_spec(*evaluation), _spec(*train))
+
+
+def test_evaluation_batches_of_another_structure_dtype_or_shape_are_refused():
+  for evaluation, shown in [
+    ((_X,), r"\(float32\[4\]\)"),
+    ((_X, (tf.int32, [])), r"\(float32\[4\], int32\[\]\)"),
+    (((tf.float32, [3]), _Y), r"\(float32\[3\], int64\[\]\)"),
+  ]:
+    with pytest.raises(UserError, match=shown + r".*\(float32\[4\], int64"):
+      state.check_eval_batches(_spec(*evaluation), _spec(_X, _Y, _W))
+  features = {"x": tf.TensorSpec([None, 4])}
+  with pytest.raises(UserError, match=r"\{x: float32\[4\]\}"):
+    state.check_eval_batches({"y": features["x"]}, features)

@@ -101,11 +101,12 @@ class _Follower:
     self._state = state_lib.build_state(
       task=task, strategy=strategy, with_optimizer=False
     )
+    metrics = metric_set.MetricSet(task.build_metrics, strategy=strategy)
     self._loop = loop_lib.EvalLoop(
       strategy=strategy,
       model=self._state.model,
-      compute_loss=step_lib.compute_loss_of(task),
-      metrics=metric_set.MetricSet(task.build_metrics, strategy=strategy),
+      compute_loss=step_lib.compute_loss_of(task, metric_names=metrics.names),
+      metrics=metrics,
     )
     self._data = strategy.distribute_datasets_from_function(
       task.eval_dataset_fn

@@ -181,6 +181,12 @@ class TrainLoop:
       loss = self._average(output)
       scaled_loss = self._optimizer.scale_loss(loss)
     gradients = tape.gradient(scaled_loss, self._model.trainable_variables)
+    if all(gradient is None for gradient in gradients):  # Known at trace.
+      raise UserError(
+        "The task's per-example loss (of Task.loss_fn, or Task.compute_loss's "
+        "per_example_loss) reaches no trainable variable of the model, so no "
+        "gradient could train it; compute it from the model's predictions."
+      )
     return loss, output, gradients
 
   def _replica_step(self, batch) -> tf.Tensor:

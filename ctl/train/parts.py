@@ -83,6 +83,7 @@ def assemble(
   task.validate()
   outputs = _open_outputs(options, fence)
   state = state_lib.build_state(task=task, strategy=strategy, seed=options.seed)
+  step_lib.check_default_batches(task, state.batch_spec, evaluation=False)
   export_lib.check_serving(state.model, task.serving)
   metrics = metric_set.MetricSet(task.build_metrics, strategy=strategy)
   actions = actions_lib.LoopActions(
@@ -167,11 +168,15 @@ def _evaluation(shared: _Shared, callbacks) -> evaluation_lib.Evaluation:
     eval_loop=loop_lib.EvalLoop(
       strategy=strategy,
       model=shared.state.model,
-      compute_loss=step_lib.compute_loss_of(task),
+      compute_loss=step_lib.compute_loss_of(
+        task, metric_names=shared.metrics.names
+      ),
       metrics=shared.metrics,
     ),
     eval_data=(
-      strategy.distribute_datasets_from_function(_finite(task.eval_dataset_fn))
+      strategy.distribute_datasets_from_function(
+        _checked_eval(task, shared.state.batch_spec)
+      )
       if task.eval_dataset_fn
       else None
     ),
@@ -230,17 +235,23 @@ def _bind_actions(loop_actions, task, options, state, fence) -> None:
     action.bind(keep)
 
 
-def _finite(eval_dataset_fn):
-  """`eval_dataset_fn`, refusing an endless dataset (an evaluation of it
-  would never end) with one sentence."""
+def _checked_eval(task, training_spec):
+  """The task's `eval_dataset_fn`, refusing with one sentence when the run
+  is built (it is called then, nothing read) an endless dataset (an
+  evaluation of it would never end) or batches the step cannot take, alone
+  or as it takes those of `training_spec` (state.check_eval_batches), not
+  at the first evaluation."""
 
   def dataset_fn(input_context):
-    dataset = eval_dataset_fn(input_context)
+    dataset = task.eval_dataset_fn(input_context)
     if dataset.cardinality() == tf.data.INFINITE_CARDINALITY:
       raise UserError(
         "Task.eval_dataset_fn returned an endless dataset (a .repeat() "
         "without a count?): an evaluation must end."
       )
+    spec = dataset.element_spec
+    step_lib.check_default_batches(task, spec, evaluation=True)
+    state_lib.check_eval_batches(spec, training_spec)
     return dataset
 
   return dataset_fn
@@ -334,8 +345,12 @@ def _train_loop(shared: _Shared, faults) -> loop_lib.TrainLoop:
     global_step=state.global_step,
     global_batch_size=shared.task.global_batch_size,
     steps_per_loop=shared.options.steps_per_loop,
-    compute_loss=step_lib.compute_loss_of(shared.task),
-    replica_step=shared.task.replica_step,
+    compute_loss=step_lib.compute_loss_of(
+      shared.task, metric_names=shared.metrics.names
+    ),
+    replica_step=step_lib.replica_step_of(
+      shared.task, metric_names=shared.metrics.names
+    ),
     metrics=shared.metrics,
     jit_compile=shared.options.xla,
     train_metrics=shared.options.train_metrics,

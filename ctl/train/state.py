@@ -9,6 +9,7 @@ Keras `SeedGenerator` (see ctl.checkpoint.checkpointing).
 
 import dataclasses
 import math
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -28,9 +29,9 @@ class TrainState:
     global_step: int64, incremented once per training step.
     data_seed: int64, the seed of the data order (changes on a reshuffle).
     restores: int64, how many times the run was restored.
-    element_spec: what the training batches are (`element_spec_record`),
-      saved with every checkpoint (see ctl.checkpoint.checkpointing); None
-      for evaluation only (nothing is compared).
+    batch_spec: the training batches' element spec (nested `tf.TypeSpec`s),
+      which the evaluation batches are held to (`check_eval_batches`); None
+      for evaluation only.
     global_batch_size: examples per step over all replicas (the task's),
       saved with every checkpoint: the data order is a function of it.
   """
@@ -40,8 +41,17 @@ class TrainState:
   global_step: tf.Variable
   data_seed: tf.Variable
   restores: tf.Variable
-  element_spec: str | None
+  batch_spec: Any
   global_batch_size: int
+
+  @property
+  def element_spec(self) -> str | None:
+    """What the training batches are (`element_spec_record`), saved with
+    every checkpoint (see ctl.checkpoint.checkpointing); None for
+    evaluation only (nothing is compared)."""
+    if self.batch_spec is None:
+      return None
+    return element_spec_record(self.batch_spec)
 
   def checkpoint(self, *, actions=()) -> tf.train.Checkpoint:
     """A checkpoint of everything that decides the next step: with the
@@ -91,26 +101,24 @@ def build_state(
         "Task.build_model returned a model with no trainable variable; "
         "build it with its inputs (keras.Input) or call it once on a batch."
       )
-    optimizer = None
+    optimizer = batch_spec = None
     if with_optimizer:
       optimizer = task.build_optimizer()
       optimizer.build(model.trainable_variables)
+      batch_spec = _training_batch_spec(task, strategy, seed)
     return TrainState(
       model=model,
       optimizer=optimizer,
       global_step=tf.Variable(0, name="global_step", **counter),
       data_seed=tf.Variable(seed, name="data_seed", **counter),
       restores=tf.Variable(0, name="restores", **counter),
-      element_spec=(
-        element_spec_record(task, strategy, seed) if with_optimizer else None
-      ),
+      batch_spec=batch_spec,
       global_batch_size=task.global_batch_size,
     )
 
 
-def element_spec_record(task: Task, strategy, seed: int) -> str:
-  """What the task's training batches are, as text: their structure, and
-  each tensor's dtype and per-example shape (the batch dimension left out).
+def _training_batch_spec(task: Task, strategy, seed: int):
+  """The element spec of the task's training batches.
 
   Read from the dataset `train_dataset_fn` builds for the first replica's
   pipeline (nothing is read from it). Its batches must hold the replica's
@@ -149,19 +157,61 @@ def element_spec_record(task: Task, strategy, seed: int) -> str:
         f"replica(s) means {expected} per replica."
       )
 
-  return _described(dataset.element_spec)
+  return dataset.element_spec
 
 
-def _described(spec) -> str:
-  """A nested element spec as text: `(float32[16,16,3], int64[])`, a dict's
-  keys in order, the batch dimension left out."""
+def element_spec_record(spec) -> str:
+  """What batches of element spec `spec` are, as text: their structure, and
+  each tensor's dtype and per-example shape (the batch dimension left out),
+  e.g. `(float32[16,16,3], int64[])`, a dict's keys in order."""
   if isinstance(spec, dict):
-    items = (f"{key}: {_described(spec[key])}" for key in sorted(spec))
+    items = (f"{key}: {element_spec_record(spec[key])}" for key in sorted(spec))
     return "{" + ", ".join(items) + "}"
   if isinstance(spec, (tuple, list)):
-    return "(" + ", ".join(_described(item) for item in spec) + ")"
+    return "(" + ", ".join(element_spec_record(item) for item in spec) + ")"
   dims = ",".join("?" if d is None else str(d) for d in spec.shape[1:])
   return f"{spec.dtype.name}[{dims}]"
+
+
+def check_eval_batches(eval_spec, training_spec) -> None:
+  """Refuses evaluation batches (element spec `eval_spec`) that the step
+  cannot take as it takes the training batches (`training_spec`): another
+  structure, dtype or per-example shape (where both know it) would fail at
+  the first evaluation, after the steps before it. A sample weight, the
+  third of `(x, y, sample_weight)`, may be on either side or both, as the
+  default step unpacks it.
+
+  Raises:
+    UserError: naming both, as `element_spec_record` writes them.
+  """
+  if not _alike(_less_weight(eval_spec), _less_weight(training_spec)):
+    raise UserError(
+      "Task.eval_dataset_fn yields batches "
+      f"{element_spec_record(eval_spec)}, but the training batches are "
+      f"{element_spec_record(training_spec)}; evaluation runs the same "
+      "step, so they must have the same structure, dtypes and per-example "
+      "shapes (a sample weight may be left out)."
+    )
+
+
+def _less_weight(spec):
+  """`(x, y)` of a batch's spec `(x, y, sample_weight)`; any other as is."""
+  return spec[:2] if isinstance(spec, tuple) and len(spec) == 3 else spec
+
+
+def _alike(spec, other) -> bool:
+  """Whether two element specs have one structure and, tensor by tensor,
+  one kind, one dtype and compatible per-example shapes."""
+  try:
+    tf.nest.assert_same_structure(spec, other)
+  except (ValueError, TypeError):
+    return False
+  return all(
+    type(a) is type(b)
+    and a.dtype == b.dtype
+    and a.shape[1:].is_compatible_with(b.shape[1:])
+    for a, b in zip(tf.nest.flatten(spec), tf.nest.flatten(other))
+  )
 
 
 def checkpoint_bytes(state: TrainState) -> int:

@@ -19,7 +19,7 @@ Either way the step returns a `StepOutput`, from which ctl reports the loss
 (the same formula in both cases) and updates the task's metrics.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 from typing import Any, NamedTuple
 
@@ -70,12 +70,7 @@ def keras_compute_loss(loss_fn: Callable) -> Callable[..., StepOutput]:
   """
 
   def compute_loss(model, batch, training):
-    if not isinstance(batch, tuple) or not 2 <= len(batch) <= 3:
-      raise UserError(
-        "Each batch must be (inputs, targets) or (inputs, targets, "
-        f"sample_weight) for Task.loss_fn, got {_describe(batch)}; give "
-        "Task.compute_loss to take another structure."
-      )
+    check_fit_batch(batch)
     x, y, weight = keras.utils.unpack_x_y_sample_weight(batch)
     y_pred = model(x, training=training)
     return StepOutput(
@@ -88,12 +83,83 @@ def keras_compute_loss(loss_fn: Callable) -> Callable[..., StepOutput]:
   return compute_loss
 
 
-def compute_loss_of(task) -> Callable[..., StepOutput]:
+@tf.autograph.experimental.do_not_convert
+def check_fit_batch(batch) -> None:
+  """Refuses a batch, or a dataset's element spec, that the default step
+  cannot unpack: it takes `(x, y)` or `(x, y, sample_weight)`, as
+  `model.fit` does."""
+  if not isinstance(batch, tuple) or not 2 <= len(batch) <= 3:
+    raise UserError(
+      "Each batch must be (inputs, targets) or (inputs, targets, "
+      f"sample_weight) for Task.loss_fn, got {_describe(batch)}; give "
+      "Task.compute_loss to take another structure."
+    )
+
+
+def check_default_batches(task, batch_spec, *, evaluation: bool) -> None:
+  """Refuses, when the run is built, batches (element spec `batch_spec`)
+  that the default step would be given but cannot unpack: every batch of a
+  task without `compute_loss`, but the training ones of a task with its own
+  `replica_step`. The training batches are checked before the evaluation
+  batches are compared with them (ctl.train.state.check_eval_batches)."""
+  if task.compute_loss is None and (evaluation or task.replica_step is None):
+    check_fit_batch(batch_spec)
+
+
+def compute_loss_of(
+  task, *, metric_names: Sequence[str]
+) -> Callable[..., StepOutput]:
   """A task's forward pass: its own `compute_loss`, or the default one with
-  its `loss_fn` (sparse softmax cross-entropy when it has none)."""
-  if task.compute_loss is not None:
-    return task.compute_loss
-  return keras_compute_loss(task.loss_fn or sparse_softmax_cross_entropy)
+  its `loss_fn` (sparse softmax cross-entropy when it has none).
+
+  Checked while the loop is traced: each of its `values` must be read by
+  one of `metric_names` (the task's metrics).
+  """
+  forward, where = task.compute_loss, "Task.compute_loss"
+  if forward is None:
+    loss_fn = task.loss_fn or sparse_softmax_cross_entropy
+    forward, where = keras_compute_loss(loss_fn), "Task.loss_fn"
+
+  def compute_loss(model, batch, training):
+    output = forward(model, batch, training)
+    if isinstance(output, StepOutput):  # `checked` refuses anything else.
+      _check_values(output, metric_names, where=where)
+    return output
+
+  return compute_loss
+
+
+def replica_step_of(
+  task, *, metric_names: Sequence[str]
+) -> Callable[..., StepOutput] | None:
+  """A task's `replica_step` (None when it has none), checked while the
+  loop is traced: each of its `values` must be read by one of
+  `metric_names` (the task's metrics)."""
+  if task.replica_step is None:
+    return None
+
+  def replica_step(context, batch):
+    output = task.replica_step(context, batch)
+    if isinstance(output, StepOutput):  # `checked` refuses anything else.
+      _check_values(output, metric_names, where="Task.replica_step")
+    return output
+
+  return replica_step
+
+
+@tf.autograph.experimental.do_not_convert
+def _check_values(
+  output: StepOutput, metric_names: Sequence[str], *, where: str
+) -> None:
+  """Refuses `values` that no metric reads: each would be computed at every
+  step for nothing, a metric's name misspelt or its metric left out."""
+  unread = sorted(set(output.values or ()) - set(metric_names))
+  if unread:
+    raise UserError(
+      f"{where} returned values {unread} that no metric reads (the task's "
+      f"metrics are {sorted(metric_names)}); name a keras.metrics.Mean of "
+      "each in Task.build_metrics, or leave them out."
+    )
 
 
 def classifier_compute_loss() -> Callable[..., StepOutput]:
