@@ -73,14 +73,20 @@ def test_evaluation_batches_may_differ_from_training_by_the_sample_weight():
     state.check_eval_batches(_spec(*evaluation), _spec(*train))
 
 
-def test_evaluation_batches_of_another_structure_dtype_or_shape_are_refused():
+def test_evaluation_batches_of_another_structure_dtype_or_rank_are_refused():
   for evaluation, shown in [
     ((_X,), r"\(float32\[4\]\)"),
     ((_X, (tf.int32, [])), r"\(float32\[4\], int32\[\]\)"),
-    (((tf.float32, [3]), _Y), r"\(float32\[3\], int64\[\]\)"),
+    (((tf.float32, [4, 1]), _Y), r"\(float32\[4,1\], int64\[\]\)"),
   ]:
     with pytest.raises(UserError, match=shown + r".*\(float32\[4\], int64"):
       state.check_eval_batches(_spec(*evaluation), _spec(_X, _Y, _W))
   features = {"x": tf.TensorSpec([None, 4])}
   with pytest.raises(UserError, match=r"\{x: float32\[4\]\}"):
     state.check_eval_batches({"y": features["x"]}, features)
+
+
+def test_evaluation_examples_of_another_size_are_the_models_to_take():
+  # A fully convolutional model may evaluate larger images than it trains
+  # on: the step is traced for the evaluation batches anew.
+  state.check_eval_batches(_spec((tf.float32, [6]), _Y), _spec(_X, _Y))

@@ -176,8 +176,8 @@ def element_spec_record(spec) -> str:
 def check_eval_batches(eval_spec, training_spec) -> None:
   """Refuses evaluation batches (element spec `eval_spec`) that the step
   cannot take as it takes the training batches (`training_spec`): another
-  structure, dtype or per-example shape (where both know it) would fail at
-  the first evaluation, after the steps before it. A sample weight, the
+  structure, dtype or per-example rank would fail at the first evaluation,
+  after the steps before it (another size is the model's to take or refuse). A sample weight, the
   third of `(x, y, sample_weight)`, may be on either side or both, as the
   default step unpacks it.
 
@@ -190,7 +190,7 @@ def check_eval_batches(eval_spec, training_spec) -> None:
       f"{element_spec_record(eval_spec)}, but the training batches are "
       f"{element_spec_record(training_spec)}; evaluation runs the same "
       "step, so they must have the same structure, dtypes and per-example "
-      "shapes (a sample weight may be left out)."
+      "ranks (a sample weight may be left out)."
     )
 
 
@@ -201,7 +201,8 @@ def _less_weight(spec):
 
 def _alike(spec, other) -> bool:
   """Whether two element specs have one structure and, tensor by tensor,
-  one kind, one dtype and compatible per-example shapes."""
+  one kind, one dtype and one per-example rank (sizes may differ: a fully
+  convolutional model may evaluate larger images than it trains on)."""
   try:
     tf.nest.assert_same_structure(spec, other)
   except (ValueError, TypeError):
@@ -209,7 +210,11 @@ def _alike(spec, other) -> bool:
   return all(
     type(a) is type(b)
     and a.dtype == b.dtype
-    and a.shape[1:].is_compatible_with(b.shape[1:])
+    and (
+      a.shape.rank is None
+      or b.shape.rank is None
+      or a.shape.rank == b.shape.rank
+    )
     for a, b in zip(tf.nest.flatten(spec), tf.nest.flatten(other))
   )
 
