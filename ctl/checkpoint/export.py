@@ -162,13 +162,17 @@ def check_serving(model: keras.Model, serving) -> None:
   training rather than at the export after the last step: a model with no
   declared inputs and no serving function, a signature whose structure is
   not the model's inputs', or one the model cannot take (another width,
-  another dtype) or whose outputs are not tensors by name. The serving
+  another dtype) or whose outputs are not tensors by name. A `ctl.Serving`
   function is traced on the built model and called once on a request of one
   example (zeros; about 1 s for ResNet50 on 2 CPU cores)."""
   if serving is None:
     return
-  if serving != FROM_MODEL:
-    _check_structure(model, serving)
+  if serving == FROM_MODEL:
+    # Made from the model's own inputs and outputs: nothing of the user's
+    # to try, and a trace at every start (restarts too) costs time.
+    _from_model(model)
+    return
+  _check_structure(model, serving)
   fn, signature = _serving_fn(model, serving)
   try:
     traced = tf.function(
