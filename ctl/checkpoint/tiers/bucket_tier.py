@@ -15,11 +15,23 @@ import secrets
 import shutil
 
 from ctl.checkpoint.tiers import local_tier
+from ctl.io import checkpoint_state
 from ctl.io import fencing
 from ctl.io import mirror
 from ctl.io import storage
 from ctl.platform import vertex_ai
 from ctl.resilience import lease
+
+# How long a node agent waits for the bucket to answer one request before it
+# gives up persisting its dead worker's step. An agent whose node is cut off
+# from the bucket (a partition) would otherwise ride gcsfs's retries for most
+# of a minute after every failure, and its exit waits for the copy; a bucket
+# that answers within this bound gets the copy with the usual retries.
+REACH_SECS = 10
+
+
+class BucketUnreachable(OSError):
+  """The bucket did not answer a node agent within `REACH_SECS`."""
 
 
 class BucketTier:
@@ -48,10 +60,21 @@ class _Route:
   (gs:// on the gcsfs route: a node agent given the user's url), where the
   state file's commit is conditioned on its object generation."""
 
-  def __init__(self, bucket_dir: str, storage_route: str, fuse_root: str):
+  def __init__(self, bucket_dir: str, *, storage_route: str, fuse_root: str):
     self.root, self.fs = storage.read_route(
       bucket_dir, storage=storage_route, fuse_root=fuse_root
     )
+
+  def check_answers(self, timeout: float) -> None:
+    """Raises OSError (TimeoutError included) when Cloud Storage does not
+    answer one request within `timeout` seconds, gcsfs's own retries
+    included; a directory (local, FUSE, TensorFlow's gs://) is not asked."""
+    if self.fs is not None:
+      mirror.object_generation(
+        self.fs,
+        posixpath.join(self.root, checkpoint_state.STATE_FILE),
+        timeout=timeout,
+      )
 
   def listed(self) -> list[str]:
     """The checkpoint prefixes the state file lists, the latest last."""
@@ -104,7 +127,10 @@ def newest_in_bucket(
       TensorFlow does (a trainer's checkpoint directory).
   """
   steps = [
-    _step(p) for p in _Route(bucket_dir, storage_route, fuse_root).listed()
+    _step(p)
+    for p in _Route(
+      bucket_dir, storage_route=storage_route, fuse_root=fuse_root
+    ).listed()
   ]
   steps = [s for s in steps if s is not None]
   return max(steps) if steps else None
@@ -148,7 +174,7 @@ def copy_to_bucket(
   from ctl.checkpoint import checkpointing  # pylint: disable=g-import-not-at-top
 
   fence.check(f"the checkpoint of step {step} in {bucket_dir}")
-  route = _Route(bucket_dir, storage_route, fuse_root)
+  route = _Route(bucket_dir, storage_route=storage_route, fuse_root=fuse_root)
   names = [n for n in os.listdir(source) if local_tier.step_of(n) == step]
   for name in sorted(names, key=lambda n: (n.endswith(".index"), n)):
     route.put(os.path.join(source, name), name)
@@ -171,13 +197,19 @@ def copy_to_bucket(
   return prefix
 
 
-def persist_newest(pointer: dict) -> int | None:
+def persist_newest(
+  pointer: dict, *, reach_secs: float = REACH_SECS
+) -> int | None:
   """Copies the tier's newest complete step to the bucket when it is newer
   than the bucket's newest (a node agent, after its worker died), reaching
   the bucket as the run does (the pointer's `lease` place: its url's route).
 
   Returns:
     The step copied, or None when the bucket was as new.
+
+  Raises:
+    BucketUnreachable: the bucket did not answer within `reach_secs`; the
+      step stays in the tier.
   """
   tier = local_tier.LocalTier(pointer["directory"])
   place = pointer.get("lease", {})
@@ -185,10 +217,20 @@ def persist_newest(pointer: dict) -> int | None:
     "storage_route": place.get("storage_route", "auto"),
     "fuse_root": place.get("fuse_root", vertex_ai.FUSE_ROOT),
   }
-  fence = lease.job_fence(**place) if place else fencing.OPEN
   steps = tier.steps()
+  if not steps:
+    return None
+  try:
+    _Route(pointer["bucket_dir"], **route).check_answers(reach_secs)
+  except OSError as e:
+    raise BucketUnreachable(
+      f"the bucket did not answer within {reach_secs:g} s "
+      f"({pointer['bucket_dir']}); the local checkpoint of step {steps[-1]} "
+      "stays in this node's tier."
+    ) from e
+  fence = lease.job_fence(**place) if place else fencing.OPEN
   in_bucket = newest_in_bucket(pointer["bucket_dir"], **route)
-  if not steps or (in_bucket is not None and in_bucket >= steps[-1]):
+  if in_bucket is not None and in_bucket >= steps[-1]:
     return None
   snapshot = tier.snapshot(steps[-1])
   try:
