@@ -156,3 +156,54 @@ def test_a_job_vertex_does_not_show_is_a_user_error(fake_vertex):
     "Vertex AI does not show job projects/p/locations/r/customJobs/999: "
     "No such job."
   )
+
+
+def _client_without_a_network(case: str):
+  """A real client of Vertex AI with nothing at the other end (port 9:
+  what a machine that lost its route gets, refused at once): over gRPC, over
+  REST, and with a token to refresh at an unreachable token server."""
+  from google.auth import credentials  # pylint: disable=g-import-not-at-top
+  from google.cloud import aiplatform_v1  # pylint: disable=g-import-not-at-top
+  from google.oauth2 import credentials as oauth2  # pylint: disable=g-import-not-at-top
+
+  transport = "grpc" if case == "grpc" else "rest"
+  scheme = "http://" if transport == "rest" else ""
+  return aiplatform_v1.JobServiceClient(
+    credentials=oauth2.Credentials(
+      token=None,
+      refresh_token="refresh",
+      token_uri="http://127.0.0.1:9/token",
+      client_id="id",
+      client_secret="secret",
+    )
+    if case == "token"
+    else credentials.AnonymousCredentials(),
+    transport=transport,
+    client_options={"api_endpoint": f"{scheme}127.0.0.1:9"},
+  )
+
+
+@pytest.mark.parametrize("case", ["grpc", "rest", "token"])
+def test_a_network_lost_while_following_is_one_line_a_read(case):
+  """--wait on a machine that lost the network (or cannot refresh its
+  token) says so in one line a read and tries again at the next poll, as
+  for a read Vertex AI answered with 503; the job runs on, Ctrl-C stops
+  the following (was a traceback for every transport but gRPC's)."""
+  polls = []
+
+  def sleep(secs):
+    polls.append(secs)
+    if len(polls) == 2:
+      raise KeyboardInterrupt
+
+  out = io.StringIO()
+  exit_code = vertex_follow.follow(
+    _JOB, client=_client_without_a_network(case), out=out, sleep=sleep
+  )
+
+  assert exit_code == vertex_follow.INTERRUPTED_EXIT_CODE
+  lines = out.getvalue().splitlines()
+  tries = [line for line in lines if line.startswith(f"Reading {_JOB} failed")]
+  assert len(tries) == 2, lines
+  assert all(line.endswith("; trying again.") for line in tries), tries
+  assert all("\n" not in line and len(line) < 400 for line in tries), tries

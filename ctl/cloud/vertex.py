@@ -369,7 +369,6 @@ def submit(
   aiplatform_v1 = vertex_check.import_aiplatform()
   # It comes with google-cloud-aiplatform.
   from google.api_core import exceptions as api_exceptions  # pylint: disable=g-import-not-at-top
-  from google.auth import exceptions as auth_exceptions  # pylint: disable=g-import-not-at-top
 
   client = client or client_for(region)
   try:
@@ -382,10 +381,7 @@ def submit(
   except api_exceptions.ClientError as e:
     reason = e.message.rstrip(".")
     raise errors.UserError(f"Vertex AI refused the job: {reason}.") from None
-  except (api_exceptions.GoogleAPICallError, auth_exceptions.GoogleAuthError,
-          OSError) as e:  # fmt: skip
-    # No route, a refused connection, a token that could not be refreshed,
-    # Vertex AI unavailable: the request never reached a decision.
+  except vertex_follow.unreached_errors() as e:
     reason = errors.error_sentence(e).rstrip(".")
     raise errors.UserError(
       f"Could not reach Vertex AI ({type(e).__name__}: {reason}); check the "

@@ -91,21 +91,38 @@ def logs_where(name: str) -> str:
   )
 
 
-def _read(client: Any, name: str, out: TextIO) -> Any:
-  """The job as Vertex AI has it now, or None after a transient error (said
-  in one line: the next read tries again)."""
+def unreached_errors() -> tuple[type[BaseException], ...]:
+  """What a request to Vertex AI raises when it never reached a decision: no
+  route or a refused connection (gRPC's 503, REST's `requests` error, an
+  OSError), a token that could not be refreshed, Vertex AI unavailable."""
   # Both come with google-cloud-aiplatform.
+  from google.api_core import exceptions as api_exceptions  # pylint: disable=g-import-not-at-top
+  from google.auth import exceptions as auth_exceptions  # pylint: disable=g-import-not-at-top
+
+  return (
+    api_exceptions.GoogleAPICallError,
+    auth_exceptions.GoogleAuthError,
+    OSError,
+  )
+
+
+def _read(client: Any, name: str, out: TextIO) -> Any:
+  """The job as Vertex AI has it now, or None after a transient error or a
+  lost network (said in one line: the next read tries again)."""
   from google.api_core import exceptions as api_exceptions  # pylint: disable=g-import-not-at-top
 
   try:
     return client.get_custom_job(name=name)
-  except api_exceptions.GoogleAPICallError as e:
+  except api_exceptions.ClientError as e:
     # The REST transport starts its message with the request ("GET url: ").
     reason = re.sub(r"^[A-Z]+ \S+: ", "", e.message).rstrip(".")
-    if isinstance(e, api_exceptions.ClientError):
-      raise errors.UserError(
-        f"Vertex AI does not show job {name}: {reason}."
-      ) from None
+    raise errors.UserError(
+      f"Vertex AI does not show job {name}: {reason}."
+    ) from None
+  except unreached_errors() as e:
+    api_error = isinstance(e, api_exceptions.GoogleAPICallError)
+    said = e.message if api_error else errors.error_sentence(e)
+    reason = re.sub(r"^[A-Z]+ \S+: ", "", said).rstrip(".")
   print(f"Reading {name} failed ({reason}); trying again.", file=out)
   return None
 
