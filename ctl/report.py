@@ -375,11 +375,31 @@ def _checked_args(argv: Sequence[str] | None) -> argparse.Namespace:
   return args
 
 
+def _check_reached(model_dir: str) -> None:
+  """Offline, gcsfs would retry for about 50 s (for ever where a server
+  never replies) before the report said anything: the trainer's check of
+  the host name first, then one request given `storage.ANSWER_SECS`.
+
+  Raises:
+    UserError: the host name does not resolve, or no answer came.
+  """
+  storage.check_reachable(model_dir)
+  try:
+    storage.check_answers(model_dir)
+  except OSError as e:
+    why = (
+      "" if isinstance(e, TimeoutError) else f" ({errors.error_sentence(e)})"
+    )
+    raise errors.UserError(
+      f"Cloud Storage did not answer within {storage.ANSWER_SECS:g} s for "
+      f"{model_dir}{why.rstrip('.')}; check the network, then run again."
+    ) from None
+
+
 def _report(argv: Sequence[str] | None) -> None:
   """Prints the accounting of the run named in `argv`; draws its timeline."""
   args = _checked_args(argv)
-  # Offline, gcsfs would retry for about 50 s: the trainer's check first.
-  storage.check_reachable(args.model_dir)
+  _check_reached(args.model_dir)
   directory = ledger_reader.ledger_dir(args.model_dir)
   try:
     attempts = ledger_reader.read(directory)

@@ -281,6 +281,7 @@ def test_an_agent_cut_off_from_the_bucket_gives_up_its_persist_in_a_bound(
   if bucket_host == "refusing":
     server.close()
   monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+  monkeypatch.setattr(storage, "ANSWER_SECS", 2)
   tier = _saved_tier(tmp_path, 10)
   url = "gs://cut-off-bucket/run"
   pointer = {
@@ -291,7 +292,7 @@ def test_an_agent_cut_off_from_the_bucket_gives_up_its_persist_in_a_bound(
   }
   try:
     with pytest.raises(bucket_tier.BucketUnreachable) as raised:
-      bucket_tier.persist_newest(pointer, reach_secs=2)
+      bucket_tier.persist_newest(pointer)
   finally:
     server.close()
   assert str(raised.value) == (

@@ -233,6 +233,37 @@ def check_reachable(
     _check_resolvable(url)
 
 
+# How long one request to Cloud Storage may take, gcsfs's own retries
+# included, where a command had rather say that the bucket does not answer
+# than ride those retries for most of a minute (or, for a server that never
+# replies, for ever): ctl-report, a node agent's persist of its step.
+ANSWER_SECS = 10
+
+
+def check_answers(
+  url: str,
+  *,
+  timeout: float | None = None,
+  storage: str = "auto",
+  fuse_root: str = vertex_ai.FUSE_ROOT,
+) -> None:
+  """Asks Cloud Storage once about `url` (the gcsfs route); a directory
+  (local, FUSE, TensorFlow's gs://) is not asked.
+
+  Raises:
+    OSError: (TimeoutError included) no answer within `timeout` seconds
+      (None: `ANSWER_SECS`): a refused or lost connection, a server that
+      does not reply.
+  """
+  root, fs = read_route(url, storage=storage, fuse_root=fuse_root)
+  if fs is not None:
+    mirror_lib.object_generation(
+      fs,
+      posixpath.join(root, "ctl-answer-check"),  # Any name: 404 is an answer.
+      timeout=ANSWER_SECS if timeout is None else timeout,
+    )
+
+
 def check_writable(url: str, *, fuse_root: str = vertex_ai.FUSE_ROOT) -> None:
   """Checks that this process can create or write a local directory `url`.
 

@@ -15,23 +15,15 @@ import secrets
 import shutil
 
 from ctl.checkpoint.tiers import local_tier
-from ctl.io import checkpoint_state
 from ctl.io import fencing
 from ctl.io import mirror
 from ctl.io import storage
 from ctl.platform import vertex_ai
 from ctl.resilience import lease
 
-# How long a node agent waits for the bucket to answer one request before it
-# gives up persisting its dead worker's step. An agent whose node is cut off
-# from the bucket (a partition) would otherwise ride gcsfs's retries for most
-# of a minute after every failure, and its exit waits for the copy; a bucket
-# that answers within this bound gets the copy with the usual retries.
-REACH_SECS = 10
-
 
 class BucketUnreachable(OSError):
-  """The bucket did not answer a node agent within `REACH_SECS`."""
+  """The bucket did not answer a node agent within `storage.ANSWER_SECS`."""
 
 
 class BucketTier:
@@ -64,17 +56,6 @@ class _Route:
     self.root, self.fs = storage.read_route(
       bucket_dir, storage=storage_route, fuse_root=fuse_root
     )
-
-  def check_answers(self, timeout: float) -> None:
-    """Raises OSError (TimeoutError included) when Cloud Storage does not
-    answer one request within `timeout` seconds, gcsfs's own retries
-    included; a directory (local, FUSE, TensorFlow's gs://) is not asked."""
-    if self.fs is not None:
-      mirror.object_generation(
-        self.fs,
-        posixpath.join(self.root, checkpoint_state.STATE_FILE),
-        timeout=timeout,
-      )
 
   def listed(self) -> list[str]:
     """The checkpoint prefixes the state file lists, the latest last."""
@@ -197,9 +178,7 @@ def copy_to_bucket(
   return prefix
 
 
-def persist_newest(
-  pointer: dict, *, reach_secs: float = REACH_SECS
-) -> int | None:
+def persist_newest(pointer: dict) -> int | None:
   """Copies the tier's newest complete step to the bucket when it is newer
   than the bucket's newest (a node agent, after its worker died), reaching
   the bucket as the run does (the pointer's `lease` place: its url's route).
@@ -208,8 +187,10 @@ def persist_newest(
     The step copied, or None when the bucket was as new.
 
   Raises:
-    BucketUnreachable: the bucket did not answer within `reach_secs`; the
-      step stays in the tier.
+    BucketUnreachable: the bucket did not answer within
+      `storage.ANSWER_SECS` (an agent cut off from it would otherwise ride
+      gcsfs's retries after every failure, its exit waiting for the copy);
+      the step stays in the tier.
   """
   tier = local_tier.LocalTier(pointer["directory"])
   place = pointer.get("lease", {})
@@ -221,10 +202,14 @@ def persist_newest(
   if not steps:
     return None
   try:
-    _Route(pointer["bucket_dir"], **route).check_answers(reach_secs)
+    storage.check_answers(
+      pointer["bucket_dir"],
+      storage=route["storage_route"],
+      fuse_root=route["fuse_root"],
+    )
   except OSError as e:
     raise BucketUnreachable(
-      f"the bucket did not answer within {reach_secs:g} s "
+      f"the bucket did not answer within {storage.ANSWER_SECS:g} s "
       f"({pointer['bucket_dir']}); the local checkpoint of step {steps[-1]} "
       "stays in this node's tier."
     ) from e
