@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -192,6 +193,23 @@ def gcs_emulator(tmp_path):
     bucket=gcs_emulator_lib.GcsEmulator.BUCKET,
   ) as emulator:
     yield emulator
+
+
+@pytest.fixture(params=["refusing", "silent"])
+def storage_not_answering(request, monkeypatch):
+  """Cloud Storage (STORAGE_EMULATOR_HOST) at a local port that refuses
+  every connection, or that accepts and never replies, and
+  `storage.ANSWER_SECS` at 2 s: a bucket cut off by a partition."""
+  from ctl.io import storage  # pylint: disable=g-import-not-at-top
+
+  server = socket.create_server(("127.0.0.1", 0))
+  port = server.getsockname()[1]
+  if request.param == "refusing":
+    server.close()
+  monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+  monkeypatch.setattr(storage, "ANSWER_SECS", 2)
+  yield
+  server.close()
 
 
 _HOLD_LEASE = """

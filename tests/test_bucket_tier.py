@@ -2,7 +2,6 @@
 by the chief or a node agent, through the one fenced commit."""
 
 import os
-import socket
 
 import pytest
 import tensorflow as tf
@@ -267,21 +266,15 @@ def test_a_commit_on_gcs_keeps_the_save_times_the_state_file_lists(
   assert after.stamps["ckpt-10"] == saved["ckpt-10"]
 
 
-@pytest.mark.parametrize("bucket_host", ["refusing", "silent"])
+@pytest.mark.usefixtures("storage_not_answering")
 def test_an_agent_cut_off_from_the_bucket_gives_up_its_persist_in_a_bound(
-  bucket_host, tmp_path, monkeypatch
+  tmp_path,
 ):
   """A node agent whose node cannot reach the bucket (a partition: the
   connection refused or never answered) says so within its bound instead of
   riding gcsfs's retries for most of a minute at every failure (the cluster
   check's partition_permanent: the cut node's agent exited 93 s late); the
   step stays in the node's tier, the bucket untouched."""
-  server = socket.create_server(("127.0.0.1", 0))
-  port = server.getsockname()[1]
-  if bucket_host == "refusing":
-    server.close()
-  monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
-  monkeypatch.setattr(storage, "ANSWER_SECS", 2)
   tier = _saved_tier(tmp_path, 10)
   url = "gs://cut-off-bucket/run"
   pointer = {
@@ -290,11 +283,8 @@ def test_an_agent_cut_off_from_the_bucket_gives_up_its_persist_in_a_bound(
     "keep": 3,
     "lease": {"model_dir": url, "job": "job", "storage_route": "gcsfs"},
   }
-  try:
-    with pytest.raises(bucket_tier.BucketUnreachable) as raised:
-      bucket_tier.persist_newest(pointer)
-  finally:
-    server.close()
+  with pytest.raises(bucket_tier.BucketUnreachable) as raised:
+    bucket_tier.persist_newest(pointer)
   assert str(raised.value) == (
     f"the bucket did not answer within 2 s ({url}/checkpoints); "
     "the local checkpoint of step 10 stays in this node's tier."

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,6 @@ import pytest
 
 from ctl import report
 from ctl.errors import USER_ERROR_EXIT_CODE
-from ctl.io import storage
 from ctl.telemetry import goodput
 from ctl.telemetry import goodput_model
 from ctl.telemetry import ledger_reader
@@ -392,25 +390,14 @@ def test_the_png_is_written_under_the_name_given(tmp_path, capsys):
   assert not os.path.exists(f"{png}.png")
 
 
-@pytest.mark.parametrize("bucket_host", ["refusing", "silent"])
-def test_cloud_storage_that_does_not_answer_is_one_sentence_in_a_bound(
-  bucket_host, monkeypatch, capsys
-):
+@pytest.mark.usefixtures("storage_not_answering")
+def test_cloud_storage_that_does_not_answer_is_one_sentence_in_a_bound(capsys):
   """A host name that resolves but a Cloud Storage that does not answer (a
   refused connection, a server that never replies): gcsfs retried for about
   50 s, or waited for ever, before the report said anything; now one
   request is given storage.ANSWER_SECS."""
-  server = socket.create_server(("127.0.0.1", 0))
-  port = server.getsockname()[1]
-  if bucket_host == "refusing":
-    server.close()
-  monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
-  monkeypatch.setattr(storage, "ANSWER_SECS", 2)
-  try:
-    with pytest.raises(SystemExit) as exit_info:
-      report.main(["gs://test-bucket/run", "--png="])
-  finally:
-    server.close()
+  with pytest.raises(SystemExit) as exit_info:
+    report.main(["gs://test-bucket/run", "--png="])
   assert exit_info.value.code == USER_ERROR_EXIT_CODE
   [line] = capsys.readouterr().err.strip().splitlines()
   assert line.startswith(
