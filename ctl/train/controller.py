@@ -379,7 +379,7 @@ class _Loops:
   def _trace_and_save_first(self, iterator) -> Callable[[int], None]:
     """Traces the loop (a bad step or batch is refused here), then saves
     step 0 of a new run; returns the check of the first loop's updates
-    (`TrainLoop.update_check`), read now, called after the loop."""
+    (`step.update_check`), read now, called after the loop."""
     self._parts.loop.trace(iterator)
     if self._save_first:
       self._parts.checkpoints.save(self.step)

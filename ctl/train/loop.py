@@ -343,36 +343,11 @@ class TrainLoop:
     self._traced_for = iterator
 
   def update_check(self) -> Callable[[int], None]:
-    """Reads the optimizer's count of its updates now (before a loop) and
-    returns `check(num_steps)`, to call once that loop ran `num_steps`
-    steps: a `Task.replica_step` that applied no update (no
-    `apply_gradients`, or another optimizer's) is refused there, not after
-    a run that trained nothing. Two reads in all, no cost per step.
-
-    Refused only when nothing else explains it: a LossScaleOptimizer does
-    not count a step it skipped (non-finite gradients; its scale then
-    fell), and with gradient accumulation Keras counts one update per
-    `gradient_accumulation_steps` steps. More updates than steps (an
-    update per group of variables) are the step's choice. ctl's own step
-    always applies its gradients.
-    """
+    """The check of the next loop's updates (`step.update_check`), read
+    now; none for ctl's own step, which always applies its gradients."""
     if self._user_step is None:
       return lambda num_steps: None
-    optimizer = self._optimizer
-    before = _updates_counted(optimizer)
-    # A LossScaleOptimizer's inner optimizer counts the updates.
-    counting = getattr(optimizer, "inner_optimizer", optimizer)
-    per_update = counting.gradient_accumulation_steps or 1
-
-    def check(num_steps: int) -> None:
-      if num_steps >= per_update and _updates_counted(optimizer) == before:
-        raise UserError(
-          "Task.replica_step applied no update: optimizer.iterations "
-          f"advanced 0 over {num_steps} steps; apply its gradients with "
-          "context.optimizer.apply_gradients."
-        )
-
-    return check
+    return step_lib.update_check(self._optimizer)
 
   def _arguments(self, num_steps, *requests: bool) -> tuple:
     """The arguments of a call but the host seconds, made once each."""
@@ -382,16 +357,6 @@ class TrainLoop:
       self._num_steps[num_steps],
       self._controls[tuple(bool(r) for r in requests)],
     )
-
-
-def _updates_counted(optimizer) -> tuple[int, float | None]:
-  """(the optimizer's `iterations`, its loss scale or None), read now: the
-  scale changes at a step a LossScaleOptimizer skipped uncounted."""
-  scale = getattr(optimizer, "dynamic_scale", None)
-  return (
-    int(optimizer.iterations.numpy()),
-    None if scale is None else float(scale.numpy()),
-  )
 
 
 def _spec_of(iterator) -> str:

@@ -266,3 +266,42 @@ def _describe(batch) -> str:
   if isinstance(batch, tuple):
     return f"a tuple of {len(batch)}"
   return type(batch).__name__
+
+
+def update_check(optimizer) -> Callable[[int], None]:
+  """Reads `optimizer`'s count of its updates now (before a loop of a
+  user's `Task.replica_step`) and returns `check(num_steps)`, to call once
+  that loop ran `num_steps` steps: a step that applied no update (no
+  `apply_gradients`, or another optimizer's) is refused there, not after a
+  run that trained nothing. Two reads in all, no cost per step.
+
+  Refused only when nothing else explains it: a LossScaleOptimizer does not
+  count a step it skipped (non-finite gradients; its scale then fell), and
+  with gradient accumulation Keras counts one update per
+  `gradient_accumulation_steps` steps. More updates than steps (an update
+  per group of variables) are the step's choice.
+  """
+  before = _updates_counted(optimizer)
+  # A LossScaleOptimizer's inner optimizer counts the updates.
+  counting = getattr(optimizer, "inner_optimizer", optimizer)
+  per_update = counting.gradient_accumulation_steps or 1
+
+  def check(num_steps: int) -> None:
+    if num_steps >= per_update and _updates_counted(optimizer) == before:
+      raise UserError(
+        "Task.replica_step applied no update: optimizer.iterations "
+        f"advanced 0 over {num_steps} steps; apply its gradients with "
+        "context.optimizer.apply_gradients."
+      )
+
+  return check
+
+
+def _updates_counted(optimizer) -> tuple[int, float | None]:
+  """(the optimizer's `iterations`, its loss scale or None), read now: the
+  scale changes at a step a LossScaleOptimizer skipped uncounted."""
+  scale = getattr(optimizer, "dynamic_scale", None)
+  return (
+    int(optimizer.iterations.numpy()),
+    None if scale is None else float(scale.numpy()),
+  )
