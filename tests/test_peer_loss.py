@@ -117,3 +117,68 @@ def test_a_broken_connection_to_an_unnamed_peer_is_still_a_lost_peer():
     peer_loss.describe(error, _info(1))
     == "lost contact with a peer (Socket closed)"
   )
+
+
+# The chief after a node was lost (CI, 2026-12-05): worker 2 saw worker 1's
+# node vanish first and left; the coordination service then reported worker 2
+# unhealthy, and the chief named worker 2 (the ledger said so; the check's
+# node_lost failed). Worker 2 now tells the cluster whom it lost before it
+# leaves, and its sentence comes first in what the chief's collective gets.
+TOLD = (
+  "Graph execution error:\nDetected at node while/CollectiveReduceV2\n"
+  "Collective ops is aborted by: Error reported from /job:worker/task:2: "
+  "ctl: lost contact with worker 1 (host-1:23500).\nThe following tasks are "
+  "unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:2\n"
+  "The tasks have crashed."
+)
+
+
+def test_the_peer_another_worker_lost_first_is_the_one_named():
+  error = tf.errors.UnavailableError(None, None, TOLD)
+  assert (
+    peer_loss.describe(error, _info(0))
+    == "lost contact with worker 1 (host-1:23500)"
+  )
+  # The worker it names cannot be told that it is lost.
+  assert peer_loss.describe(error, _info(1)) == (
+    "lost contact with worker 2 (host-2:23500)"
+  )
+
+
+def test_a_worker_tells_the_others_what_it_lost_in_the_words_they_read():
+  told = []
+  peer_loss.tell_the_others(
+    "lost contact with worker 1 (host-1:23500)",
+    tf.errors.UnavailableError(None, None, VANISHED),
+    report=lambda code, message: told.append((code, message)),
+  )
+  ((code, message),) = told
+  assert code == tf.errors.UNAVAILABLE
+  relayed = f"Error reported from /job:worker/task:2: {message}"
+  assert (
+    peer_loss.describe(
+      tf.errors.UnavailableError(None, None, relayed), _info(0)
+    )
+    == "lost contact with worker 1 (host-1:23500)"
+  )
+  # What it was told itself, or a lost coordination service, it keeps.
+  for sentence, error in [
+    ("lost contact with worker 1 (host-1:23500)",
+     tf.errors.UnavailableError(None, None, TOLD)),
+    ("lost contact with worker 0 (host-0:23500), which runs the coordination "
+     "service", tf.errors.DeadlineExceededError(None, None, HEARTBEAT)),
+  ]:  # fmt: skip
+    told.clear()
+    peer_loss.tell_the_others(sentence, error, report=lambda *a: told.append(a))
+    assert told == []
+
+
+def test_a_worker_that_cannot_tell_the_others_leaves_all_the_same():
+  def refused(code, message):
+    raise tf.errors.UnavailableError(None, None, "failed to connect")
+
+  peer_loss.tell_the_others(
+    "lost contact with worker 1 (host-1:23500)",
+    tf.errors.UnavailableError(None, None, VANISHED),
+    report=refused,
+  )  # Returns: a worker cut off from the service still exits.

@@ -199,6 +199,7 @@ class _Run:
         if lost is None:
           raise
         self.ledger.record("peer_lost", step=self._current_step(), peer=lost)
+        peer_loss.tell_the_others(lost, error)
         raise PeerLost(f"{lost}; its node is gone or cut off.") from None
 
   def _train(self) -> dict:
