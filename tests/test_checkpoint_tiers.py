@@ -24,6 +24,7 @@ from ctl.checkpoint.tiers import bucket_tier
 from ctl.checkpoint.tiers import local_tier
 from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.telemetry import ledger_reader
+from ctl.testing import run_files
 from ctl.testing.events import wait_for_event
 from tests.conftest import FAST_FLAGS
 from tests.conftest import free_ports
@@ -63,14 +64,20 @@ FLAGS = (
   "--per_replica_batch_size=16",
   "--dropout=0",
 )
+# The first run holds 3 s at the loop after step 35, when every tier holds a
+# step newer than the bucket's 30 and the bucket not yet 60: the moment the
+# tests kill in (`wait_until_local_is_ahead`). Unheld, that moment lasts one
+# loop (about a second), and a loaded machine's poll could miss it.
+HOLD_AHEAD = f"slow@{BUCKET_EVERY + 5}:secs=3:attempt=0"
 
 
-def two_nodes(model_dir, nodes, *, flags=FLAGS, agent_flags=()):
+def two_nodes(model_dir, nodes, *, flags=FLAGS, agent_flags=(), faults=None):
   """Two agents, node i's tier under `nodes/node<i>`, for a `with` block.
 
   One job id for both and for every start, as a platform gives a job's
   nodes; whatever still runs at the block's end is SIGKILLed
-  (`killed_at_exit`).
+  (`killed_at_exit`). `faults`: their `CTL_FAULTS` (`HOLD_AHEAD` before a
+  `wait_until_local_is_ahead`).
   """
   addresses = [f"localhost:{port}" for port in free_ports(2)]
   agents = [
@@ -91,6 +98,7 @@ def two_nodes(model_dir, nodes, *, flags=FLAGS, agent_flags=()):
       ],
       events=f"{model_dir}.events.jsonl",
       env=trainer_env(
+        faults=faults,
         CTL_JOB_ID="tiers",
         TF_CONFIG=json.dumps(
           {
@@ -113,12 +121,22 @@ def tier(nodes, node) -> local_tier.LocalTier:
 
 def wait_until_local_is_ahead(model_dir, root, agents, nodes=(0, 1)) -> int:
   """Waits until the tiers of `nodes` hold a step newer than the bucket's
-  newest (which is BUCKET_EVERY); returns the oldest of their newest."""
-  bucket = os.path.join(model_dir, "checkpoints")
+  newest (which is BUCKET_EVERY); returns the oldest of their newest.
+
+  The run must be started with `HOLD_AHEAD`, or the moment can pass unseen;
+  the bucket's state file is read as text, for the first read through
+  TensorFlow imported it here, which on a loaded machine took longer than
+  the run (the run ended before the first look)."""
+  state = os.path.join(model_dir, "checkpoints", "checkpoint")
   while True:
     for agent in agents:
       assert agent.poll() is None, finish(agent)[1][-3000:]
-    if bucket_tier.newest_in_bucket(bucket) == BUCKET_EVERY:
+    try:
+      with open(state) as f:
+        bucket = run_files.listed_steps(f.read())
+    except FileNotFoundError:
+      bucket = []
+    if bucket[-1:] == [BUCKET_EVERY]:
       try:
         newest = min(tier(root, node).steps()[-1] for node in nodes)
       except (ValueError, IndexError):
@@ -173,7 +191,7 @@ def test_a_killed_worker_restores_the_local_step_not_the_buckets(
   reference, tmp_path
 ):
   model_dir, events = tmp_path / "run", f"{tmp_path / 'run'}.events.jsonl"
-  with two_nodes(model_dir, tmp_path) as agents:
+  with two_nodes(model_dir, tmp_path, faults=HOLD_AHEAD) as agents:
     ahead = wait_until_local_is_ahead(model_dir, tmp_path, agents)
     trainer_of(events, worker=1).send_signal(signal.SIGKILL)
     finish_all(agents, f"worker 1 killed after step {ahead}")
@@ -188,7 +206,7 @@ def test_a_killed_worker_restores_the_local_step_not_the_buckets(
 
 def test_every_local_tier_wiped_restores_the_buckets_step(reference, tmp_path):
   model_dir, events = tmp_path / "run", f"{tmp_path / 'run'}.events.jsonl"
-  with two_nodes(model_dir, tmp_path) as agents:
+  with two_nodes(model_dir, tmp_path, faults=HOLD_AHEAD) as agents:
     wait_until_local_is_ahead(model_dir, tmp_path, agents)
     kill_both(agents, events)
   for node in (0, 1):
@@ -213,7 +231,7 @@ def test_a_newest_local_step_cut_short_everywhere_is_skipped(
   reference, tmp_path
 ):
   model_dir, events = tmp_path / "run", f"{tmp_path / 'run'}.events.jsonl"
-  with two_nodes(model_dir, tmp_path) as agents:
+  with two_nodes(model_dir, tmp_path, faults=HOLD_AHEAD) as agents:
     wait_until_local_is_ahead(model_dir, tmp_path, agents)
     kill_both(agents, events)
   tiers = [tier(tmp_path, node) for node in (0, 1)]
@@ -236,7 +254,7 @@ def test_a_newest_local_step_cut_short_everywhere_is_skipped(
 
 def test_a_replaced_node_gets_the_step_from_its_peer(reference, tmp_path):
   model_dir, events = tmp_path / "run", f"{tmp_path / 'run'}.events.jsonl"
-  with two_nodes(model_dir, tmp_path) as agents:
+  with two_nodes(model_dir, tmp_path, faults=HOLD_AHEAD) as agents:
     wait_until_local_is_ahead(model_dir, tmp_path, agents)
     kill_both(agents, events)
   newest = tier(tmp_path, 0).steps()[-1]
@@ -272,7 +290,7 @@ def test_a_frozen_peer_is_asked_once_and_the_restore_falls_back(
   frozen service is asked once (one connection waits in its queue), the
   restore falls back to the bucket's step, and the run ends identical."""
   model_dir, events = tmp_path / "run", f"{tmp_path / 'run'}.events.jsonl"
-  with two_nodes(model_dir, tmp_path) as agents:
+  with two_nodes(model_dir, tmp_path, faults=HOLD_AHEAD) as agents:
     wait_until_local_is_ahead(model_dir, tmp_path, agents)
     kill_both(agents, events)
   shutil.rmtree(tmp_path / "node1")
@@ -304,7 +322,7 @@ def test_an_agent_persists_its_dead_workers_newer_step(reference, tmp_path):
   model_dir, events = tmp_path / "run", f"{tmp_path / 'run'}.events.jsonl"
   bucket = os.path.join(model_dir, "checkpoints")
   with two_nodes(
-    model_dir, tmp_path, agent_flags=("--max_restarts=0",)
+    model_dir, tmp_path, agent_flags=("--max_restarts=0",), faults=HOLD_AHEAD
   ) as agents:
     ahead = wait_until_local_is_ahead(model_dir, tmp_path, agents)
     trainer_of(events, worker=1).send_signal(signal.SIGKILL)
@@ -350,6 +368,7 @@ def test_one_worker_under_the_launcher_restores_its_local_step(
       ),
     ),
     events=events,
+    env=trainer_env(faults=HOLD_AHEAD),
   )
   try:
     ahead = wait_until_local_is_ahead(

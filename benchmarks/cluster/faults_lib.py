@@ -51,6 +51,7 @@ import time
 from ctl.testing import events as events_lib
 from ctl.testing import gcs_emulator
 from ctl.testing import netns_cluster
+from ctl.testing import run_files
 from trainer.testing import FAST_FLAGS
 from trainer.testing import REPO
 from trainer.testing import trainer_command
@@ -279,11 +280,7 @@ class Job:
       )
     except FileNotFoundError:
       return []
-    return sorted(
-      int(line.rsplit("ckpt-", 1)[1].rstrip('"'))
-      for line in text.splitlines()
-      if line.startswith("all_model_checkpoint_paths")
-    )
+    return run_files.listed_steps(text)
 
 
 # The faults. Each takes a started Job, does its fault, and returns

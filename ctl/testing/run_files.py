@@ -2,12 +2,26 @@
 
 import json
 import os
+import re
 
 
 def read_summary(model_dir: str) -> dict:
   """The chief's `<model_dir>/train_summary.json` (a local directory)."""
   with open(os.path.join(model_dir, "train_summary.json")) as f:
     return json.load(f)
+
+
+def listed_steps(state: str) -> list[int]:
+  """The checkpoint steps a state file's text (`checkpoints/checkpoint`)
+  lists, oldest first. Read as text, not through TensorFlow: a test that
+  watches a run must not spend the seconds of importing it (longer, on a
+  loaded machine, than the moment it watches for)."""
+  return sorted(
+    int(step)
+    for step in re.findall(
+      r'^all_model_checkpoint_paths: ".*?ckpt-(\d+)"$', state, re.MULTILINE
+    )
+  )
 
 
 def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
