@@ -29,6 +29,7 @@ from tests.conftest import trained_model_dir
 from tests.conftest import trainer_env
 from trainer.testing import run_command
 from trainer.testing import trainer_command
+from trainer.testing import trainer_command_reporting_tf
 
 # Every test here starts a process: the slow tier (tests/conftest.py).
 pytestmark = pytest.mark.processes
@@ -122,14 +123,6 @@ def checksum(directory) -> str:
       digest.update(f.read())
   return digest.hexdigest()
 
-
-# Runs the trainer, then says on stdout whether TensorFlow was ever imported.
-_TRAINER_REPORTING_TF = (
-  "import atexit, sys; "
-  "atexit.register(lambda: print('TF_IMPORTED', 'tensorflow' in "
-  "sys.modules)); "
-  "from trainer import task; sys.argv[0] = 'trainer.task'; task.run()"
-)
 
 # (tool, arguments, words the one error line must hold, refused before
 # TensorFlow loads). Trainer arguments come after FAST_FLAGS and
@@ -574,15 +567,9 @@ def _command(tool, args, model_dir):
   if tool in ("jobset", "env"):
     return _command("trainer", [], model_dir)
   if tool == "trainer":
-    return [
-      sys.executable,
-      "-c",
-      _TRAINER_REPORTING_TF,
-      *FAST_FLAGS,
-      "--train_steps=20",
-      f"--model_dir={model_dir}",
-      *args,
-    ]
+    return trainer_command_reporting_tf(
+      *FAST_FLAGS, "--train_steps=20", f"--model_dir={model_dir}", *args
+    )
   module = {
     "launch": "ctl.launch",
     "vertex": "ctl.cloud.vertex",

@@ -19,8 +19,9 @@ from ctl import errors
 from ctl.cloud import vertex
 from ctl.cloud import vertex_check
 from tests.conftest import REPO
-from tests.conftest import run_trainer
 from tests.conftest import trainer_env
+from trainer.testing import run_command
+from trainer.testing import trainer_command_reporting_tf
 from trainer.testing import vertex_output_env
 
 _ROOT = pathlib.Path(REPO)
@@ -73,17 +74,22 @@ def _trainer_command_lines():
 
 @pytest.mark.parametrize("args", _trainer_command_lines(), ids=" ".join)
 @pytest.mark.processes
-def test_config_args_are_accepted_by_the_trainer(args, tmp_path):
+def test_config_args_are_accepted_by_the_trainer_before_tensorflow_loads(
+  args, tmp_path
+):
   # As in the image, whose WORKDIR holds the repository root, and with the
-  # directories Vertex AI derives from baseOutputDirectory.
-  result = run_trainer(
-    *args,
-    "--dry_run",
+  # directories Vertex AI derives from baseOutputDirectory. What a run would
+  # do needs no TensorFlow: the dry run answers in a second.
+  result = run_command(
+    trainer_command_reporting_tf(*args, "--dry_run"),
     check=False,
     env=trainer_env(**vertex_output_env(str(tmp_path))),
   )
 
   assert result.returncode == 0, result.stderr
+  described, reported = result.stdout.rsplit("\n}\n", 1)
+  assert json.loads(described + "}")["output_dirs"]["model_dir"]
+  assert reported.strip() == "TF_IMPORTED False"
 
 
 def test_one_worker_is_a_chief_only_job():

@@ -7,6 +7,7 @@ job from the same functions once TensorFlow is loaded.
 """
 
 from collections.abc import Mapping
+import dataclasses
 import math
 import os
 import tempfile
@@ -181,6 +182,18 @@ def environment(
   TensorFlow: the path every `ctl.environment` user takes."""
   flags = {name: getattr(config, name) for name in outputs.DIR_FLAGS}
   return environment_lib.resolve(**flags, environ=environ)
+
+
+def describe(config: Any, environ: Mapping[str, str]) -> dict:
+  """What a run would do (`--dry_run`, e.g. to check a container's default
+  command), after `check`: the cluster, the output directories and the
+  flags, without TensorFlow, data or any write."""
+  platform = environment(config, environ)
+  return {
+    "cluster": dataclasses.asdict(platform.cluster),
+    "output_dirs": dataclasses.asdict(platform.dirs),
+    "flags": vars(config),
+  }
 
 
 def run_options(

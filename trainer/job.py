@@ -202,20 +202,6 @@ def _eval_callbacks(
   )
 
 
-def describe(config: Any, environ=os.environ) -> dict:
-  """What a run would do, without loading data or TensorFlow state.
-
-  Used by `--dry_run` (e.g. to check a container's default command), after
-  `checks.check`.
-  """
-  platform = checks.environment(config, environ)
-  return {
-    "cluster": dataclasses.asdict(platform.cluster),
-    "output_dirs": dataclasses.asdict(platform.dirs),
-    "flags": vars(config),
-  }
-
-
 def _train_steps(config, source: data_lib.Source, global_batch: int) -> int:
   steps_per_epoch = input_lib.steps_per_epoch(source.num_train, global_batch)
   if steps_per_epoch < 1:

@@ -82,15 +82,15 @@ def main(argv):
     checks.check(config, os.environ)
   except ctl.UserError as e:
     _fail(str(e), ctl.USER_ERROR_EXIT_CODE)
+  if FLAGS.dry_run:  # What a run would do needs no TensorFlow.
+    print(json.dumps(checks.describe(config, os.environ), indent=2))
+    return
   _use_xla_cache(checks.xla_cache_dir(config))
   with _hidden_from_imports(_UNUSED_KERAS_EXTRAS):
     from . import job  # pylint: disable=g-import-not-at-top  (loads TF)
   _quiet_tensorflow_info()
 
   try:
-    if FLAGS.dry_run:
-      print(json.dumps(job.describe(config), indent=2))
-      return
     job.build_job(config).run()
   except ctl.UserError as e:
     _fail(str(e), ctl.USER_ERROR_EXIT_CODE)

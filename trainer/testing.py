@@ -120,6 +120,22 @@ def trainer_command(*flags: str) -> list[str]:
   return [sys.executable, "-m", "trainer.task", *flags]
 
 
+# Runs the trainer, then says on stdout whether TensorFlow was ever imported.
+_REPORTING_TF = (
+  "import atexit, sys; "
+  "atexit.register(lambda: print('TF_IMPORTED', 'tensorflow' in "
+  "sys.modules)); "
+  "from trainer import task; sys.argv[0] = 'trainer.task'; task.run()"
+)
+
+
+def trainer_command_reporting_tf(*flags: str) -> list[str]:
+  """`trainer_command(*flags)` whose last stdout line is `TF_IMPORTED True`
+  or `TF_IMPORTED False`: what a check promises to answer before TensorFlow
+  loads is proved so."""
+  return [sys.executable, "-c", _REPORTING_TF, *flags]
+
+
 def launch_command(*flags: str, trainer_flags=()) -> list[str]:
   """`python -m ctl.launch FLAGS -- python -m trainer.task TRAINER_FLAGS`."""
   return [
