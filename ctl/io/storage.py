@@ -243,7 +243,6 @@ ANSWER_SECS = 10
 def check_answers(
   url: str,
   *,
-  timeout: float | None = None,
   storage: str = "auto",
   fuse_root: str = vertex_ai.FUSE_ROOT,
 ) -> None:
@@ -251,16 +250,15 @@ def check_answers(
   (local, FUSE, TensorFlow's gs://) is not asked.
 
   Raises:
-    OSError: (TimeoutError included) no answer within `timeout` seconds
-      (None: `ANSWER_SECS`): a refused or lost connection, a server that
-      does not reply.
+    OSError: (TimeoutError included) no answer within `ANSWER_SECS`: a
+      refused or lost connection, a server that does not reply.
   """
   root, fs = read_route(url, storage=storage, fuse_root=fuse_root)
   if fs is not None:
     mirror_lib.object_generation(
       fs,
       posixpath.join(root, "ctl-answer-check"),  # Any name: 404 is an answer.
-      timeout=ANSWER_SECS if timeout is None else timeout,
+      timeout=ANSWER_SECS,
     )
 
 
