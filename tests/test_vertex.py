@@ -87,9 +87,9 @@ def test_config_args_are_accepted_by_the_trainer_before_tensorflow_loads(
   )
 
   assert result.returncode == 0, result.stderr
-  described, reported = result.stdout.rsplit("\n}\n", 1)
-  assert json.loads(described + "}")["output_dirs"]["model_dir"]
-  assert reported.strip() == "TF_IMPORTED False"
+  *described, reported = result.stdout.splitlines()
+  assert json.loads("\n".join(described))["output_dirs"]["model_dir"]
+  assert reported == "TF_IMPORTED False"
 
 
 def test_one_worker_is_a_chief_only_job():
