@@ -54,7 +54,8 @@ bench-quick: $(VENV)/.installed-test
 
 # The six faults between nodes (a node lost, partitions, a flapping link, the
 # bucket lost by the chief, a stale chief) on a cluster of network namespaces,
-# as root; writes cluster_results/latest/results.json and results.md
+# as root, two clusters at a time (CLUSTER_CHECK_FLAGS=--parallel=1 for one);
+# writes cluster_results/latest/results.json and results.md
 # (docs/fault-tolerance.md, "Faults between nodes").
 cluster-check: $(VENV)/.installed-test
 	$(PY) -m benchmarks.cluster.check --results_dir=cluster_results $(CLUSTER_CHECK_FLAGS)

@@ -5,6 +5,7 @@ CI runs as root, where these run; elsewhere the harness says why in one
 sentence (tested below), and these tests fail rather than skip in CI.
 """
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import textwrap
 import time
 
+import psutil
 import pytest
 
 from ctl.testing import netns_cluster
@@ -161,3 +163,49 @@ def test_where_namespaces_cannot_be_made_it_says_why_in_one_sentence():
     "error: A cluster of network namespaces needs root"
   )
   assert result.stderr.count("\n") == 1
+
+
+def test_a_sigkilled_fault_matrix_leaves_nothing_after_the_next_start(
+  tmp_path,
+):
+  """`make cluster-check` SIGKILLed mid-fault: the process running the fault
+  and every process on its nodes die with it, and the next cluster's start
+  removes its namespaces."""
+  check = subprocess.Popen(
+    [sys.executable, "-m", "benchmarks.cluster.check",
+     "--only=partition_healed", "--parallel=1",
+     f"--results_dir={tmp_path}"],
+    cwd=REPO, env={**os.environ, "PYTHONPATH": REPO},
+    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+  )  # fmt: skip
+  try:
+    deadline = time.monotonic() + 120
+    while not (agents := _node_agents(check.pid)):  # The fault is under way.
+      assert check.poll() is None and time.monotonic() < deadline
+      time.sleep(0.2)
+    runner = agents[0].parent()  # `ip netns exec` became the agent.
+    left = [
+      n
+      for n in _harness_names()
+      if n.startswith(f"{netns_cluster.PREFIX}{runner.pid}-")
+    ]
+    descendants = psutil.Process(check.pid).children(recursive=True)
+  finally:
+    check.kill()  # Also when the test fails: nothing runs on after it.
+    check.wait()
+  assert left  # The runner's switch, nodes and bucket host.
+  gone, alive = psutil.wait_procs(descendants, timeout=60)
+  assert not alive, alive  # Each would run on, unsupervised.
+  assert runner in gone and set(agents) <= set(gone)
+  with netns_cluster.Cluster(workdir=str(tmp_path / "next")):
+    assert not set(left) & set(_harness_names())
+
+
+def _node_agents(pid: int) -> list[psutil.Process]:
+  """The node agents (`ctl.launch --agent`) below process `pid`."""
+  found = []
+  for process in psutil.Process(pid).children(recursive=True):
+    with contextlib.suppress(psutil.Error):
+      if "--agent" in process.cmdline():
+        found.append(process)
+  return found

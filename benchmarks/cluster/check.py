@@ -1,18 +1,26 @@
 """App: the fault matrix between nodes (`make cluster-check`).
 
 python -m benchmarks.cluster.check --results_dir=cluster_results
-python -m benchmarks.cluster.check --only=node_lost,link_flap
+python -m benchmarks.cluster.check --only=node_lost,link_flap --parallel=1
 
-Runs an uninterrupted job, then each fault of `faults_lib.FAULTS` on a fresh
-cluster of network namespaces, and writes `<results_dir>/latest/results.json`
-(`faults`: one object a fault) and `results.md`, with each node's log of a
-fault that did not hold under `logs/`; exits 1 when a fault did not hold,
-2 where namespaces cannot be made (one sentence says why).
+Runs each fault of `faults_lib.FAULTS` and an uninterrupted job of the same
+flags (the reference), each on a fresh cluster of network namespaces, and
+judges each fault against the reference's weights. `--parallel` of them run
+at once, each in a process of its own (its own namespaces, addresses and
+emulator: clusters never share a link or a port); a fault spends most of its
+time waiting out a partition, a flap or a restart, so two at a time keep both
+cores busy where one leaves them half idle. Writes
+`<results_dir>/latest/results.json` (`faults`: one object a fault) and
+`results.md`, with each node's log of a fault that did not hold under
+`logs/`; exits 1 when a fault did not hold, 2 where namespaces cannot be
+made (one sentence says why).
 """
 
+from concurrent import futures
 import dataclasses
 import glob
 import json
+import multiprocessing
 import os
 import shutil
 import sys
@@ -21,7 +29,10 @@ import time
 
 from benchmarks.cluster import faults_lib
 from ctl import errors
+from ctl.launch import reaper
 from ctl.testing import netns_cluster
+
+REFERENCE = "none"  # The uninterrupted run's name in the results.
 
 
 def main(argv=None) -> int:
@@ -29,6 +40,9 @@ def main(argv=None) -> int:
   parser.add_argument("--results_dir", default="cluster_results")
   parser.add_argument("--only", default="", help="comma-separated fault names")
   parser.add_argument("--train_steps", type=int, default=300)
+  parser.add_argument(
+    "--parallel", type=int, default=2, help="clusters that run at once (>= 1)"
+  )
   args = parser.parse_args(argv)
   names = [n for n in args.only.split(",") if n] or list(faults_lib.FAULTS)
   unknown = sorted(set(names) - set(faults_lib.FAULTS))
@@ -36,6 +50,8 @@ def main(argv=None) -> int:
     parser.error(
       f"unknown faults {unknown}; choose from {list(faults_lib.FAULTS)}"
     )
+  if args.parallel < 1:
+    parser.error(f"--parallel must be 1 or more, not {args.parallel}")
   try:
     netns_cluster.check_available()
   except netns_cluster.Unavailable as e:
@@ -47,11 +63,15 @@ def main(argv=None) -> int:
   work = tempfile.mkdtemp(prefix="ctl-cluster-check-")
   started = time.monotonic()
   try:
-    reference = _run("none", work, args.train_steps, None, latest)
-    results = [
-      _run(name, work, args.train_steps, reference.fingerprint, latest)
-      for name in names
-    ]
+    # The reference last: it is the shortest, so it fills the last gap.
+    runs = _run_all([*names, REFERENCE], work, args.train_steps, args.parallel)
+    reference = runs.pop(REFERENCE)
+    faults_lib.judge(reference, reference.fingerprint)
+    results = [faults_lib.judge(runs[n], reference.fingerprint) for n in names]
+    for result in [reference, *results]:
+      print(_row(result), flush=True)
+      if not result.passed:
+        _keep_logs(result.name, work, latest)
   finally:
     shutil.rmtree(work, ignore_errors=True)
   _write(latest, reference, results, time.monotonic() - started)
@@ -60,18 +80,38 @@ def main(argv=None) -> int:
   return 0 if held else 1
 
 
-def _run(name, work, steps, reference, latest) -> faults_lib.Result:
-  workdir = os.path.join(work, name)
-  result = faults_lib.run_fault(
-    name, workdir=workdir, steps=steps, reference=reference
-  )
-  print(_row(result), flush=True)
-  if not result.passed:
-    logs = os.path.join(latest, "logs", name)
-    os.makedirs(logs)
-    for path in glob.glob(os.path.join(workdir, "*.log")):
-      shutil.copy(path, logs)
-  return result
+def _run_all(names, work, steps, parallel) -> dict[str, faults_lib.Result]:
+  """Runs each of `names` (`faults_lib.run_fault`), `parallel` at a time,
+  each in a process that dies with this one (its clusters are then removed
+  at the next start, as a SIGKILLed harness's are)."""
+  with futures.ProcessPoolExecutor(
+    max_workers=parallel,
+    mp_context=multiprocessing.get_context("spawn"),
+    initializer=reaper.die_with,
+    initargs=(os.getpid(),),
+  ) as pool:
+    pending = {
+      pool.submit(
+        faults_lib.run_fault,
+        name,
+        workdir=os.path.join(work, name),
+        steps=steps,
+      ): name
+      for name in names
+    }
+    runs = {}
+    for done in futures.as_completed(pending):
+      runs[pending[done]] = result = done.result()
+      print(f"{result.name}: ran in {result.seconds} s", flush=True)
+  return runs
+
+
+def _keep_logs(name, work, latest) -> None:
+  """Copies each node's log of run `name` to `<latest>/logs/<name>`."""
+  logs = os.path.join(latest, "logs", name)
+  os.makedirs(logs)
+  for path in glob.glob(os.path.join(work, name, "*.log")):
+    shutil.copy(path, logs)
 
 
 _COLUMNS = (

@@ -359,11 +359,9 @@ FAULTS = {
 }
 
 
-def run_fault(
-  name: str, *, workdir: str, steps: int, reference: str | None
-) -> Result:
-  """Runs fault `name` on a fresh cluster; `reference` is the uninterrupted
-  run's weights fingerprint (None: this is the reference run, "none")."""
+def run_fault(name: str, *, workdir: str, steps: int) -> Result:
+  """Runs fault `name` ("none": the uninterrupted reference) on a fresh
+  cluster: what happened, to be `judge`d against the reference's weights."""
   result = Result(name)
   started = time.monotonic()
   os.makedirs(workdir)
@@ -402,9 +400,6 @@ def run_fault(
         result.exit_codes["old host-0"] = None
     summary = job.summary() or {}
     result.fingerprint = summary.get("weights_fingerprint")
-    result.same_fingerprint = result.fingerprint is not None and (
-      reference is None or result.fingerprint == reference
-    )
     result.steps_lost = summary.get("goodput", {}).get("lost_steps")
     result.named_in_ledger = sorted(set(job.faults_named()))
     torn = job.torn_steps()
@@ -414,7 +409,17 @@ def run_fault(
       result.detected_secs = job.detected_after(fault)
     result.outcome = _outcome(name, summary)
   result.seconds = round(time.monotonic() - started, 1)
-  result.passed = _passed(name, result)
+  return result
+
+
+def judge(result: Result, reference: str | None) -> Result:
+  """Sets whether `result` held (`passed`, and what did not in `broken`);
+  `reference` is the uninterrupted run's weights fingerprint (for the
+  reference run itself: its own)."""
+  result.same_fingerprint = (
+    result.fingerprint is not None and result.fingerprint == reference
+  )
+  result.passed = _passed(result.name, result)
   return result
 
 

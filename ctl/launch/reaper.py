@@ -5,7 +5,7 @@ and its workers would be reparented to init and train on, unsupervised, next
 to whatever is launched after it. Two mechanisms, both Linux-first:
 
 - `die_with_parent()`: a `preexec_fn` that asks the kernel for SIGKILL when
-  the parent goes (prctl PR_SET_PDEATHSIG). The signal fires when the
+  the parent goes (prctl PR_SET_PDEATHSIG; `die_with` in a pool's worker). The signal fires when the
   *thread* that forked the worker exits, so workers must be started from a
   thread that lives as long as the launcher (its main thread).
 - `Reaper`: a small process the launcher starts with a pipe on its stdin (run
@@ -22,6 +22,7 @@ a script, fast, whatever the launcher's import path.
 """
 
 import ctypes
+import functools
 import os
 import shutil
 import signal
@@ -39,15 +40,23 @@ def die_with_parent():
   """
   if not sys.platform.startswith("linux"):
     return None
-  prctl = ctypes.CDLL(None, use_errno=True).prctl  # Looked up before fork.
-  parent = os.getpid()
+  # Looked up before fork: the child only calls it.
+  return functools.partial(
+    die_with, os.getpid(), prctl=ctypes.CDLL(None, use_errno=True).prctl
+  )
 
-  def preexec() -> None:
-    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # The parent died before prctl took effect.
-      os.kill(os.getpid(), signal.SIGKILL)
 
-  return preexec
+def die_with(parent: int, *, prctl=None) -> None:
+  """In a child of process `parent`: SIGKILL this process when `parent`
+  exits, or at once if it already has (it died before the request took
+  effect). Linux only; also a process pool's `initializer` (with
+  `initargs=(os.getpid(),)`), which must be picklable.
+  """
+  (prctl or ctypes.CDLL(None, use_errno=True).prctl)(
+    _PR_SET_PDEATHSIG, signal.SIGKILL
+  )
+  if os.getppid() != parent:
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Reaper:

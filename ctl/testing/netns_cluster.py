@@ -44,6 +44,7 @@ import subprocess
 import time
 
 from ctl.io import tempdirs
+from ctl.launch import reaper
 
 # Every namespace of a harness is named PREFIX<harness pid>-<suffix>.
 PREFIX = "ctln"
@@ -164,7 +165,7 @@ class Cluster:
     process = subprocess.Popen(
       ["ip", "netns", "exec", node.namespace, *command],
       env={**(os.environ if env is None else env), "TMPDIR": tmp},
-      preexec_fn=_die_with_parent,
+      preexec_fn=reaper.die_with_parent(),
       **popen_kwargs,
     )
     node.processes.append(process)
@@ -393,10 +394,3 @@ def _ip(*args: str) -> None:
   )
   if result.returncode:
     raise RuntimeError(f"ip {' '.join(args)}: {result.stderr.strip()}")
-
-
-def _die_with_parent() -> None:
-  """In the child before exec: SIGKILL it when the harness dies."""
-  import ctypes  # pylint: disable=g-import-not-at-top
-
-  ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
