@@ -504,8 +504,9 @@ def test_digits_without_scikit_learn_is_a_user_error_naming_the_extra(
 
 
 _LOADED_AT_EXIT = """
-import atexit, runpy, sys
-atexit.register(lambda: print("loaded:", *sorted(
+import atexit, gc, runpy, sys
+atexit.register(lambda: print(
+  "collector:", gc.isenabled(), gc.get_freeze_count(), "loaded:", *sorted(
   {name.split(".")[0] for name in sys.modules if sys.modules[name]}),
   file=sys.stderr))
 sys.argv = ["trainer.task", *sys.argv[1:]]
@@ -514,10 +515,13 @@ runpy.run_module("trainer.task", run_name="__main__", alter_sys=True)
 
 
 @pytest.mark.processes
-def test_a_digits_run_imports_neither_scikit_learn_nor_matplotlib(tmp_path):
-  # Keras imports both when they are installed (plot galleries, estimator
-  # wrappers) and load_digits imports scikit-learn: 1.1 s of CPU at every
-  # start of a worker, for nothing the trainer uses.
+def test_a_digits_run_starts_without_unused_imports_or_collector_rounds(
+  tmp_path,
+):
+  # Keras imports scikit-learn and matplotlib when they are installed (plot
+  # galleries, estimator wrappers) and load_digits imports scikit-learn: 1.1
+  # s of CPU at every start of a worker, for nothing the trainer uses. And
+  # the garbage collector walked the imports' objects about 1,000 times.
   model_dir = str(tmp_path / "run")
   result = run_command(
     [
@@ -529,9 +533,13 @@ def test_a_digits_run_imports_neither_scikit_learn_nor_matplotlib(tmp_path):
       f"--model_dir={model_dir}",
     ]
   )
-  loaded = set(result.stderr.rsplit("loaded:", 1)[1].split())
+  collector, loaded = result.stderr.rsplit("collector:", 1)[1].split("loaded:")
+  loaded = set(loaded.split())
   assert {"keras", "tensorflow"} <= loaded
   assert not loaded & {"sklearn", "matplotlib"}
+  # The collector runs again after the imports, which it no longer walks.
+  enabled, frozen = collector.split()
+  assert enabled == "True" and int(frozen) > 100_000, collector
   assert read_summary(model_dir)["final_step"] == 10
 
 

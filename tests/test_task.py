@@ -9,6 +9,7 @@ so a new option cannot be forgotten.
 """
 
 import dataclasses
+import gc
 import types
 
 from absl import flags
@@ -172,3 +173,19 @@ def test_a_loss_that_reaches_some_trainable_variables_trains(tmp_path):
       strategy=tf.distribute.get_strategy(),
     )
   assert result["final_step"] == 5
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_imports_run_with_the_collector_paused_then_frozen(enabled):
+  from trainer import task  # pylint: disable=g-import-not-at-top
+
+  (gc.enable if enabled else gc.disable)()
+  try:
+    with task._collector_paused():  # pylint: disable=protected-access
+      assert not gc.isenabled()
+      made = [[] for _ in range(1000)]
+    assert gc.isenabled() == enabled  # As it was: a collector off stays off.
+    assert gc.get_freeze_count() >= len(made)
+  finally:
+    gc.unfreeze()
+    gc.enable()
