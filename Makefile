@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 MODEL_DIR ?= runs/quickstart
 
-.PHONY: demo test test-fast lint format bench bench-quick cluster-check container-check browser-check wheel-check clean
+.PHONY: demo test test-fast lint format bench bench-quick cluster-check container-check container-image browser-check wheel-check clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,11 @@ cluster-check: $(VENV)/.installed-test
 # CONTAINER_CHECK_FLAGS=--keep keeps the images and the store.
 container-check:
 	$(PYTHON) scripts/container_check.py $(CONTAINER_CHECK_FLAGS)
+
+# Only the image container-check builds, kept for it (CI builds it while the
+# tests run; container-check then builds from its layers and removes it).
+container-image:
+	$(PYTHON) scripts/container_check.py --build_only
 
 # The TensorBoard browser check with Debian's chromium and chromium-driver,
 # installed with apt-get as root when missing; where they cannot be installed
