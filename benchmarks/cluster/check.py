@@ -6,8 +6,8 @@ python -m benchmarks.cluster.check --only=node_lost,link_flap --parallel=1
 Runs each fault of `faults_lib.FAULTS` and an uninterrupted job of the same
 flags (the reference), each on a fresh cluster of network namespaces, and
 judges each fault against the reference's weights. `--parallel` of them run
-at once, each in a process of its own (its own namespaces, addresses and
-emulator: clusters never share a link or a port); a fault spends most of its
+at once, each in a runner process of its own (its own namespaces,
+addresses and emulator: clusters never share a link or a port); a fault spends most of its
 time waiting out a partition, a flap or a restart, so two at a time keep both
 cores busy where one leaves them half idle. Writes
 `<results_dir>/latest/results.json` (`faults`: one object a fault) and
@@ -81,9 +81,11 @@ def main(argv=None) -> int:
 
 
 def _run_all(names, work, steps, parallel) -> dict[str, faults_lib.Result]:
-  """Runs each of `names` (`faults_lib.run_fault`), `parallel` at a time,
-  each in a process that dies with this one (its clusters are then removed
-  at the next start, as a SIGKILLed harness's are)."""
+  """Runs each of `names` (`faults_lib.run_fault`), `parallel` at a time:
+  `parallel` runner processes, each running its share one after another,
+  so two clusters at once never share a process; a runner dies with this
+  process (its clusters are then removed at the next start, as a SIGKILLed
+  harness's are)."""
   with futures.ProcessPoolExecutor(
     max_workers=parallel,
     mp_context=multiprocessing.get_context("spawn"),
