@@ -66,8 +66,8 @@ cluster-check: $(VENV)/.installed-test
 container-check:
 	$(PYTHON) scripts/container_check.py $(CONTAINER_CHECK_FLAGS)
 
-# Only the image container-check builds, kept for it (CI builds it while the
-# tests run; container-check then builds from its layers and removes it).
+# Only the image container-check builds, kept for it (CI builds it beside the
+# wheel check; container-check then builds from its layers and removes it).
 container-image:
 	$(PYTHON) scripts/container_check.py --build_only
 

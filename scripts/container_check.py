@@ -56,8 +56,8 @@ def _parse_args(argv):
     "--build_only",
     action="store_true",
     help="steps 1 to 4's first build only, keeping the images and the store "
-    "for the next run, which then builds from its layers (CI builds while "
-    "the tests run: downloads, not the cores, bound the build)",
+    "for the next run, which then builds from its layers (CI builds beside "
+    "the wheel check)",
   )
   parser.add_argument(
     "--workdir",

@@ -5,9 +5,10 @@ and its workers would be reparented to init and train on, unsupervised, next
 to whatever is launched after it. Two mechanisms, both Linux-first:
 
 - `die_with_parent()`: a `preexec_fn` that asks the kernel for SIGKILL when
-  the parent goes (prctl PR_SET_PDEATHSIG; `die_with` in a pool's worker). The signal fires when the
-  *thread* that forked the worker exits, so workers must be started from a
-  thread that lives as long as the launcher (its main thread).
+  the parent goes (prctl PR_SET_PDEATHSIG; `die_with` in a pool's worker).
+  The signal fires when the *thread* that forked the worker exits, so
+  workers must be started from a thread that lives as long as the launcher
+  (its main thread).
 - `Reaper`: a small process the launcher starts with a pipe on its stdin (run
   from this file). The launcher tells it, a line each, the process groups of
   its workers (`group PGID`, `forget PGID` once it reaped one itself) and the
