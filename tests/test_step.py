@@ -2,6 +2,9 @@
 work is one sentence (UserError) before anything is written."""
 
 import dataclasses
+import os
+import re
+import tempfile
 
 import keras
 import numpy as np
@@ -193,7 +196,8 @@ def test_the_reported_loss_is_the_mean_weighted_loss_of_the_global_batch(
 def test_a_task_that_branches_on_a_tensor_in_python_trains(tmp_path):
   # AutoGraph converts the task's code the loops call (docs/design.md, "The
   # step belongs to the task"), though ctl's own helpers are not converted:
-  # a Python `if` on a tensor, in a loss_fn and in a replica_step, becomes
+  # a Python `if` on a tensor, in a loss_fn, a replica_step and a metric,
+  # becomes
   # graph control flow; unconverted, it is refused while tracing. Both
   # branches here change nothing, so the runs end as the plain task does.
   plain = tasks.regression(build_metrics=None, serving=None)
@@ -215,15 +219,26 @@ def test_a_task_that_branches_on_a_tensor_in_python_trains(tmp_path):
       context.optimizer.apply_gradients(zip(gradients, variables))
     return output
 
+  class Error(keras.metrics.Mean):  # A metric of the task's own.
+    def update_state(self, y, y_pred, sample_weight=None):
+      error = tf.abs(y - y_pred)
+      if tf.reduce_max(error) < 0.0:  # Never.
+        error = -error
+      super().update_state(error, sample_weight)
+
   losses = []
   for name, task in (
     ("plain", plain),
     ("loss_fn", dataclasses.replace(plain, loss_fn=loss_fn)),
     ("replica_step", dataclasses.replace(plain, replica_step=replica_step)),
+    (
+      "metric",
+      dataclasses.replace(plain, build_metrics=lambda: {"e": Error()}),
+    ),
   ):
     keras.utils.set_random_seed(0)
     losses.append(_run(tmp_path / name, task, train_steps=10)["train_loss"])
-  np.testing.assert_allclose(losses[1:], [losses[0]] * 2, rtol=1e-6)
+  np.testing.assert_allclose(losses[1:], [losses[0]] * 3, rtol=1e-6)
 
 
 def test_a_step_that_cannot_run_names_the_op_and_the_shapes(tmp_path):
@@ -273,3 +288,26 @@ def test_a_keras_layer_error_in_a_traced_function_is_named_by_the_layer():
   assert errors.error_sentence(raised.value) == (
     "Picky wants 3 features, got 8."
   )
+
+
+def test_autograph_converts_the_tasks_code_and_none_of_ctls(
+  tmp_path, monkeypatch
+):
+  # Every start of a worker pays for each function AutoGraph converts
+  # (docs/design.md, "The step belongs to the task"): ctl's loops are built
+  # without it, and only the task's own code is converted. AutoGraph writes
+  # each function it converts to a file in the temporary directory.
+  scratch = tmp_path / "tmp"
+  scratch.mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+
+  def squared_error(y, y_pred):
+    return tf.square(y - y_pred)
+
+  task = tasks.regression(loss_fn=squared_error, serving=None)
+  _run(tmp_path / "run", task)
+  converted = set()
+  for name in os.listdir(scratch):
+    with open(scratch / name) as f:
+      converted |= set(re.findall(r"^ *def tf__(\w+)\(", f.read(), re.M))
+  assert converted == {"squared_error"}

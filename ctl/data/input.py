@@ -62,12 +62,12 @@ class IndexedRecords:
     """Records held in memory: a structure of arrays with a common length."""
     tensors = tf.nest.map_structure(tf.convert_to_tensor, tensors)
     size = int(tf.nest.flatten(tensors)[0].shape[0])
-    return cls(
-      size=size,
-      fetch=lambda indices: tf.nest.map_structure(
-        lambda t: tf.gather(t, indices), tensors
-      ),
-    )
+
+    @tf.autograph.experimental.do_not_convert  # tf.data would convert it.
+    def fetch(indices):
+      return tf.nest.map_structure(lambda t: tf.gather(t, indices), tensors)
+
+    return cls(size=size, fetch=fetch)
 
   @classmethod
   def from_source(cls, source: RandomAccessSource) -> "IndexedRecords":
@@ -84,6 +84,7 @@ class IndexedRecords:
     def read(indices):
       return np.array(source.__getitems__(indices.tolist()), dtype=object)
 
+    @tf.autograph.experimental.do_not_convert  # tf.data would convert it.
     def fetch(indices):
       records = tf.numpy_function(read, [indices], tf.string)
       records.set_shape([None])

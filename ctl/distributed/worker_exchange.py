@@ -51,7 +51,7 @@ def gather_rows(strategy: tf.distribute.Strategy, row) -> np.ndarray:
   table[worker_index(strategy)] = row
   share = tf.constant(table / local_replicas(strategy))
 
-  @tf.function
+  @tf.function(autograph=False)  # Nothing to convert.
   def all_reduce():
     return strategy.reduce(
       "SUM", strategy.run(lambda: tf.identity(share)), axis=None
@@ -71,7 +71,7 @@ def any_worker(strategy: tf.distribute.Strategy) -> Callable[[bool], bool]:
     return bool
   share = 1.0 / local_replicas(strategy)
 
-  @tf.function
+  @tf.function(autograph=False)  # Nothing to convert.
   def all_reduce(flag):
     return strategy.reduce("SUM", strategy.run(lambda: flag * share), axis=None)
 

@@ -3,7 +3,7 @@
 This is the part a newcomer should find in under a minute: `_replica_step`
 is the per-replica GradientTape step (the task's `compute_loss`, or its own
 `replica_step`; ctl.train.step), `_train_loop` runs `steps_per_loop` of them
-inside one `tf.function` (a `tf.range` loop, so the host is touched once per
+inside one `tf.function` (a `tf.while_loop`, so the host is touched once per
 loop) of `TrainLoop`, and `EvalLoop` runs over a finite validation set (it
 needs no optimizer).
 
@@ -23,7 +23,7 @@ host seconds, one float, are new each call), the trace holds its iterator
 (binding a distributed iterator as an argument cost more host time than a
 small step), the traced function is called directly (no per-call matching
 of arguments to traces), one call returns one tensor (one device-to-host
-copy), and a loop of one step is not a `tf.range` loop (a while op costs
+copy), and a loop of one step is not a `tf.while_loop` (a while op costs
 host time per call) and has no loss buffer. Updating the metrics
 at every step can be switched off (`train_metrics=False`).
 """
@@ -150,7 +150,7 @@ class TrainLoop:
       with strategy.scope():
         self._step_losses = _replica_accumulator([steps_per_loop])
     self._gradients = (
-      tf.function(self._loss_and_gradients, jit_compile=True)
+      tf.function(self._loss_and_gradients, jit_compile=True, autograph=False)
       if jit_compile
       else (self._loss_and_gradients)
     )
@@ -159,7 +159,6 @@ class TrainLoop:
     self._controls = _controls()
     self._num_workers, self._host_slot = _host_slot(strategy)
 
-  @tf.autograph.experimental.do_not_convert
   def _average(self, output) -> tf.Tensor:
     loss = step_lib.average_loss(
       self._model,
@@ -223,16 +222,22 @@ class TrainLoop:
     strategy = self._strategy
     strategy.run(_zero, args=self._accumulators())
     if self._step_losses is None:
-      # One step needs no tf.range loop (a while op costs host time on every
+      # One step needs no while loop (a while op costs host time on every
       # call) and no loss buffer: its loss goes straight into the reduce
       # (the buffer's ops cost about 0.1 ms a call on a 2-core CPU).
       losses = strategy.run(self._replica_step, args=(next(iterator),))
       self._global_step.assign_add(1)
     else:
       losses = None  # Read from the buffer.
-      for i in tf.range(num_steps):
+
+      def step(i):
         strategy.run(self._buffered_step, args=(next(iterator), i))
         self._global_step.assign_add(1)
+        return (i + 1,)
+
+      tf.while_loop(
+        lambda i: i < num_steps, step, (0,), maximum_iterations=num_steps
+      )
     # The loop's one extra all-reduce: [step losses..., metric states...,
     # host seconds per worker..., requests]. Summing the requests tells every
     # worker whether any worker was asked to stop, or the chief wants a
@@ -256,7 +261,6 @@ class TrainLoop:
       axis=None,
     )
 
-  @tf.autograph.experimental.do_not_convert
   def _accumulators(self) -> tuple[tf.Variable, ...]:
     """The variables a call starts from zero: the loss buffer, metrics."""
     buffer = () if self._step_losses is None else (self._step_losses,)
@@ -328,7 +332,9 @@ class TrainLoop:
     # iterator's structure to a call took about 0.8 ms of host time a call
     # on a 2-core CPU) and is called directly from now on (no matching of
     # the arguments against tf.function's traces, about 0.1 ms a call).
-    loop = tf.function(functools.partial(self._train_loop, iterator))
+    loop = tf.function(
+      functools.partial(self._train_loop, iterator), autograph=False
+    )
     try:
       self._traced = loop.get_concrete_function(
         *self._arguments(1, False, False), tf.constant(0.0)
@@ -421,7 +427,7 @@ class EvalLoop:
     self._metrics = metrics
     with strategy.scope():
       self._eval_sums = _replica_accumulator([2])  # Loss sum, examples.
-    self._eval = tf.function(self._eval_loop)
+    self._eval = tf.function(self._eval_loop, autograph=False)
 
   def _replica_eval(self, batch):
     def summed_loss():
@@ -449,8 +455,19 @@ class EvalLoop:
     strategy = self._strategy
     metric_variables = self._metrics.variables() if self._metrics else []
     strategy.run(_zero, args=(self._eval_sums, *metric_variables))
-    for batch in dataset:
-      strategy.run(self._replica_eval, args=(batch,))
+    iterator = iter(dataset)
+
+    def step(batch):
+      strategy.run(self._replica_eval, args=(batch.get_value(),))
+      return (iterator.get_next_as_optional(),)
+
+    # Until the dataset ends on every worker (the optional agrees on it).
+    tf.while_loop(
+      lambda batch: batch.has_value(),
+      step,
+      (iterator.get_next_as_optional(),),
+      parallel_iterations=1,
+    )
     return strategy.reduce(
       "SUM",
       strategy.run(
@@ -499,7 +516,6 @@ def _replica_accumulator(shape) -> tf.Variable:
   )
 
 
-@tf.autograph.experimental.do_not_convert
 def _zero(*variables) -> None:
   """Resets accumulators; runs in replica context (each local copy)."""
   for variable in variables:

@@ -99,6 +99,12 @@ class MetricSet:
       self._host, _ = _checked(build())
       for name, metric in self._host.items():
         _scalar(name, metric.result())  # Refused now, not after training.
+    # In the loops: a metric of the task's own is its code (a Keras metric
+    # is called as it is). The host's copies run eagerly.
+    self._updates = {
+      name: step_lib.task_code(metric.update_state)
+      for name, metric in self._replica.items()
+    }
     self._proving = threading.Lock()  # Replicas may trace in threads.
     self._proved = False
     self.names = tuple(self._replica)
@@ -108,7 +114,6 @@ class MetricSet:
     }
     self.size = sum(sum(sizes) for sizes in self._sizes.values())
 
-  @tf.autograph.experimental.do_not_convert
   def variables(self) -> list:
     """Every replica-side state variable (to zero them in replica context)."""
     return [v.value for m in self._replica.values() for v in m.variables]
@@ -125,8 +130,8 @@ class MetricSet:
     """
     inputs = {name: self._inputs(name, output) for name in self._replica}
     self._prove_sums(inputs, output.per_example_loss.shape[0])
-    for name, metric in self._replica.items():
-      _update(metric, inputs[name])
+    for name, update_state in self._updates.items():
+      _update(update_state, inputs[name])
 
   def _inputs(self, name: str, output: step_lib.StepOutput) -> tuple:
     """What metric `name` is given: `(value, sample_weight)` for a name in
@@ -161,7 +166,6 @@ class MetricSet:
           _prove_sum(name, metric, inputs[name], batch_size)
       self._proved = True
 
-  @tf.autograph.experimental.do_not_convert
   def state(self) -> list[tf.Tensor]:
     """This replica's state, flat float32 pieces in a fixed order."""
     return [
@@ -249,10 +253,10 @@ def _checked(
   return metrics, outputs
 
 
-def _update(metric: keras.metrics.Metric, inputs: tuple) -> None:
-  """`metric.update_state` of its inputs (`MetricSet._inputs`)."""
+def _update(update_state: Callable, inputs: tuple) -> None:
+  """A metric's `update_state` of its inputs (`MetricSet._inputs`)."""
   *arguments, weight = inputs
-  metric.update_state(*arguments, sample_weight=weight)
+  update_state(*arguments, sample_weight=weight)
 
 
 def _prove_sum(name: str, metric, inputs: tuple, batch_size) -> None:
@@ -288,7 +292,7 @@ def _state_after(metric, batches) -> list[np.ndarray]:
   for variable in metric.variables:
     variable.assign(np.zeros(variable.shape, variable.dtype))
   for batch in batches:
-    _update(metric, batch)
+    _update(metric.update_state, batch)
   return [np.asarray(v.numpy(), np.float64).ravel() for v in metric.variables]
 
 

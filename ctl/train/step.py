@@ -50,7 +50,6 @@ class StepOutput(NamedTuple):
   values: Mapping[str, tf.Tensor] | None = None
 
 
-@tf.autograph.experimental.do_not_convert
 def sparse_softmax_cross_entropy(labels, logits):
   """Per-example cross entropy from float32 logits (mixed precision safe)."""
   return keras.losses.sparse_categorical_crossentropy(
@@ -58,16 +57,38 @@ def sparse_softmax_cross_entropy(labels, logits):
   )
 
 
-def keras_compute_loss(loss_fn: Callable) -> Callable[..., StepOutput]:
+def task_code(fn: Callable) -> Callable:
+  """`fn`, the task's own code, as `tf.function` would convert it with
+  AutoGraph (a Python `if` on a tensor becomes graph control flow), where
+  ctl's loops call it.
+
+  The loops themselves are traced without AutoGraph (`autograph=False`):
+  converting a function costs every start of a worker CPU time (about 1.2 s
+  for ctl's loops and helpers, on 2 cores), and ctl's code branches on
+  Python values only. Code of TensorFlow's and Keras's is called as it is,
+  as `tf.function` does (AutoGraph's own rules, through the converter
+  tf.data and Keras use for the functions they are given). Call it when the
+  run is built, outside any trace: inside a trace made without AutoGraph
+  it converts nothing. A run built where the caller switched AutoGraph off
+  (`tf.autograph.experimental.do_not_convert`) converts nothing either.
+  """
+  return tf.__internal__.autograph.tf_convert(
+    fn, tf.__internal__.autograph.control_status_ctx()
+  )
+
+
+def keras_compute_loss(loss_fn: Callable | None) -> Callable[..., StepOutput]:
   """The default forward pass: `model.fit`'s unpacking and `loss_fn`.
 
   Args:
-    loss_fn: `(y_true, y_pred) -> per-example loss`.
+    loss_fn: the task's `(y_true, y_pred) -> per-example loss`; None:
+      sparse softmax cross-entropy.
 
   Returns:
     `compute_loss(model, batch, training) -> StepOutput` for a batch of
     `(x, y)` or `(x, y, sample_weight)`.
   """
+  loss_fn = task_code(loss_fn) if loss_fn else sparse_softmax_cross_entropy
 
   def compute_loss(model, batch, training):
     check_fit_batch(batch)
@@ -83,7 +104,6 @@ def keras_compute_loss(loss_fn: Callable) -> Callable[..., StepOutput]:
   return compute_loss
 
 
-@tf.autograph.experimental.do_not_convert
 def check_fit_batch(batch) -> None:
   """Refuses a batch, or a dataset's element spec, that the default step
   cannot unpack: it takes `(x, y)` or `(x, y, sample_weight)`, as
@@ -117,8 +137,9 @@ def compute_loss_of(
   """
   forward, where = task.compute_loss, "Task.compute_loss"
   if forward is None:
-    loss_fn = task.loss_fn or sparse_softmax_cross_entropy
-    forward, where = keras_compute_loss(loss_fn), "Task.loss_fn"
+    forward, where = keras_compute_loss(task.loss_fn), "Task.loss_fn"
+  else:
+    forward = task_code(forward)
 
   def compute_loss(model, batch, training):
     output = forward(model, batch, training)
@@ -137,9 +158,10 @@ def replica_step_of(
   `metric_names` (the task's metrics)."""
   if task.replica_step is None:
     return None
+  step = task_code(task.replica_step)
 
   def replica_step(context, batch):
-    output = task.replica_step(context, batch)
+    output = step(context, batch)
     if isinstance(output, StepOutput):  # `checked` refuses anything else.
       _check_values(output, metric_names, where="Task.replica_step")
     return output
@@ -147,7 +169,6 @@ def replica_step_of(
   return replica_step
 
 
-@tf.autograph.experimental.do_not_convert
 def _check_values(
   output: StepOutput, metric_names: Sequence[str], *, where: str
 ) -> None:
@@ -165,7 +186,7 @@ def _check_values(
 def classifier_compute_loss() -> Callable[..., StepOutput]:
   """The forward pass of `(images, labels)` batches with sparse softmax
   cross-entropy (the loops' default)."""
-  return keras_compute_loss(sparse_softmax_cross_entropy)
+  return keras_compute_loss(None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +205,8 @@ class StepContext:
   optimizer: keras.optimizers.Optimizer
   global_batch_size: int
 
+  # Called from the task's converted code: ctl's own is not converted.
+  @tf.autograph.experimental.do_not_convert
   def average_loss(self, per_example_loss, sample_weight=None) -> tf.Tensor:
     """This replica's share of the step's loss (docs/design.md, Loss)."""
     return average_loss(
@@ -194,7 +217,6 @@ class StepContext:
     )
 
 
-@tf.autograph.experimental.do_not_convert
 def average_loss(
   model, per_example_loss, *, sample_weight, global_batch_size: int
 ) -> tf.Tensor:
@@ -216,7 +238,6 @@ def average_loss(
   return loss
 
 
-@tf.autograph.experimental.do_not_convert
 def checked(output: Any, batch: Any, *, where: str) -> StepOutput:
   """`output` when it is a usable StepOutput for `batch`; else UserError.
 
@@ -245,7 +266,6 @@ def checked(output: Any, batch: Any, *, where: str) -> StepOutput:
   return output
 
 
-@tf.autograph.experimental.do_not_convert
 def batch_size_of(batch) -> tf.Tensor:
   """The number of examples in `batch` (its first tensor's first dimension),
   as a tensor."""
