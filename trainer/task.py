@@ -18,10 +18,12 @@ lease over, which now owns the run (not worth a re-run); 1 anything else.
 
 import atexit
 import contextlib
+import ctypes
 import gc
 import json
 import logging as python_logging
 import os
+import platform
 import sys
 import threading
 import traceback
@@ -94,6 +96,36 @@ def _collector_paused():
       gc.enable()
 
 
+# glibc's malloc returns freed memory to the system as soon as 128 KiB lie
+# free at the top of a heap, and a worker's start (tracing, graph
+# optimisation, the first loops) frees and takes back more than that again
+# and again: each time the pages fault in anew. Kept instead (64 MiB at a
+# heap's top; the mmap threshold fixed at the 32 MiB glibc's own rule stops
+# at), a 40-step digits run made 110,000 page faults, not 300,000, and spent
+# 0.8 s less CPU, 0.6 s of it in the kernel; its peak memory was 35 MB more.
+# (mallopt's parameters: M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD.)
+_MALLOC_TERMS = ((-1, 64 << 20), (-2, 64 << 20), (-3, 32 << 20))
+# Where the user set malloc's terms themselves, they stand.
+_MALLOC_VARIABLES = (
+  "GLIBC_TUNABLES",
+  "MALLOC_TRIM_THRESHOLD_",
+  "MALLOC_TOP_PAD_",
+  "MALLOC_MMAP_THRESHOLD_",
+)
+
+
+def _malloc_keeps_freed_memory() -> None:
+  """Sets glibc's malloc to keep the memory a worker frees for its next
+  allocations (`_MALLOC_TERMS`), unless the environment sets malloc's terms
+  or the C library is not glibc."""
+  if any(name in os.environ for name in _MALLOC_VARIABLES):
+    return
+  mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # This process's libc.
+  if mallopt is not None and platform.libc_ver()[0] == "glibc":
+    for parameter, value in _MALLOC_TERMS:
+      mallopt(parameter, value)
+
+
 def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments {argv[1:]}; all options are --flags.", 2)
@@ -109,6 +141,7 @@ def main(argv):
     print(json.dumps(checks.describe(config, os.environ), indent=2))
     return
   _use_xla_cache(checks.xla_cache_dir(config))
+  _malloc_keeps_freed_memory()
   with _hidden_from_imports(_UNUSED_KERAS_EXTRAS), _collector_paused():
     from . import job  # pylint: disable=g-import-not-at-top  (loads TF)
   _quiet_tensorflow_info()
