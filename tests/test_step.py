@@ -196,8 +196,8 @@ def test_the_reported_loss_is_the_mean_weighted_loss_of_the_global_batch(
 def test_a_task_that_branches_on_a_tensor_in_python_trains(tmp_path):
   # AutoGraph converts the task's code the loops call (docs/design.md, "The
   # step belongs to the task"), though ctl's own helpers are not converted:
-  # a Python `if` on a tensor, in a loss_fn, a replica_step and a metric,
-  # becomes
+  # a Python `if` on a tensor, in a loss_fn, a replica_step, a metric and a
+  # function the step gives merge_call, becomes
   # graph control flow; unconverted, it is refused while tracing. Both
   # branches here change nothing, so the runs end as the plain task does.
   plain = tasks.regression(build_metrics=None, serving=None)
@@ -219,6 +219,18 @@ def test_a_task_that_branches_on_a_tensor_in_python_trains(tmp_path):
       context.optimizer.apply_gradients(zip(gradients, variables))
     return output
 
+  def at_least_zero(strategy, loss):  # TensorFlow converts merge_call's fn.
+    if loss < 0.0:  # Never.
+      loss = -loss
+    return loss
+
+  def merged_step(context, batch):
+    output = replica_step(context, batch)
+    tf.distribute.get_replica_context().merge_call(
+      at_least_zero, args=(context.average_loss(output.per_example_loss),)
+    )
+    return output
+
   class Error(keras.metrics.Mean):  # A metric of the task's own.
     def update_state(self, y, y_pred, sample_weight=None):
       error = tf.abs(y - y_pred)
@@ -235,10 +247,11 @@ def test_a_task_that_branches_on_a_tensor_in_python_trains(tmp_path):
       "metric",
       dataclasses.replace(plain, build_metrics=lambda: {"e": Error()}),
     ),
+    ("merge_call", dataclasses.replace(plain, replica_step=merged_step)),
   ):
     keras.utils.set_random_seed(0)
     losses.append(_run(tmp_path / name, task, train_steps=10)["train_loss"])
-  np.testing.assert_allclose(losses[1:], [losses[0]] * 3, rtol=1e-6)
+  np.testing.assert_allclose(losses[1:], [losses[0]] * 4, rtol=1e-6)
 
 
 def test_a_step_that_cannot_run_names_the_op_and_the_shapes(tmp_path):

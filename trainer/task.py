@@ -102,28 +102,31 @@ def _collector_paused():
 # and again: each time the pages fault in anew. Kept instead (64 MiB at a
 # heap's top; the mmap threshold fixed at the 32 MiB glibc's own rule stops
 # at), a 40-step digits run made 110,000 page faults, not 300,000, and spent
-# 0.8 s less CPU, 0.6 s of it in the kernel; its peak memory was 35 MB more.
-# (mallopt's parameters: M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD.)
+# 0.8 s less CPU, 0.6 s of it in the kernel; its peak memory was 35 MB more
+# on 2 cores. Each of malloc's arenas (about one per busy thread) may keep
+# that much, so a host of many cores may keep more: set MALLOC_ARENA_MAX or
+# malloc's own terms there. (mallopt's parameters: M_TRIM_THRESHOLD,
+# M_TOP_PAD, M_MMAP_THRESHOLD.)
 _MALLOC_TERMS = ((-1, 64 << 20), (-2, 64 << 20), (-3, 32 << 20))
-# Where the user set malloc's terms themselves, they stand.
-_MALLOC_VARIABLES = (
-  "GLIBC_TUNABLES",
-  "MALLOC_TRIM_THRESHOLD_",
-  "MALLOC_TOP_PAD_",
-  "MALLOC_MMAP_THRESHOLD_",
-)
 
 
 def _malloc_keeps_freed_memory() -> None:
   """Sets glibc's malloc to keep the memory a worker frees for its next
-  allocations (`_MALLOC_TERMS`), unless the environment sets malloc's terms
-  or the C library is not glibc."""
-  if any(name in os.environ for name in _MALLOC_VARIABLES):
+  allocations (`_MALLOC_TERMS`), on Linux with glibc, unless the environment
+  sets any of malloc's terms (a `MALLOC_*` variable, or `glibc.malloc.` in
+  `GLIBC_TUNABLES`): the user's stand."""
+  if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
     return
-  mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # This process's libc.
-  if mallopt is not None and platform.libc_ver()[0] == "glibc":
-    for parameter, value in _MALLOC_TERMS:
-      mallopt(parameter, value)
+  if any(name.startswith("MALLOC_") for name in os.environ) or (
+    "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "")
+  ):
+    return
+  try:
+    mallopt = ctypes.CDLL(None).mallopt  # This process's C library.
+  except (OSError, AttributeError):
+    return
+  for parameter, value in _MALLOC_TERMS:
+    mallopt(parameter, value)
 
 
 def main(argv):

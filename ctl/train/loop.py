@@ -339,7 +339,8 @@ class TrainLoop:
       self._traced = loop.get_concrete_function(
         *self._arguments(1, False, False), tf.constant(0.0)
       )
-    except UserError as e:  # AutoGraph put its trace in front of it.
+    except UserError as e:  # From the task's converted code: AutoGraph's
+      # trace may stand in front of it.
       raise UserError(error_sentence(e)) from None
     except (TypeError, ValueError, NotImplementedError, tf.errors.OpError) as e:
       raise UserError(
@@ -497,7 +498,8 @@ class EvalLoop:
     try:
       with _no_graph_options_warning():
         totals = self._eval(dataset).numpy()
-    except UserError as e:  # Raised while tracing: AutoGraph's text off.
+    except UserError as e:  # Raised while tracing: AutoGraph's text, if
+      # the task's converted code raised it, off.
       raise UserError(error_sentence(e)) from None
     loss_sum, count = totals[:2]
     if not count:

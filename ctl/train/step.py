@@ -72,9 +72,12 @@ def task_code(fn: Callable) -> Callable:
   it converts nothing. A run built where the caller switched AutoGraph off
   (`tf.autograph.experimental.do_not_convert`) converts nothing either.
   """
-  return tf.__internal__.autograph.tf_convert(
-    fn, tf.__internal__.autograph.control_status_ctx()
-  )
+  context = tf.__internal__.autograph.control_status_ctx()
+  if context.status.name == "UNSPECIFIED":
+    # Enabled, as `tf.function` runs converted code: TensorFlow's calls that
+    # convert a function of their own (`merge_call`, `strategy.run`) then do.
+    context = type(context)(status=type(context.status).ENABLED)
+  return tf.__internal__.autograph.tf_convert(fn, context)
 
 
 def keras_compute_loss(loss_fn: Callable | None) -> Callable[..., StepOutput]:
