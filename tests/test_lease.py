@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -86,6 +87,78 @@ def test_a_restart_of_the_same_job_takes_its_own_lease(lease_holder, tmp_path):
     _take(str(tmp_path), job="job-8", stale_secs=3600)
   with _take(str(tmp_path), job="job-7", stale_secs=3600):
     assert _record(tmp_path)["pid"] == os.getpid()
+
+
+# A chief of job "j" starting: the trainer's start-up check (`check_free`,
+# before TensorFlow loads), then either a long block standing in for
+# TensorFlow's cluster formation ("form"), or, a few seconds on, the take-over
+# `ctl.run` makes once its cluster formed, held a few seconds more ("take").
+_CHIEF_STARTING = """
+import sys
+import time
+from ctl.resilience import lease
+model_dir, then = sys.argv[1:]
+terms = lease.Terms(model_dir=model_dir, job="j", stale_secs=60.0,
+                    storage_route="gcsfs")
+lease.check_free(terms)
+if then == "form":
+  time.sleep(60)
+else:
+  time.sleep(6)
+  with lease.hold(terms) as held:
+    print("took generation", held.holder.generation, flush=True)
+    time.sleep(6)
+"""
+
+
+def _chief_starting(model_dir, then):
+  return subprocess.run(
+    [sys.executable, "-c", _CHIEF_STARTING, model_dir, then],
+    cwd=REPO,
+    env=trainer_env(),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+
+
+@pytest.mark.processes
+def test_a_chief_whose_job_goes_on_under_a_live_holder_stops_with_77(
+  lease_holder, tmp_path
+):
+  """Issue 55: a chief replaced behind a partition (a new chief of the same
+  job holds the lease and renews it) passed the start-up check as "this job,
+  restarted", then waited in TensorFlow's cluster formation until its
+  start-up limit ended it (75, or 137). The holder's renewal tells it."""
+  holder = lease_holder(
+    str(tmp_path), job="j", stale_secs=2.0, host="elsewhere"
+  )
+  old = _chief_starting(str(tmp_path), "form")
+  assert old.returncode == errors.LEASE_LOST_EXIT_CODE, old.stderr[-3000:]
+  last = old.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: This trainer (pid "), last
+  assert f"pid {holder.pid} on elsewhere, job j" in last, last
+  assert "was replaced" in last, last
+  assert _record(tmp_path)["pid"] == holder.pid  # It wrote nothing.
+
+
+@pytest.mark.processes
+def test_a_dead_holder_of_the_job_is_taken_over_at_once_and_unwatched(
+  lease_holder, tmp_path
+):
+  """A restart's predecessor, killed, never renews: the start-up check's
+  watch never fires, and the take-over comes at once, the record still
+  fresh (no wait for its 3600 s staleness); the take-over's own change of
+  the record is no sign of another chief."""
+  dead = lease_holder(str(tmp_path), job="j", stale_secs=3600)
+  dead.kill()
+  dead.wait()
+  generation = _record(tmp_path)["generation"]
+  new = _chief_starting(str(tmp_path), "take")
+  assert new.returncode == 0, new.stderr[-3000:]
+  assert f"took generation {generation + 1}" in new.stdout
+  assert "it belongs to this job (j), restarted" in new.stderr
+  assert not (tmp_path / lease.LEASE_FILE).exists()  # Released at the end.
 
 
 @pytest.mark.processes

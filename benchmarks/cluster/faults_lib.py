@@ -31,8 +31,9 @@ same job (`reference`):
                         host-0 cut from everyone and replaced by a new
                         chief node (same name, new address) while the old
                         one lives on behind the partition; healed, the old
-                        chief commits nothing and exits; the new run ends
-                        with the reference weights.
+                        chief commits nothing and exits 77 (its lease
+                        watch saw the new chief renew the lease); the new
+                        run ends with the reference weights.
 
 Each result says when the fault was detected (the first failed run mark of
 any worker after it), how many steps were lost (the ledger's goodput), and
@@ -48,6 +49,7 @@ import subprocess
 import sys
 import time
 
+from ctl.errors import LEASE_LOST_EXIT_CODE
 from ctl.testing import events as events_lib
 from ctl.testing import gcs_emulator
 from ctl.testing import netns_cluster
@@ -71,6 +73,8 @@ LEASE_SECS = 12
 # What any one job may take before the harness calls it a hang.
 BACKSTOP_SECS = 300
 FAULT_STEP = 100
+# The old chief's agent's row of `exit_codes` (stale_chief_across_partition).
+OLD_CHIEF = "old host-0"
 
 
 def flags(train_steps: int) -> tuple[str, ...]:
@@ -387,7 +391,7 @@ def run_fault(name: str, *, workdir: str, steps: int) -> Result:
       job.finish()
     if stale:  # The old chief, healed, must write nothing and end.
       before = job.objects()
-      (result.exit_codes["old host-0"],) = job.finish(
+      (result.exit_codes[OLD_CHIEF],) = job.finish(
         {"old": job.old_chief}
       ).values()
       written = sorted(
@@ -397,7 +401,7 @@ def run_fault(name: str, *, workdir: str, steps: int) -> Result:
         f"the old chief wrote {written or 'nothing'} after the heal"
       )
       if written:
-        result.exit_codes["old host-0"] = None
+        result.exit_codes[OLD_CHIEF] = None
     summary = job.summary() or {}
     result.fingerprint = summary.get("weights_fingerprint")
     result.steps_lost = summary.get("goodput", {}).get("lost_steps")
@@ -464,4 +468,10 @@ def _passed(name: str, result: Result) -> bool:
     NAMED[name] in p for p in result.named_in_ledger
   ):
     broken.append(f"the ledger does not name {NAMED[name]}")
+  old = result.exit_codes.get(OLD_CHIEF)  # stale_chief_across_partition's.
+  if old not in (None, LEASE_LOST_EXIT_CODE):  # None: a hang, said above.
+    broken.append(
+      f"the old chief exited {old}, not {LEASE_LOST_EXIT_CODE} (replaced: "
+      "the lease held by the new chief)"
+    )
   return not broken

@@ -31,6 +31,18 @@ host is never stale (paused, it may go on). A renewal thread rewrites the
 record every `stale_secs / 4` on a monotonic clock. A holder that finds its lease taken over says so and stops
 renewing; it never deletes another's lease. A blank job id is no job id.
 
+A lease of the same job is taken at once, but one read cannot tell a
+restart's dead predecessor from a live chief of the same job that replaced
+this one (an old chief behind a partition that healed: same job id, same
+host name). So the start-up check (`check_free`) that lets such a lease pass
+watches it until this process takes it (`acquire`): a dead predecessor never
+renews its record, a live holder does within a quarter of its staleness.
+Should the record change first (renewed, taken or released), this process
+was replaced: it says so in one line and ends itself with the lease-lost
+exit code (77), from the watch's thread, as the main thread may wait in
+TensorFlow's cluster formation. An ordinary restart waits for nothing: the
+watch reads in the background, and the take-over stops it.
+
 A record left half-written (empty, or JSON cut short: a trainer killed
 between creating the file and writing it) names no holder and is taken over
 as a stale one. A whole record that is not a holder's (not a JSON object, a
@@ -49,6 +61,7 @@ import math
 import os
 import reprlib
 import socket
+import sys
 import threading
 import time
 
@@ -66,6 +79,16 @@ _ATTEMPTS = 3
 # How long a file lease's writer waits for another's check-and-write on the
 # same directory (microseconds, unless that one is paused inside it).
 _LOCK_WAIT_SECS = 5.0
+# The start-up check's watch of a same-job lease reads it twice per renewal
+# of its holder (every eighth of the holder's staleness), so it sees a live
+# holder's first renewal within one and a half renewals, and at least every
+# `_WATCH_SECS`, so a holder renewing at a slow pace (every 30 s by default)
+# is seen within seconds of its renewal, the likelier before this process
+# enters TensorFlow's cluster formation; each read is one small request.
+_WATCH_SECS = 2.0
+# The start-up checks' watches by run directory: each an event that stops
+# its watch, set when this process takes that lease (`acquire`).
+_watches: dict[str, threading.Event] = {}
 
 
 class LeaseHeld(UserError):
@@ -194,7 +217,9 @@ def check_free(terms: Terms | None) -> None:
 
   A command line calls it before it loads TensorFlow, so a second trainer is
   refused within a second or two; `hold` still decides when it takes the
-  lease.
+  lease. A lease of this same job passes, and is watched until `hold` takes
+  it: should its record change first, a live trainer of this job holds it,
+  and this process ends with the lease-lost exit code (`_watch`).
 
   Args:
     terms: the lease's terms; None on a worker that is not the chief.
@@ -204,17 +229,80 @@ def check_free(terms: Terms | None) -> None:
   """
   if terms is None:
     return
-  found = _open_store(
+  _stop_watch(terms.model_dir)  # A check made again watches anew.
+  store = _open_store(
     terms.model_dir,
     storage_route=terms.storage_route,
     fuse_root=terms.fuse_root,
-  ).read()
-  if found is not None:
-    _judge(
-      found[0],
-      _me(terms.job, terms.stale_secs),
-      **dataclasses.asdict(terms),
-    )
+  )
+  found = store.read()
+  if found is None:
+    return
+  mine = _me(terms.job, terms.stale_secs)
+  _judge(found[0], mine, **dataclasses.asdict(terms))
+  if _same_job(found[0], mine) and not terms.take_over:
+    _watches[terms.model_dir] = _watch(store, found, terms)
+
+
+def _watch(store, found: tuple, terms: Terms) -> threading.Event:
+  """Watches the same-job lease `found` that `check_free` let pass, from a
+  thread; returns the event that stops the watch (`_stop_watch`).
+
+  A restart's predecessor is dead and never renews its record; a live
+  holder renews it every quarter of its staleness. So a record renewed,
+  taken or released before this process takes the lease (which stops the
+  watch before it writes) was another live trainer's of this job, and this
+  process was replaced as its chief: the thread says so and ends the
+  process (`_replaced`). A read that fails is no change; nothing is written.
+  """
+  holder, token = found
+  every = min((holder.stale_secs or terms.stale_secs) / 8, _WATCH_SECS)
+  stop = threading.Event()
+
+  def watch() -> None:
+    while not stop.wait(every):
+      try:
+        now = store.read()
+      except Exception:  # pylint: disable=broad-except
+        continue  # No answer (a bucket cut off, however gcsfs says so).
+      if now and (now[1] == token or isinstance(now[0], Damaged)):
+        continue  # Unchanged, or no holder's (half-written): read again.
+      if not stop.is_set():  # Set before this process's own take-over.
+        _replaced(terms.model_dir, holder, now and now[0])
+
+  threading.Thread(target=watch, daemon=True, name="ctl-lease-watch").start()
+  return stop
+
+
+def _stop_watch(model_dir: str) -> None:
+  """Stops the start-up check's watch of `model_dir`'s lease, if any."""
+  _watches.pop(model_dir, threading.Event()).set()
+
+
+def _replaced(model_dir: str, judged: Holder, now: Holder | None) -> None:
+  """Says that another live trainer of this job holds the lease `judged`
+  was (`now`: its record now, None: released), and ends this process with
+  the lease-lost exit code; never returns.
+
+  As the stall watchdog ends a stuck process: the line straight to the
+  standard error's descriptor, then `os._exit`, which needs nothing of the
+  main thread (it may wait in TensorFlow's cluster formation).
+  """
+  if now is None:
+    change = f"released by {judged.describe()}"
+  elif judged.same_holding(now):
+    change = f"renewed by {now.describe()}"
+  else:
+    change = f"taken by {now.describe()}"
+  sys.stderr.flush()  # What was logged before, first.
+  os.write(
+    2,  # The descriptor: sys.stderr may be a wrapper (pytest, notebooks).
+    f"error: This trainer (pid {os.getpid()}) was replaced as the chief of "
+    f"job {judged.job}: since its start-up check, the lease on {model_dir} "
+    f"was {change}, another live trainer of this job; it stops and writes "
+    "nothing.\n".encode(),
+  )
+  os._exit(errors.LEASE_LOST_EXIT_CODE)  # pylint: disable=protected-access
 
 
 def acquire(
@@ -237,6 +325,7 @@ def acquire(
   Raises:
     LeaseHeld: a live process holds it.
   """
+  _stop_watch(model_dir)  # Before this process's own write changes it.
   store = _open_store(
     model_dir, storage_route=storage_route, fuse_root=fuse_root
   )
@@ -548,7 +637,7 @@ def _reclaimable(holder: Holder, mine: Holder, stale_secs: float) -> str | None:
   `stale_secs` is the holder's. A holder on this host is judged by its pid
   alone: alive, it is never stale (a paused one may go on and commit).
   """
-  if holder.job and holder.job == mine.job:
+  if _same_job(holder, mine):
     return f"it belongs to this job ({holder.job}), restarted"
   if holder.host == mine.host:
     if _alive(holder.pid):
@@ -558,6 +647,11 @@ def _reclaimable(holder: Holder, mine: Holder, stale_secs: float) -> str | None:
   if age > stale_secs:
     return f"not renewed for {age:.0f} s (stale after {stale_secs:g} s)"
   return None
+
+
+def _same_job(holder: Holder | Damaged, mine: Holder) -> bool:
+  """Whether `holder` is of this process's job (a damaged record is none's)."""
+  return bool(holder.job) and holder.job == mine.job
 
 
 def _alive(pid: int) -> bool:
