@@ -33,6 +33,7 @@ failed, timed out, was skipped or is pending, and the message names them.
 """
 
 from collections.abc import Callable, Mapping, Sequence
+from concurrent import futures
 import dataclasses
 import importlib.metadata
 import importlib.util
@@ -66,6 +67,13 @@ flags.DEFINE_bool(
   "checks that everything runs; the numbers mean nothing.",
 )
 flags.DEFINE_list("only", [], "Run only these sections (default: all).")
+flags.DEFINE_integer(
+  "parallel",
+  1,
+  "With --quick: how many sections run at a time (most use one core, and "
+  "tiny settings' numbers mean nothing; a section then reads the others as "
+  "a busy machine: UNDECIDED). The standard run measures: one at a time.",
+)
 flags.DEFINE_integer(
   "budget_secs",
   1200,
@@ -549,8 +557,13 @@ def run(
   only: Sequence[str] = (),
   budget_secs: float = 1200,
   benchmarks: Sequence[Benchmark] = BENCHMARKS,
+  parallel: int = 1,
 ) -> tuple[str, dict]:
   """Runs the benchmarks and writes the results.
+
+  `parallel` sections run at a time (quick settings only: `main` refuses it
+  otherwise), in the chosen order; one whose flags come from earlier
+  sections (`flags_from`) starts once every earlier one has ended.
 
   Returns:
     (the run directory, the report).
@@ -560,36 +573,25 @@ def run(
   run_dir = report_lib.new_run_dir(results_dir)
   os.makedirs(os.path.join(run_dir, "logs"))
   report = report_lib.new_report(machine_info())
-  for index, benchmark in enumerate(chosen, 1):
-    left = budget_secs - (time.perf_counter() - started) - _REPORT_RESERVE_SECS
-    if left < _MIN_START_SECS:
-      produced = {
-        benchmark.section: report_lib.placeholder(
-          title=benchmark.section,
-          status="skipped",
-          note=f"Not started: the run's {budget_secs:.0f} s budget was spent.",
+  with futures.ThreadPoolExecutor(max_workers=parallel) as pool:
+    runs = []
+    for index, benchmark in enumerate(chosen, 1):
+      if benchmark.flags_from:  # Its flags come from the sections before it.
+        futures.wait(runs)
+      runs.append(
+        pool.submit(
+          _start,
+          chosen[index - 1 :],
+          _sections(runs),
+          f"[{index}/{len(chosen)}]",
+          run_dir=run_dir,
+          quick=quick,
+          deadline=started + budget_secs,
+          budget_secs=budget_secs,
         )
-      }
-    else:
-      produced = run_benchmark(
-        benchmark,
-        run_dir=run_dir,
-        quick=quick,
-        timeout_secs=min(
-          benchmark.quick_timeout_secs if quick else benchmark.timeout_secs,
-          left,
-        ),
-        sections=report["sections"],
-        share_secs=_share(chosen[index - 1 :], left, quick=quick),
       )
-    report = report_lib.merge(report, produced)
-    for name, body in produced.items():
-      took = f" in {body['seconds']:.0f} s" if "seconds" in body else ""
-      if "machine" in body:
-        took += f"; machine: {markdown.machine_text(body['machine'])}"
-      print(
-        f"[{index}/{len(chosen)}] {name}: {body['status']}{took}", flush=True
-      )
+  for done in runs:  # In the chosen order, whichever ended first.
+    report = report_lib.merge(report, done.result())
   if hasattr(os, "getloadavg"):
     report["machine"]["load_at_end"] = round(os.getloadavg()[0], 2)
   report["machine"]["total_seconds"] = round(time.perf_counter() - started, 1)
@@ -600,6 +602,59 @@ def run(
   chart.write(report, os.path.join(run_dir, report_lib.CHART_PNG))
   report_lib.point_latest(results_dir, run_dir)
   return run_dir, report
+
+
+def _start(
+  to_run: Sequence[Benchmark],
+  sections: Mapping[str, dict],
+  label: str,
+  *,
+  run_dir: str,
+  quick: bool,
+  deadline: float,
+  budget_secs: float,
+) -> dict[str, dict]:
+  """Runs the first of `to_run` in what the run's `budget_secs` has left
+  when it starts (until `deadline`, on `time.perf_counter`; the rest of
+  `to_run`: the sections after it, for its share); prints its line,
+  `label` first."""
+  benchmark = to_run[0]
+  seconds = deadline - time.perf_counter() - _REPORT_RESERVE_SECS
+  if seconds < _MIN_START_SECS:
+    produced = {
+      benchmark.section: report_lib.placeholder(
+        title=benchmark.section,
+        status="skipped",
+        note=f"Not started: the run's {budget_secs:.0f} s budget was spent.",
+      )
+    }
+  else:
+    produced = run_benchmark(
+      benchmark,
+      run_dir=run_dir,
+      quick=quick,
+      timeout_secs=min(
+        benchmark.quick_timeout_secs if quick else benchmark.timeout_secs,
+        seconds,
+      ),
+      sections=sections,
+      share_secs=_share(to_run, seconds, quick=quick),
+    )
+  for name, body in produced.items():
+    took = f" in {body['seconds']:.0f} s" if "seconds" in body else ""
+    if "machine" in body:
+      took += f"; machine: {markdown.machine_text(body['machine'])}"
+    print(f"{label} {name}: {body['status']}{took}", flush=True)
+  return produced
+
+
+def _sections(runs: Sequence[futures.Future]) -> dict[str, dict]:
+  """The sections of the `runs` that have ended, in their order."""
+  ended = {}
+  for done in runs:
+    if done.done():
+      ended.update(done.result())
+  return ended
 
 
 def _share(to_run: Sequence[Benchmark], left: float, *, quick: bool) -> float:
@@ -645,11 +700,20 @@ def _tail(path: str, lines: int = 3) -> str:
 
 def main(argv):
   del argv  # Unused.
+  if FLAGS.parallel < 1 or (FLAGS.parallel > 1 and not FLAGS.quick):
+    print(
+      f"error: --parallel={FLAGS.parallel}: sections run one at a time "
+      "(--parallel=1), or more at a time on --quick settings only, where "
+      "nothing they measure is judged.",
+      file=sys.stderr,
+    )
+    sys.exit(2)
   run_dir, report = run(
     results_dir=FLAGS.results_dir,
     quick=FLAGS.quick,
     only=FLAGS.only,
     budget_secs=FLAGS.budget_secs,
+    parallel=FLAGS.parallel,
   )
   for target in report_lib.all_targets(report):
     print(

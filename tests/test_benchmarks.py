@@ -851,6 +851,55 @@ def test_run_all_names_each_section_that_did_not_finish(tmp_path):
   assert run_all.broken_sections(report) == ["crash (skipped)"]
 
 
+@pytest.mark.processes
+def test_quick_sections_run_side_by_side_and_one_that_reads_others_waits(
+  tmp_path,
+):
+  """--parallel=2: the first section waits for a file the second makes, so
+  the run ends only if both run at once; the third takes its flags from
+  the sections before it (`flags_from`), so it starts after both ended.
+  The report lists them in their chosen order."""
+  made = tmp_path / "made"
+
+  def stub(section, *flags, **kwargs):
+    return run_all.Benchmark(section, "tests.bench_stub", flags, **kwargs)
+
+  chosen = (
+    stub("waits", f"--wait_for={made}", quick_timeout_secs=120),
+    stub("makes", f"--touch={made}"),
+    stub("reads", flags_from=lambda sections: [f"--saw={','.join(sections)}"]),
+  )
+  _, report = run_all.run(
+    results_dir=str(tmp_path / "runs"),
+    quick=True,
+    benchmarks=chosen,
+    parallel=2,
+  )
+  assert run_all.broken_sections(report) == []
+  assert list(report["sections"]) == ["waits", "makes", "reads"]
+  assert report["sections"]["reads"]["notes"][0] == "saw: waits,makes"
+
+
+@pytest.mark.processes
+def test_more_than_one_section_at_a_time_is_for_quick_settings_only(tmp_path):
+  result = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "benchmarks.run_all",
+      f"--results_dir={tmp_path}",
+      "--parallel=2",
+    ],
+    capture_output=True,
+    text=True,
+    check=False,
+  )
+  assert result.returncode == 2
+  assert result.stderr.startswith("error: --parallel=2: sections run one at")
+  assert result.stderr.count("\n") == 1
+  assert not os.listdir(tmp_path)  # Refused before anything ran.
+
+
 def test_an_opt_in_section_runs_only_when_named():
   # restart_resnet50 takes minutes a round: not in the standard 20 minutes,
   # but `--only=restart_resnet50` (and `make bench BENCH_FLAGS=...`) runs it.
