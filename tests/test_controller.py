@@ -38,6 +38,32 @@ def test_run_rejects_bad_options_before_touching_anything(tmp_path):
   assert os.listdir(tmp_path) == []
 
 
+def test_every_option_reaches_one_record_and_no_part_reads_the_options(
+  tmp_path,
+):
+  """`run` splits RunOptions where the run starts (controller._Plan) into
+  the records the parts take: an option that no record carries would be
+  ignored by every part below, so each one, set to a value of its own, must
+  come out in a record."""
+  base = make_options(tmp_path)
+  for field in dataclasses.fields(options.RunOptions):
+    mark = (
+      dataclasses.replace(base.dirs, model_dir=str(tmp_path / "marked"))
+      if field.name == "dirs"
+      else object()
+    )
+    plan = controller._Plan(dataclasses.replace(base, **{field.name: mark}))
+    carried = [
+      getattr(record, name.name)
+      for record in vars(plan).values()
+      for name in dataclasses.fields(record)
+    ]
+    assert any(value is mark for value in carried), field.name
+  assert not any(
+    isinstance(record, options.RunOptions) for record in vars(plan).values()
+  )
+
+
 def _tiny_task():
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -10,7 +10,7 @@ Steps are targets: `train_steps=N` means "until the global step is N", so the
 same call after any interruption continues and ends at the same place.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 import contextlib
 import dataclasses
 import os
@@ -82,16 +82,17 @@ def run(
     TrainingDiverged: the loss stayed non-finite; nothing bad was saved.
   """
   options.validate()
-  environment_lib.check_chief(strategy, options.is_chief)
+  plan = _Plan(options)  # Below this line, each part gets its record.
+  environment_lib.check_chief(strategy, plan.place.is_chief)
   listeners, faults = _from_environment(
-    strategy, options, progress_listeners, faults
+    strategy, plan.start.restarts, progress_listeners, faults
   )
   if watchdog:
     listeners = (watchdog, *listeners)
-  with lease_lib.hold(options.lease_terms()) as held:  # One writer per run dir.
+  with lease_lib.hold(plan.lease) as held:  # One writer per run dir.
     run_state = _Run(
       task,
-      options,
+      plan,
       strategy,
       eval_callbacks,
       listeners,
@@ -104,18 +105,69 @@ def run(
     return run_state.run()
 
 
-def _from_environment(strategy, options, listeners, faults):
+@dataclasses.dataclass(frozen=True)
+class _Start:
+  """What this start of the run is: how many restarts came before it, the
+  flags it was started with, the hyperparameters it reports."""
+
+  restarts: int
+  start_flags: tuple[str, ...]
+  hparams: Mapping[str, bool | int | float | str]
+
+
+class _Plan:
+  """`RunOptions` split where the run starts into the records each part
+  takes, each handed down once: no part below reads the options themselves
+  (docs/design.md, "Options stop at the door")."""
+
+  def __init__(self, options: RunOptions):
+    self.place = parts_lib.Place(
+      dirs=options.dirs,
+      is_chief=options.is_chief,
+      storage_route=options.storage,
+      fuse_root=options.fuse_root,
+      job_id=options.job_id,
+      evaluator_writes_validation=options.evaluator_writes_validation,
+    )
+    self.lease = options.lease_terms()  # None on a worker: it takes none.
+    self.schedule = parts_lib.LoopSchedule(
+      train_steps=options.train_steps,
+      steps_per_loop=options.steps_per_loop,
+      log_every_steps=options.log_every_steps,
+      eval_every_steps=options.eval_every_steps,
+      profile_steps=options.profile_steps,
+      seed=options.seed,
+      xla=options.xla,
+      train_metrics=options.train_metrics,
+      max_nan_recoveries=options.max_nan_recoveries,
+      reshuffle_on_nan=options.reshuffle_on_nan,
+    )
+    self.checkpoints = parts_lib.CheckpointSchedule(
+      every_steps=options.checkpoint_every_steps,
+      every_secs=options.checkpoint_every_secs,
+      expected_mtbf_secs=options.expected_mtbf_secs,
+      keep=options.keep_checkpoints,
+      async_save=options.async_checkpoint,
+      local_tier=options.local_checkpoints,
+      local_every_steps=options.local_checkpoint_every_steps,
+    )
+    self.start = _Start(
+      restarts=options.restarts,
+      start_flags=options.start_flags,
+      hparams=options.hparams,
+    )
+
+
+def _from_environment(strategy, attempt: int, listeners, faults):
   """(progress listeners, faults): those given, else the environment's
-  (`CTL_EVENTS`, `CTL_FAULTS`) for this worker and attempt."""
+  (`CTL_EVENTS`, `CTL_FAULTS`) for this worker and `attempt`."""
   worker = worker_exchange.worker_index(strategy)
   if listeners is None:
     listeners = progress_lib.events_from_environ(
-      os.environ, worker=worker, attempt=options.restarts
+      os.environ, worker=worker, attempt=attempt
     )
   if faults is None:
-    faults = faults_lib.from_environ(
-      os.environ, worker=worker, attempt=options.restarts
-    )
+    faults = faults_lib.from_environ(os.environ, worker=worker, attempt=attempt)
   return tuple(listeners), faults
 
 
@@ -158,7 +210,7 @@ class _Run:
   def __init__(
     self,
     task,
-    options,
+    plan: _Plan,
     strategy,
     eval_callbacks,
     progress_listeners,
@@ -167,7 +219,9 @@ class _Run:
     fence,
     loop_actions=(),
   ):
-    self._task, self._options, self._strategy = task, options, strategy
+    self._task = task
+    self._plan = plan
+    self._strategy = strategy
     self._fence = fence  # Checked before every commit (ctl.io.fencing).
     self._eval_callbacks = eval_callbacks
     self._loop_actions = loop_actions
@@ -175,7 +229,8 @@ class _Run:
     self._restored_step = 0  # The step start-up restored.
     self._loops = None  # _Loops, once start-up is done.
     self.ledger, self._faults, self._progress = _observers(
-      options,
+      plan.place,
+      plan.start,
       faults,
       progress_listeners,
       current_step=self._current_step,
@@ -203,17 +258,17 @@ class _Run:
         raise PeerLost(f"{lost}; its node is gone or cut off.") from None
 
   def _train(self) -> dict:
-    options = self._options
+    plan = self._plan
     with self._progress.phase(progress_lib.STARTUP):
       restored = self._start_up()
-      if not restored and not options.train_steps:
+      if not restored and not plan.schedule.train_steps:
         summary = finishing.nothing_to_train(
-          checkpoint_dir=options.dirs.checkpoint_dir, ledger=self.ledger
+          checkpoint_dir=plan.place.dirs.checkpoint_dir, ledger=self.ledger
         )
         self._parts.close()
         return summary
       self._parts.writer.write_hparams(
-        options.hparams, self._parts.metric_names
+        plan.start.hparams, self._parts.metric_names
       )
     self._parts.checkpoints.start()
     # A new run saves its step 0 (a rollback target for the divergence
@@ -222,24 +277,27 @@ class _Run:
     self._loops = _Loops(
       self._parts,
       self._task,
-      options,
+      plan.schedule,
       self._strategy,
       self._faults,
       self._progress,
       step=self._restored_step,
-      save_first=not restored and bool(options.max_nan_recoveries),
+      save_first=not restored and bool(plan.schedule.max_nan_recoveries),
+      is_chief=plan.place.is_chief,
     )
     with preemption.StopRequest() as stop:
-      self._loops.until(options.train_steps, stop)
+      self._loops.until(plan.schedule.train_steps, stop)
     return self._finish(trained=self._loops.step > self._restored_step)
 
   def _start_up(self) -> bool:
     """Assembles the run's parts and restores the newest checkpoint;
     returns whether one was restored."""
-    options = self._options
+    plan = self._plan
     self._parts = parts_lib.assemble(
       task=self._task,
-      options=options,
+      place=plan.place,
+      schedule=plan.schedule,
+      checkpoint_schedule=plan.checkpoints,
       strategy=self._strategy,
       progress=self._progress,
       ledger=self.ledger,
@@ -258,7 +316,8 @@ class _Run:
       self._parts.actions.check(evaluated)
     with self._progress.phase(progress_lib.RESTORE):
       restored, self._restored_step = self._parts.checkpoints.restore_at_start(
-        directory=options.dirs.checkpoint_dir, train_steps=options.train_steps
+        directory=plan.place.dirs.checkpoint_dir,
+        train_steps=plan.schedule.train_steps,
       )
     return restored
 
@@ -280,12 +339,12 @@ class _Run:
         progress=self._progress,
         fence=self._fence,
       )
-      summary = _summary(parts, step, self._options, self._started, self.ledger)
+      summary = _summary(parts, step, self._plan, self._started, self.ledger)
       finishing.write_summary(parts.outputs.model, summary, fence=self._fence)
     finally:
       parts.close()
     parts.checkpoints.remove_local()
-    finishing.log_done(summary, model_dir=self._options.dirs.model_dir)
+    finishing.log_done(summary, model_dir=self._plan.place.dirs.model_dir)
     return summary
 
 
@@ -318,10 +377,25 @@ class _Loops:
   """
 
   def __init__(
-    self, parts, task, options, strategy, faults, progress, *, step, save_first
+    self,
+    parts,
+    task,
+    schedule: parts_lib.LoopSchedule,
+    strategy,
+    faults,
+    progress,
+    *,
+    step,
+    save_first,
+    is_chief,
   ):
-    self._parts, self._task, self._options = parts, task, options
-    self._strategy, self._faults, self._progress = strategy, faults, progress
+    self._parts = parts
+    self._task = task
+    self._schedule = schedule
+    self._strategy = strategy
+    self._faults = faults
+    self._progress = progress
+    self._is_chief = is_chief  # What the loop actions are told.
     # The global step as the host knows it: read from the variable after a
     # restore, then advanced by the steps each loop runs.
     self.step = step
@@ -340,7 +414,7 @@ class _Loops:
     parts, iterator = self._parts, self._iterator()
     returned, first = time.perf_counter(), True
     while self.step < train_steps:
-      num_steps = min(self._options.steps_per_loop, train_steps - self.step)
+      num_steps = min(self._schedule.steps_per_loop, train_steps - self.step)
       started = time.monotonic()
       phase = progress_lib.FIRST_LOOP if first else progress_lib.TRAIN_LOOP
       with (
@@ -388,10 +462,10 @@ class _Loops:
 
   def _record_loop(self, output, num_steps: int, seconds: float) -> None:
     """The loop's metrics, stragglers and log line."""
-    parts, step, options = self._parts, self.step, self._options
+    parts, step, schedule = self._parts, self.step, self._schedule
     parts.window.add(output, num_steps, seconds)
     parts.stragglers.add(output.host_seconds, step=step)
-    if step % options.log_every_steps == 0 or step == options.train_steps:
+    if step % schedule.log_every_steps == 0 or step == schedule.train_steps:
       parts.window.log(step, parts.stragglers.scalars())
 
   def _after_loop(self, output, num_steps: int, seconds: float) -> bool:
@@ -419,7 +493,7 @@ class _Loops:
       loss=metrics["loss"],
       metrics=metrics,
       eval_metrics=evaluation.metrics if evaluation.step == self.step else {},
-      is_chief=self._options.is_chief,
+      is_chief=self._is_chief,
     )
 
   def _iterator(self):
@@ -436,11 +510,11 @@ class _Loops:
       self._parts.close()
       raise
     _, self.step = self._parts.checkpoints.restore_latest()
-    if self._options.reshuffle_on_nan:
+    if self._schedule.reshuffle_on_nan:
       self._parts.state.data_seed.assign_add(1)
 
 
-def _observers(options, faults, listeners, *, current_step, fence):
+def _observers(place, start, faults, listeners, *, current_step, fence):
   """(the run ledger, a fault injector, the progress that marks phases).
 
   The chief keeps the run ledger (ctl.telemetry.ledger), a listener of every
@@ -451,14 +525,14 @@ def _observers(options, faults, listeners, *, current_step, fence):
   """
   ledger = (
     ledger_lib.Ledger(
-      directory=ledger_reader.ledger_dir(options.dirs.model_dir),
-      storage=options.storage,
-      fuse_root=options.fuse_root,
-      restart=options.restarts,
-      start_flags=options.start_flags,
+      directory=ledger_reader.ledger_dir(place.dirs.model_dir),
+      storage=place.storage_route,
+      fuse_root=place.fuse_root,
+      restart=start.restarts,
+      start_flags=start.start_flags,
       fence=fence,
     )
-    if options.is_chief
+    if place.is_chief
     else ledger_lib.Unkept()
   )
   injector = (
@@ -482,7 +556,7 @@ def _train_iterator(task, strategy, step: int, seed: int, faults):
 def _summary(
   parts: parts_lib.Parts,
   step: int,
-  options: RunOptions,
+  plan: _Plan,
   started: float,
   ledger: ledger_lib.Ledger | ledger_lib.Unkept,
 ) -> dict:
@@ -500,7 +574,7 @@ def _summary(
     "examples_per_second": parts.window.median_throughput(),
     "wall_seconds": round(time.monotonic() - started, 3),
     "restores": int(parts.state.restores.numpy()),
-    "restarts": options.restarts,
+    "restarts": plan.start.restarts,
     "nan_recoveries": parts.divergence.recoveries,
     "weights_fingerprint": checkpointing.weights_fingerprint(
       parts.state.model, parts.state.optimizer
@@ -516,6 +590,6 @@ def _summary(
       ledger.accounting(ending="done", step=step),
       step=step,
       writer=parts.writer,
-      model_dir=options.dirs.model_dir,
+      model_dir=plan.place.dirs.model_dir,
     )
   return summary

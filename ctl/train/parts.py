@@ -1,9 +1,11 @@
 """What a run is made of, built once at start-up: its outputs, the model's
 state, the compiled loops and the duties the controller calls between loops.
 
-`assemble` opens the outputs and builds each part from the run's options, so
-the controller (`ctl.train.controller`) only drives them. The parts are
-closed together (`Parts.close`), checkpoint writes first.
+`assemble` opens the outputs and builds each part from the records the
+controller splits `RunOptions` into where the run starts (`Place`,
+`LoopSchedule`, `CheckpointSchedule`; docs/design.md), so no part reads the
+options themselves and the controller (`ctl.train.controller`) only drives
+the parts. They are closed together (`Parts.close`), checkpoint writes first.
 """
 
 from collections.abc import Callable, Sequence
@@ -38,8 +40,82 @@ from ctl.train import metric_set
 from ctl.train import metrics_window
 from ctl.train import state as state_lib
 from ctl.train import step as step_lib
-from ctl.train.options import RunOptions
 from ctl.train.options import Task
+
+
+@dataclasses.dataclass(frozen=True)
+class Place:
+  """Where the run writes and who writes it (from `RunOptions`).
+
+  Attributes:
+    dirs: the run's output directories (ctl.io.outputs.OutputDirs).
+    is_chief: whether this worker writes them (the others write nothing).
+    storage_route: how gs:// directories are reached (ctl.io.storage.ROUTES).
+    fuse_root: where Cloud Storage FUSE mounts buckets.
+    job_id: the supervisor's job id, or "": the local tier and the lease
+      belong to it.
+    evaluator_writes_validation: a side-car evaluator writes the validation
+      summaries, so the chief's evaluations are not written to TensorBoard.
+  """
+
+  dirs: outputs_lib.OutputDirs
+  is_chief: bool
+  storage_route: str
+  fuse_root: str
+  job_id: str
+  evaluator_writes_validation: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopSchedule:
+  """How the train loops run (from `RunOptions`, whose fields these are).
+
+  Attributes:
+    train_steps: the global step to train to.
+    steps_per_loop: steps per `tf.function` call.
+    log_every_steps: log line and train summaries interval.
+    eval_every_steps: evaluation interval; 0 evaluates only at the end.
+    profile_steps: (first, last) global steps to trace, or None.
+    seed: the data order's seed.
+    xla: compile the forward and backward pass with XLA.
+    train_metrics: update the task's metrics at every training step.
+    max_nan_recoveries: rollbacks allowed after a non-finite loss.
+    reshuffle_on_nan: use a new data order after a rollback.
+  """
+
+  train_steps: int
+  steps_per_loop: int
+  log_every_steps: int
+  eval_every_steps: int
+  profile_steps: tuple[int, int] | None
+  seed: int
+  xla: bool
+  train_metrics: bool
+  max_nan_recoveries: int
+  reshuffle_on_nan: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSchedule:
+  """When and where checkpoints are saved (from `RunOptions`).
+
+  Attributes:
+    every_steps: checkpoint interval in steps; 0: none by steps.
+    every_secs: interval in seconds, 0 (none) or "auto" (Young/Daly).
+    expected_mtbf_secs: the failure interval "auto" assumes at first.
+    keep: how many checkpoints to keep.
+    async_save: write checkpoints in the background.
+    local_tier: the local tier's setting (`RunOptions.local_checkpoints`).
+    local_every_steps: the local tier's interval (0: every loop).
+  """
+
+  every_steps: int
+  every_secs: float | str
+  expected_mtbf_secs: float
+  keep: int
+  async_save: bool
+  local_tier: str
+  local_every_steps: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +146,9 @@ class Parts:
 def assemble(
   *,
   task: Task,
-  options: RunOptions,
+  place: Place,
+  schedule: LoopSchedule,
+  checkpoint_schedule: CheckpointSchedule,
   strategy: tf.distribute.Strategy,
   progress: progress_lib.Progress,
   ledger: ledger_lib.Ledger | ledger_lib.Unkept,
@@ -81,18 +159,21 @@ def assemble(
 ) -> Parts:
   """Opens the outputs and builds the model, its loops and the duties."""
   task.validate()
-  outputs = _open_outputs(options, fence)
-  state = state_lib.build_state(task=task, strategy=strategy, seed=options.seed)
+  outputs = _open_outputs(place, fence)
+  state = state_lib.build_state(
+    task=task, strategy=strategy, seed=schedule.seed
+  )
   step_lib.check_default_batches(task, state.batch_spec, evaluation=False)
   export_lib.check_serving(state.model, task.serving)
   metrics = metric_set.MetricSet(task.build_metrics, strategy=strategy)
   actions = actions_lib.LoopActions(
     loop_actions, record=_recorder(ledger, "stopped_early")
   )
-  _bind_actions(loop_actions, task, options, state, fence)
+  _bind_actions(loop_actions, task, place, state, fence)
   shared = _Shared(
     task=task,
-    options=options,
+    place=place,
+    schedule=schedule,
     strategy=strategy,
     progress=progress,
     ledger=ledger,
@@ -106,18 +187,18 @@ def assemble(
     outputs=outputs,
     state=state,
     checkpoints=_checkpoints(
-      shared, state.checkpoint(actions=actions.stateful())
+      shared, checkpoint_schedule, state.checkpoint(actions=actions.stateful())
     ),
     loop=_train_loop(shared, faults),
     writer=shared.writer,
     profiler=profiler.StepProfiler(
-      steps=options.profile_steps,
+      steps=schedule.profile_steps,
       logdir=shared.writer.run_dir(summaries.TRAIN),
     ),
     window=_window(shared),
     evaluation=_evaluation(shared, eval_callbacks),
-    stragglers=stragglers_lib.Watch(enabled=options.is_chief),
-    divergence=DivergenceGuard(max_recoveries=options.max_nan_recoveries),
+    stragglers=stragglers_lib.Watch(enabled=place.is_chief),
+    divergence=DivergenceGuard(max_recoveries=schedule.max_nan_recoveries),
     actions=actions,
     metric_names=metrics.names,
   )
@@ -129,7 +210,8 @@ class _Shared:
   and the pieces built first (outputs, state, metrics, writer)."""
 
   task: Task
-  options: RunOptions
+  place: Place
+  schedule: LoopSchedule
   strategy: tf.distribute.Strategy
   progress: progress_lib.Progress
   ledger: ledger_lib.Ledger | ledger_lib.Unkept
@@ -153,7 +235,7 @@ def _window(shared: _Shared) -> metrics_window.MetricsWindow:
   optimizer = shared.state.optimizer
   return metrics_window.MetricsWindow(
     metrics=shared.metrics,
-    train_steps=shared.options.train_steps,
+    train_steps=shared.schedule.train_steps,
     global_batch_size=shared.task.global_batch_size,
     writer=shared.writer,
     publish=lambda: _publish(shared.outputs.tensorboard),
@@ -163,7 +245,7 @@ def _window(shared: _Shared) -> metrics_window.MetricsWindow:
 
 def _evaluation(shared: _Shared, callbacks) -> evaluation_lib.Evaluation:
   """Evaluation during the run: the eval loop, its data, where it writes."""
-  task, options, strategy = shared.task, shared.options, shared.strategy
+  task, schedule, strategy = shared.task, shared.schedule, shared.strategy
   return evaluation_lib.Evaluation(
     eval_loop=loop_lib.EvalLoop(
       strategy=strategy,
@@ -180,9 +262,11 @@ def _evaluation(shared: _Shared, callbacks) -> evaluation_lib.Evaluation:
       if task.eval_dataset_fn
       else None
     ),
-    every_steps=options.eval_every_steps,
-    train_steps=options.train_steps,
-    writer=None if options.evaluator_writes_validation else shared.writer,
+    every_steps=schedule.eval_every_steps,
+    train_steps=schedule.train_steps,
+    writer=(
+      None if shared.place.evaluator_writes_validation else shared.writer
+    ),
     publish=lambda: _publish(shared.outputs.tensorboard),
     callbacks=callbacks,
     progress=shared.progress,
@@ -196,7 +280,7 @@ BEST_EXPORT = "best_saved_model"
 BEST_CHECKPOINT = "checkpoint/ckpt"
 
 
-def _bind_actions(loop_actions, task, options, state, fence) -> None:
+def _bind_actions(loop_actions, task, place, state, fence) -> None:
   """Gives each action that asks for it (`bind`, as `ctl.KeepBest`) the
   run's `keep(step)`: the model exported into `<model_dir>/BEST_EXPORT`
   with the run's checkpoint at `BEST_CHECKPOINT` inside it (every worker
@@ -208,12 +292,12 @@ def _bind_actions(loop_actions, task, options, state, fence) -> None:
     raise UserError("ctl.KeepBest keeps an export, but Task.serving is None.")
   location = (
     storage.open_location(
-      posixpath.join(options.dirs.model_dir, BEST_EXPORT),
-      storage=options.storage,
-      fuse_root=options.fuse_root,
+      posixpath.join(place.dirs.model_dir, BEST_EXPORT),
+      storage=place.storage_route,
+      fuse_root=place.fuse_root,
       fence=fence,
     )
-    if options.is_chief
+    if place.is_chief
     else None
   )
 
@@ -263,33 +347,33 @@ def _recorder(ledger, kind: str) -> Callable[..., None]:
   return lambda **fields: ledger.record(kind, **fields)
 
 
-def _open_outputs(options, fence) -> outputs_lib.OpenedOutputs:
+def _open_outputs(place: Place, fence) -> outputs_lib.OpenedOutputs:
   """The run's output directories (the chief's commit through `fence`)."""
   return outputs_lib.open_outputs(
-    options.dirs,
-    is_chief=options.is_chief,
-    storage_route=options.storage,
-    fuse_root=options.fuse_root,
+    place.dirs,
+    is_chief=place.is_chief,
+    storage_route=place.storage_route,
+    fuse_root=place.fuse_root,
     fence=fence,
   )
 
 
-def _checkpoints(shared: _Shared, checkpoint) -> run_checkpoints.RunCheckpoints:
+def _checkpoints(
+  shared: _Shared, schedule: CheckpointSchedule, checkpoint
+) -> run_checkpoints.RunCheckpoints:
   """The checkpoint duty: into the local tier (ctl.checkpoint.tiers.checkpoint_tiers;
   none when its setting is "off") in front of `location` (fetched first),
-  when the policy says."""
-  options, state, fence = shared.options, shared.state, shared.fence
+  when the `schedule` says."""
+  place, state, fence = shared.place, shared.state, shared.fence
   progress, location = shared.progress, shared.outputs.checkpoints
   location.fetch()
-  setting = node_tiers.setting_for_job(
-    options.local_checkpoints, job_id=options.job_id
-  )
+  setting = node_tiers.setting_for_job(schedule.local_tier, job_id=place.job_id)
   bucket = checkpointing.Checkpointer(
     checkpoint=checkpoint,
     directory=location.local_path,
-    is_chief=options.is_chief,
-    keep=options.keep_checkpoints,
-    async_save=options.async_checkpoint,
+    is_chief=place.is_chief,
+    keep=schedule.keep,
+    async_save=schedule.async_save,
     on_saved=lambda: run_checkpoints.upload(location, progress),
     element_spec=state.element_spec,
     global_batch_size=state.global_batch_size,
@@ -300,26 +384,26 @@ def _checkpoints(shared: _Shared, checkpoint) -> run_checkpoints.RunCheckpoints:
       bucket_url=location.url,
       strategy=shared.strategy,
       setting=setting,
-      job_id=options.job_id,
-      keep=options.keep_checkpoints,
-      is_chief=options.is_chief,
+      job_id=place.job_id,
+      keep=schedule.keep,
+      is_chief=place.is_chief,
       on_saved=lambda: location.publish(commit_file=checkpointing.STATE_FILE),
       need_bytes=state_lib.checkpoint_bytes(state),
       waiting=lambda: progress.phase(progress_lib.CHECKPOINT_UPLOAD),
       fence=fence,
       lease_place=dict(
-        model_dir=options.dirs.model_dir,
-        job=options.job_id,
-        storage_route=options.storage,
-        fuse_root=options.fuse_root,
+        model_dir=place.dirs.model_dir,
+        job=place.job_id,
+        storage_route=place.storage_route,
+        fuse_root=place.fuse_root,
       ),
     ),
     policy=save_policy.SavePolicy(
-      every_steps=options.checkpoint_every_steps,
-      every_secs=options.checkpoint_every_secs,
-      expected_mtbf_secs=options.expected_mtbf_secs,
-      train_steps=options.train_steps,
-      is_chief=options.is_chief,
+      every_steps=schedule.every_steps,
+      every_secs=schedule.every_secs,
+      expected_mtbf_secs=schedule.expected_mtbf_secs,
+      train_steps=shared.schedule.train_steps,
+      is_chief=place.is_chief,
       accounting=shared.ledger.accounting,
     ),
     progress=progress,
@@ -327,7 +411,7 @@ def _checkpoints(shared: _Shared, checkpoint) -> run_checkpoints.RunCheckpoints:
     restores=state.restores,
     fence=fence,
     local_every_steps=setting != "off"
-    and (options.local_checkpoint_every_steps or options.steps_per_loop),
+    and (schedule.local_every_steps or shared.schedule.steps_per_loop),
     record=_recorder(shared.ledger, "checkpoint_restore"),
   )
 
@@ -344,7 +428,7 @@ def _train_loop(shared: _Shared, faults) -> loop_lib.TrainLoop:
     optimizer=state.optimizer,
     global_step=state.global_step,
     global_batch_size=shared.task.global_batch_size,
-    steps_per_loop=shared.options.steps_per_loop,
+    steps_per_loop=shared.schedule.steps_per_loop,
     compute_loss=step_lib.compute_loss_of(
       shared.task, metric_names=shared.metrics.names
     ),
@@ -352,8 +436,8 @@ def _train_loop(shared: _Shared, faults) -> loop_lib.TrainLoop:
       shared.task, metric_names=shared.metrics.names
     ),
     metrics=shared.metrics,
-    jit_compile=shared.options.xla,
-    train_metrics=shared.options.train_metrics,
+    jit_compile=shared.schedule.xla,
+    train_metrics=shared.schedule.train_metrics,
     loss_hook=loss_hook,
   )
 
