@@ -13,6 +13,7 @@ import pytest
 
 from ctl import errors
 from ctl.resilience import lease
+from ctl.resilience import lease_store
 from ctl.testing.events import wait_for_event
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
@@ -305,7 +306,7 @@ def test_a_damaged_lease_on_cloud_storage_is_taken_over_by_generation(
   fs.pipe_file(object_path, b"[]")
   with pytest.raises(lease.LeaseDamaged, match="it is not a JSON object"):
     _take(url)
-  store = lease._open_store(url, storage_route="gcsfs", fuse_root="/gcs")
+  store = lease_store.open_store(url, storage_route="gcsfs", fuse_root="/gcs")
   judged = store.read()
   fs.pipe_file(object_path, b"{}")  # Rewritten after it was judged.
   with pytest.raises(FileExistsError):
@@ -333,38 +334,6 @@ def test_a_trainer_on_a_damaged_lease_says_so_and_takes_it_when_asked(tmp_path):
   )
   assert read_summary(str(model_dir))["final_step"] == 10
   assert not (model_dir / lease.LEASE_FILE).exists()  # Released at the end.
-
-
-def test_a_take_over_cannot_land_inside_a_renewal(tmp_path, monkeypatch):
-  """A holder paused between its renewal's check and its write (SIGSTOP, a
-  long GC pause) must not overwrite the record of a trainer that took over
-  meanwhile, or both would go on as the holder. Here the second trainer's
-  take-over runs from inside the first's check, the moment such a pause
-  leaves open: exactly one of the two may hold the lease after it."""
-  path = str(tmp_path / lease.LEASE_FILE)
-  holder, taker = lease._FileStore(path), lease._FileStore(path)
-  token = holder.create(b"A1")
-  monkeypatch.setattr(lease, "_LOCK_WAIT_SECS", 0.2)
-  outcome = {}
-  check = holder.read
-
-  def check_then_pause():
-    found = check()
-    try:
-      outcome["taker"] = taker.take_over(b"B1", found[1])
-    except FileExistsError:
-      outcome["taker"] = None
-    return found
-
-  monkeypatch.setattr(holder, "read", check_then_pause)
-  try:
-    outcome["holder"] = holder.replace(b"A2", token)
-  except FileExistsError:
-    outcome["holder"] = None
-  winners = [who for who, token in outcome.items() if token is not None]
-  assert len(winners) == 1, outcome  # Both, before.
-  with open(path, "rb") as f:
-    assert f.read() == outcome[winners[0]]
 
 
 def test_the_holder_renews_its_lease(tmp_path):
@@ -422,26 +391,6 @@ def test_the_lease_on_cloud_storage_is_exclusive(lease_holder, gcs_emulator):
   assert json.loads(fs.cat_file(object_path))["pid"] == os.getpid()
   taken.release()
   assert not fs.exists(object_path)
-
-
-@pytest.mark.processes
-def test_the_emulator_honours_generation_preconditions(gcs_emulator):
-  # ctl.resilience.lease relies on it; gcp-storage-emulator alone ignores it.
-  store = lease._GcsStore(
-    gcs_emulator.filesystem(),
-    f"{gcs_emulator.BUCKET}/x/{lease.LEASE_FILE}",
-    url=f"gs://{gcs_emulator.BUCKET}/x",
-  )
-  generation = store.create(b"{}")
-  with pytest.raises(FileExistsError):
-    store.create(b"{}")
-  with pytest.raises(FileExistsError):
-    store.replace(b"{}", "1")
-  newer = store.replace(b"{}", generation)
-  store.delete(generation)  # Not the current generation: kept.
-  assert store.read() is not None
-  store.delete(newer)
-  assert store.read() is None
 
 
 _RUN = (
@@ -542,7 +491,9 @@ def test_a_sigkilled_trainers_rerun_takes_the_lease_and_ends_as_one_run(
 
 
 def _holder_pid(model_dir):
-  found = lease._FileStore(os.path.join(model_dir, lease.LEASE_FILE)).read()
+  found = lease_store.FileStore(
+    os.path.join(model_dir, lease.LEASE_FILE)
+  ).read()
   return found and found[0].pid
 
 

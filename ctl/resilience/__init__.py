@@ -4,6 +4,8 @@ watchdog and its backstop, stragglers, injected faults.
 Modules (lowest first):
   preemption: Stop requests: SIGTERM (preemption, maintenance, `docker stop`)
     and SIGINT
+  lease_store: Where the run lease's record is kept and what it holds
+    (ctl.resilience.lease).
   lease: One writer per run directory: the chief's lease on `model_dir`.
   backstop: The stall watchdog's last resort: a small process that ends a
     frozen one.

@@ -55,11 +55,7 @@ as any other.
 from collections.abc import Iterator
 import contextlib
 import dataclasses
-import fcntl
-import json
-import math
 import os
-import reprlib
 import socket
 import sys
 import threading
@@ -70,15 +66,13 @@ from absl import logging
 from ctl import errors
 from ctl.errors import UserError
 from ctl.io import fencing
-from ctl.io import mirror
-from ctl.io import storage
 from ctl.io import tempdirs
+from ctl.resilience import lease_store
+from ctl.resilience.lease_store import LEASE_FILE
+from ctl.resilience.lease_store import Damaged
+from ctl.resilience.lease_store import Holder
 
-LEASE_FILE = "run.lease"
 _ATTEMPTS = 3
-# How long a file lease's writer waits for another's check-and-write on the
-# same directory (microseconds, unless that one is paused inside it).
-_LOCK_WAIT_SECS = 5.0
 # The start-up check's watch of a same-job lease reads it twice per renewal
 # of its holder (every eighth of the holder's staleness), so it sees a live
 # holder's first renewal within one and a half renewals, and at least every
@@ -97,65 +91,6 @@ class LeaseHeld(UserError):
 
 class LeaseDamaged(UserError):
   """The run directory's lease file holds no holder's record."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Holder:
-  """Who holds a lease (the record in the lease file).
-
-  Attributes:
-    host: the holder's host name.
-    pid: its process id on that host.
-    job: its job id ("" when it ran outside a supervisor).
-    started: when it took the lease (seconds since the epoch).
-    renewed: when it last renewed it (seconds since the epoch).
-    generation: the fencing token: one more than the lease it replaced
-      (1 for a new one), the same across renewals (0: a record written
-      before generations existed).
-    stale_secs: the holder's own staleness: it renews every quarter of
-      it, and its lease is stale once not renewed for that long (0: a
-      record written before it was recorded; the taker's then applies).
-  """
-
-  host: str
-  pid: int
-  job: str
-  started: float
-  renewed: float
-  generation: int = 0
-  stale_secs: float = 0.0
-
-  def describe(self) -> str:
-    job = f", job {self.job}" if self.job else ""
-    return (
-      f"pid {self.pid} on {self.host}{job} (lease generation "
-      f"{self.generation}), since {_when(self.started)}, "
-      f"last renewed {_when(self.renewed)}"
-    )
-
-  def same_holding(self, other: "Holder | Damaged") -> bool:
-    """Whether `other` is this record, renewed or not (the same taking)."""
-    return (
-      isinstance(other, Holder)
-      and dataclasses.replace(other, renewed=self.renewed) == self
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class Damaged:
-  """A lease file's record that is no `Holder`'s, and what is wrong with it.
-
-  Read as a holder, it is no one's: no job (no job's fence passes on it)
-  and generation 0 (its taker's is 1, as a first lease's).
-  """
-
-  what: str
-  half_written: bool = False  # Empty or cut short: taken over as stale.
-  job = ""
-  generation = 0
-
-  def describe(self) -> str:
-    return f"a damaged lease record ({self.what})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,7 +165,7 @@ def check_free(terms: Terms | None) -> None:
   if terms is None:
     return
   _stop_watch(terms.model_dir)  # A check made again watches anew.
-  store = _open_store(
+  store = lease_store.open_store(
     terms.model_dir,
     storage_route=terms.storage_route,
     fuse_root=terms.fuse_root,
@@ -326,7 +261,7 @@ def acquire(
     LeaseHeld: a live process holds it.
   """
   _stop_watch(model_dir)  # Before this process's own write changes it.
-  store = _open_store(
+  store = lease_store.open_store(
     model_dir, storage_route=storage_route, fuse_root=fuse_root
   )
   for _ in range(_ATTEMPTS):
@@ -336,7 +271,7 @@ def acquire(
     )
     try:
       if found is None:
-        token = store.create(_encode(mine))
+        token = store.create(lease_store.encode(mine))
       else:
         holder, token = found
         why = _judge(
@@ -352,7 +287,7 @@ def acquire(
           holder.describe(),
           why,
         )
-        token = store.take_over(_encode(mine), token)
+        token = store.take_over(lease_store.encode(mine), token)
     except FileExistsError:
       continue  # Someone else moved first: judge the new holder.
     return Lease(store, mine, token, stale_secs, model_dir)
@@ -488,7 +423,9 @@ class Lease:
           return
         self._holder = dataclasses.replace(self._holder, renewed=time.time())
         try:
-          self._token = self._store.replace(_encode(self._holder), self._token)
+          self._token = self._store.replace(
+            lease_store.encode(self._holder), self._token
+          )
         except FileExistsError:
           self._lost_in_renewal()
           return
@@ -550,7 +487,7 @@ def job_fence(
   Args:
     model_dir, job, storage_route, fuse_root: as in `Terms`.
   """
-  store = _open_store(
+  store = lease_store.open_store(
     model_dir, storage_route=storage_route, fuse_root=fuse_root
   )
   return _JobFence(store, job=job.strip(), model_dir=model_dir)
@@ -658,219 +595,3 @@ def _alive(pid: int) -> bool:
   if pid == os.getpid():
     return False  # A lease this process left behind (an earlier run call).
   return tempdirs.pid_alive(pid)
-
-
-def _when(seconds: float) -> str:
-  return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
-
-
-def _encode(holder: Holder) -> bytes:
-  return json.dumps(dataclasses.asdict(holder)).encode()
-
-
-def _decode(data: bytes) -> Holder | Damaged:
-  """The record `data` holds, or what makes it damaged.
-
-  Fields a later version records are not this one's to judge; those an
-  earlier one did not record take their defaults.
-  """
-  if not data.strip():
-    return Damaged("it is empty", half_written=True)
-  try:
-    record = json.loads(data)
-  except ValueError:  # Also bytes that are not UTF-8.
-    return Damaged("it is not JSON", half_written=True)
-  if not isinstance(record, dict):
-    return Damaged("it is not a JSON object")
-  fields = dataclasses.fields(Holder)
-  for field in fields:
-    if field.name not in record:
-      if field.default is dataclasses.MISSING:
-        return Damaged(f"it has no {field.name}")
-    elif not _is_a(record[field.name], field.type):
-      return Damaged(
-        f"{field.name} is {reprlib.repr(record[field.name])}, not "
-        f"{_KINDS[field.type]}"
-      )
-  return Holder(**{f.name: record[f.name] for f in fields if f.name in record})
-
-
-# A record's field types, in words.
-_KINDS = {str: "a string", int: "a whole number", float: "a number"}
-
-
-def _is_a(value, kind: type) -> bool:
-  """Whether JSON value `value` is a `kind`: a whole number is a number
-  too, true and false are neither, and no number is infinite or NaN."""
-  if isinstance(value, bool):
-    return False
-  if kind is str:
-    return isinstance(value, str)
-  numbers = (int, float) if kind is float else int
-  return isinstance(value, numbers) and math.isfinite(value)
-
-
-def _open_store(model_dir: str, *, storage_route: str, fuse_root: str):
-  root, fs = storage.read_route(
-    model_dir,
-    storage="gcsfs" if storage_route == "tf" else storage_route,
-    fuse_root=fuse_root,
-  )
-  if fs is None:
-    return _FileStore(os.path.join(root, LEASE_FILE))
-  return _GcsStore(fs, f"{root}/{LEASE_FILE}", url=model_dir)
-
-
-class _FileStore:
-  """The lease as a local (or FUSE) file; the token is the bytes written."""
-
-  def __init__(self, path: str):
-    self._path = path
-    self._made_dir = None
-
-  def read(self) -> tuple[Holder, bytes] | None:
-    try:
-      with open(self._path, "rb") as f:
-        data = f.read()
-    except FileNotFoundError:
-      return None
-    return _decode(data), data
-
-  def create(self, data: bytes) -> bytes:
-    directory = os.path.dirname(self._path)
-    if not os.path.isdir(directory):
-      os.makedirs(directory)
-      self._made_dir = directory
-    fd = os.open(self._path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-    return data
-
-  @contextlib.contextmanager
-  def _locked(self) -> Iterator[None]:
-    """One check-and-write at a time on this directory, for every process
-    of this host (an flock on the directory, released when it is closed).
-
-    Raises:
-      FileExistsError: another process held it for `_LOCK_WAIT_SECS` (it is
-        paused inside its own check-and-write): judge the lease again.
-    """
-    try:
-      fd = os.open(os.path.dirname(self._path), os.O_RDONLY)
-    except FileNotFoundError:  # No directory: no lease to check either.
-      yield
-      return
-    try:
-      deadline = time.monotonic() + _LOCK_WAIT_SECS
-      while True:
-        try:
-          fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-          break
-        except BlockingIOError:
-          if time.monotonic() > deadline:
-            raise FileExistsError(self._path) from None
-          time.sleep(0.01)
-        except OSError:  # A file system without flock: as before, unlocked.
-          break
-      yield
-    finally:
-      os.close(fd)
-
-  def has_directory(self) -> bool:
-    return os.path.isdir(os.path.dirname(self._path))
-
-  def replace(self, data: bytes, token: bytes) -> bytes:
-    with self._locked():
-      found = self.read()
-      if found is None or found[1] != token:
-        raise FileExistsError(self._path)
-      temporary = f"{self._path}.{os.getpid()}.tmp"
-      with open(temporary, "wb") as f:
-        f.write(data)
-      os.replace(temporary, self._path)
-    return data
-
-  def take_over(self, data: bytes, token: bytes) -> bytes:
-    with self._locked():
-      aside = f"{self._path}.{os.getpid()}.old"
-      try:
-        os.rename(self._path, aside)
-      except FileNotFoundError:
-        raise FileExistsError(self._path) from None
-      with open(aside, "rb") as f:
-        moved = f.read()
-      if moved != token:  # Renewed or replaced since it was judged.
-        with contextlib.suppress(OSError):
-          os.rename(aside, self._path)
-        raise FileExistsError(self._path)
-      os.remove(aside)
-      return self.create(data)
-
-  def delete(self, token: bytes) -> None:
-    with self._locked():
-      found = self.read()
-      if found is not None and found[1] == token:
-        os.remove(self._path)
-    if self._made_dir:  # Leave no empty run directory the lease made.
-      with contextlib.suppress(OSError):
-        os.rmdir(self._made_dir)
-
-
-class _GcsStore:
-  """The lease as a Cloud Storage object; the token is its generation."""
-
-  def __init__(self, fs, path: str, *, url: str):
-    self._fs = fs
-    self._path = path
-    self._bucket, _, self._key = path.partition("/")
-    self._url = url  # The run directory as the user named it.
-
-  def read(self) -> tuple[Holder, str] | None:
-    # Generation first: content read after it is at least as new, and a
-    # write conditioned on this generation fails if it changed.
-    generation = mirror.object_generation(self._fs, self._path)
-    try:
-      data = None if generation == "0" else self._fs.cat_file(self._path)
-    except FileNotFoundError:
-      data = None  # Deleted in between.
-    return None if data is None else (_decode(data), generation)
-
-  def has_directory(self) -> bool:
-    """Whether any object is left under the run directory (its prefix)."""
-    try:
-      return bool(self._fs.ls(self._path.rpartition("/")[0], refresh=True))
-    except FileNotFoundError:
-      return False
-
-  def create(self, data: bytes) -> str:
-    return self._write(data, "0")
-
-  def replace(self, data: bytes, token: str) -> str:
-    return self._write(data, token)
-
-  def take_over(self, data: bytes, token: str) -> str:
-    return self._write(data, token)
-
-  def delete(self, token: str) -> None:
-    with contextlib.suppress(FileNotFoundError, FileExistsError):
-      self._fs.call(
-        "DELETE",
-        "b/{}/o/{}",
-        self._bucket,
-        self._key,
-        ifGenerationMatch=token,
-      )
-
-  def _write(self, data: bytes, generation: str) -> str:
-    """Uploads `data` if the object's generation is `generation` (0: none).
-
-    Raises:
-      FileExistsError: the precondition failed (HTTP 412).
-      UserError: the bucket does not exist or this job may not write it.
-    """
-    try:
-      return mirror.put_if_generation(
-        self._fs, self._path, data, generation=generation
-      )
-    except (FileNotFoundError, PermissionError) as error:
-      raise errors.cannot_write(self._url, error) from error

@@ -57,7 +57,7 @@ def run(
 
   Args:
     task: what to train.
-    options: how to train.
+    options: how to train; split at once into the records each part takes.
     strategy: the distribution strategy (one device, mirrored, multi-worker).
     eval_callbacks: called as `fn(step, eval_metrics)` after each evaluation
       (e.g. to report a hyperparameter-tuning metric).
@@ -82,7 +82,7 @@ def run(
     TrainingDiverged: the loss stayed non-finite; nothing bad was saved.
   """
   options.validate()
-  plan = _Plan(options)  # Below this line, each part gets its record.
+  plan = _Plan(options)
   environment_lib.check_chief(strategy, plan.place.is_chief)
   listeners, faults = _from_environment(
     strategy, plan.start.restarts, progress_listeners, faults
@@ -90,16 +90,8 @@ def run(
   if watchdog:
     listeners = (watchdog, *listeners)
   with lease_lib.hold(plan.lease) as held:  # One writer per run dir.
-    run_state = _Run(
-      task,
-      plan,
-      strategy,
-      eval_callbacks,
-      listeners,
-      faults,
-      fence=lease_lib.fence_of(held),
-      loop_actions=loop_actions,
-    )
+    run_state = _Run(task, plan, strategy, eval_callbacks, listeners, faults,
+                     fence=lease_lib.fence_of(held), loop_actions=loop_actions)  # fmt: skip
     if watchdog:
       _on_stall(watchdog, run_state.ledger, held, listeners)
     return run_state.run()
