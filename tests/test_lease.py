@@ -90,11 +90,14 @@ def test_a_restart_of_the_same_job_takes_its_own_lease(lease_holder, tmp_path):
     assert _record(tmp_path)["pid"] == os.getpid()
 
 
-# A chief of job "j" starting: the trainer's start-up check (`check_free`,
-# before TensorFlow loads), then either a long block standing in for
-# TensorFlow's cluster formation ("form"), or, a few seconds on, the take-over
+# A chief of job "j" starting as the trainer does: the start-up check
+# (`check_free`, before TensorFlow loads), the wait before the cluster forms
+# (`await_watch`), then either a block standing in for TensorFlow's cluster
+# formation, which holds the GIL as it does ("form": a C call through
+# ctypes.PyDLL, which keeps the GIL), or, a few seconds on, the take-over
 # `ctl.run` makes once its cluster formed, held a few seconds more ("take").
 _CHIEF_STARTING = """
+import ctypes
 import sys
 import time
 from ctl.resilience import lease
@@ -102,8 +105,9 @@ model_dir, then = sys.argv[1:]
 terms = lease.Terms(model_dir=model_dir, job="j", stale_secs=60.0,
                     storage_route="gcsfs")
 lease.check_free(terms)
+lease.await_watch(model_dir)
 if then == "form":
-  time.sleep(60)
+  ctypes.PyDLL(None).sleep(30)
 else:
   time.sleep(6)
   with lease.hold(terms) as held:
@@ -130,9 +134,12 @@ def test_a_chief_whose_job_goes_on_under_a_live_holder_stops_with_77(
   """Issue 55: a chief replaced behind a partition (a new chief of the same
   job holds the lease and renews it) passed the start-up check as "this job,
   restarted", then waited in TensorFlow's cluster formation until its
-  start-up limit ended it (75, or 137). The holder's renewal tells it."""
+  start-up limit ended it (75, or 137). The holder's renewal tells it,
+  before the cluster forms: TensorFlow holds the GIL while it waits for a
+  missing worker, and no thread of the process runs then. At the default
+  staleness (120 s), as a platform's chief runs."""
   holder = lease_holder(
-    str(tmp_path), job="j", stale_secs=2.0, host="elsewhere"
+    str(tmp_path), job="j", stale_secs=120.0, host="elsewhere"
   )
   old = _chief_starting(str(tmp_path), "form")
   assert old.returncode == errors.LEASE_LOST_EXIT_CODE, old.stderr[-3000:]

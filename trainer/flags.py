@@ -281,7 +281,7 @@ flags.DEFINE_float(
   "lease_stale_secs",
   _run("lease_stale_secs"),
   "The chief holds a lease on --model_dir while it trains, renewed every "
-  "quarter of this and recorded in it; a lease not renewed for its "
+  "quarter of this, at most 5 s apart, and recorded in it; a lease not renewed for its "
   "holder's value of this (a dead holder on another host) may be taken "
   "over by another trainer; one whose holder is alive on this host never.",
   upper_bound=_MAX_SECS,

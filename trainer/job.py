@@ -22,6 +22,7 @@ from ctl.distributed import environment as environment_lib
 from ctl.distributed import peers
 from ctl.io import storage
 from ctl.resilience import faults as faults_lib
+from ctl.resilience import lease
 from ctl.resilience import watchdog as watchdog_lib
 from ctl.telemetry import hypertune
 from ctl.telemetry import progress
@@ -105,6 +106,8 @@ def build_job(config: Any, environ=os.environ) -> Job:
   listeners = progress.events_from_environ(
     environ, worker=rank, attempt=restarts
   )
+  # Before the cluster forms (TensorFlow then holds the GIL): see lease.py.
+  lease.await_watch(platform.dirs.model_dir)
   platform = platform.with_strategy(
     name=config.strategy, collective=config.collective
   )

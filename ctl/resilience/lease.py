@@ -28,7 +28,8 @@ holder's own terms, recorded in the lease: not renewed for the holder's
 share), so a taker with a shorter `stale_secs` cannot take a lease its
 holder renews at a slower pace; and a holder whose pid is alive on this
 host is never stale (paused, it may go on). A renewal thread rewrites the
-record every `stale_secs / 4` on a monotonic clock. A holder that finds its lease taken over says so and stops
+record every quarter of `stale_secs`, at most `RENEW_SECS` apart, on a
+monotonic clock. A holder that finds its lease taken over says so and stops
 renewing; it never deletes another's lease. A blank job id is no job id.
 
 A lease of the same job is taken at once, but one read cannot tell a
@@ -36,12 +37,14 @@ restart's dead predecessor from a live chief of the same job that replaced
 this one (an old chief behind a partition that healed: same job id, same
 host name). So the start-up check (`check_free`) that lets such a lease pass
 watches it until this process takes it (`acquire`): a dead predecessor never
-renews its record, a live holder does within a quarter of its staleness.
-Should the record change first (renewed, taken or released), this process
-was replaced: it says so in one line and ends itself with the lease-lost
-exit code (77), from the watch's thread, as the main thread may wait in
-TensorFlow's cluster formation. An ordinary restart waits for nothing: the
-watch reads in the background, and the take-over stops it.
+renews its record, a live holder does within its renewal period. Should the
+record change first (renewed, taken or released), this process was
+replaced: it says so in one line and ends itself with the lease-lost exit
+code (77), from the watch's thread. TensorFlow holds the GIL while its
+cluster forms and waits for a missing worker, so no thread runs then: the
+command line waits, right before its cluster forms, until the watch has
+seen one renewal period and a half pass (`await_watch`), most of it spent
+loading TensorFlow; the take-over stops the watch.
 
 A record left half-written (empty, or JSON cut short: a trainer killed
 between creating the file and writing it) names no holder and is taken over
@@ -73,16 +76,30 @@ from ctl.resilience.lease_store import Damaged
 from ctl.resilience.lease_store import Holder
 
 _ATTEMPTS = 3
+# The most seconds between a holder's renewals: a restarted chief on another
+# host waits one renewal period and a half before its cluster forms
+# (`await_watch`), so the period is short whatever the staleness (one small
+# write of the lease record every 5 s).
+RENEW_SECS = 5.0
 # The start-up check's watch of a same-job lease reads it twice per renewal
-# of its holder (every eighth of the holder's staleness), so it sees a live
-# holder's first renewal within one and a half renewals, and at least every
-# `_WATCH_SECS`, so a holder renewing at a slow pace (every 30 s by default)
-# is seen within seconds of its renewal, the likelier before this process
-# enters TensorFlow's cluster formation; each read is one small request.
+# period of its holder, at least every `_WATCH_SECS`; each read is one small
+# request.
 _WATCH_SECS = 2.0
-# The start-up checks' watches by run directory: each an event that stops
-# its watch, set when this process takes that lease (`acquire`).
-_watches: dict[str, threading.Event] = {}
+# A live holder's renewal is awaited for this many of its renewal periods
+# (a renewal may come late: a busy host, a slow write).
+_PERIODS_AWAITED = 1.5
+
+
+@dataclasses.dataclass(frozen=True)
+class _Watch:
+  """The start-up check's watch of one run directory's lease."""
+
+  stop: threading.Event  # Set when this process takes the lease.
+  spanned: threading.Event  # Set once the holder's renewal was awaited.
+
+
+# The start-up checks' watches by run directory.
+_watches: dict[str, _Watch] = {}
 
 
 class LeaseHeld(UserError):
@@ -179,39 +196,63 @@ def check_free(terms: Terms | None) -> None:
     _watches[terms.model_dir] = _watch(store, found, terms)
 
 
-def _watch(store, found: tuple, terms: Terms) -> threading.Event:
+def _watch(store, found: tuple, terms: Terms) -> _Watch:
   """Watches the same-job lease `found` that `check_free` let pass, from a
-  thread; returns the event that stops the watch (`_stop_watch`).
+  thread, until `_stop_watch`.
 
   A restart's predecessor is dead and never renews its record; a live
-  holder renews it every quarter of its staleness. So a record renewed,
-  taken or released before this process takes the lease (which stops the
-  watch before it writes) was another live trainer's of this job, and this
+  holder renews it every renewal period. So a record renewed, taken or
+  released before this process takes the lease (which stops the watch
+  before it writes) was another live trainer's of this job, and this
   process was replaced as its chief: the thread says so and ends the
-  process (`_replaced`). A read that fails is no change; nothing is written.
+  process (`_replaced`). Once a read finds the record unchanged
+  `_PERIODS_AWAITED` renewal periods after the check, the watch is
+  `spanned` (what `await_watch` waits for). A read that fails is no
+  change; nothing is written.
   """
   holder, token = found
-  every = min((holder.stale_secs or terms.stale_secs) / 8, _WATCH_SECS)
-  stop = threading.Event()
+  period = holder.renewal_period(terms.stale_secs)
+  every = min(period / 2, _WATCH_SECS)
+  spans_at = time.monotonic() + _PERIODS_AWAITED * period
+  watching = _Watch(stop=threading.Event(), spanned=threading.Event())
 
   def watch() -> None:
-    while not stop.wait(every):
+    while not watching.stop.wait(every):
       try:
         now = store.read()
       except Exception:  # pylint: disable=broad-except
-        continue  # No answer (a bucket cut off, however gcsfs says so).
+        now = found  # No answer (a bucket cut off, however gcsfs says so).
       if now and (now[1] == token or isinstance(now[0], Damaged)):
-        continue  # Unchanged, or no holder's (half-written): read again.
-      if not stop.is_set():  # Set before this process's own take-over.
+        if time.monotonic() >= spans_at:
+          watching.spanned.set()  # Unchanged, or no holder's: read again.
+        continue
+      if not watching.stop.is_set():  # Set before this process's take-over.
         _replaced(terms.model_dir, holder, now and now[0])
 
   threading.Thread(target=watch, daemon=True, name="ctl-lease-watch").start()
-  return stop
+  return watching
+
+
+def await_watch(model_dir: str) -> None:
+  """Waits until the start-up check's watch of `model_dir`'s lease, if
+  any, has seen its holder's renewal period pass one and a half times with
+  no renewal (a restart's dead predecessor): called right before the
+  cluster forms, as TensorFlow then holds the GIL and the watch's thread
+  could not end a replaced chief (a live holder's renewal ends this process
+  from the watch, and this never returns). No watch: returns at once.
+  """
+  watching = _watches.get(model_dir)
+  if watching:
+    watching.spanned.wait()
 
 
 def _stop_watch(model_dir: str) -> None:
-  """Stops the start-up check's watch of `model_dir`'s lease, if any."""
-  _watches.pop(model_dir, threading.Event()).set()
+  """Stops the start-up check's watch of `model_dir`'s lease, if any, and
+  lets anyone awaiting it go on."""
+  watching = _watches.pop(model_dir, None)
+  if watching:
+    watching.stop.set()
+    watching.spanned.set()
 
 
 def _replaced(model_dir: str, judged: Holder, now: Holder | None) -> None:
@@ -290,7 +331,7 @@ def acquire(
         token = store.take_over(lease_store.encode(mine), token)
     except FileExistsError:
       continue  # Someone else moved first: judge the new holder.
-    return Lease(store, mine, token, stale_secs, model_dir)
+    return Lease(store, mine, token, model_dir)
   raise LeaseHeld(
     f"The lease on {model_dir} changed hands {_ATTEMPTS} times while this "
     "trainer tried to take it; another trainer is starting there."
@@ -300,9 +341,7 @@ def acquire(
 class Lease:
   """A held lease, renewed by a thread until `release()`."""
 
-  def __init__(
-    self, store, holder: Holder, token, stale_secs: float, model_dir: str
-  ):
+  def __init__(self, store, holder: Holder, token, model_dir: str):
     self._store = store
     self._holder = holder
     self._token = token
@@ -313,7 +352,7 @@ class Lease:
     self._taker = None  # The record the renewal thread found instead.
     self._thread = threading.Thread(
       target=self._renew_until_released,
-      args=(stale_secs / 4,),
+      args=(holder.renew_secs,),
       daemon=True,
       name="ctl-lease",
     )
@@ -513,7 +552,8 @@ class _JobFence(fencing.Fence):
 
 
 def _me(job: str, stale_secs: float, generation: int = 0) -> Holder:
-  """This process's record (a blank `job` is none: "")."""
+  """This process's record (a blank `job` is none: ""): it renews every
+  quarter of its staleness, at most `RENEW_SECS` apart."""
   now = time.time()
   return Holder(
     socket.gethostname(),
@@ -523,6 +563,7 @@ def _me(job: str, stale_secs: float, generation: int = 0) -> Holder:
     now,
     generation,
     stale_secs,
+    min(stale_secs / 4, RENEW_SECS),
   )
 
 

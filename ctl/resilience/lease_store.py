@@ -45,9 +45,11 @@ class Holder:
     generation: the fencing token: one more than the lease it replaced
       (1 for a new one), the same across renewals (0: a record written
       before generations existed).
-    stale_secs: the holder's own staleness: it renews every quarter of
-      it, and its lease is stale once not renewed for that long (0: a
-      record written before it was recorded; the taker's then applies).
+    stale_secs: the holder's own staleness: its lease is stale once not
+      renewed for that long (0: a record written before it was recorded;
+      the taker's then applies).
+    renew_secs: how often the holder renews it (0: a record written before
+      it was recorded, whose holder renews every quarter of `stale_secs`).
   """
 
   host: str
@@ -57,6 +59,7 @@ class Holder:
   renewed: float
   generation: int = 0
   stale_secs: float = 0.0
+  renew_secs: float = 0.0
 
   def describe(self) -> str:
     job = f", job {self.job}" if self.job else ""
@@ -65,6 +68,11 @@ class Holder:
       f"{self.generation}), since {when(self.started)}, "
       f"last renewed {when(self.renewed)}"
     )
+
+  def renewal_period(self, stale_secs: float) -> float:
+    """How often this holder renews its record (`stale_secs`: the reader's
+    staleness, for a record that names none)."""
+    return self.renew_secs or (self.stale_secs or stale_secs) / 4
 
   def same_holding(self, other: "Holder | Damaged") -> bool:
     """Whether `other` is this record, renewed or not (the same taking)."""

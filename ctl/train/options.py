@@ -183,7 +183,7 @@ class RunOptions:
       summaries, so the chief's own evaluations are logged and reported but
       not written to TensorBoard (one writer per run dir).
     lease_stale_secs: the chief's lease on the run directory (ctl.resilience.lease) is
-      renewed every quarter of this; one not renewed for this long may be
+      renewed every quarter of this, at most 5 s apart; one not renewed for this long may be
       taken over by another trainer.
     take_over_lease: take the run directory's lease whoever holds it (for
       an operator who knows the holder is dead).
