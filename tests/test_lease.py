@@ -2,6 +2,7 @@
 
 import fcntl
 import json
+import logging
 import os
 import signal
 import socket
@@ -17,6 +18,7 @@ from ctl.resilience import lease_store
 from ctl.testing.events import wait_for_event
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
+from tests.conftest import absl_messages
 from tests.conftest import read_summary
 from tests.conftest import run_trainer
 from tests.conftest import trainer_command
@@ -234,6 +236,51 @@ def _record_of(pid: int, job: str = "", **fields) -> bytes:
     stale_secs=3600.0,
   )
   return json.dumps({**record, **fields}).encode()
+
+
+def _watched(tmp_path, **fields) -> str:
+  """Leaves a lease record of this job ("j") whose holder is on another
+  host and renews every 0.1 s unless `fields` say otherwise, and passes the
+  start-up check, which then watches it; returns the run directory."""
+  _left_over(tmp_path, _record_of(1, job="j", host="elsewhere", **fields))
+  lease.check_free(
+    lease.Terms(model_dir=str(tmp_path), job="j", stale_secs=3600)
+  )
+  return str(tmp_path)
+
+
+def test_a_watch_that_cannot_read_the_lease_confirms_nothing(tmp_path):
+  """A read that fails (the bucket still cut off) tells nothing of the
+  holder: the wait before the cluster forms gives up at its deadline and
+  says so, rather than take the silence for a dead holder's (it did)."""
+  model_dir = _watched(tmp_path, renew_secs=0.1)
+  os.remove(tmp_path / lease.LEASE_FILE)
+  os.mkdir(tmp_path / lease.LEASE_FILE)  # Every read of it now fails.
+  try:
+    with absl_messages(logging.WARNING) as messages:
+      lease.await_watch(model_dir)
+  finally:
+    lease._stop_watch(model_dir)  # pylint: disable=protected-access
+  assert any("neither seen renewing it nor confirmed" in m for m in messages)
+
+
+@pytest.mark.parametrize(
+  "fields", [{"renew_secs": 0.1}, {"stale_secs": 0.4}], ids=["now", "older"]
+)
+def test_a_dead_holders_lease_is_awaited_one_and_a_half_renewals(
+  tmp_path, fields
+):
+  """Its record unchanged past one and a half of its holder's renewal
+  periods, the wait ends with nothing said: the period as the record says
+  it, or, in a record written before it was recorded, a quarter of the
+  holder's staleness."""
+  model_dir = _watched(tmp_path, **fields)
+  try:
+    with absl_messages(logging.WARNING) as messages:
+      lease.await_watch(model_dir)
+  finally:
+    lease._stop_watch(model_dir)  # pylint: disable=protected-access
+  assert not messages
 
 
 @pytest.mark.parametrize("mine", [" ", "\t", ""])

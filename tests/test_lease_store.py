@@ -56,3 +56,20 @@ def test_the_emulator_honours_generation_preconditions(gcs_emulator):
   assert store.read() is not None
   store.delete(newer)
   assert store.read() is None
+
+
+@pytest.mark.parametrize(
+  "recorded, expected",
+  [(5.0, 5.0), (0.0, 30.0), (-1.0, 30.0)],
+  ids=["recorded", "older", "negative"],
+)
+def test_a_holders_renewal_period_is_its_record_or_a_quarter_of_its_staleness(
+  recorded, expected
+):
+  """A record written before the period was recorded (0), or one naming no
+  period a holder could keep (below 0), renews every quarter of its
+  staleness, as holders did then."""
+  holder = lease_store.Holder(
+    "h", 7, "j", 0.0, 0.0, 1, stale_secs=120.0, renew_secs=recorded
+  )
+  assert holder.renewal_period(3600.0) == expected

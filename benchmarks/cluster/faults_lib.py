@@ -39,7 +39,7 @@ Each result says when the fault was detected (the first failed run mark of
 any worker after it), how many steps were lost (the ledger's goodput), and
 whether the ledger names the fault (`peer_lost`: "lost contact with worker
 1 (host-1:23500)"; a stall: "stalled in checkpoint_save at step 150,
-waiting in gcsfs, called from ctl/resilience/lease_store.py:262 (read)").
+waiting in gcsfs, called from ctl/resilience/lease_store.py:274 (read)").
 """
 
 import dataclasses

@@ -88,6 +88,11 @@ _WATCH_SECS = 2.0
 # A live holder's renewal is awaited for this many of its renewal periods
 # (a renewal may come late: a busy host, a slow write).
 _PERIODS_AWAITED = 1.5
+# The longest a start waits for its watch (`await_watch`): a store that does
+# not answer, or a holder of a slow pace (a record written before the period
+# was recorded renews every quarter of its staleness, 30 s by default), must
+# not hold a start longer.
+_AWAIT_SECS = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +101,10 @@ class _Watch:
 
   stop: threading.Event  # Set when this process takes the lease.
   spanned: threading.Event  # Set once the holder's renewal was awaited.
+  gives_up_at: float  # When `await_watch` stops waiting (monotonic).
+  # Held from the moment the watch found the record changed until the
+  # process ends, so this process's own take-over cannot land in between.
+  lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
 
 # The start-up checks' watches by run directory.
@@ -121,8 +130,9 @@ class Terms:
     model_dir: the run directory (local, FUSE path or gs://).
     job: this process's job id ("" or blank for none); a lease of the same
       job is taken over at once (a supervised restart).
-    stale_secs: this holder renews its lease every quarter of it, and its
-      lease is stale once not renewed for that long; another's is judged
+    stale_secs: this holder renews its lease every quarter of it, at
+      most `RENEW_SECS` apart, and its lease is stale once not renewed for
+      that long; another's is judged
       by the staleness recorded in it.
     take_over: take the lease whoever holds it (the operator knows the
       holder is dead).
@@ -207,26 +217,34 @@ def _watch(store, found: tuple, terms: Terms) -> _Watch:
   process was replaced as its chief: the thread says so and ends the
   process (`_replaced`). Once a read finds the record unchanged
   `_PERIODS_AWAITED` renewal periods after the check, the watch is
-  `spanned` (what `await_watch` waits for). A read that fails is no
-  change; nothing is written.
+  `spanned` (what `await_watch` waits for). A read that fails tells
+  nothing: it neither ends the process nor spans the watch. Nothing is
+  written.
   """
   holder, token = found
-  period = holder.renewal_period(terms.stale_secs)
+  period = max(holder.renewal_period(terms.stale_secs), 0.1)
   every = min(period / 2, _WATCH_SECS)
-  spans_at = time.monotonic() + _PERIODS_AWAITED * period
-  watching = _Watch(stop=threading.Event(), spanned=threading.Event())
+  started = time.monotonic()
+  spans_at = started + _PERIODS_AWAITED * period
+  watching = _Watch(
+    stop=threading.Event(),
+    spanned=threading.Event(),
+    gives_up_at=started + min(_AWAIT_SECS, 3 * period + _WATCH_SECS),
+  )
 
   def watch() -> None:
     while not watching.stop.wait(every):
       try:
         now = store.read()
       except Exception:  # pylint: disable=broad-except
-        now = found  # No answer (a bucket cut off, however gcsfs says so).
+        continue  # No answer (a bucket cut off, however gcsfs says so).
       if now and (now[1] == token or isinstance(now[0], Damaged)):
         if time.monotonic() >= spans_at:
           watching.spanned.set()  # Unchanged, or no holder's: read again.
         continue
-      if not watching.stop.is_set():  # Set before this process's take-over.
+      with watching.lock:  # Kept until the process ends (`_replaced`).
+        if watching.stop.is_set():  # This process's take-over came first.
+          return
         _replaced(terms.model_dir, holder, now and now[0])
 
   threading.Thread(target=watch, daemon=True, name="ctl-lease-watch").start()
@@ -240,18 +258,31 @@ def await_watch(model_dir: str) -> None:
   cluster forms, as TensorFlow then holds the GIL and the watch's thread
   could not end a replaced chief (a live holder's renewal ends this process
   from the watch, and this never returns). No watch: returns at once.
+
+  A watch that could not read the record meanwhile (the bucket cut off) or
+  whose holder renews at a slow pace confirms nothing by its deadline
+  (three renewal periods, `_AWAIT_SECS` at most): this logs so and goes
+  on, as a restart does.
   """
   watching = _watches.get(model_dir)
-  if watching:
-    watching.spanned.wait()
+  if watching is None:
+    return
+  if not watching.spanned.wait(watching.gives_up_at - time.monotonic()):
+    logging.warning(
+      "The lease on %s belongs to this job, and its holder was neither "
+      "seen renewing it nor confirmed gone by now (the record could not be "
+      "read, or its holder renews at a slow pace); going on as a restart.",
+      model_dir,
+    )
 
 
 def _stop_watch(model_dir: str) -> None:
   """Stops the start-up check's watch of `model_dir`'s lease, if any, and
-  lets anyone awaiting it go on."""
+  lets anyone awaiting it go on; waits while the watch ends the process."""
   watching = _watches.pop(model_dir, None)
   if watching:
-    watching.stop.set()
+    with watching.lock:
+      watching.stop.set()
     watching.spanned.set()
 
 
@@ -270,15 +301,17 @@ def _replaced(model_dir: str, judged: Holder, now: Holder | None) -> None:
     change = f"renewed by {now.describe()}"
   else:
     change = f"taken by {now.describe()}"
-  sys.stderr.flush()  # What was logged before, first.
-  os.write(
-    2,  # The descriptor: sys.stderr may be a wrapper (pytest, notebooks).
-    f"error: This trainer (pid {os.getpid()}) was replaced as the chief of "
-    f"job {judged.job}: since its start-up check, the lease on {model_dir} "
-    f"was {change}, another live trainer of this job; it stops and writes "
-    "nothing.\n".encode(),
-  )
-  os._exit(errors.LEASE_LOST_EXIT_CODE)  # pylint: disable=protected-access
+  try:
+    sys.stderr.flush()  # What was logged before, first.
+    os.write(
+      2,  # The descriptor: sys.stderr may be a wrapper (pytest, notebooks).
+      f"error: This trainer (pid {os.getpid()}) was replaced as the chief "
+      f"of job {judged.job}: since its start-up check, the lease on "
+      f"{model_dir} was {change}, another live trainer of this job; it "
+      "stops and writes nothing.\n".encode(),
+    )
+  finally:  # Even where the line cannot be written (a closed descriptor).
+    os._exit(errors.LEASE_LOST_EXIT_CODE)  # pylint: disable=protected-access
 
 
 def acquire(

@@ -72,7 +72,9 @@ class Holder:
   def renewal_period(self, stale_secs: float) -> float:
     """How often this holder renews its record (`stale_secs`: the reader's
     staleness, for a record that names none)."""
-    return self.renew_secs or (self.stale_secs or stale_secs) / 4
+    if self.renew_secs > 0:
+      return self.renew_secs
+    return (self.stale_secs or stale_secs) / 4
 
   def same_holding(self, other: "Holder | Damaged") -> bool:
     """Whether `other` is this record, renewed or not (the same taking)."""

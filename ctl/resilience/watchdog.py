@@ -9,7 +9,7 @@ thread of the watchdog writes one line to stderr
 
 (where it can, the line also names what the stuck thread waits in: the
 library ctl's own innermost frame called, e.g. ", waiting in gcsfs, called
-from ctl/resilience/lease_store.py:262 (read)" for a bucket that stopped
+from ctl/resilience/lease_store.py:274 (read)" for a bucket that stopped
 answering), then the Python stacks of every thread (`faulthandler`), calls `on_stall`
 (best-effort, a few seconds at most), and ends the process with
 `STALL_EXIT_CODE` so a supervisor (`ctl.launch`, Vertex AI) restarts it.
@@ -344,7 +344,7 @@ class Watchdog:
 def _waiting_in(frame) -> str | None:
   """Where a stuck thread waits: the library that its innermost frame of
   ctl's own code called, and that frame ("gcsfs, called from
-  ctl/resilience/lease_store.py:262 (read)"); None when no frame is ctl's.
+  ctl/resilience/lease_store.py:274 (read)"); None when no frame is ctl's.
 
   The library is the package of the `self` of the first frame called (so a
   gcsfs call through fsspec's synchronous wrapper is gcsfs's), else of that
