@@ -30,6 +30,7 @@ from trainer.testing import FAST_FLAGS
 from trainer.testing import REPO
 from trainer.testing import run_command
 from trainer.testing import run_trainer
+from trainer.testing import share_few_cores
 from trainer.testing import trained_model_dir
 from trainer.testing import trainer_command
 from trainer.testing import trainer_env
@@ -57,6 +58,7 @@ FAST_TIER = os.environ.get("CTL_TEST_TIER") == "fast"
 
 
 def pytest_configure(config):
+  share_few_cores()  # The suite runs 4-10 TensorFlow processes on 2 cores.
   config.addinivalue_line(
     "markers",
     "processes: starts a process (a trainer, a launcher, an emulator, a "
@@ -264,6 +266,11 @@ def lease_holder():
       proc.send_signal(signal.SIGCONT)
       proc.kill()
     proc.wait()
+    # Closed here, not left to the collector: an open pipe found by a later
+    # test's garbage collection is a ResourceWarning in that test.
+    for pipe in (proc.stdin, proc.stdout):
+      with contextlib.suppress(OSError):  # Its unflushed line to the dead.
+        pipe.close()
 
 
 # The local checkpoint tiers in RAM when the session started (not its own).

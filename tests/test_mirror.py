@@ -155,6 +155,8 @@ def test_a_kill_while_a_published_file_is_replaced_keeps_the_old_whole(
   finally:
     publisher.kill()
     publisher.wait()
+    publisher.stdin.close()
+    publisher.stdout.close()
   with open(remote / "events", "rb") as f:
     content = f.read()
   # The old whole, or one of the new wholes: never a file cut short.

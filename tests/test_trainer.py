@@ -29,6 +29,7 @@ from trainer.testing import REPO
 from trainer.testing import RESUME_FLAGS
 from trainer.testing import launch_command
 from trainer.testing import run_command
+from trainer.testing import share_few_cores
 
 
 @pytest.fixture(scope="module")
@@ -574,3 +575,16 @@ def test_the_xla_cache_is_only_for_xla_runs_and_can_be_off(
 ):
   config = types.SimpleNamespace(xla=xla, xla_cache_dir=setting)
   assert checks.xla_cache_dir(config) == expected
+
+
+def test_checks_on_few_cores_start_each_tensorflow_with_one_inter_op_thread(
+  monkeypatch,
+):
+  """The suite and the cluster check (`share_few_cores`): the trainers they
+  start inherit one inter-op thread; a value set by the user is kept."""
+  monkeypatch.delenv("TF_NUM_INTEROP_THREADS", raising=False)
+  share_few_cores()
+  assert trainer_env()["TF_NUM_INTEROP_THREADS"] == "1"
+  monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "4")
+  share_few_cores()
+  assert trainer_env()["TF_NUM_INTEROP_THREADS"] == "4"

@@ -31,6 +31,7 @@ from benchmarks.cluster import faults_lib
 from ctl import errors
 from ctl.launch import reaper
 from ctl.testing import netns_cluster
+from trainer import testing
 
 REFERENCE = "none"  # The uninterrupted run's name in the results.
 
@@ -57,6 +58,7 @@ def main(argv=None) -> int:
   except netns_cluster.Unavailable as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
+  testing.share_few_cores()  # Two clusters of TensorFlow nodes on 2 cores.
   latest = os.path.join(args.results_dir, "latest")
   shutil.rmtree(latest, ignore_errors=True)
   os.makedirs(latest)
