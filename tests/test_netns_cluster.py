@@ -6,16 +6,20 @@ sentence (tested below), and these tests fail rather than skip in CI.
 """
 
 import contextlib
+import glob
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
 import psutil
 import pytest
 
+from benchmarks.cluster import check as cluster_check
+from ctl.io import tempdirs
 from ctl.testing import netns_cluster
 from trainer.testing import REPO
 
@@ -177,8 +181,9 @@ def test_a_sigkilled_fault_matrix_leaves_nothing_after_the_next_start(
   tmp_path,
 ):
   """`make cluster-check` SIGKILLed mid-fault: the process running the fault
-  and every process on its nodes die with it, and the next cluster's start
-  removes its namespaces."""
+  and every process on its nodes die with it, the next cluster's start
+  removes its namespaces, and the next check's start its work directory
+  (each node's disk, the bucket's data, the logs)."""
   check = subprocess.Popen(
     [sys.executable, "-m", "benchmarks.cluster.check",
      "--only=partition_healed", "--parallel=1",
@@ -198,6 +203,11 @@ def test_a_sigkilled_fault_matrix_leaves_nothing_after_the_next_start(
       if n.startswith(f"{netns_cluster.PREFIX}{runner.pid}-")
     ]
     descendants = psutil.Process(check.pid).children(recursive=True)
+    work = glob.glob(
+      os.path.join(
+        tempfile.gettempdir(), f"{cluster_check.WORK_PREFIX}{check.pid}_*"
+      )
+    )
   finally:
     check.kill()  # Also when the test fails: nothing runs on after it.
     check.wait()
@@ -207,6 +217,9 @@ def test_a_sigkilled_fault_matrix_leaves_nothing_after_the_next_start(
   assert runner in gone and set(agents) <= set(gone)
   with netns_cluster.Cluster(workdir=str(tmp_path / "next")):
     assert not set(left) & set(_harness_names())
+  assert len(work) == 1 and os.path.isdir(work[0]), work  # Named by its pid.
+  os.rmdir(tempdirs.scratch_dir(cluster_check.WORK_PREFIX))  # A next start.
+  assert not os.path.exists(work[0])
 
 
 def _node_agents(pid: int) -> list[psutil.Process]:

@@ -24,16 +24,21 @@ import multiprocessing
 import os
 import shutil
 import sys
-import tempfile
 import time
 
 from benchmarks.cluster import faults_lib
 from ctl import errors
+from ctl.io import tempdirs
 from ctl.launch import reaper
 from ctl.testing import netns_cluster
 from trainer import testing
 
 REFERENCE = "none"  # The uninterrupted run's name in the results.
+# The check's work directory (each node's disk, the bucket's data, the logs)
+# under the system's temporary directory: `tempdirs.scratch_dir` names it by
+# this process's pid, so one left by a SIGKILLed check (its `finally` never
+# ran) is removed when the next check starts.
+WORK_PREFIX = "ctl_cluster_check_"
 
 
 def main(argv=None) -> int:
@@ -62,7 +67,7 @@ def main(argv=None) -> int:
   latest = os.path.join(args.results_dir, "latest")
   shutil.rmtree(latest, ignore_errors=True)
   os.makedirs(latest)
-  work = tempfile.mkdtemp(prefix="ctl-cluster-check-")
+  work = tempdirs.scratch_dir(WORK_PREFIX)
   started = time.monotonic()
   try:
     # The reference last: it is the shortest, so it fills the last gap.
