@@ -53,6 +53,9 @@ from benchmarks.harness import machine
 from benchmarks.harness import markdown
 from benchmarks.harness import report as report_lib
 from benchmarks.harness import subreaper
+from ctl.errors import USER_ERROR_EXIT_CODE
+from ctl.errors import UserError
+from ctl.io import storage
 
 flags.DEFINE_string(
   "results_dir",
@@ -537,11 +540,11 @@ def chosen_benchmarks(
   """The sections `--only` names, or every one that is not opt-in.
 
   Raises:
-    ValueError: If `only` names a section that does not exist.
+    UserError: If `only` names a section that does not exist.
   """
   unknown = set(only) - {b.section for b in benchmarks}
   if unknown:
-    raise ValueError(
+    raise UserError(
       f"--only names unknown sections: {sorted(unknown)}; "
       f"known: {[b.section for b in benchmarks]}."
     )
@@ -567,8 +570,13 @@ def run(
 
   Returns:
     (the run directory, the report).
+
+  Raises:
+    UserError: `only` names an unknown section, or `results_dir` cannot be
+      made or written; before anything runs or is written.
   """
   chosen = chosen_benchmarks(only, benchmarks)
+  storage.check_writable(results_dir)
   started = time.perf_counter()
   run_dir = report_lib.new_run_dir(results_dir)
   os.makedirs(os.path.join(run_dir, "logs"))
@@ -707,14 +715,18 @@ def main(argv):
       "nothing they measure is judged.",
       file=sys.stderr,
     )
-    sys.exit(2)
-  run_dir, report = run(
-    results_dir=FLAGS.results_dir,
-    quick=FLAGS.quick,
-    only=FLAGS.only,
-    budget_secs=FLAGS.budget_secs,
-    parallel=FLAGS.parallel,
-  )
+    sys.exit(USER_ERROR_EXIT_CODE)
+  try:
+    run_dir, report = run(
+      results_dir=FLAGS.results_dir,
+      quick=FLAGS.quick,
+      only=FLAGS.only,
+      budget_secs=FLAGS.budget_secs,
+      parallel=FLAGS.parallel,
+    )
+  except UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(USER_ERROR_EXIT_CODE)
   for target in report_lib.all_targets(report):
     print(
       f"{target['section']}: {target['name']}: {markdown.verdict_text(target)}"

@@ -29,6 +29,7 @@ from benchmarks.speed import input_scale_lib
 from benchmarks.speed import scaling_lib
 from benchmarks.speed import throughput_lib
 from benchmarks.workloads import variants as variants_lib
+from ctl.errors import UserError
 from trainer.testing import run_command
 
 # The throughput benchmark's smallest model and batch, loops of 2 steps.
@@ -908,7 +909,7 @@ def test_an_opt_in_section_runs_only_when_named():
   named = run_all.chosen_benchmarks(["restart_resnet50", "restart"])
   assert [b.section for b in named] == ["restart", "restart_resnet50"]
   assert "--model=resnet50" in named[1].flags
-  with pytest.raises(ValueError, match="unknown sections"):
+  with pytest.raises(UserError, match="unknown sections"):
     run_all.chosen_benchmarks(["restart_r50"])
 
 

@@ -484,6 +484,16 @@ BAD_INPUT = [
     True,
   ),
   ("report", ["{file}"], "no run ledger in", True),
+  # The two benchmark apps, before a section or a cluster starts.
+  ("bench", ["--only=resnet", "--results_dir={model_dir}/b"], "--only", True),
+  ("bench", ["--quick", "--results_dir={file}/b"], "is a file", True),
+  ("cluster", ["--results_dir={file}/c"], "is a file", True),
+  (
+    "cluster",
+    ["--train_steps=150", "--results_dir={model_dir}/c"],
+    "--train_steps must be at least 200",
+    True,
+  ),
   ("report", ["{model_dir}/no/such/run"], "no run ledger in", True),
   ("report", [], "the following arguments are required: model_dir", True),
   ("report", ["{model_dir}", "--colour"], "unrecognized arguments", True),
@@ -575,6 +585,8 @@ def _command(tool, args, model_dir):
     "vertex": "ctl.cloud.vertex",
     "report": "ctl.report",
     "k8s": "ctl.cloud.k8s",
+    "bench": "benchmarks.run_all",
+    "cluster": "benchmarks.cluster.check",
   }[tool]
   return [sys.executable, "-m", module, *args]
 

@@ -13,7 +13,7 @@ cores busy where one leaves them half idle. Writes
 `<results_dir>/latest/results.json` (`faults`: one object a fault) and
 `results.md`, with each node's log of a fault that did not hold under
 `logs/`; exits 1 when a fault did not hold, 2 where namespaces cannot be
-made (one sentence says why).
+made or on bad input (one sentence says why).
 """
 
 from concurrent import futures
@@ -28,6 +28,7 @@ import time
 
 from benchmarks.cluster import faults_lib
 from ctl import errors
+from ctl.io import storage
 from ctl.io import tempdirs
 from ctl.launch import reaper
 from ctl.testing import netns_cluster
@@ -42,10 +43,18 @@ WORK_PREFIX = "ctl_cluster_check_"
 
 
 def main(argv=None) -> int:
-  parser = errors.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+  parser = errors.ArgumentParser(
+    prog="python -m benchmarks.cluster.check",
+    description=__doc__.split("\n\n", 1)[0],
+  )
   parser.add_argument("--results_dir", default="cluster_results")
   parser.add_argument("--only", default="", help="comma-separated fault names")
-  parser.add_argument("--train_steps", type=int, default=300)
+  parser.add_argument(
+    "--train_steps",
+    type=int,
+    default=300,
+    help=f"each job's steps (at least {faults_lib.MIN_STEPS})",
+  )
   parser.add_argument(
     "--parallel", type=int, default=2, help="clusters that run at once (>= 1)"
   )
@@ -58,11 +67,17 @@ def main(argv=None) -> int:
     )
   if args.parallel < 1:
     parser.error(f"--parallel must be 1 or more, not {args.parallel}")
+  if args.train_steps < faults_lib.MIN_STEPS:
+    parser.error(
+      f"--train_steps must be at least {faults_lib.MIN_STEPS} (the faults "
+      f"begin at step {faults_lib.FAULT_STEP}), not {args.train_steps}"
+    )
   try:
+    storage.check_writable(args.results_dir)
     netns_cluster.check_available()
-  except netns_cluster.Unavailable as e:
+  except (errors.UserError, netns_cluster.Unavailable) as e:
     print(f"error: {e}", file=sys.stderr)
-    return 2
+    return errors.USER_ERROR_EXIT_CODE
   testing.share_few_cores()  # Two clusters of TensorFlow nodes on 2 cores.
   latest = os.path.join(args.results_dir, "latest")
   shutil.rmtree(latest, ignore_errors=True)

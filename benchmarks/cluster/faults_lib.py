@@ -73,6 +73,10 @@ LEASE_SECS = 12
 # What any one job may take before the harness calls it a hang.
 BACKSTOP_SECS = 300
 FAULT_STEP = 100
+# The fewest steps a job of the matrix may take: the last fault waits for
+# step FAULT_STEP + 60, and a job must go on past it to a save of the bucket
+# (every 50 steps) and its end.
+MIN_STEPS = FAULT_STEP + 100
 # The old chief's agent's row of `exit_codes` (stale_chief_across_partition).
 OLD_CHIEF = "old host-0"
 
