@@ -225,9 +225,9 @@ def test_variant_specs():
     2.0,
   )
   for bad in ("keras:1", "engine:x", "engine:1+fp8", "fit:1+noacc"):
-    with pytest.raises(ValueError, match="Bad"):
+    with pytest.raises(UserError, match="Bad"):
       variants_lib.parse(bad, **defaults)
-  with pytest.raises(ValueError, match="Bad target"):
+  with pytest.raises(UserError, match="Bad target"):
     variants_lib.parse_target("engine:N/bare>0.98", **defaults)
 
 
@@ -609,7 +609,7 @@ def test_input_scale_over_its_budget_runs_one_round_and_says_so(tmp_path):
 
 
 def test_throughput_rejects_steps_that_do_not_fill_a_loop():
-  with pytest.raises(ValueError, match="multiple"):
+  with pytest.raises(UserError, match="multiple"):
     throughput_lib.run(
       throughput_lib.Config(
         **_TINY_THROUGHPUT,

@@ -484,6 +484,13 @@ BAD_INPUT = [
     True,
   ),
   ("report", ["{file}"], "no run ledger in", True),
+  # A benchmark section's app, before it measures (run alone, as a user
+  # tries one): the flags every app shares, and its own.
+  ("throughput", ["--repeats=0"], "must be >= 1, got 0", False),
+  ("throughput", ["--time_budget_secs=-5"], "--time_budget_secs", False),
+  ("throughput", ["--output={file}/out.json"], "is a file", False),
+  ("throughput", ["--variants=engine:x"], "Bad steps 'x'", False),
+  ("goodput", ["--kills=50", "--epochs=1"], "kills do not fit", False),
   # The two benchmark apps, before a section or a cluster starts.
   ("bench", ["--only=resnet", "--results_dir={model_dir}/b"], "--only", True),
   ("bench", ["--quick", "--results_dir={file}/b"], "is a file", True),
@@ -585,6 +592,8 @@ def _command(tool, args, model_dir):
     "vertex": "ctl.cloud.vertex",
     "report": "ctl.report",
     "k8s": "ctl.cloud.k8s",
+    "throughput": "benchmarks.speed.throughput",
+    "goodput": "benchmarks.recovery.goodput",
     "bench": "benchmarks.run_all",
     "cluster": "benchmarks.cluster.check",
   }[tool]

@@ -23,6 +23,7 @@ from benchmarks.harness import report as report_lib
 from benchmarks.harness import settings
 from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.errors import UserError
+from ctl.io import storage
 
 flags.DEFINE_string(
   "output",
@@ -132,22 +133,41 @@ def run_app(
   with the prefix its app defined them under) and the sections `run`
   returns are emitted. With `progress` (`write_progress`,
   `exit_when_final`), `run` is given it as `progress=` and calls it with
-  the sections so far. A `UserError` (flags that do not fit together) is
-  its one sentence on stderr and exit status 2, no traceback.
+  the sections so far. A `UserError` (flags that do not fit together, from
+  `check_shared_flags` or the app's own checks) is its one sentence on
+  stderr and exit status 2, no traceback.
   """
 
   def main(argv):
     del argv  # Unused.
-    config = config_from_flags(config_class, prefix=prefix)
     given = {} if progress is None else {"progress": progress}
     try:
-      sections = run(config, **given)
+      check_shared_flags()
+      sections = run(config_from_flags(config_class, prefix=prefix), **given)
     except UserError as e:
-      print(f"{sys.argv[0]}: {e}", file=sys.stderr)
+      print(f"error: {e}", file=sys.stderr)
       sys.exit(USER_ERROR_EXIT_CODE)
     emit(sections)
 
   app.run(main)
+
+
+def check_shared_flags() -> None:
+  """Refuses the shared flags' bad values before an app measures anything.
+
+  Raises:
+    UserError: --repeats below 1, a negative --time_budget_secs, or an
+      --output whose directory cannot be made or written.
+  """
+  if FLAGS.repeats < 1:
+    raise UserError(f"--repeats must be >= 1, got {FLAGS.repeats}.")
+  if FLAGS.time_budget_secs < 0:
+    raise UserError(
+      "--time_budget_secs must be 0 (no budget) or more, got "
+      f"{FLAGS.time_budget_secs:g}."
+    )
+  if FLAGS.output:
+    storage.check_writable(os.path.dirname(os.path.abspath(FLAGS.output)))
 
 
 def write_progress(sections: Mapping[str, Mapping]) -> None:

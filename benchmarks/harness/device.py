@@ -12,6 +12,8 @@ import platform
 
 import tensorflow as tf
 
+from ctl.errors import UserError
+
 PRECISIONS = ("none", "bf16", "fp16")
 # Keras mixed-precision policy for each --precision value.
 POLICIES = {
@@ -83,11 +85,11 @@ def resolve(choice: str = "auto") -> Device:
   """The device for `--device` ("auto", "cpu" or "gpu").
 
   Raises:
-    ValueError: "gpu" was asked for and none is visible.
+    UserError: "gpu" was asked for and none is visible.
   """
   gpus = tf.config.list_physical_devices("GPU")
   if choice == "gpu" and not gpus:
-    raise ValueError("--device=gpu but TensorFlow sees no GPU.")
+    raise UserError("--device=gpu but TensorFlow sees no GPU.")
   if choice in ("auto", "gpu") and gpus:
     details = tf.config.experimental.get_device_details(gpus[0])
     return Device(

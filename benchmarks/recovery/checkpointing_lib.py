@@ -51,6 +51,7 @@ from benchmarks.harness import report as report_lib
 from benchmarks.harness import settings
 from benchmarks.harness import stats
 from ctl.checkpoint import checkpointing
+from ctl.errors import UserError
 from ctl.io import storage
 from ctl.telemetry import progress as progress_lib
 from ctl.testing import events as events_lib
@@ -146,18 +147,18 @@ class Config(settings.Rounds):
   def validate(self) -> None:
     unknown = set(self.variants) - _BY_KEY.keys()
     if unknown or not self.variants:
-      raise ValueError(
+      raise UserError(
         f"Unknown or no variants {sorted(unknown)}; choose "
         f"from {sorted(_BY_KEY)}."
       )
     if self.repeats < 1:
-      raise ValueError("repeats must be >= 1.")
+      raise UserError("repeats must be >= 1.")
     if (
       self.checkpoint_every % self.steps_per_loop
       or self.train_steps % self.checkpoint_every
       or self.train_steps < 2 * self.checkpoint_every
     ):
-      raise ValueError(
+      raise UserError(
         "cost_checkpoint_every must be a multiple of cost_steps_per_loop, "
         "and cost_train_steps a multiple of it, at least twice."
       )
@@ -181,7 +182,7 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
     {config.section: checkpoint I/O, config.section + "_training": cost}.
 
   Raises:
-    ValueError: a bad configuration.
+    UserError: a bad configuration.
     RuntimeError: the emulator or a trainer run failed.
   """
   config.validate()

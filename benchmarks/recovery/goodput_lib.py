@@ -42,6 +42,7 @@ from benchmarks.harness import budget as budget_lib
 from benchmarks.harness import report as report_lib
 from benchmarks.harness import settings
 from ctl import env as ctl_env
+from ctl.errors import UserError
 from ctl.telemetry import goodput
 from ctl.telemetry import ledger_reader
 from trainer import testing as trainer_testing
@@ -97,7 +98,7 @@ def kill_schedule(config: Config, steps_per_epoch: int) -> list[int]:
     left = config.kills - index - 1
     high = total - 5 - left * (steps_per_epoch + 5)
     if high <= low:
-      raise ValueError(f"{config.kills} kills do not fit in {total} steps.")
+      raise UserError(f"{config.kills} kills do not fit in {total} steps.")
     kills.append(rng.randint(low, high))
     low = kills[-1] + steps_per_epoch + 5
   return kills
@@ -494,7 +495,7 @@ def _sized(
 def _kills_fit(config: Config, steps_per_epoch: int) -> bool:
   try:
     kill_schedule(config, steps_per_epoch)
-  except ValueError:
+  except UserError:
     return False
   return True
 

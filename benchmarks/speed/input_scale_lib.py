@@ -36,6 +36,7 @@ from benchmarks.harness import settings
 from benchmarks.harness import stats
 from benchmarks.workloads import tfds_jpegs
 from ctl.data import input as input_lib
+from ctl.errors import UserError
 from trainer import data as data_lib
 
 INDEXED, STREAMED = "ArrayRecord, by index", "TFRecord, streamed"
@@ -266,7 +267,7 @@ def run(config: Config) -> dict:
   1), in every section that counts them.
   """
   if config.resume_passes < 1:
-    raise ValueError(
+    raise UserError(
       f"--resume_passes must be >= 1, got {config.resume_passes}."
     )
   budget = budget_lib.Budget(config.time_budget_secs)

@@ -33,6 +33,7 @@ from benchmarks.speed import peak_lib
 from benchmarks.workloads import flops as flops_lib
 from benchmarks.workloads import runners
 from benchmarks.workloads import variants as variants_lib
+from ctl.errors import UserError
 
 DEFAULT_VARIANTS = ("engine:1", "engine:N", "bare", "fit:1")
 DEFAULT_RATIOS = (
@@ -147,11 +148,11 @@ def run(config: Config, progress: Callable[[dict], None] | None = None) -> dict:
     {config.section: body}, plus {"limits": body} when the peak is measured.
 
   Raises:
-    ValueError: a bad spec or sizes that do not fit together.
+    UserError: a bad spec or sizes that do not fit together.
     RuntimeError: every variant failed to build or warm up.
   """
   if min(config.repeats, config.steps, config.slices) < 1:
-    raise ValueError(
+    raise UserError(
       "repeats, steps and slices must be >= 1, got "
       f"{config.repeats}, {config.steps} and {config.slices}."
     )
@@ -550,7 +551,7 @@ def _choose_variants(config, device, defaults, notes):
       notes.append(f"{variant.name} skipped: {reason}")
       continue
     if config.steps % variant.steps_per_call:
-      raise ValueError(
+      raise UserError(
         f"--steps={config.steps} must be a multiple of the "
         f"steps per call of {variant.name} "
         f"({variant.steps_per_call})."

@@ -18,6 +18,8 @@ Ratios are `spec/spec` and targets `spec/spec>=threshold`, e.g.
 import dataclasses
 import re
 
+from ctl.errors import UserError
+
 KINDS = ("engine", "bare", "fit")
 _MODIFIERS = ("bf16", "fp16", "xla", "noacc")
 _TARGET = re.compile(r"^(?P<ratio>[^>]+)>=(?P<threshold>[0-9.]+)$")
@@ -69,13 +71,13 @@ def parse(
   """Resolves a spec; `precision` and `xla` are the run's defaults.
 
   Raises:
-    ValueError: a malformed spec, with the accepted form.
+    UserError: a malformed spec, with the accepted form.
   """
   head, *modifiers = spec.strip().split("+")
   kind, _, steps = head.partition(":")
   unknown = [m for m in modifiers if m not in _MODIFIERS]
   if kind not in KINDS or unknown or (kind == "fit" and "noacc" in modifiers):
-    raise ValueError(
+    raise UserError(
       f"Bad variant {spec!r}: use engine:K, bare[:K] or fit:K (K a number "
       f"or N for --steps_per_loop), then optional +bf16, +fp16 or +xla "
       "(and +noacc for engine and bare)."
@@ -87,7 +89,7 @@ def parse(
   elif steps.isdigit() and int(steps) > 0:
     steps_per_call = int(steps)
   else:
-    raise ValueError(f"Bad steps {steps!r} in variant {spec!r}.")
+    raise UserError(f"Bad steps {steps!r} in variant {spec!r}.")
   for modifier in modifiers:
     if modifier in ("bf16", "fp16"):
       precision = modifier
@@ -104,7 +106,7 @@ def parse_ratio(spec: str, **defaults) -> tuple[Variant, Variant]:
   """`a/b` -> (variant a, variant b)."""
   parts = spec.split("/")
   if len(parts) != 2:
-    raise ValueError(
+    raise UserError(
       f"Bad ratio {spec!r}: use numerator/denominator, e.g. engine:N/bare."
     )
   return parse(parts[0], **defaults), parse(parts[1], **defaults)
@@ -114,7 +116,7 @@ def parse_target(spec: str, **defaults) -> tuple[Variant, Variant, float]:
   """`a/b>=t` -> (variant a, variant b, t)."""
   match = _TARGET.match(spec.replace(" ", ""))
   if not match:
-    raise ValueError(
+    raise UserError(
       f"Bad target {spec!r}: use numerator/denominator>=x, "
       "e.g. engine:N/bare>=0.98."
     )
