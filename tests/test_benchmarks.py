@@ -990,17 +990,17 @@ def test_the_sections_share_the_runs_budget_in_proportion_to_their_plans(
   quarter of what is left, the second all that the first left (less the
   margin to its timeout)
   (before, each took a share of its own timeout, and the last section of a
-  standard run here got 1 s and timed out)."""
-  apps = {b.section: b for b in run_all.BENCHMARKS}
+  standard run here got 1 s and timed out). The sections are stand-ins
+  (tests/bench_stub.py): the first takes 8 s, which the second's share
+  must leave out."""
   sections = [
-    run_all.Benchmark(  # Their tiny settings as the standard ones.
-      name,
-      apps[name].module,
-      apps[name].quick_flags,
-      timeout_secs=900,
-      planned_secs=planned,
+    run_all.Benchmark(
+      name, "tests.bench_stub", flags, timeout_secs=900, planned_secs=planned
     )
-    for name, planned in (("input_pipeline", 1), ("scaling", 3))
+    for name, flags, planned in (
+      ("input_pipeline", ("--sleep=8",), 1),
+      ("scaling", (), 3),
+    )
   ]
   run_dir, report = run_all.run(
     results_dir=str(tmp_path), budget_secs=300, benchmarks=sections
@@ -1016,6 +1016,7 @@ def test_the_sections_share_the_runs_budget_in_proportion_to_their_plans(
   start_up = run_all._START_UP_SECS  # pylint: disable=protected-access
   assert budget("input_pipeline") == pytest.approx(left / 4 - start_up, abs=1)
   first_took = report["sections"]["input_pipeline"]["seconds"]
+  assert first_took >= 8
   # All that is left, less the margin kept to its timeout (what is left).
   share = run_all._BUDGET_SHARE  # pylint: disable=protected-access
   assert budget("scaling") == pytest.approx(
