@@ -372,6 +372,11 @@ def _checked_args(argv: Sequence[str] | None) -> argparse.Namespace:
       f"--png={args.png}: no directory {os.path.dirname(args.png)} to write "
       "it in; make it or name a file in another"
     )
+  if args.png:
+    try:
+      storage.check_writable(os.path.dirname(args.png) or ".")
+    except errors.UserError as e:
+      parser.error(f"--png={args.png}: {str(e).rstrip('.')}")
   return args
 
 
@@ -440,14 +445,33 @@ def _report(argv: Sequence[str] | None) -> None:
       else os.path.join(args.model_dir, PNG_NAME)
     )
   if png:
-    try:
-      timeline(accounting, png)
-    except ImportError:
-      print(
-        "\nNo timeline: matplotlib is not installed (pip install 'ctl-train-loop[report]')."
-      )
-    else:
-      print(f"\nTimeline: {png}")
+    _write_timeline(accounting, png, named=args.png is not None)
+
+
+def _write_timeline(accounting, png: str, *, named: bool) -> None:
+  """Draws the timeline to `png` and says where, or why there is none.
+
+  A picture the user did not name (the default, in the run directory) that
+  cannot be written is a note after the report, which stands; one named with
+  --png is an error (exit 74).
+  """
+  try:
+    timeline(accounting, png)
+  except ImportError:
+    print(
+      "\nNo timeline: matplotlib is not installed (pip install 'ctl-train-loop[report]')."
+    )
+  except OSError as e:
+    reason = e.strerror or type(e).__name__
+    if named:
+      print(f"error: cannot write {png} ({reason}).", file=sys.stderr)
+      sys.exit(errors.CANNOT_WRITE_EXIT_CODE)
+    print(
+      f"\nNo timeline: cannot write {png} ({reason.lower()}); name another "
+      "file with --png=FILE."
+    )
+  else:
+    print(f"\nTimeline: {png}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from ctl import report
+from ctl.errors import CANNOT_WRITE_EXIT_CODE
 from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.telemetry import goodput
 from ctl.telemetry import goodput_model
@@ -377,6 +378,55 @@ def test_a_png_in_a_missing_directory_is_one_sentence_and_exit_2(
   assert exit_info.value.code == USER_ERROR_EXIT_CODE
   [line] = capsys.readouterr().err.strip().splitlines()
   assert line.startswith(f"error: --png={png}: no directory "), line
+
+
+def test_a_png_in_a_kernel_filesystem_is_one_sentence_and_exit_2(
+  tmp_path, capsys
+):
+  """It was matplotlib's traceback (FileNotFoundError), after the report
+  was printed: /proc is a directory, but no file can be made in it."""
+  model_dir = _one_start(tmp_path / "run")
+  with pytest.raises(SystemExit) as exit_info:
+    report.main([model_dir, "--png=/proc/timeline.png"])
+  assert exit_info.value.code == USER_ERROR_EXIT_CODE
+  [line] = capsys.readouterr().err.strip().splitlines()
+  assert line.startswith("error: --png=/proc/timeline.png: Cannot use /proc")
+  assert "kernel filesystem" in line, line
+
+
+def test_a_default_png_that_cannot_be_written_is_a_note_after_the_report(
+  tmp_path, capsys
+):
+  """The picture nobody named (`<model_dir>/goodput_timeline.png`) cannot
+  be written there (here its name is a directory; a run directory read by
+  someone without write permission is another case): the report is still
+  printed and the command exits 0, with one line that says so and how to
+  name another file. It was matplotlib's traceback, exit 1."""
+  model_dir = _one_start(tmp_path / "run")
+  os.mkdir(os.path.join(model_dir, report.PNG_NAME))
+  report.main([model_dir])
+  out = capsys.readouterr().out
+  assert "done" in out  # The report.
+  last = out.strip().splitlines()[-1]
+  assert last.startswith(
+    f"No timeline: cannot write {os.path.join(model_dir, report.PNG_NAME)} ("
+  ), last
+  assert last.endswith("; name another file with --png=FILE."), last
+
+
+def test_a_named_png_that_cannot_be_written_is_one_sentence_and_exit_74(
+  tmp_path, capsys
+):
+  """A --png that passes the checks and fails at the write (here a link
+  to a directory that does not exist; a full disk is another case)."""
+  model_dir = _one_start(tmp_path / "run")
+  png = tmp_path / "timeline.png"
+  png.symlink_to(tmp_path / "missing" / "timeline.png")
+  with pytest.raises(SystemExit) as exit_info:
+    report.main([model_dir, f"--png={png}"])
+  assert exit_info.value.code == CANNOT_WRITE_EXIT_CODE
+  [line] = capsys.readouterr().err.strip().splitlines()
+  assert line == f"error: cannot write {png} (No such file or directory).", line
 
 
 def test_the_png_is_written_under_the_name_given(tmp_path, capsys):
