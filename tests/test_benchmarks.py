@@ -9,6 +9,7 @@ JSON itself.
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -283,6 +284,23 @@ def test_report_renders_every_section_and_target(tmp_path):
     assert json.load(f)["sections"]["checkpointing"]["status"] == "pending"
   with pytest.raises(ValueError, match="status"):
     report_lib.section(title="bad", status="great")
+
+
+def test_latest_replaces_a_copy_and_leaves_no_temporary_link(tmp_path):
+  """`latest` a directory (the copy made where links are not allowed): the
+  next run's `latest` is a copy of it too, and the link that could not take
+  its place is not left beside it."""
+  first, second = (
+    report_lib.new_run_dir(str(tmp_path / name)) for name in ("a", "b")
+  )
+  for run_dir, name in ((first, "first"), (second, "second")):
+    with open(os.path.join(run_dir, "which"), "w") as f:
+      f.write(name)
+  shutil.copytree(first, tmp_path / report_lib.LATEST)
+  latest = report_lib.point_latest(str(tmp_path), second)
+  assert (tmp_path / report_lib.LATEST / "which").read_text() == "second"
+  assert sorted(os.listdir(tmp_path)) == ["a", "b", report_lib.LATEST]
+  assert latest == str(tmp_path / report_lib.LATEST)
 
 
 @pytest.mark.processes

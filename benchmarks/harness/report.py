@@ -185,9 +185,11 @@ def point_latest(results_dir: str, run_dir: str) -> str:
   try:
     os.symlink(target, temporary)
     os.replace(temporary, latest)
-  except OSError:
+  except OSError:  # No links here, or `latest` is such a copy already.
     import shutil  # pylint: disable=g-import-not-at-top
 
+    if os.path.lexists(temporary):
+      os.remove(temporary)
     if os.path.islink(latest) or os.path.isfile(latest):
       os.remove(latest)
     elif os.path.isdir(latest):
