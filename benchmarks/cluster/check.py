@@ -72,9 +72,9 @@ def main(argv=None) -> int:
       f"--train_steps must be at least {faults_lib.MIN_STEPS} (the faults "
       f"begin at step {faults_lib.FAULT_STEP}), not {args.train_steps}"
     )
-  try:
-    storage.check_writable(args.results_dir)
+  try:  # Where no cluster can be made, that is the sentence.
     netns_cluster.check_available()
+    storage.check_writable(args.results_dir)
   except (errors.UserError, netns_cluster.Unavailable) as e:
     print(f"error: {e}", file=sys.stderr)
     return errors.USER_ERROR_EXIT_CODE
