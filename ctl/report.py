@@ -467,7 +467,7 @@ def _write_timeline(accounting, png: str, *, named: bool) -> None:
       print(f"error: cannot write {png} ({reason}).", file=sys.stderr)
       sys.exit(errors.CANNOT_WRITE_EXIT_CODE)
     print(
-      f"\nNo timeline: cannot write {png} ({reason.lower()}); name another "
+      f"\nNo timeline: cannot write {png} ({reason}); name another "
       "file with --png=FILE."
     )
   else:

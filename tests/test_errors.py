@@ -489,6 +489,7 @@ BAD_INPUT = [
   ("throughput", ["--repeats=0"], "must be >= 1, got 0", False),
   ("throughput", ["--time_budget_secs=-5"], "--time_budget_secs", False),
   ("throughput", ["--output={file}/out.json"], "is a file", False),
+  ("throughput", ["--output={model_dir}/no/out.json"], "no directory", False),
   ("throughput", ["--variants=engine:x"], "Bad steps 'x'", False),
   ("goodput", ["--kills=50", "--epochs=1"], "kills do not fit", False),
   # The two benchmark apps, before a section or a cluster starts.

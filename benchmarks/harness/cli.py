@@ -157,7 +157,8 @@ def check_shared_flags() -> None:
 
   Raises:
     UserError: --repeats below 1, a negative --time_budget_secs, or an
-      --output whose directory cannot be made or written.
+      --output in a directory that is missing or cannot be written (the app
+      writes the file there at its end, and makes no directory).
   """
   if FLAGS.repeats < 1:
     raise UserError(f"--repeats must be >= 1, got {FLAGS.repeats}.")
@@ -167,7 +168,13 @@ def check_shared_flags() -> None:
       f"{FLAGS.time_budget_secs:g}."
     )
   if FLAGS.output:
-    storage.check_writable(os.path.dirname(os.path.abspath(FLAGS.output)))
+    directory = os.path.dirname(os.path.abspath(FLAGS.output))
+    storage.check_writable(directory)
+    if not os.path.isdir(directory):
+      raise UserError(
+        f"--output={FLAGS.output}: no directory {directory} to write it in; "
+        "make it or name a file in another."
+      )
 
 
 def write_progress(sections: Mapping[str, Mapping]) -> None:
