@@ -5,6 +5,7 @@ import os
 import shutil
 import struct
 import sys
+import tempfile
 import zlib
 
 import numpy as np
@@ -66,6 +67,25 @@ def tfds_dirs(tmp_path_factory):
     )
     for file_format in ("array_record", "tfrecord")
   }
+
+
+def test_building_the_dataset_leaves_nothing_in_the_temporary_directory(
+  tmp_path, monkeypatch
+):
+  # TFDS makes a directory there for every builder of a dataset not yet
+  # prepared (to copy its metadata from the TFDS bucket) and never removes
+  # it: one empty tmp*tfds directory in /tmp at every build.
+  scratch = tmp_path / "tmp"
+  scratch.mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+  tfds_jpegs.build(
+    str(tmp_path / "data"),
+    file_format="array_record",
+    num_train=6,
+    num_eval=3,
+    image_size=8,
+  )
+  assert os.listdir(scratch) == []
 
 
 def _class_of(image):

@@ -10,6 +10,7 @@ writing.
 """
 
 import io
+import tempfile
 
 import numpy as np
 from PIL import Image
@@ -100,12 +101,20 @@ def build(
     num_eval: validation examples.
     image_size: side of the square JPEGs.
   """
-  builder = GeneratedJpegs(
-    num_train=num_train,
-    num_eval=num_eval,
-    image_size=image_size,
-    data_dir=data_dir,
-    file_format=file_format,
-  )
+  # A builder of a dataset not prepared yet makes a directory under the
+  # temporary one (for metadata from the TFDS bucket, which it never has for
+  # this dataset) and leaves it there: made in one of our own instead.
+  with tempfile.TemporaryDirectory() as scratch:
+    system_tmp, tempfile.tempdir = tempfile.tempdir, scratch
+    try:
+      builder = GeneratedJpegs(
+        num_train=num_train,
+        num_eval=num_eval,
+        image_size=image_size,
+        data_dir=data_dir,
+        file_format=file_format,
+      )
+    finally:
+      tempfile.tempdir = system_tmp
   builder.download_and_prepare()
   return str(builder.data_dir)
