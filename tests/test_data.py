@@ -191,6 +191,34 @@ def image_root(tmp_path):
   return _make_images(tmp_path / "images")
 
 
+@pytest.mark.parametrize("name", ["synthetic", "digits", "cassava", "files"])
+def test_no_source_writes_autograph_files_where_a_killed_worker_leaves_them(
+  name, tfds_dirs, image_root, tmp_path, monkeypatch
+):
+  # AutoGraph writes each function it converts to a file in the temporary
+  # directory, removed only at a normal exit: every SIGKILLed, preempted or
+  # stalled worker left its decode in /tmp. The trainer's own functions are
+  # graph code already, so nothing is converted (nor costs a start to do).
+  # (A cassava streamed from TFRecord is read by TFDS's own functions, which
+  # it converts.)
+  data_dir = {"cassava": tfds_dirs["array_record"], "files": image_root}.get(
+    name, ""
+  )
+  scratch = tmp_path / "tmp"
+  scratch.mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+  source = data.load(name, image_size=16, data_dir=data_dir)
+  _first_batch(source, batch_size=4, start_step=0)
+  evaluation = input_lib.eval_dataset(
+    records=source.eval_records,
+    decode_fn=source.decode_fn,
+    input_context=tf.distribute.InputContext(),
+    global_batch_size=4,
+  )
+  next(iter(evaluation))
+  assert [n for n in os.listdir(scratch) if "autograph" in n] == []
+
+
 def _check_colors(pairs, names):
   for (image, label), name in zip(pairs, names):
     assert image.shape == (16, 16, 3) and image.dtype == np.float32

@@ -46,18 +46,28 @@ def reference(tmp_path_factory):
   return train_to_summary(*FLAGS, model_dir=model_dir)
 
 
-def test_sigkill_twice_then_resume_is_bitwise_identical(reference, model_dir):
+def test_sigkill_twice_then_resume_is_bitwise_identical(
+  reference, model_dir, tmp_path
+):
   rng = random.Random()
   first = rng.choice(range(10, 35, 5))
   second = rng.choice(range(first + 5, STEPS - 5, 5))
+  tmp = tmp_path / "tmp"
+  tmp.mkdir()
   summary = kill_at_steps_then_finish(
-    FLAGS, model_dir=model_dir, steps=(first, second)
+    FLAGS,
+    model_dir=model_dir,
+    steps=(first, second),
+    env=trainer_env(TMPDIR=str(tmp)),
   )
   assert summary["final_step"] == STEPS
   assert summary["restores"] >= 1
   assert summary["weights_fingerprint"] == reference["weights_fingerprint"], (
     f"killed at steps {first} and {second}"
   )
+  # Nothing of the killed workers is left in their temporary directory but
+  # what the next start keeps (its tier, its ports): no AutoGraph file.
+  assert [n for n in os.listdir(tmp) if "autograph" in n] == []
 
 
 def test_async_checkpoints_do_not_change_the_result(reference, model_dir):

@@ -7,6 +7,13 @@ worker's records for a step deterministically and only then decodes, which is
 what makes an exact, cheap resume possible. Every source is read by index
 (`ctl.data.input.IndexedRecords`) except a TFDS dataset prepared only as TFRecord,
 which is streamed.
+
+Every function here that tf.data traces is graph code already (`tf.cond`, no
+Python branch on a tensor), so none is handed to AutoGraph: a conversion costs
+each start of a worker and writes the converted source to a file in the
+temporary directory that only a normal exit removes (a SIGKILLed or
+preempted worker left one there at every kill). A TFDS dataset streamed from
+TFRecord is read through TFDS's own functions, which it converts.
 """
 
 from collections.abc import Callable
@@ -152,6 +159,7 @@ def _synthetic(image_size: int, num_classes: int = 5) -> Source:
     .astype(np.float32)
   )
 
+  @tf.autograph.experimental.do_not_convert
   def decode(index):
     return bank[index % 16], index % num_classes
 
@@ -177,6 +185,7 @@ def _digits(image_size: int) -> Source:
   num_eval = len(labels) // 5
   eval_idx, train_idx = order[:num_eval], order[num_eval:]
 
+  @tf.autograph.experimental.do_not_convert
   def decode(image, label):
     image = tf.image.resize(image, (image_size, image_size))
     return tf.tile(image, [1, 1, 3]), label
@@ -229,6 +238,7 @@ def _resize_and_scale(image, image_size):
 
 
 def _decode_encoded(image_size):
+  @tf.autograph.experimental.do_not_convert
   def decode(encoded, label):
     image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
     return _resize_and_scale(image, image_size), tf.cast(label, tf.int64)
@@ -270,6 +280,7 @@ def _cassava(image_size: int, data_dir: str) -> Source:
       )
     )
 
+    @tf.autograph.experimental.do_not_convert
     def decode(serialized):
       example = info.features.deserialize_example(
         serialized, decoders=keep_encoded
@@ -483,7 +494,9 @@ def _file_records(files: datafiles.Files, names: list[str], labels: np.ndarray):
 def _read_then_decode(read: Callable, image_size: int) -> Callable:
   """record -> (image, label): the bytes `read` gives, decoded and resized."""
   decode_encoded = _decode_encoded(image_size)
-  return lambda *record: decode_encoded(*read(*record))
+  return tf.autograph.experimental.do_not_convert(
+    lambda *record: decode_encoded(*read(*record))
+  )
 
 
 def _header_pixels(encoded: tf.Tensor) -> tf.Tensor:
@@ -603,6 +616,7 @@ def _check_one(read, decode_encoded, max_pixels: int):
   """(index, record) -> (index, pixels, decoded maximum), decoding only when
   the header says the image is within `max_pixels` (0: no limit)."""
 
+  @tf.autograph.experimental.do_not_convert
   def check(index, record):
     encoded, label = read(*record)
     pixels = _header_pixels(encoded)
@@ -648,7 +662,9 @@ def _decoded_indices(
     tf.data.Dataset.range(len(names))
     .batch(64)
     .map(
-      lambda indices: (indices, records.fetch(indices)),
+      tf.autograph.experimental.do_not_convert(
+        lambda indices: (indices, records.fetch(indices))
+      ),
       num_parallel_calls=tf.data.AUTOTUNE,
     )
     .unbatch()
