@@ -356,6 +356,8 @@ def test_one_worker_under_the_launcher_restores_its_local_step(
   one_worker_reference, tmp_path
 ):
   model_dir, events = tmp_path / "run", f"{tmp_path / 'run'}.events.jsonl"
+  tmp = tmp_path / "tmp"
+  tmp.mkdir()
   launcher = start(
     launch_command(
       "--num_workers=1",
@@ -368,7 +370,7 @@ def test_one_worker_under_the_launcher_restores_its_local_step(
       ),
     ),
     events=events,
-    env=trainer_env(faults=HOLD_AHEAD),
+    env=trainer_env(faults=HOLD_AHEAD, TMPDIR=str(tmp)),
   )
   try:
     ahead = wait_until_local_is_ahead(
@@ -383,6 +385,9 @@ def test_one_worker_under_the_launcher_restores_its_local_step(
   assert restored["step"] >= ahead > BUCKET_EVERY
   assert restored["tiers"] == ["local"]
   _assert_identical(model_dir, one_worker_reference[0])
+  # The killed worker's local saves left no file of TensorFlow's AutoGraph
+  # in its temporary directory (only a normal exit would have removed it).
+  assert [n for n in os.listdir(tmp) if "autograph" in n] == []
 
 
 def test_a_local_checkpoint_of_another_input_shape_is_refused(tmp_path):

@@ -336,7 +336,7 @@ _ASYNC = tf.train.CheckpointOptions(enable_async=True)
 def _first_saves(checkpoint, root: str) -> float:
   """Seconds of a process's first two asynchronous local saves, written:
   they set up and trace the host copy that later saves reuse."""
-  checkpointing.let_async_checkpoints_copy_keras_variables()
+  checkpointing.prepare_async_checkpoints()
   tier = local_tier.LocalTier(tempfile.mkdtemp(prefix="bench-first-", dir=root))
   start = time.perf_counter()
   for step in (1, 2):

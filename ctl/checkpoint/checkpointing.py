@@ -152,7 +152,7 @@ class Checkpointer:
     self._scratch = None  # A non-chief's save directory, made with it.
     self._options = tf.train.CheckpointOptions(enable_async=async_save)
     if async_save:
-      let_async_checkpoints_copy_keras_variables()
+      prepare_async_checkpoints()
 
   @property
   def directory(self) -> str:
@@ -431,24 +431,36 @@ def wait_for_write(checkpoint: tf.train.Checkpoint) -> None:
     raise error
 
 
-def let_async_checkpoints_copy_keras_variables() -> None:
-  """Works around Keras 3 variables breaking TF's async checkpoints.
+def prepare_async_checkpoints() -> None:
+  """Mends two things in TF's async checkpoints (`enable_async=True`).
 
-  TF's async checkpoint copies every saved variable to the host inside a
-  `tf.function`, through `_copy_trackable_to_cpu`. Keras 3 (3.15) implements
-  it for its variables by creating a new `tf.Variable` on every call, which a
-  `tf.function` rejects ("only supports singleton tf.Variables"), so the
-  first async save fails. The Keras variable only wraps a `tf.Variable`
-  (`.value`) whose host copy TF refreshes on every save, so the Keras
-  variable's copy can simply be that same host copy.
+  TF copies every saved variable to the host in a `tf.function`
+  (`AsyncCheckpointHelper._copy_to_cpu`), through each variable's
+  `_copy_trackable_to_cpu`:
+
+  - Keras 3 (3.15) implements that for its variables by creating a new
+    `tf.Variable` on every call, which a `tf.function` rejects ("only
+    supports singleton tf.Variables"), so the first async save fails. A
+    Keras variable only wraps a `tf.Variable` (`.value`) whose host copy TF
+    refreshes on every save, so the Keras variable's copy is that same copy.
+  - The copy's Python loop runs over a Python list of the saved objects, so
+    traced as it is it is the same graph; converted by AutoGraph, it was
+    written to a file in the temporary directory that only a normal exit
+    removes, and every SIGKILLed or preempted worker with a local tier left
+    one there. It is traced without AutoGraph.
   """
   from keras.src.backend.tensorflow import core  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.checkpoint import async_checkpoint_helper  # pylint: disable=g-import-not-at-top
 
   def copy_to_cpu(variable, object_map):
     variable.value._copy_trackable_to_cpu(object_map)  # pylint: disable=protected-access
     object_map[variable] = object_map[variable.value]
 
   core.Variable._copy_trackable_to_cpu = copy_to_cpu  # pylint: disable=protected-access
+  helper = async_checkpoint_helper.AsyncCheckpointHelper
+  copy = helper.__dict__["_copy_to_cpu"]
+  if getattr(copy, "_autograph", False):  # Not replaced yet.
+    helper._copy_to_cpu = tf.function(copy.python_function, autograph=False)  # pylint: disable=protected-access
 
 
 def latest_version(directory: str) -> tuple[str, int] | None:

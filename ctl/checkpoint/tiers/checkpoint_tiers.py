@@ -94,7 +94,7 @@ class TieredCheckpointer:
     self._committing = None  # The running commit: (thread, errors).
     self._async = tf.train.CheckpointOptions(enable_async=True)
     if tier:
-      checkpointing.let_async_checkpoints_copy_keras_variables()
+      checkpointing.prepare_async_checkpoints()
     self.restored = None  # The last tier_restore.Restored.
 
   @property
