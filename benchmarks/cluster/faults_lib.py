@@ -33,7 +33,9 @@ same job (`reference`):
                         one lives on behind the partition; healed, the old
                         chief commits nothing and exits 77 (its lease
                         watch saw the new chief renew the lease); the new
-                        run ends with the reference weights.
+                        run ends with the reference weights. The new chief
+                        holds its host a few times (`HOLD_STEPS`), so the
+                        job outlives the old chief's stall and restart.
 
 Each result says when the fault was detected (the first failed run mark of
 any worker after it), how many steps were lost (the ledger's goodput), and
@@ -151,9 +153,10 @@ class Job:
     os.environ["STORAGE_EMULATOR_HOST"] = self.endpoint
 
   def start_agent(
-    self, host: str, *, max_restarts: int = 6
+    self, host: str, *, max_restarts: int = 6, faults: str | None = None
   ) -> subprocess.Popen:
-    """Starts node `host`'s agent over its worker (TF_CONFIG names hosts)."""
+    """Starts node `host`'s agent over its worker (TF_CONFIG names hosts);
+    `faults`: a `CTL_FAULTS` value for its worker alone."""
     index = HOSTS.index(host)
     node = self.cluster.nodes[host]
     config = {
@@ -161,6 +164,7 @@ class Job:
       "task": {"type": "worker", "index": index},
     }
     env = trainer_env(
+      faults=faults,
       TF_CONFIG=json.dumps(config),
       STORAGE_EMULATOR_HOST=f"http://{BUCKET_HOST}:{self.bucket_port}",
       CTL_EVENTS=self.events,
@@ -343,6 +347,15 @@ def partition_permanent(job: Job) -> float:
   return fault
 
 
+# The new chief holds its host this long at each of these steps (each hold
+# under STALL_SECS): a job of a few seconds' training would otherwise end,
+# and release the lease, before the old chief, cut off, has stalled and been
+# restarted (STALL_SECS, the bucket's answer awaited, a start): its return
+# would then meet a finished job, not the live chief that replaced it.
+HOLD_SECS = 12
+HOLD_STEPS = (FAULT_STEP + 70, FAULT_STEP + 100, FAULT_STEP + 130)
+
+
 def stale_chief_across_partition(job: Job) -> float:
   job.wait_for_step(FAULT_STEP)
   fault = time.time()
@@ -350,7 +363,10 @@ def stale_chief_across_partition(job: Job) -> float:
   job.old_chief = job.agents.pop("host-0")
   time.sleep(2)  # The platform brings a new chief node.
   job.cluster.replace("host-0")
-  job.start_agent("host-0")
+  job.start_agent(
+    "host-0",
+    faults=",".join(f"stall@{s}:secs={HOLD_SECS}" for s in HOLD_STEPS),
+  )
   # The new chief resumes and trains; then the partition heals.
   job.wait_for_step(FAULT_STEP + 60)
   job.cluster.rejoin(old)
