@@ -458,8 +458,10 @@ def prepare_async_checkpoints() -> None:
 
   core.Variable._copy_trackable_to_cpu = copy_to_cpu  # pylint: disable=protected-access
   helper = async_checkpoint_helper.AsyncCheckpointHelper
-  copy = helper.__dict__["_copy_to_cpu"]
-  if getattr(copy, "_autograph", False):  # Not replaced yet.
+  copy = vars(helper).get("_copy_to_cpu")
+  # Not replaced yet, and still the tf.function it was (another TensorFlow
+  # may have changed it: then it is left as it is).
+  if getattr(copy, "_autograph", False):
     helper._copy_to_cpu = tf.function(copy.python_function, autograph=False)  # pylint: disable=protected-access
 
 
