@@ -4,6 +4,7 @@ work is one sentence (UserError) before anything is written."""
 import dataclasses
 import os
 import re
+import sys
 import tempfile
 
 import keras
@@ -16,6 +17,7 @@ from ctl import errors
 from ctl.errors import UserError
 from ctl.train import controller
 from tests import tasks
+from trainer.testing import run_command
 
 
 def _run(model_dir, task, **options):
@@ -45,6 +47,40 @@ def test_batches_of_another_size_than_the_global_batch_are_refused(tmp_path):
   task = tasks.regression()
   doubled = dataclasses.replace(task, global_batch_size=tasks.BATCH // 2)
   _refused(tmp_path, doubled, "yields batches of 16")
+
+
+# Three replicas need three devices, configured before TensorFlow starts:
+# a fresh interpreter (the pytest worker's TensorFlow has started).
+_THREE_REPLICAS = r"""
+import sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(
+    cpu, [tf.config.LogicalDeviceConfiguration()] * 3)
+from ctl.errors import UserError
+from ctl.train import controller
+from tests import tasks
+strategy = tf.distribute.MirroredStrategy(
+    [d.name for d in tf.config.list_logical_devices("CPU")])
+try:
+  controller.run(task=tasks.regression(),
+                 options=tasks.run_options(sys.argv[1]), strategy=strategy)
+except UserError as e:
+  print(f"UserError: {e}")
+"""
+
+
+@pytest.mark.processes
+def test_a_global_batch_the_replicas_cannot_share_is_one_sentence(tmp_path):
+  # ctl.data.input's dataset functions divide the global batch by the
+  # replicas too: TensorFlow's ValueError there must not come first (a
+  # script fine on 2 workers was a traceback on 3, restarted 6 times).
+  result = run_command([sys.executable, "-c", _THREE_REPLICAS, str(tmp_path)])
+  assert result.stdout.splitlines()[-1:] == [
+    f"UserError: Task.global_batch_size={tasks.BATCH} must be a multiple of "
+    "the 3 replicas."
+  ], result.stderr[-3000:]
+  assert tasks.written(tmp_path) == []
 
 
 def test_inputs_that_do_not_fit_the_model_are_refused(tmp_path):

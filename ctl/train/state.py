@@ -125,9 +125,18 @@ def _training_batch_spec(task: Task, strategy, seed: int):
   share of `global_batch_size`.
 
   Raises:
-    UserError: the function returns no dataset, or batches of another size.
+    UserError: a global batch the replicas cannot share equally, a function
+      that returns no dataset, or batches of another size.
   """
   replicas = strategy.num_replicas_in_sync
+  # Before the dataset function runs: one that splits the batch itself
+  # (ctl.data.input's, InputContext.get_per_replica_batch_size) would raise
+  # TensorFlow's ValueError first, a traceback where a sentence is due.
+  if task.global_batch_size % replicas:
+    raise UserError(
+      f"Task.global_batch_size={task.global_batch_size} must be a multiple "
+      f"of the {replicas} replicas."
+    )
   context = tf.distribute.InputContext(
     num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=replicas
   )
@@ -136,11 +145,6 @@ def _training_batch_spec(task: Task, strategy, seed: int):
     raise UserError(
       "Task.train_dataset_fn must return a tf.data.Dataset, got "
       f"{type(dataset).__name__}."
-    )
-  if task.global_batch_size % replicas:
-    raise UserError(
-      f"Task.global_batch_size={task.global_batch_size} must be a multiple "
-      f"of the {replicas} replicas."
     )
   expected = task.global_batch_size // replicas
   for spec in tf.nest.flatten(dataset.element_spec):
