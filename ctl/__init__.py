@@ -16,7 +16,8 @@ waiting; a stall watchdog, ctl.resilience.watchdog, exits with it too),
 written) and `ctl.LeaseLost`'s own `exit_code` (another trainer took the run
 directory over, or its lease vanished: `ctl.LeaseVanished`) and
 `ctl.PeerLost`'s (a peer's node was lost or cut off mid-run; the message
-names it; ctl.distributed.peer_loss). The
+names it; ctl.distributed.peer_loss); `ctl.exit_code(error)` gives each of
+these its code, as the trainer exits. The
 modules live in folders by role (`ctl.train.controller`, `ctl.train.options`,
 ...; docs/design.md, "Layers").
 
@@ -49,6 +50,7 @@ from ctl.errors import Preempted
 from ctl.errors import Stalled
 from ctl.errors import TrainingDiverged
 from ctl.errors import UserError
+from ctl.errors import exit_code
 
 _LAZY = {
   "run": "ctl.train.controller",
@@ -92,6 +94,7 @@ __all__ = [
   "TrainingDiverged",
   "UserError",
   "environment",
+  "exit_code",
   "run",
 ]
 

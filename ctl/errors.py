@@ -226,6 +226,29 @@ class PeerLost(Exception):
   exit_code = STALL_EXIT_CODE
 
 
+def exit_code(error: BaseException) -> int | None:
+  """The exit status an entry point ends with when `ctl.run` raised
+  `error`, one of the exceptions above; None for any other (a bug: let its
+  traceback show).
+
+  The trainer and a user's script share it, so a script under `ctl-launch`
+  ends as the trainer does: 77 for a lost lease, which an agent never
+  restarts (exit 1 would be restarted), 75 for a lost peer or a start-up
+  that gave up, 2 for a mistake to fix.
+  """
+  if isinstance(error, UserError):
+    return USER_ERROR_EXIT_CODE
+  if isinstance(error, (LeaseLost, Preempted, PeerLost)):
+    return error.exit_code
+  if isinstance(error, Stalled):
+    return STALL_EXIT_CODE
+  if isinstance(error, CannotWrite):
+    return CANNOT_WRITE_EXIT_CODE
+  if isinstance(error, TrainingDiverged):
+    return 1
+  return None
+
+
 class ArgumentParser(argparse.ArgumentParser):
   """argparse, with a bad command line reported as one line (no usage).
 

@@ -79,8 +79,9 @@ def run_example(argv, make_task_fn, *, report, loop_actions=(), **options):
   `make_task_fn` makes with `options` (each example's intervals) and
   `loop_actions` wherever the environment says, and prints the chief's
   summary: `report` and the `weights_fingerprint`, as one JSON line (a key
-  the summary lacks is null). Exit status 2 with one sentence for a mistake
-  (`ctl.UserError`)."""
+  the summary lacks is null). One sentence and ctl's exit status for what
+  `ctl.run` raises (`ctl.exit_code`: 2 for a mistake, 77 for a lost lease,
+  which `ctl-launch` does not restart, 143 after a preemption's save)."""
   parser = argparse.ArgumentParser()
   parser.add_argument("--model_dir", required=True)
   parser.add_argument("--train_steps", type=int, default=TRAIN_STEPS)
@@ -100,9 +101,12 @@ def run_example(argv, make_task_fn, *, report, loop_actions=(), **options):
       strategy=env.strategy,
       loop_actions=loop_actions,
     )
-  except ctl.UserError as e:
+  except Exception as e:  # pylint: disable=broad-except
+    code = ctl.exit_code(e)  # ctl's own: a mistake, a lost lease, a stall.
+    if code is None:
+      raise
     print(f"error: {e}", file=sys.stderr)
-    return ctl.USER_ERROR_EXIT_CODE
+    return code
   if env.is_chief:
     keys = (*report, "weights_fingerprint")
     print(json.dumps({key: summary.get(key) for key in keys}))

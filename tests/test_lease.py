@@ -685,6 +685,44 @@ def test_a_holder_whose_lease_vanished_stops_saying_so(vanish, code, tmp_path):
 
 
 @pytest.mark.processes
+def test_a_ctl_run_script_that_lost_its_lease_exits_77_in_one_sentence(
+  tmp_path,
+):
+  # A user's ctl.run script (examples/regression.py), taken over as the
+  # trainer is below: it must end as the trainer does, 77 and the sentence,
+  # which an agent does not restart (a chief replaced behind a partition,
+  # tried on the cluster of namespaces, was a traceback, exit 1, restarted).
+  model_dir = str(tmp_path / "run")
+  events = str(tmp_path / "old.jsonl")
+  script = os.path.join(REPO, "examples", "regression.py")
+  old = start(
+    [sys.executable, script, f"--model_dir={model_dir}", "--train_steps=200"],
+    events=events,
+  )
+  wait_for_event(
+    events,
+    lambda e: e["phase"] == "first_loop" and e["seconds"] is None,
+    process=old,
+  )
+  _stop_outside_its_check_and_write(old, model_dir)
+  new = start(
+    trainer_command(*_RUN, "--take_over_lease", f"--model_dir={model_dir}"),
+    events=str(tmp_path / "new.jsonl"),
+  )
+  deadline = time.monotonic() + 300
+  while _holder_pid(model_dir) != new.pid:
+    assert new.poll() is None and time.monotonic() < deadline
+    time.sleep(0.05)
+  new.send_signal(signal.SIGSTOP)  # Holds the lease while the old one goes on.
+  code, last = _stopped_for_lost_lease(old)
+  assert code == errors.LEASE_LOST_EXIT_CODE, last
+  assert last.startswith("error: This trainer (pid "), last
+  assert f"to pid {new.pid} on " in last, last
+  new.kill()
+  finish(new)
+
+
+@pytest.mark.processes
 def test_take_over_lease_stops_the_live_holder_naming_the_new_one(
   single_run_fingerprint, tmp_path
 ):

@@ -47,6 +47,25 @@ def test_every_exception_is_in_the_errors_module():
     assert error.__module__ == "ctl.errors"
 
 
+def test_each_exception_of_ctl_run_has_the_exit_code_the_trainer_uses():
+  """`ctl.exit_code`, which the trainer and the examples exit with: a lost
+  lease (77) is never a generic failure (1) that an agent would restart."""
+  cases = [
+    (ctl.UserError("x"), ctl.USER_ERROR_EXIT_CODE),
+    (ctl.Preempted(10), ctl.PREEMPTED_EXIT_CODE),
+    (ctl.Preempted(10, signum=2), 130),
+    (ctl.TrainingDiverged("x"), 1),
+    (ctl.Stalled("x"), ctl.STALL_EXIT_CODE),
+    (ctl.CannotWrite("x"), ctl.CANNOT_WRITE_EXIT_CODE),
+    (ctl.LeaseLost("x"), ctl.LEASE_LOST_EXIT_CODE),
+    (ctl.LeaseVanished("x", directory_gone=True), ctl.USER_ERROR_EXIT_CODE),
+    (ctl.LeaseVanished("x", directory_gone=False), ctl.CANNOT_WRITE_EXIT_CODE),
+    (ctl.PeerLost("x"), ctl.STALL_EXIT_CODE),
+    (ValueError("a bug"), None),
+  ]
+  assert [ctl.exit_code(e) for e, _ in cases] == [code for _, code in cases]
+
+
 @pytest.mark.parametrize(
   "args,says",
   [

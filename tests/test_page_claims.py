@@ -83,6 +83,22 @@ _CAUGHT = {
     errors.USER_ERROR_EXIT_CODE,
   },
 }
+# What `ctl.exit_code(e)` gives an entry point for each of ctl's exceptions.
+_EXIT_CODE_GIVES = {
+  errors.exit_code(e)
+  for e in (
+    errors.UserError(),
+    errors.Preempted(0),
+    errors.Preempted(0, signal.SIGINT),
+    errors.TrainingDiverged(),
+    errors.Stalled(),
+    errors.CannotWrite(),
+    errors.LeaseLost(),
+    errors.LeaseVanished("", directory_gone=True),
+    errors.LeaseVanished("", directory_gone=False),
+    errors.PeerLost(),
+  )
+}
 # `ctl-launch` returns its workers' codes (ctl.launch.supervisor).
 RELAYS = {"ctl-launch": "ctl-train"}
 _FENCE = re.compile(r"^```.*?^```$", re.S | re.M)
@@ -346,12 +362,16 @@ def _exit_codes(module: str) -> set[int]:
 
 def _codes_of(node: ast.AST, module) -> set[int]:
   """The exit codes one syntax node names: an `*_EXIT_CODE`, a caught ctl
-  exception's, or a literal passed to an exit."""
+  exception's, what `ctl.exit_code` gives, or a literal passed to an exit."""
   named = getattr(node, "attr", getattr(node, "id", ""))
   if named.endswith("EXIT_CODE"):
     return {getattr(module, named, getattr(errors, named, None))}
   if isinstance(node, ast.ExceptHandler) and node.type is not None:
     return _CAUGHT.get(getattr(node.type, "attr", ""), set())
+  if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(
+    "exit_code"
+  ):
+    return _EXIT_CODE_GIVES
   if isinstance(node, ast.Call) and ast.unparse(node.func) in _EXITS:
     last = node.args[-1] if node.args else None
     if isinstance(last, ast.Constant) and isinstance(last.value, int):

@@ -153,23 +153,16 @@ def main(argv):
 
   try:
     job.build_job(config).run()
-  except ctl.UserError as e:
-    _fail(str(e), ctl.USER_ERROR_EXIT_CODE)
-  except ctl.Preempted as e:
+  except ctl.Preempted as e:  # Not an error: the same command continues.
     logging.warning("%s", e)
     sys.exit(e.exit_code)
   except KeyboardInterrupt:  # Ctrl-C outside the train loop.
     _fail("interrupted; nothing was saved since the last checkpoint.", 130)
-  except ctl.TrainingDiverged as e:
-    _fail(str(e), 1)
-  except ctl.Stalled as e:
-    _fail(str(e), ctl.STALL_EXIT_CODE)
-  except ctl.CannotWrite as e:
-    _fail(str(e), ctl.CANNOT_WRITE_EXIT_CODE)
-  except ctl.LeaseLost as e:
-    _fail(str(e), e.exit_code)
-  except ctl.PeerLost as e:
-    _fail(str(e), ctl.STALL_EXIT_CODE)
+  except Exception as e:  # pylint: disable=broad-except
+    code = ctl.exit_code(e)
+    if code is None:
+      raise
+    _fail(str(e), code)
 
 
 class _NoInfoFrom(python_logging.Filter):
