@@ -570,12 +570,17 @@ _ELSEWHERE = (
 )
 
 
-def _paused_in_first_loop(model_dir, events, *flags, elsewhere=False):
+def _paused_in_first_loop(
+  model_dir, events, *flags, elsewhere=False, command=None
+):
   """Starts a trainer holding the lease; SIGSTOPs it as its first loop starts.
 
-  `elsewhere`: it stands for a trainer on another host.
+  `elsewhere`: it stands for a trainer on another host. `command`: another
+  process that trains on `model_dir` (a user's ctl.run script).
   """
-  command = trainer_command(*_RUN, *flags, f"--model_dir={model_dir}")
+  command = command or trainer_command(
+    *_RUN, *flags, f"--model_dir={model_dir}"
+  )
   if elsewhere:
     command[1:3] = ["-c", _ELSEWHERE]
   proc = start(command, events=events)
@@ -617,6 +622,22 @@ def _stopped(task: str) -> bool:
       return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
   except FileNotFoundError:
     return True
+
+
+def _taken_over_while_paused(model_dir, tmp_path, old):
+  """A trainer with --take_over_lease takes `model_dir` from the paused
+  holder `old` and is paused in turn, holding the lease, while `old` goes
+  on: (the new trainer, paused; `old`'s exit code; its last line)."""
+  new = start(
+    trainer_command(*_RUN, "--take_over_lease", f"--model_dir={model_dir}"),
+    events=str(tmp_path / "new.jsonl"),
+  )
+  deadline = time.monotonic() + 300
+  while _holder_pid(model_dir) != new.pid:
+    assert new.poll() is None and time.monotonic() < deadline
+    time.sleep(0.05)
+  new.send_signal(signal.SIGSTOP)
+  return (new, *_stopped_for_lost_lease(old))
 
 
 def _stopped_for_lost_lease(proc):
@@ -693,28 +714,13 @@ def test_a_ctl_run_script_that_lost_its_lease_exits_77_in_one_sentence(
   # which an agent does not restart (a chief replaced behind a partition,
   # tried on the cluster of namespaces, was a traceback, exit 1, restarted).
   model_dir = str(tmp_path / "run")
-  events = str(tmp_path / "old.jsonl")
   script = os.path.join(REPO, "examples", "regression.py")
-  old = start(
-    [sys.executable, script, f"--model_dir={model_dir}", "--train_steps=200"],
-    events=events,
+  old = _paused_in_first_loop(
+    model_dir,
+    str(tmp_path / "old.jsonl"),
+    command=[sys.executable, script, f"--model_dir={model_dir}"],
   )
-  wait_for_event(
-    events,
-    lambda e: e["phase"] == "first_loop" and e["seconds"] is None,
-    process=old,
-  )
-  _stop_outside_its_check_and_write(old, model_dir)
-  new = start(
-    trainer_command(*_RUN, "--take_over_lease", f"--model_dir={model_dir}"),
-    events=str(tmp_path / "new.jsonl"),
-  )
-  deadline = time.monotonic() + 300
-  while _holder_pid(model_dir) != new.pid:
-    assert new.poll() is None and time.monotonic() < deadline
-    time.sleep(0.05)
-  new.send_signal(signal.SIGSTOP)  # Holds the lease while the old one goes on.
-  code, last = _stopped_for_lost_lease(old)
+  new, code, last = _taken_over_while_paused(model_dir, tmp_path, old)
   assert code == errors.LEASE_LOST_EXIT_CODE, last
   assert last.startswith("error: This trainer (pid "), last
   assert f"to pid {new.pid} on " in last, last
@@ -728,16 +734,7 @@ def test_take_over_lease_stops_the_live_holder_naming_the_new_one(
 ):
   model_dir = str(tmp_path / "run")
   old = _paused_in_first_loop(model_dir, str(tmp_path / "old.jsonl"))
-  new = start(
-    trainer_command(*_RUN, "--take_over_lease", f"--model_dir={model_dir}"),
-    events=str(tmp_path / "new.jsonl"),
-  )
-  deadline = time.monotonic() + 300
-  while _holder_pid(model_dir) != new.pid:
-    assert new.poll() is None and time.monotonic() < deadline
-    time.sleep(0.05)
-  new.send_signal(signal.SIGSTOP)  # Holds the lease while the old one goes on.
-  code, last = _stopped_for_lost_lease(old)
+  new, code, last = _taken_over_while_paused(model_dir, tmp_path, old)
   assert code == errors.LEASE_LOST_EXIT_CODE, last
   assert f"to pid {new.pid} on " in last, last
   new.send_signal(signal.SIGCONT)
