@@ -88,8 +88,8 @@ def run_example(argv, make_task_fn, *, report, loop_actions=(), **options):
   args = parser.parse_args(argv)
   tf.config.experimental.enable_op_determinism()  # Bitwise-repeatable ops.
   keras.utils.set_random_seed(0)  # The initial weights.
-  env = ctl.environment(model_dir=args.model_dir)  # Cluster and outputs.
   try:
+    env = ctl.environment(model_dir=args.model_dir)  # Cluster and outputs.
     summary = ctl.run(
       task=make_task_fn(),
       options=ctl.RunOptions(

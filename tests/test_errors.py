@@ -578,12 +578,24 @@ BAD_INPUT = [
   ("env", ["CTL_RESTART_COUNT=-5"], "a whole number 0 or more", True),
   ("env", ["CTL_PREVIOUS_EXIT=killed"], "CTL_PREVIOUS_EXIT must be", True),
   ("env", ["CTL_PREVIOUS_EXIT_TIME=nan"], "CTL_PREVIOUS_EXIT_TIME", True),
+  # "example": a user's ctl.run script (examples/regression.py) in this
+  # environment: ctl.environment's sentence, exit 2, which ctl-launch does
+  # not restart (it was a traceback, exit 1, restarted).
+  (
+    "example",
+    ['TF_CONFIG={{"cluster": '],
+    "TF_CONFIG is not valid JSON",
+    False,
+  ),
 ]
 
 
 def _command(tool, args, model_dir):
   if tool in ("jobset", "env"):
     return _command("trainer", [], model_dir)
+  if tool == "example":
+    script = os.path.join(REPO, "examples", "regression.py")
+    return [sys.executable, script, f"--model_dir={model_dir}"]
   if tool == "trainer":
     return trainer_command_reporting_tf(
       *FAST_FLAGS, "--train_steps=20", f"--model_dir={model_dir}", *args
@@ -619,7 +631,7 @@ def test_bad_input(
   ]
   before = checksum(model_dir)
   env = trainer_env()
-  if tool in ("jobset", "env"):
+  if tool in ("jobset", "env", "example"):
     env.update(arg.split("=", 1) for arg in args)
   result = run_command(_command(tool, args, model_dir), env=env, check=False)
   assert result.returncode == USER_ERROR_EXIT_CODE, result.stderr[-3000:]
