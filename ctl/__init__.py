@@ -24,7 +24,7 @@ modules live in folders by role (`ctl.train.controller`, `ctl.train.options`,
 A job of several workers takes its strategy, chief, job id and output
 directories from the platform's environment (TF_CONFIG, Vertex AI, a GKE
 JobSet) in one call, the reference trainer's own path
-(ctl.distributed.environment):
+(ctl.distributed.environment, ctl.resilience.worker_start):
 
   env = ctl.environment(model_dir="runs/x")
   ctl.run(task=..., strategy=env.strategy,
@@ -65,7 +65,7 @@ _LAZY = {
   "Serving": "ctl.checkpoint.serving",
   "OnOutput": "ctl.train.metric_set",
   "image_classification": "ctl.train.options",
-  "environment": "ctl.distributed.environment",
+  "environment": "ctl.resilience.worker_start",
 }
 
 __all__ = [

@@ -22,6 +22,7 @@ import pytest
 
 from ctl.checkpoint.tiers import node_tiers
 from ctl.distributed.ports import free_ports
+from ctl.resilience import lease
 from ctl.telemetry import ledger_reader
 from ctl.testing import gcs_emulator as gcs_emulator_lib
 from ctl.testing.run_files import read_scalars
@@ -226,6 +227,12 @@ print("held", flush=True)
 sys.stdin.read()
 held.release()
 """
+
+
+def lease_record(model_dir) -> dict:
+  """The run directory's lease record (ctl.resilience.lease), as JSON."""
+  with open(os.path.join(model_dir, lease.LEASE_FILE)) as f:
+    return json.load(f)
 
 
 @pytest.fixture

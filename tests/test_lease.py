@@ -19,6 +19,7 @@ from ctl.testing.events import wait_for_event
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
 from tests.conftest import absl_messages
+from tests.conftest import lease_record
 from tests.conftest import read_summary
 from tests.conftest import run_trainer
 from tests.conftest import trainer_command
@@ -38,11 +39,6 @@ def _take(model_dir, **kwargs):
   )
 
 
-def _record(model_dir):
-  with open(os.path.join(model_dir, lease.LEASE_FILE)) as f:
-    return json.load(f)
-
-
 @pytest.mark.processes
 def test_a_live_holder_refuses_a_second_writer_naming_itself(
   lease_holder, tmp_path
@@ -53,12 +49,12 @@ def test_a_live_holder_refuses_a_second_writer_naming_itself(
   message = str(refused.value)
   assert f"pid {proc.pid} on " in message
   assert "--take_over_lease" in message
-  assert _record(tmp_path)["pid"] == proc.pid
+  assert lease_record(tmp_path)["pid"] == proc.pid
 
 
 def test_release_removes_the_lease_and_a_new_writer_takes_it(tmp_path):
   first = _take(str(tmp_path))
-  assert _record(tmp_path)["pid"] == os.getpid()
+  assert lease_record(tmp_path)["pid"] == os.getpid()
   first.release()
   first.release()  # Idempotent: every exit path may call it.
   assert not (tmp_path / lease.LEASE_FILE).exists()
@@ -80,7 +76,7 @@ def test_a_sigkilled_holder_on_this_host_is_reclaimed_at_once(
   proc.kill()
   proc.wait()
   with _take(str(tmp_path), stale_secs=3600) as taken:
-    assert _record(tmp_path)["pid"] == os.getpid() == taken.holder.pid
+    assert lease_record(tmp_path)["pid"] == os.getpid() == taken.holder.pid
 
 
 @pytest.mark.processes
@@ -89,7 +85,7 @@ def test_a_restart_of_the_same_job_takes_its_own_lease(lease_holder, tmp_path):
   with pytest.raises(lease.LeaseHeld):  # Another job is refused.
     _take(str(tmp_path), job="job-8", stale_secs=3600)
   with _take(str(tmp_path), job="job-7", stale_secs=3600):
-    assert _record(tmp_path)["pid"] == os.getpid()
+    assert lease_record(tmp_path)["pid"] == os.getpid()
 
 
 # A chief of job "j" starting as the trainer does: the start-up check
@@ -149,7 +145,7 @@ def test_a_chief_whose_job_goes_on_under_a_live_holder_stops_with_77(
   assert last.startswith("error: This trainer (pid "), last
   assert f"pid {holder.pid} on elsewhere, job j" in last, last
   assert "was replaced" in last, last
-  assert _record(tmp_path)["pid"] == holder.pid  # It wrote nothing.
+  assert lease_record(tmp_path)["pid"] == holder.pid  # It wrote nothing.
 
 
 @pytest.mark.processes
@@ -163,7 +159,7 @@ def test_a_dead_holder_of_the_job_is_taken_over_at_once_and_unwatched(
   dead = lease_holder(str(tmp_path), job="j", stale_secs=3600)
   dead.kill()
   dead.wait()
-  generation = _record(tmp_path)["generation"]
+  generation = lease_record(tmp_path)["generation"]
   new = _chief_starting(str(tmp_path), "take")
   assert new.returncode == 0, new.stderr[-3000:]
   assert f"took generation {generation + 1}" in new.stdout
@@ -179,12 +175,12 @@ def test_a_stale_lease_is_taken_over_and_its_old_holder_keeps_off(
   proc.send_signal(signal.SIGSTOP)  # Alive, but renews no more.
   time.sleep(2.0)
   taken = _take(str(tmp_path), stale_secs=1.0)
-  mine = _record(tmp_path)
+  mine = lease_record(tmp_path)
   assert mine["pid"] == os.getpid()
   proc.send_signal(signal.SIGCONT)  # Its renewal finds the lease lost.
   proc.communicate("", timeout=60)  # And its release leaves ours.
   assert proc.returncode == 0
-  assert _record(tmp_path)["pid"] == os.getpid()
+  assert lease_record(tmp_path)["pid"] == os.getpid()
   taken.release()
 
 
@@ -195,7 +191,7 @@ def test_a_paused_holder_on_this_host_is_never_stale(lease_holder, tmp_path):
   time.sleep(2.0)  # Past its staleness.
   with pytest.raises(lease.LeaseHeld, match="alive on this host"):
     _take(str(tmp_path), stale_secs=1.0)
-  assert _record(tmp_path)["pid"] == proc.pid
+  assert lease_record(tmp_path)["pid"] == proc.pid
 
 
 @pytest.mark.processes
@@ -206,15 +202,15 @@ def test_a_holder_is_judged_by_its_own_staleness_not_the_takers(
   time.sleep(2.0)  # Renewed 15 s apart: past the taker's 1 s, not its 60.
   with pytest.raises(lease.LeaseHeld, match="stale after 60 s"):
     _take(str(tmp_path), stale_secs=1.0)
-  assert _record(tmp_path)["pid"] == proc.pid
-  assert _record(tmp_path)["stale_secs"] == 60.0
+  assert lease_record(tmp_path)["pid"] == proc.pid
+  assert lease_record(tmp_path)["stale_secs"] == 60.0
 
 
 @pytest.mark.processes
 def test_take_over_lease_takes_a_live_holders_lease(lease_holder, tmp_path):
   proc = lease_holder(str(tmp_path), stale_secs=3600)
   with _take(str(tmp_path), take_over=True):
-    assert _record(tmp_path)["pid"] == os.getpid() != proc.pid
+    assert lease_record(tmp_path)["pid"] == os.getpid() != proc.pid
 
 
 def _left_over(model_dir, data: bytes) -> bytes:
@@ -303,7 +299,7 @@ def test_a_lease_of_pid_0_or_below_is_no_live_holders(tmp_path, pid):
   on this host" and held the run directory for good."""
   _left_over(tmp_path, _record_of(pid))
   with _take(str(tmp_path), stale_secs=3600) as taken:
-    assert _record(tmp_path)["pid"] == os.getpid() == taken.holder.pid
+    assert lease_record(tmp_path)["pid"] == os.getpid() == taken.holder.pid
     assert taken.holder.generation == 4
 
 
@@ -323,7 +319,7 @@ def test_a_lease_left_half_written_is_taken_over_as_stale(tmp_path, data):
   no holder: the next start (a supervised restart) takes it over."""
   _left_over(tmp_path, data)
   with _take(str(tmp_path), stale_secs=3600) as taken:
-    assert _record(tmp_path)["pid"] == os.getpid() == taken.holder.pid
+    assert lease_record(tmp_path)["pid"] == os.getpid() == taken.holder.pid
     assert taken.holder.generation == 1
 
 
@@ -344,7 +340,7 @@ def test_a_damaged_lease_is_one_sentence_and_taken_over_when_asked(
     assert "--take_over_lease" in message and message.count(". ") == 0
     assert path.read_bytes() == data
   with _take(str(tmp_path), take_over=True) as taken:
-    assert _record(tmp_path)["pid"] == os.getpid() == taken.holder.pid
+    assert lease_record(tmp_path)["pid"] == os.getpid() == taken.holder.pid
     taken.check_held("the checkpoint of step 1")  # Fenced as any holding.
 
 
@@ -392,9 +388,9 @@ def test_a_trainer_on_a_damaged_lease_says_so_and_takes_it_when_asked(tmp_path):
 
 def test_the_holder_renews_its_lease(tmp_path):
   with _take(str(tmp_path), stale_secs=0.4):
-    first = _record(tmp_path)["renewed"]
+    first = lease_record(tmp_path)["renewed"]
     deadline = time.monotonic() + 60
-    while _record(tmp_path)["renewed"] == first:
+    while lease_record(tmp_path)["renewed"] == first:
       assert time.monotonic() < deadline, "never renewed"
       time.sleep(0.05)
 

@@ -15,10 +15,11 @@ and is the one path both the reference trainer and a `ctl.run` user take:
     strategy=env.strategy,
   )
 
-`environment` waits for the other workers and builds the strategy before
-TensorFlow runs any op (MultiWorkerMirroredStrategy requires it). `resolve`
-is the same reading without TensorFlow, for checks that must answer before
-it loads (trainer.checks); `Environment.with_strategy` is the rest.
+`resolve` reads it without TensorFlow, for checks that must answer before
+it loads (trainer.checks); `Environment.with_strategy` builds the strategy.
+`ctl.environment` (ctl.resilience.worker_start) is both, with the wait for
+the other workers and the run lease's watch between them, before TensorFlow
+runs any op (MultiWorkerMirroredStrategy requires it).
 `check_chief` refuses an `is_chief` given by hand that the strategy's
 cluster contradicts.
 """
@@ -32,7 +33,6 @@ from absl import logging
 
 from ctl import env as env_lib
 from ctl.distributed import cluster as cluster_lib
-from ctl.distributed import peers
 from ctl.errors import UserError
 from ctl.io import outputs
 from ctl.platform import resolver
@@ -169,41 +169,6 @@ def resolve(
     job_id=resolver.job_id(environ),
     restarts=env_lib.restart_count(environ),
   )
-
-
-def environment(
-  *,
-  strategy: str = "auto",
-  collective: str = "auto",
-  startup_timeout_secs: float = peers.STARTUP_TIMEOUT_SECS,
-  environ: Mapping[str, str] = os.environ,
-  **dirs: str | None,
-) -> Environment:
-  """Reads the environment, waits for the peers, builds the strategy.
-
-  Call it first, before any TensorFlow op. The same script then runs alone
-  on a laptop, under `ctl-launch --num_workers=N`, on Vertex AI and on GKE.
-
-  Args:
-    strategy: "auto" (multi-worker in a cluster, else every local GPU, else
-      one device) or a name of ctl.distributed.strategies.STRATEGY_NAMES.
-    collective: the all-reduce: "auto", "ring" or "nccl".
-    startup_timeout_secs: how long to wait for the other workers to start.
-    environ: the process environment.
-    **dirs: the output directories of `resolve` (model_dir, checkpoint_dir,
-      tensorboard_dir, export_dir, job_dir), e.g. `model_dir="runs/x"`.
-
-  Returns:
-    The environment, its strategy built.
-
-  Raises:
-    UserError: what `resolve` and `with_strategy` raise, one sentence.
-    TypeError: a keyword that is none of the above.
-    ctl.Stalled: a peer did not start within `startup_timeout_secs`.
-  """
-  found = resolve(**dirs, environ=environ)
-  peers.wait_for_peers(found.cluster, timeout_secs=startup_timeout_secs)
-  return found.with_strategy(name=strategy, collective=collective)
 
 
 def check_chief(strategy: "tf.distribute.Strategy", is_chief: bool) -> None:

@@ -76,6 +76,9 @@ from ctl.resilience.lease_store import Damaged
 from ctl.resilience.lease_store import Holder
 
 _ATTEMPTS = 3
+# A holder not renewed for this long may be taken over, unless a run says
+# otherwise (`ctl.RunOptions.lease_stale_secs`, `--lease_stale_secs`).
+DEFAULT_STALE_SECS = 120.0
 # The most seconds between a holder's renewals: a restarted chief on another
 # host waits one renewal period and a half before its cluster forms
 # (`await_watch`), so the period is short whatever the staleness (one small
@@ -191,6 +194,30 @@ def check_free(terms: Terms | None) -> None:
   """
   if terms is None:
     return
+  _check(terms, judge=True)
+
+
+def watch_own_job(terms: Terms | None) -> None:
+  """Watches the run directory's lease as `check_free` does when its record
+  names this job, and refuses nothing.
+
+  For a start whose lease terms come later, where a refusal now could be
+  wrong (a script's `ctl.environment`: `ctl.run`'s options may take the
+  lease over or judge staleness otherwise, and its `hold` judges the
+  lease): a chief replaced by a live one of its own job still ends with the
+  lease-lost exit code before its cluster forms (`await_watch`). Reads
+  only.
+
+  Args:
+    terms: the lease's terms; None on a worker that is not the chief.
+  """
+  if terms is not None:
+    _check(terms, judge=False)
+
+
+def _check(terms: Terms, *, judge: bool) -> None:
+  """Reads the lease on `terms.model_dir`, judges it if `judge` (raising
+  as `check_free` says), and watches it if its record is this job's."""
   _stop_watch(terms.model_dir)  # A check made again watches anew.
   store = lease_store.open_store(
     terms.model_dir,
@@ -201,7 +228,8 @@ def check_free(terms: Terms | None) -> None:
   if found is None:
     return
   mine = _me(terms.job, terms.stale_secs)
-  _judge(found[0], mine, **dataclasses.asdict(terms))
+  if judge:
+    _judge(found[0], mine, **dataclasses.asdict(terms))
   if _same_job(found[0], mine) and not terms.take_over:
     _watches[terms.model_dir] = _watch(store, found, terms)
 

@@ -20,6 +20,7 @@ from ctl.checkpoint.serving import Serving
 from ctl.checkpoint.serving import image_serving
 from ctl.errors import UserError
 from ctl.io.outputs import OutputDirs
+from ctl.resilience.lease import DEFAULT_STALE_SECS
 
 if TYPE_CHECKING:
   import keras  # pylint: disable=g-import-not-at-top
@@ -222,7 +223,7 @@ class RunOptions:
   )
   start_flags: tuple[str, ...] = ()
   evaluator_writes_validation: bool = False
-  lease_stale_secs: float = 120.0
+  lease_stale_secs: float = DEFAULT_STALE_SECS
   take_over_lease: bool = False
   job_id: str = ""
   local_checkpoints: str = "auto"
