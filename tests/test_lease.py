@@ -541,8 +541,8 @@ def test_a_sigkilled_trainers_rerun_takes_the_lease_and_ends_as_one_run(
 
 
 def _holder_pid(model_dir):
-  found = lease_store.FileStore(
-    os.path.join(model_dir, lease.LEASE_FILE)
+  found = lease_store.open_store(
+    model_dir, storage_route="gcsfs", fuse_root="/gcs"
   ).read()
   return found and found[0].pid
 
@@ -585,7 +585,10 @@ def _paused_in_first_loop(
     lambda e: e["phase"] == "first_loop" and e["seconds"] is None,
     process=proc,
   )
-  _stop_outside_its_check_and_write(proc, model_dir)
+  if model_dir.startswith("gs://"):  # No lock: writes are by generation.
+    proc.send_signal(signal.SIGSTOP)
+  else:
+    _stop_outside_its_check_and_write(proc, model_dir)
   return proc
 
 
@@ -637,9 +640,14 @@ def _taken_over_while_paused(model_dir, tmp_path, old):
 
 
 def _stopped_for_lost_lease(proc):
-  """Continues a paused old holder; its exit code and last line."""
+  """Continues a paused old holder; its exit code and last line.
+
+  A lost lease is one sentence: no traceback anywhere in the output (the
+  run ledger's last upload, refused by the same fence, logged one).
+  """
   proc.send_signal(signal.SIGCONT)
   code, output = finish(proc)
+  assert "Traceback" not in output, output[-6000:]
   return code, output.strip().splitlines()[-1]
 
 
@@ -716,6 +724,26 @@ def test_a_ctl_run_script_that_lost_its_lease_exits_77_in_one_sentence(
     str(tmp_path / "old.jsonl"),
     command=[sys.executable, script, f"--model_dir={model_dir}"],
   )
+  _stops_with_77_naming_the_taker(model_dir, tmp_path, old)
+
+
+@pytest.mark.processes
+def test_a_holder_on_cloud_storage_taken_over_stops_in_one_sentence(
+  gcs_emulator, tmp_path
+):
+  """On gs:// a run's files go through staging mirrors, whose uploads the
+  fence checks: the run ledger's last upload, refused so as the process
+  ends, logged a traceback before the sentence (a chief replaced behind a
+  partition, tried on the cluster of namespaces)."""
+  model_dir = f"gs://{gcs_emulator.BUCKET}/run"
+  old = _paused_in_first_loop(model_dir, str(tmp_path / "old.jsonl"))
+  _stops_with_77_naming_the_taker(model_dir, tmp_path, old)
+
+
+def _stops_with_77_naming_the_taker(model_dir, tmp_path, old):
+  """`old`, paused holding the lease, is taken over (a trainer with
+  --take_over_lease) and let go on: it exits 77, its last line naming the
+  new holder (and no traceback, `_stopped_for_lost_lease`)."""
   new, code, last = _taken_over_while_paused(model_dir, tmp_path, old)
   assert code == errors.LEASE_LOST_EXIT_CODE, last
   assert last.startswith("error: This trainer (pid "), last

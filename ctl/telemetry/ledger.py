@@ -342,7 +342,9 @@ class Ledger:
     self._write(upload=True)
     if self._location is not None:
       try:
-        self._location.close()
+        self._location.close()  # Releases the staging directory whatever.
+      except fencing.LeaseLost:
+        pass  # A taken-over writer records nothing more; the run says why.
       except Exception:  # pylint: disable=broad-except
         logging.exception("Could not upload the run ledger.")
       self._location = None
