@@ -809,30 +809,43 @@ def test_the_learning_rate_is_not_state_a_resume_may_change_it(
     assert rates["learning_rate"][-1] == (20, pytest.approx(0.001))
 
 
-@pytest.mark.parametrize("route", ["gcsfs", "tf"])
-def test_cloud_storage_that_cannot_be_resolved_stops_at_once(tmp_path, route):
-  # Without the check, gcsfs and the retry policy retried for ten minutes;
-  # the tf route ended in a 50 s aiohttp traceback (the lease's gcsfs).
+@pytest.mark.parametrize(
+  "who,flags,job_id",
+  [
+    ("trainer", ["--storage=gcsfs"], ""),
+    ("trainer", ["--storage=tf"], ""),
+    ("script", [], ""),
+    ("script", [], "j"),
+  ],
+)
+def test_cloud_storage_that_cannot_be_resolved_stops_at_once(
+  tmp_path, who, flags, job_id
+):
+  """Without the check, gcsfs and the retry policy retried for ten minutes;
+  the trainer's tf route ended in a 50 s aiohttp traceback (the lease's
+  gcsfs). A user's ctl.run script (examples/regression.py) rode gcsfs's
+  retries for 53 s (the lease's first read, in ctl.run), then the same
+  traceback, exit 1, which an agent restarts; with a job id its
+  ctl.environment reads the lease too (a restart's watch)."""
+  model_dir = "--model_dir=gs://test-bucket/run"
+  if who == "trainer":
+    command = trainer_command(
+      *FAST_FLAGS, "--train_steps=20", *flags, model_dir
+    )
+  else:
+    command = [sys.executable, os.path.join(REPO, "examples", "regression.py")]
+    command += [*flags, model_dir]
   env = trainer_env(
     STORAGE_EMULATOR_HOST="http://no-such-host.invalid:9",
     GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
+    CTL_JOB_ID=job_id,
   )
-  result = run_command(
-    trainer_command(
-      *FAST_FLAGS,
-      "--train_steps=20",
-      f"--storage={route}",
-      "--model_dir=gs://test-bucket/run",
-    ),
-    cwd=tmp_path,
-    env=env,
-    check=False,
-  )
+  result = run_command(command, cwd=tmp_path, env=env, check=False)
   assert result.returncode == USER_ERROR_EXIT_CODE, result.stderr[-3000:]
   assert "Traceback" not in result.stderr
   last = result.stderr.strip().splitlines()[-1]
   assert last.startswith(
-    "error: Cannot reach Cloud Storage for gs://test-bucket/"
+    "error: Cannot reach Cloud Storage for gs://test-bucket/run"
   ), last
   assert os.listdir(tmp_path) == []
 

@@ -19,7 +19,6 @@ from absl import logging
 from ctl import UserError
 from ctl.distributed import environment as environment_lib
 from ctl.io import outputs
-from ctl.io import storage
 from ctl.resilience import lease
 from ctl.resilience import watchdog
 from ctl.train import options as options_lib
@@ -39,17 +38,12 @@ def check(config: Any, environ: Mapping[str, str]) -> None:
   check_flags(config)
   platform = environment(config, environ)
   dirs = platform.dirs
-  for url in (
-    dirs.checkpoint_dir,
-    *(
-      (dirs.model_dir, dirs.tensorboard_dir, dirs.export_dir)
-      if platform.is_chief
-      else ()
-    ),
-  ):
-    storage.check_reachable(
-      url, storage=config.storage, fuse_root=config.fuse_root
-    )
+  outputs.check_reachable(
+    dirs,
+    is_chief=platform.is_chief,
+    storage_route=config.storage,
+    fuse_root=config.fuse_root,
+  )
   if platform.is_chief:
     outputs.check_writable(dirs, fuse_root=config.fuse_root)
   # With --epochs the step target is known once the data is loaded; any

@@ -167,6 +167,27 @@ class OpenedOutputs:
         location.close()
 
 
+def check_reachable(
+  dirs: OutputDirs,
+  *,
+  is_chief: bool,
+  storage_route: str = "auto",
+  fuse_root: str = "/gcs",
+) -> None:
+  """Fails at once, before any request, where Cloud Storage cannot be
+  reached for the directories this worker uses (the chief all of them,
+  another worker the checkpoints it reads): `storage.check_reachable`.
+  Without it the first request (the lease's read) rides gcsfs's retries for
+  most of a minute, then ends in a traceback.
+
+  Raises:
+    UserError: an invalid url, or a Cloud Storage host name that does not
+      resolve.
+  """
+  for url in dataclasses.astuple(dirs) if is_chief else (dirs.checkpoint_dir,):
+    storage.check_reachable(url, storage=storage_route, fuse_root=fuse_root)
+
+
 def check_writable(dirs: OutputDirs, *, fuse_root: str = "/gcs") -> None:
   """Checks, before anything is written, that local outputs can be written:
   each directory, and the run summary, which a run writes only at its end,

@@ -18,6 +18,7 @@ import os
 
 from ctl.distributed import environment as environment_lib
 from ctl.distributed import peers
+from ctl.io import outputs
 from ctl.resilience import lease
 
 
@@ -58,6 +59,7 @@ def environment(
   """
   found = environment_lib.resolve(**dirs, environ=environ)
   model_dir = found.dirs.model_dir
+  outputs.check_reachable(found.dirs, is_chief=found.is_chief)
   if found.is_chief and found.job_id.strip():
     lease.watch_own_job(
       lease.Terms(

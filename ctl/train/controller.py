@@ -29,6 +29,7 @@ from ctl.errors import PeerLost
 from ctl.errors import Preempted
 from ctl.errors import TrainingDiverged
 from ctl.errors import UserError
+from ctl.io import outputs
 from ctl.resilience import faults as faults_lib
 from ctl.resilience import lease as lease_lib
 from ctl.resilience import preemption
@@ -84,6 +85,12 @@ def run(
   options.validate()
   plan = _Plan(options)
   environment_lib.check_chief(strategy, plan.place.is_chief)
+  outputs.check_reachable(  # Before the lease's first read.
+    plan.place.dirs,
+    is_chief=plan.place.is_chief,
+    storage_route=plan.place.storage_route,
+    fuse_root=plan.place.fuse_root,
+  )
   listeners, faults = _from_environment(
     strategy, plan.start.restarts, progress_listeners, faults
   )
