@@ -148,6 +148,32 @@ def test_a_chief_whose_job_goes_on_under_a_live_holder_stops_with_77(
   assert lease_record(tmp_path)["pid"] == holder.pid  # It wrote nothing.
 
 
+def test_a_start_that_cannot_read_the_lease_asks_again_then_says_so(
+  storage_not_answering, monkeypatch
+):
+  """A restart behind a partition checks the lease of its run on a bucket it
+  cannot reach: it rode gcsfs's retries for 48 s, then aiohttp's traceback
+  ended it, exit 1, before the partition healed (the cluster check's stale
+  chief in the fresh-clone CI of 2026-12-07). It asks again, each time for
+  at most `storage.ANSWER_SECS`, until `_READ_SECS`, then says so."""
+  monkeypatch.setattr(lease, "_READ_SECS", 3)
+  terms = lease.Terms(
+    model_dir="gs://test-bucket/run",
+    job="j",
+    stale_secs=60.0,
+    storage_route="gcsfs",
+  )
+  with pytest.raises(errors.Stalled) as stalled:
+    lease.check_free(terms)
+  sentence = str(stalled.value)
+  assert sentence.startswith(
+    "Could not read the lease on gs://test-bucket/run: its storage did not "
+    "answer for 3 s ("
+  ), sentence
+  assert sentence.endswith("); this start writes nothing."), sentence
+  assert errors.exit_code(stalled.value) == errors.STALL_EXIT_CODE
+
+
 @pytest.mark.processes
 def test_a_dead_holder_of_the_job_is_taken_over_at_once_and_unwatched(
   lease_holder, tmp_path

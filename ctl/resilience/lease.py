@@ -67,8 +67,10 @@ import time
 from absl import logging
 
 from ctl import errors
+from ctl.errors import Stalled
 from ctl.errors import UserError
 from ctl.io import fencing
+from ctl.io import storage
 from ctl.io import tempdirs
 from ctl.resilience import lease_store
 from ctl.resilience.lease_store import LEASE_FILE
@@ -96,6 +98,11 @@ _PERIODS_AWAITED = 1.5
 # was recorded renews every quarter of its staleness, 30 s by default), must
 # not hold a start longer.
 _AWAIT_SECS = 60.0
+# The longest a start asks a store that does not answer for the lease's
+# record (`_read_at_start`): a restart behind a partition meets the cut
+# bucket first, and the partition may heal (a start waits for its peers up
+# to its start-up limit, 900 s by default).
+_READ_SECS = 120.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,7 +231,7 @@ def _check(terms: Terms, *, judge: bool) -> None:
     storage_route=terms.storage_route,
     fuse_root=terms.fuse_root,
   )
-  found = store.read()
+  found = _read_at_start(store, terms.model_dir)
   if found is None:
     return
   mine = _me(terms.job, terms.stale_secs)
@@ -232,6 +239,36 @@ def _check(terms: Terms, *, judge: bool) -> None:
     _judge(found[0], mine, **dataclasses.asdict(terms))
   if _same_job(found[0], mine) and not terms.take_over:
     _watches[terms.model_dir] = _watch(store, found, terms)
+
+
+def _read_at_start(store, model_dir: str) -> tuple | None:
+  """The lease's record as a start reads it (`store.read()`).
+
+  A store that does not answer (a bucket cut off by a partition, which a
+  restart behind it meets first) is asked again, each time for at most
+  `storage.ANSWER_SECS`, until `_READ_SECS` have passed, as a start waits
+  for its peers: the partition may heal. A missing or forbidden object is
+  an answer.
+
+  Raises:
+    Stalled: it never answered; one sentence.
+  """
+  gives_up_at = time.monotonic() + _READ_SECS
+  while True:
+    try:
+      return store.read(timeout=storage.ANSWER_SECS)
+    except (FileNotFoundError, PermissionError):
+      raise
+    except OSError as e:  # TimeoutError and aiohttp's connection errors.
+      if time.monotonic() >= gives_up_at:
+        raise Stalled(
+          f"Could not read the lease on {model_dir}: its storage did not "
+          f"answer for {_READ_SECS:g} s ({e}); this start writes nothing."
+        ) from None
+      logging.warning(
+        "The lease on %s could not be read (%s); asking again.", model_dir, e
+      )
+      time.sleep(1)
 
 
 def _watch(store, found: tuple, terms: Terms) -> _Watch:

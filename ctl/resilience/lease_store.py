@@ -169,7 +169,11 @@ class FileStore:
     self._path = path
     self._made_dir = None
 
-  def read(self) -> tuple[Holder, bytes] | None:
+  def read(
+    self, *, timeout: float | None = None
+  ) -> tuple[Holder, bytes] | None:
+    """The record and its token, or None; `timeout` is for Cloud Storage."""
+    del timeout  # A local or FUSE file answers or fails at once.
     try:
       with open(self._path, "rb") as f:
         data = f.read()
@@ -266,10 +270,12 @@ class GcsStore:
     self._bucket, _, self._key = path.partition("/")
     self._url = url  # The run directory as the user named it.
 
-  def read(self) -> tuple[Holder, str] | None:
+  def read(self, *, timeout: float | None = None) -> tuple[Holder, str] | None:
+    """The record and its generation, or None; `timeout`: seconds before
+    the generation's request is given up (None: gcsfs's own retries)."""
     # Generation first: content read after it is at least as new, and a
     # write conditioned on this generation fails if it changed.
-    generation = mirror.object_generation(self._fs, self._path)
+    generation = mirror.object_generation(self._fs, self._path, timeout=timeout)
     try:
       data = None if generation == "0" else self._fs.cat_file(self._path)
     except FileNotFoundError:
