@@ -33,12 +33,11 @@ WORKDIR /app
 
 # The dependencies first, read from setup.cfg (the ranges) and
 # constraints.txt (the exact versions CI tests) alone: a code change reuses
-# this layer instead of reinstalling TensorFlow. The core ones and the digits
-# extra (scikit-learn, whose wheel holds the quickstart's digits file).
+# this layer instead of reinstalling TensorFlow: the core ones (the quick
+# start's digits ship with the trainer, in trainer/bundled_data/).
 COPY setup.cfg constraints.txt /app/
 RUN python -c 'import configparser; c = configparser.ConfigParser(); \
-c.read("setup.cfg"); print(c["options"]["install_requires"]); \
-print(c["options.extras_require"]["digits"])' \
+c.read("setup.cfg"); print(c["options"]["install_requires"])' \
       > /tmp/requirements.txt \
  && python -m pip install -c constraints.txt -r /tmp/requirements.txt \
  && rm /tmp/requirements.txt

@@ -14,7 +14,7 @@ $(VENV)/bin/python:
 # Stamp files: reinstall only when the package metadata or a pin changes.
 # setup.cfg declares ranges; constraints.txt holds the exact versions.
 $(VENV)/.installed: $(VENV)/bin/python setup.cfg pyproject.toml constraints.txt
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[digits]"
+	$(PY) -m pip install --quiet -c constraints.txt -e .
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/bin/python setup.cfg pyproject.toml constraints.txt

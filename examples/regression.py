@@ -1,7 +1,7 @@
 """A regression with `ctl.run`: real tabular data, MSE loss, MAE and RMSE.
 
-scikit-learn's bundled diabetes data (442 patients, 10 standardized
-features, a disease-progression score; no download) and a small MLP. Nothing
+The diabetes data of Efron et al. (442 patients, 10 standardized
+features, a disease-progression score; examples/data/, no download) and a small MLP. Nothing
 here is image classification: the batches are `(features, target)`, the loss
 is the per-example squared error, and the metrics are Keras's, by name. The
 same script runs on a laptop, under `ctl-launch --num_workers=2`, on Vertex
@@ -19,11 +19,11 @@ at any point and started again ends with the same line.
 
 import argparse
 import json
+import os
 import sys
 
 import keras
 import numpy as np
-from sklearn import datasets
 import tensorflow as tf
 
 import ctl
@@ -34,10 +34,15 @@ TRAIN_STEPS = 120
 
 
 def load_data() -> tuple[tuple[np.ndarray, np.ndarray], ...]:
-  """(train, validation) splits of (features, target), the target scaled to
-  unit variance so a learning rate fits it."""
-  features, target = datasets.load_diabetes(return_X_y=True)
-  features = features.astype(np.float32)
+  """(train, validation) splits of (features, target): the features scaled
+  as `sklearn.datasets.load_diabetes` scales them (each centered, its
+  squares summing to 1), the target to unit variance so a learning rate
+  fits it. The files are scikit-learn's (examples/data/README.md)."""
+  folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+  features = np.loadtxt(os.path.join(folder, "diabetes_data_raw.csv.gz"))
+  target = np.loadtxt(os.path.join(folder, "diabetes_target.csv.gz"))
+  features = (features - features.mean(axis=0)) / features.std(axis=0)
+  features = (features / len(features) ** 0.5).astype(np.float32)
   target = ((target - target.mean()) / target.std()).astype(np.float32)
   order = np.random.default_rng(0).permutation(len(target))
   train, valid = order[:352], order[352:]

@@ -3,10 +3,11 @@
 # installs it with its core dependencies only (no extras; the exact versions
 # of constraints.txt) into a new, empty venv, checks that `import ctl` and the
 # console scripts come from that venv, that no generic top-level name (such
-# as `trainer`: scripts/wheel_names.py) is installed and no scikit-learn (the
-# digits extra) came with it, then runs examples/own_model.py (not in the
-# wheel) from the checkout with the venv's python, in a directory outside the
-# checkout. The dependencies' wheels are kept in WHEELHOUSE (default
+# as `trainer`: scripts/wheel_names.py) is installed and no scikit-learn came
+# with it, trains the quick start's digits (shipped in the wheel as the
+# trainer's bundled data) for 10 steps with `ctl-train`, then runs
+# examples/own_model.py (not in the wheel) from the checkout with the venv's
+# python, in a directory outside the checkout. The dependencies' wheels are kept in WHEELHOUSE (default
 # ~/.cache/ctl-wheel-check; pip's own HTTP cache is not written on every
 # machine): only the first run downloads them. Everything else is made in a
 # temporary directory, removed at the end.
@@ -60,6 +61,11 @@ for extra in pytest sklearn trainer; do
     exit 1
   fi
 done
+
+step "train the bundled digits with the wheel's ctl-train"
+TF_CPP_MIN_LOG_LEVEL=2 "$work/venv/bin/ctl-train" --dataset=digits \
+  --model=small_cnn --image_size=16 --per_replica_batch_size=32 \
+  --train_steps=10 --steps_per_loop=10 --noexport --model_dir="$work/digits"
 
 step "run examples/own_model.py with the wheel"
 TF_CPP_MIN_LOG_LEVEL=2 "$venv_py" "$repo/examples/own_model.py" \

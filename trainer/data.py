@@ -18,7 +18,6 @@ TFRecord is read through TFDS's own functions, which it converts.
 
 from collections.abc import Callable
 import dataclasses
-import importlib.util
 import os
 import posixpath
 import re
@@ -174,7 +173,7 @@ def _synthetic(image_size: int, num_classes: int = 5) -> Source:
 
 
 def _digits(image_size: int) -> Source:
-  """scikit-learn's 1,797 real 8x8 handwritten digits (shipped in the wheel).
+  """1,797 real 8x8 handwritten digits (UCI's, as scikit-learn ships them).
 
   A fixed 80/20 train/validation split (seeded permutation, independent of
   --seed, so every run validates on the same 359 images).
@@ -203,30 +202,18 @@ def _digits(image_size: int) -> Source:
 def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
   """The 1,797 digits as `sklearn.datasets.load_digits` gives them.
 
-  The same file load_digits parses (`digits.csv.gz` in scikit-learn's wheel:
-  64 pixels and the label per row), read without importing scikit-learn,
-  which costs about 0.8 s of CPU at every start of a trainer (the start-up
-  that each restart pays again). tests/test_data.py checks it against
-  load_digits.
-
-  scikit-learn is the `digits` extra, not a core dependency (with SciPy
-  about 200 MB that a `ctl.run` user does not need).
+  Read from `bundled_data/digits.csv.gz` beside this module: scikit-learn's
+  own file (64 pixels and the label per row; its README names the source
+  and the license), shipped here so the offline quick start needs no
+  scikit-learn, which Keras imports wherever it is installed (about 1.2 s of
+  CPU at every start of a worker).
 
   Returns:
     The 8x8 images (values 0..16) and their int64 labels.
-
-  Raises:
-    UserError: scikit-learn is not installed.
   """
-  spec = importlib.util.find_spec("sklearn")
-  if spec is None:
-    raise UserError(
-      "--dataset=digits reads scikit-learn's digits file: install the digits "
-      "extra (pip install 'ctl-train-loop[digits]') or pick another --dataset."
-    )
-  package = spec.submodule_search_locations[0]
   rows = np.loadtxt(
-    os.path.join(package, "datasets", "data", "digits.csv.gz"), delimiter=","
+    os.path.join(os.path.dirname(__file__), "bundled_data", "digits.csv.gz"),
+    delimiter=",",
   )
   return rows[:, :-1].reshape(-1, 8, 8), rows[:, -1].astype(np.int64)
 

@@ -51,9 +51,11 @@ def _fail(message: str, code: int) -> None:
   sys.exit(code)
 
 
-# Packages Keras imports whenever they are installed, for what the trainer
-# never uses (plot galleries, scikit-learn estimator wrappers): about 1.1 s of
-# CPU at every start of a worker, a third of importing Keras and TensorFlow.
+# Packages Keras imports whenever they are installed (matplotlib with the
+# report and bench extras; scikit-learn in many a user's environment), for
+# what the trainer never uses (plot galleries, scikit-learn estimator
+# wrappers): about 1.2 s of CPU at every start of a worker, a third of
+# importing Keras and TensorFlow.
 # And SciPy, which TensorFlow's own Keras 1 engine imports (if installed) for
 # the sparse inputs only that engine takes; tf.keras is Keras 3: 0.15 s more.
 _UNUSED_KERAS_EXTRAS = ("matplotlib", "scipy", "sklearn")
