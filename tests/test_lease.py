@@ -13,6 +13,7 @@ import time
 import pytest
 
 from ctl import errors
+from ctl.io import processes
 from ctl.resilience import lease
 from ctl.resilience import lease_store
 from ctl.testing.events import wait_for_event
@@ -303,6 +304,65 @@ def test_a_dead_holders_lease_is_awaited_one_and_a_half_renewals(
   finally:
     lease._stop_watch(model_dir)  # pylint: disable=protected-access
   assert not messages
+
+
+def _earlier_process_of(pid: int) -> str:
+  """The identity of a process that had `pid` before the one that has it
+  now (started a tick earlier, and ended): the kernel reused the pid."""
+  where, _, started = processes.identity(pid).rpartition("/")
+  return f"{where}/{int(started) - 1}"
+
+
+def test_a_restart_whose_predecessor_has_ended_for_certain_waits_for_nothing(
+  tmp_path,
+):
+  """The record names a process of this host, boot and pid namespace that
+  has ended (its pid now runs another, started later): no live chief can
+  renew it, so the start-up check watches nothing and the wait before the
+  cluster forms (one and a half renewal periods) is not paid."""
+  parent = os.getppid()
+  _left_over(
+    tmp_path, _record_of(parent, job="j", process=_earlier_process_of(parent))
+  )
+  terms = lease.Terms(model_dir=str(tmp_path), job="j", stale_secs=3600)
+  lease.check_free(terms)
+  assert str(tmp_path) not in lease._watches  # pylint: disable=protected-access
+  with _take(str(tmp_path), job="j", stale_secs=3600) as taken:
+    assert taken.holder.generation == 4
+    assert lease_record(tmp_path)["process"] == processes.identity(os.getpid())
+
+
+def test_a_restart_whose_predecessor_may_run_watches_it(tmp_path):
+  """The same record naming the process that runs now (alive: a chief of
+  the same job) is watched, as one of another host is."""
+  parent = os.getppid()
+  _left_over(
+    tmp_path,
+    _record_of(parent, job="j", process=processes.identity(parent)),
+  )
+  lease.check_free(
+    lease.Terms(model_dir=str(tmp_path), job="j", stale_secs=3600)
+  )
+  try:
+    assert str(tmp_path) in lease._watches  # pylint: disable=protected-access
+  finally:
+    lease._stop_watch(str(tmp_path))  # pylint: disable=protected-access
+
+
+def test_a_pid_of_another_pid_namespace_is_judged_by_renewals_not_by_pid(
+  tmp_path,
+):
+  """Two containers on one host (one host name, a pid namespace each), or
+  a node replaced under the same host name: the holder's pid says nothing
+  here. Its lease, renewed now, is held, though no process of its pid runs
+  on this one (it was taken over at once as a dead holder's)."""
+  boot = processes.identity(os.getpid()).split("/")[0]
+  left = _left_over(
+    tmp_path, _record_of(2**22 + 1, process=f"{boot}/pid:[1]/12345")
+  )
+  with pytest.raises(lease.LeaseHeld, match="stale after 3600 s"):
+    _take(str(tmp_path), stale_secs=3600)
+  assert (tmp_path / lease.LEASE_FILE).read_bytes() == left
 
 
 @pytest.mark.parametrize("mine", [" ", "\t", ""])

@@ -95,22 +95,3 @@ def test_a_root_that_is_not_private_is_refused(tmp, kind):
   with pytest.raises(UserError, match="not a private directory"):
     tempdirs.private_root("ctl-staging")
   assert os.listdir(elsewhere) == []
-
-
-@pytest.mark.parametrize("pid", [0, -1, 2**64, "1", None, 1.0, True])
-def test_no_pid_but_a_positive_whole_number_is_alive(pid):
-  """os.kill(0, 0) and os.kill(-1, 0) signal process groups, so pid 0 or -1
-  in a lease record read as a live holder (issue 57); 2**64 overflowed."""
-  assert not tempdirs.pid_alive(pid)
-
-
-@pytest.mark.processes
-def test_a_live_process_is_alive_and_an_ended_one_is_not():
-  assert tempdirs.pid_alive(os.getpid()) and tempdirs.pid_alive(os.getppid())
-  assert not tempdirs.pid_alive(_dead_pid())
-  zombie = subprocess.Popen([sys.executable, "-c", ""])
-  os.waitid(os.P_PID, zombie.pid, os.WEXITED | os.WNOWAIT)  # Not reaped.
-  try:
-    assert not tempdirs.pid_alive(zombie.pid)  # Ended, though not reaped.
-  finally:
-    zombie.wait()

@@ -3,6 +3,8 @@ Storage FUSE mount or gs://; staging, mirroring, retries.
 
 Modules (lowest first):
   retry: Retries a call that failed transiently, with exponential backoff.
+  processes: Which process a pid names on this host, across pid reuse and
+    containers.
   tempdirs: Private local directories: the staging root and per-process
     scratch dirs.
   checkpoint_state: The checkpoint state file as text: its one parser and

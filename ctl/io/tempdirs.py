@@ -18,6 +18,7 @@ import stat
 import tempfile
 
 from ctl.errors import UserError
+from ctl.io import processes
 
 
 def private_root(name: str) -> str:
@@ -56,7 +57,7 @@ def scratch_dir(prefix: str) -> str:
   for name in os.listdir(tmp):
     match = pattern.fullmatch(name)
     path = os.path.join(tmp, name)
-    if match and not pid_alive(int(match.group(1))):
+    if match and not processes.pid_alive(int(match.group(1))):
       try:
         status = os.lstat(path)
       except FileNotFoundError:  # Another process swept it first.
@@ -64,27 +65,3 @@ def scratch_dir(prefix: str) -> str:
       if stat.S_ISDIR(status.st_mode) and status.st_uid == os.getuid():
         shutil.rmtree(path, ignore_errors=True)
   return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}_")
-
-
-def pid_alive(pid: int) -> bool:
-  """Whether process `pid` runs on this host (someone else's counts).
-
-  The one such check in ctl: a pid read from a file or a name may be
-  anything, and `os.kill` takes 0 and below for process groups (0: this
-  one, -1: every process), so only a positive whole number can be alive.
-  A zombie (ended, not yet reaped) is not; where /proc cannot say, one
-  that `os.kill` finds counts.
-  """
-  if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-    return False
-  try:
-    os.kill(pid, 0)
-  except (ProcessLookupError, OverflowError):  # Gone, or past any pid.
-    return False
-  except PermissionError:
-    pass  # Someone else's process.
-  try:  # The state follows the command name, which may hold anything.
-    with open(f"/proc/{pid}/stat", "rb") as stat:
-      return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-  except (OSError, IndexError):
-    return True

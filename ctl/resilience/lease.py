@@ -21,7 +21,10 @@ How it is made exclusive:
 A lease may be taken over when it belongs to the same job (a restart by
 `ctl.launch`, which sets `CTL_JOB_ID`, or by Vertex AI, `CLOUD_ML_JOB_ID`),
 when its pid on this same host is gone (a SIGKILLed run on a laptop is
-reclaimed at once), with `take_over=True` (`--take_over_lease`: an operator
+reclaimed at once; "this host" is the host name and, where the record
+names its process, `ctl.io.processes.identity`, the same boot and pid
+namespace: a container beside this one or a node replaced under its name
+is another host), with `take_over=True` (`--take_over_lease`: an operator
 who knows the holder is dead), or when it is stale. Stale is judged by the
 holder's own terms, recorded in the lease: not renewed for the holder's
 `stale_secs` (on the wall clock of the record, the only clock two hosts
@@ -44,7 +47,11 @@ code (77), from the watch's thread. TensorFlow holds the GIL while its
 cluster forms and waits for a missing worker, so no thread runs then: the
 command line waits, right before its cluster forms, until the watch has
 seen one renewal period and a half pass (`await_watch`), most of it spent
-loading TensorFlow; the take-over stops the watch.
+loading TensorFlow; the take-over stops the watch. A record whose process
+has ended for certain (this host, boot and pid namespace, and its pid runs
+no process of its start time: a restart in place by `ctl-launch` or a node
+agent) is no live chief's, and is not watched: that restart waits for
+nothing.
 
 A record left half-written (empty, or JSON cut short: a trainer killed
 between creating the file and writing it) names no holder and is taken over
@@ -70,8 +77,8 @@ from ctl import errors
 from ctl.errors import Stalled
 from ctl.errors import UserError
 from ctl.io import fencing
+from ctl.io import processes
 from ctl.io import storage
-from ctl.io import tempdirs
 from ctl.resilience import lease_store
 from ctl.resilience.lease_store import LEASE_FILE
 from ctl.resilience.lease_store import Damaged
@@ -237,7 +244,11 @@ def _check(terms: Terms, *, judge: bool) -> None:
   mine = _me(terms.job, terms.stale_secs)
   if judge:
     _judge(found[0], mine, **dataclasses.asdict(terms))
-  if _same_job(found[0], mine) and not terms.take_over:
+  if (
+    _same_job(found[0], mine)
+    and not terms.take_over
+    and not _ended_here(found[0], mine)
+  ):
     _watches[terms.model_dir] = _watch(store, found, terms)
 
 
@@ -662,6 +673,7 @@ def _me(job: str, stale_secs: float, generation: int = 0) -> Holder:
     generation,
     stale_secs,
     min(stale_secs / 4, RENEW_SECS),
+    processes.identity(os.getpid()),
   )
 
 
@@ -696,7 +708,7 @@ def _judge(
   if why is None:
     live = (
       "alive on this host"
-      if holder.host == mine.host
+      if _on_this_host(holder, mine)
       else f"stale after {stale_secs:g} s without renewal"
     )
     raise LeaseHeld(
@@ -710,19 +722,41 @@ def _judge(
 def _reclaimable(holder: Holder, mine: Holder, stale_secs: float) -> str | None:
   """Why `holder`'s lease may be taken over, or None when it may not.
 
-  `stale_secs` is the holder's. A holder on this host is judged by its pid
-  alone: alive, it is never stale (a paused one may go on and commit).
+  `stale_secs` is the holder's. A holder on this host (its host name, and,
+  where recorded, this boot and pid namespace) is judged by its process
+  alone: alive, it is never stale (a paused one may go on and commit). One
+  of the same host name in another pid namespace or boot (a container
+  beside this one, a node replaced under its name) is judged as another
+  host's: its pid means nothing here.
   """
   if _same_job(holder, mine):
     return f"it belongs to this job ({holder.job}), restarted"
-  if holder.host == mine.host:
-    if _alive(holder.pid):
+  if _on_this_host(holder, mine):
+    if _alive(holder.pid) and not processes.ended(holder.pid, holder.process):
       return None
     return f"pid {holder.pid} is no longer running on this host"
   age = mine.renewed - holder.renewed
   if age > stale_secs:
     return f"not renewed for {age:.0f} s (stale after {stale_secs:g} s)"
   return None
+
+
+def _on_this_host(holder: Holder, mine: Holder) -> bool:
+  """Whether `holder`'s pid means what it means here: this host name, and,
+  where its record says, this boot and pid namespace."""
+  return holder.host == mine.host and processes.comparable(holder.process)
+
+
+def _ended_here(holder: Holder | Damaged, mine: Holder) -> bool:
+  """Whether `holder` was a process of this host that has ended for
+  certain (`ctl.io.processes.ended`: this boot and pid namespace, and no
+  process of its start time runs its pid): a supervised restart in place,
+  whose predecessor can renew nothing, so its record needs no watch."""
+  return (
+    isinstance(holder, Holder)
+    and holder.host == mine.host
+    and processes.ended(holder.pid, holder.process)
+  )
 
 
 def _same_job(holder: Holder | Damaged, mine: Holder) -> bool:
@@ -733,4 +767,4 @@ def _same_job(holder: Holder | Damaged, mine: Holder) -> bool:
 def _alive(pid: int) -> bool:
   if pid == os.getpid():
     return False  # A lease this process left behind (an earlier run call).
-  return tempdirs.pid_alive(pid)
+  return processes.pid_alive(pid)

@@ -50,6 +50,10 @@ class Holder:
       the taker's then applies).
     renew_secs: how often the holder renews it (0: a record written before
       it was recorded, whose holder renews every quarter of `stale_secs`).
+    process: the holder's identity on its host
+      (`ctl.io.processes.identity`: boot, pid namespace, start time); ""
+      where /proc could not say, or in a record written before it was
+      recorded.
   """
 
   host: str
@@ -60,6 +64,7 @@ class Holder:
   generation: int = 0
   stale_secs: float = 0.0
   renew_secs: float = 0.0
+  process: str = ""
 
   def describe(self) -> str:
     job = f", job {self.job}" if self.job else ""

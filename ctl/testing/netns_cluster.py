@@ -43,7 +43,7 @@ import signal
 import subprocess
 import time
 
-from ctl.io import tempdirs
+from ctl.io import processes
 from ctl.launch import reaper
 
 # Every namespace of a harness is named PREFIX<harness pid>-<suffix>.
@@ -310,14 +310,14 @@ def remove_leftovers(*, pid: int | None = None) -> list[str]:
   removed = []
   for link in _host_links():
     owner = int(link[len(HOST_LINK) :])
-    if owner == pid or (pid is None and not tempdirs.pid_alive(owner)):
+    if owner == pid or (pid is None and not processes.pid_alive(owner)):
       subprocess.run(
         ["ip", "link", "delete", link], capture_output=True, check=False
       )
   for name in namespaces():
     owner = _owner_pid(name)
     if owner is None or (
-      owner != pid and (pid is not None or tempdirs.pid_alive(owner))
+      owner != pid and (pid is not None or processes.pid_alive(owner))
     ):
       continue
     _remove_namespace(name)

@@ -30,7 +30,7 @@ from absl import logging
 
 from ctl import env
 from ctl.checkpoint.tiers import local_tier
-from ctl.io import tempdirs
+from ctl.io import processes
 
 OWNER_FILE = "owner.json"  # The processes the tier lives for (`remove_stale`).
 # A tier with no owner recorded is removed once untouched for this long.
@@ -129,7 +129,7 @@ def remove_stale(root: str, *, keep: str = "") -> None:
     path = os.path.join(root, name)
     match = re.fullmatch(r"pid(\d+)-[0-9a-f]+", name)
     if match:
-      gone = not tempdirs.pid_alive(int(match.group(1)))
+      gone = not processes.pid_alive(int(match.group(1)))
     else:
       gone = name != keep and _owners_gone(path)
     if gone:
@@ -144,7 +144,7 @@ def _owners_gone(run: str) -> bool:
       with open(owner) as f:
         owners += [int(pid) for pid in json.load(f)["pids"]]
   if owners:
-    return not any(tempdirs.pid_alive(pid) for pid in owners)
+    return not any(processes.pid_alive(pid) for pid in owners)
   with contextlib.suppress(OSError):
     return time.time() - os.stat(run).st_mtime > _UNOWNED_SECS
   return False

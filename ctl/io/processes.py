@@ -1,0 +1,90 @@
+"""Which process a pid names on this host, across pid reuse and containers.
+
+A pid alone names a process only while it runs, only in one pid namespace
+(a container has its own) and only until the kernel hands it to another.
+A process's identity here is its pid's start time (in clock ticks since
+boot), its pid namespace and the kernel's boot id, read from /proc: two
+records of one identity name one process, and a record's process has ended
+for certain when, on the same boot and in the same pid namespace, its pid
+runs no process of that start time. Where /proc cannot say, nothing is
+certain ("" identity).
+"""
+
+import os
+
+
+def pid_alive(pid: int) -> bool:
+  """Whether process `pid` runs on this host (someone else's counts).
+
+  The one such check in ctl: a pid read from a file or a name may be
+  anything, and `os.kill` takes 0 and below for process groups (0: this
+  one, -1: every process), so only a positive whole number can be alive.
+  A zombie (ended, not yet reaped) is not; where /proc cannot say, one
+  that `os.kill` finds counts.
+  """
+  if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+    return False
+  try:
+    os.kill(pid, 0)
+  except (ProcessLookupError, OverflowError):  # Gone, or past any pid.
+    return False
+  except PermissionError:
+    pass  # Someone else's process.
+  try:  # The state follows the command name, which may hold anything.
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+      return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+  except (OSError, IndexError):
+    return True
+
+
+def identity(pid: int) -> str:
+  """Process `pid`'s identity on this host ("" where /proc cannot say,
+  or where it names none): `<boot id>/<pid namespace>/<start time>`."""
+  started = _start_time(pid)
+  where = _this_kernel_and_namespace()
+  return f"{where}/{started}" if started and where else ""
+
+
+def ended(pid: int, recorded: str) -> bool:
+  """Whether the process `recorded` (an `identity(pid)` read earlier, on
+  some host) has ended for certain: recorded on this boot and in this pid
+  namespace, and its pid now runs no process of its start time (none, a
+  zombie, or another that reused the pid). False wherever it may run."""
+  where, _, started = recorded.rpartition("/")
+  if not started or where != _this_kernel_and_namespace():
+    return False
+  return not pid_alive(pid) or _start_time(pid) != started
+
+
+def comparable(recorded: str) -> bool:
+  """Whether pids of the process `recorded` mean what they mean here (the
+  same boot and pid namespace), or it is unknown (""): a record written
+  before identities were, judged by its pid as then."""
+  where, _, started = recorded.rpartition("/")
+  return not started or where == _this_kernel_and_namespace()
+
+
+def _start_time(pid: int) -> str:
+  """Field 22 of /proc/<pid>/stat (the command name, field 2, may hold
+  anything, so count from its closing parenthesis); "" where unreadable."""
+  try:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+      fields = f.read().rsplit(b")", 1)[1].split()
+    return fields[19].decode()
+  except (OSError, IndexError, ValueError):
+    return ""
+
+
+def _this_kernel_and_namespace() -> str:
+  """`<boot id>/<pid namespace>` of this process; "" where /proc cannot
+  say, or where its pids are not this namespace's (a host's /proc mounted
+  in a container)."""
+  try:
+    with open("/proc/sys/kernel/random/boot_id") as f:
+      boot = f.read().strip()
+    namespace = os.readlink("/proc/self/ns/pid")
+    with open("/proc/self/stat", "rb") as f:
+      own_pid = int(f.read().split(b" ", 1)[0])
+  except (OSError, ValueError):
+    return ""
+  return f"{boot}/{namespace}" if own_pid == os.getpid() else ""

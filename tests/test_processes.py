@@ -1,0 +1,83 @@
+"""ctl.io.processes: whether a pid runs, and which process a record names,
+across pid reuse, pid namespaces and reboots."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ctl.io import processes
+
+
+def _ended_process() -> tuple[int, str]:
+  """The pid and identity of a process that has ended (reaped)."""
+  child = subprocess.Popen(
+    [sys.executable, "-c", "import sys; sys.stdin.read()"],
+    stdin=subprocess.PIPE,
+  )
+  recorded = processes.identity(child.pid)
+  child.communicate()
+  return child.pid, recorded
+
+
+@pytest.mark.parametrize("pid", [0, -1, 2**64, "1", None, 1.0, True])
+def test_no_pid_but_a_positive_whole_number_is_alive(pid):
+  """os.kill(0, 0) and os.kill(-1, 0) signal process groups, so pid 0 or -1
+  in a lease record read as a live holder (issue 57); 2**64 overflowed."""
+  assert not processes.pid_alive(pid)
+
+
+@pytest.mark.processes
+def test_a_live_process_is_alive_and_an_ended_one_is_not():
+  assert processes.pid_alive(os.getpid()) and processes.pid_alive(os.getppid())
+  assert not processes.pid_alive(_ended_process()[0])
+  zombie = subprocess.Popen([sys.executable, "-c", ""])
+  os.waitid(os.P_PID, zombie.pid, os.WEXITED | os.WNOWAIT)  # Not reaped.
+  try:
+    assert not processes.pid_alive(zombie.pid)  # Ended, though not reaped.
+  finally:
+    zombie.wait()
+
+
+@pytest.mark.processes
+def test_an_ended_process_has_ended_for_certain_a_live_one_never():
+  pid, recorded = _ended_process()
+  assert recorded and processes.ended(pid, recorded)
+  for live in (os.getpid(), os.getppid()):
+    assert not processes.ended(live, processes.identity(live))
+
+
+def test_a_pid_reused_by_another_process_is_the_first_ones_end():
+  """The kernel hands an ended process's pid to a new one: the record's
+  start time then names another process, and its own has ended."""
+  boot_and_namespace, _, started = processes.identity(os.getpid()).rpartition(
+    "/"
+  )
+  earlier = f"{boot_and_namespace}/{int(started) - 1}"
+  assert processes.ended(os.getpid(), earlier)
+
+
+# Past any pid the kernel hands out (pid_max is at most 2**22).
+_NO_PID = 2**22 + 1
+
+
+@pytest.mark.parametrize(
+  "recorded, comparable",
+  [
+    ("another-boot/{namespace}/12345", False),
+    ("{boot}/pid:[1]/12345", False),
+    ("", True),
+  ],
+  ids=["another boot", "another pid namespace", "unknown"],
+)
+def test_a_process_of_another_boot_or_namespace_is_never_judged_by_pid(
+  recorded, comparable
+):
+  """A pid means nothing across a reboot, a container's pid namespace or a
+  host of the same name: there no pid that is gone proves an end; a record
+  of no identity (an earlier version's) is judged by its pid as before."""
+  boot, namespace, _ = processes.identity(os.getpid()).split("/")
+  recorded = recorded.format(boot=boot, namespace=namespace)
+  assert not processes.ended(_NO_PID, recorded)
+  assert processes.comparable(recorded) == comparable
