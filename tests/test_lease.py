@@ -25,6 +25,7 @@ from tests.conftest import read_summary
 from tests.conftest import run_trainer
 from tests.conftest import trainer_command
 from tests.conftest import trainer_env
+from tests.test_processes import earlier_identity
 from trainer.testing import finish
 from trainer.testing import start
 from trainer.testing import train_to_summary
@@ -306,13 +307,6 @@ def test_a_dead_holders_lease_is_awaited_one_and_a_half_renewals(
   assert not messages
 
 
-def _earlier_process_of(pid: int) -> str:
-  """The identity of a process that had `pid` before the one that has it
-  now (started a tick earlier, and ended): the kernel reused the pid."""
-  where, _, started = processes.identity(pid).rpartition("/")
-  return f"{where}/{int(started) - 1}"
-
-
 def test_a_restart_whose_predecessor_has_ended_for_certain_waits_for_nothing(
   tmp_path,
 ):
@@ -322,7 +316,7 @@ def test_a_restart_whose_predecessor_has_ended_for_certain_waits_for_nothing(
   cluster forms (one and a half renewal periods) is not paid."""
   parent = os.getppid()
   _left_over(
-    tmp_path, _record_of(parent, job="j", process=_earlier_process_of(parent))
+    tmp_path, _record_of(parent, job="j", process=earlier_identity(parent))
   )
   terms = lease.Terms(model_dir=str(tmp_path), job="j", stale_secs=3600)
   lease.check_free(terms)

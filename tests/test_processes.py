@@ -10,6 +10,13 @@ import pytest
 from ctl.io import processes
 
 
+def earlier_identity(pid: int) -> str:
+  """The identity of a process that had `pid` before the one that has it
+  now (started a tick earlier, and ended): the kernel reused the pid."""
+  where, _, started = processes.identity(pid).rpartition("/")
+  return f"{where}/{int(started) - 1}"
+
+
 def _ended_process() -> tuple[int, str]:
   """The pid and identity of a process that has ended (reaped)."""
   child = subprocess.Popen(
@@ -51,11 +58,7 @@ def test_an_ended_process_has_ended_for_certain_a_live_one_never():
 def test_a_pid_reused_by_another_process_is_the_first_ones_end():
   """The kernel hands an ended process's pid to a new one: the record's
   start time then names another process, and its own has ended."""
-  boot_and_namespace, _, started = processes.identity(os.getpid()).rpartition(
-    "/"
-  )
-  earlier = f"{boot_and_namespace}/{int(started) - 1}"
-  assert processes.ended(os.getpid(), earlier)
+  assert processes.ended(os.getpid(), earlier_identity(os.getpid()))
 
 
 # Past any pid the kernel hands out (pid_max is at most 2**22).
@@ -81,3 +84,11 @@ def test_a_process_of_another_boot_or_namespace_is_never_judged_by_pid(
   recorded = recorded.format(boot=boot, namespace=namespace)
   assert not processes.ended(_NO_PID, recorded)
   assert processes.comparable(recorded) == comparable
+
+
+def test_a_live_process_whose_start_cannot_be_read_may_run(monkeypatch):
+  """/proc mounted with hidepid shows another user's process to `kill`
+  but not its stat: what cannot be read proves no end."""
+  recorded = earlier_identity(os.getppid())
+  monkeypatch.setattr(processes, "_start_time", lambda pid: "")
+  assert not processes.ended(os.getppid(), recorded)

@@ -49,11 +49,15 @@ def ended(pid: int, recorded: str) -> bool:
   """Whether the process `recorded` (an `identity(pid)` read earlier, on
   some host) has ended for certain: recorded on this boot and in this pid
   namespace, and its pid now runs no process of its start time (none, a
-  zombie, or another that reused the pid). False wherever it may run."""
+  zombie, or another that reused the pid). False wherever it may run (a
+  live pid whose start time cannot be read, as under /proc's hidepid)."""
   where, _, started = recorded.rpartition("/")
   if not started or where != _this_kernel_and_namespace():
     return False
-  return not pid_alive(pid) or _start_time(pid) != started
+  if not pid_alive(pid):
+    return True
+  now = _start_time(pid)  # "" where unreadable (hidepid): proves nothing.
+  return bool(now) and now != started
 
 
 def comparable(recorded: str) -> bool:
