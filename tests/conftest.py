@@ -22,6 +22,7 @@ import pytest
 
 from ctl.checkpoint.tiers import node_tiers
 from ctl.distributed.ports import free_ports
+from ctl.io import processes
 from ctl.resilience import lease
 from ctl.telemetry import ledger_reader
 from ctl.testing import gcs_emulator as gcs_emulator_lib
@@ -227,6 +228,14 @@ print("held", flush=True)
 sys.stdin.read()
 held.release()
 """
+
+
+def earlier_identity(pid: int) -> str:
+  """The identity (`ctl.io.processes.identity`) of a process that had `pid`
+  before the one that has it now (started a tick earlier, and ended): the
+  kernel reused the pid."""
+  where, _, started = processes.identity(pid).rpartition("/")
+  return f"{where}/{int(started) - 1}"
 
 
 def lease_record(model_dir) -> dict:

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -20,12 +21,12 @@ from ctl.testing.events import wait_for_event
 from tests.conftest import FAST_FLAGS
 from tests.conftest import REPO
 from tests.conftest import absl_messages
+from tests.conftest import earlier_identity
 from tests.conftest import lease_record
 from tests.conftest import read_summary
 from tests.conftest import run_trainer
 from tests.conftest import trainer_command
 from tests.conftest import trainer_env
-from tests.test_processes import earlier_identity
 from trainer.testing import finish
 from trainer.testing import start
 from trainer.testing import train_to_summary
@@ -307,23 +308,64 @@ def test_a_dead_holders_lease_is_awaited_one_and_a_half_renewals(
   assert not messages
 
 
+def _ended_predecessors(tmp_path) -> lease.Terms:
+  """Leaves a record of job "j" naming a process of this host, boot and
+  namespaces that has ended (its pid now runs another, started later), and
+  passes the start-up check; returns the terms it checked."""
+  parent = os.getppid()
+  record = _record_of(
+    parent, job="j", process=earlier_identity(parent), renew_secs=0.1
+  )
+  _left_over(tmp_path, record)
+  terms = lease.Terms(model_dir=str(tmp_path), job="j", stale_secs=3600)
+  lease.check_free(terms)
+  return terms
+
+
 def test_a_restart_whose_predecessor_has_ended_for_certain_waits_for_nothing(
   tmp_path,
 ):
-  """The record names a process of this host, boot and pid namespace that
-  has ended (its pid now runs another, started later): no live chief can
-  renew it, so the start-up check watches nothing and the wait before the
-  cluster forms (one and a half renewal periods) is not paid."""
-  parent = os.getppid()
-  _left_over(
-    tmp_path, _record_of(parent, job="j", process=earlier_identity(parent))
-  )
-  terms = lease.Terms(model_dir=str(tmp_path), job="j", stale_secs=3600)
-  lease.check_free(terms)
-  assert str(tmp_path) not in lease._watches  # pylint: disable=protected-access
-  with _take(str(tmp_path), job="j", stale_secs=3600) as taken:
+  """No live chief can renew that record, so the wait before the cluster
+  forms (one and a half renewal periods) is not paid: the watch is spanned
+  at once; the take-over records this process's own identity."""
+  terms = _ended_predecessors(tmp_path)
+  watching = lease._watches[terms.model_dir]  # pylint: disable=protected-access
+  assert watching.spanned.is_set()  # `await_watch` returns at once.
+  with _take(terms.model_dir, job="j", stale_secs=3600) as taken:
     assert taken.holder.generation == 4
     assert lease_record(tmp_path)["process"] == processes.identity(os.getpid())
+
+
+def test_a_record_taken_before_that_restart_takes_it_still_ends_it(
+  tmp_path, monkeypatch
+):
+  """Another chief of this job that takes the run while this restart loads
+  TensorFlow is still seen by the watch (`_replaced` ends the process with
+  77; here it only says so)."""
+  replaced = threading.Event()
+  monkeypatch.setattr(lease, "_replaced", lambda *args: replaced.set())
+  terms = _ended_predecessors(tmp_path)
+  parent = os.getppid()
+  live = _record_of(
+    parent, job="j", process=processes.identity(parent), generation=4
+  )
+  try:
+    _left_over(tmp_path, live)
+    assert replaced.wait(timeout=60)
+  finally:
+    lease._stop_watch(terms.model_dir)  # pylint: disable=protected-access
+
+
+def test_a_pid_the_kernel_gave_another_process_frees_its_holders_lease(
+  tmp_path,
+):
+  """A lease of another run whose holder's pid now runs a process started
+  later (the holder ended, the kernel reused its pid) is no live holder's
+  (it was "alive on this host" for good)."""
+  parent = os.getppid()
+  _left_over(tmp_path, _record_of(parent, process=earlier_identity(parent)))
+  with _take(str(tmp_path), stale_secs=3600) as taken:
+    assert taken.holder.generation == 4
 
 
 def test_a_restart_whose_predecessor_may_run_watches_it(tmp_path):

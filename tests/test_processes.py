@@ -8,13 +8,7 @@ import sys
 import pytest
 
 from ctl.io import processes
-
-
-def earlier_identity(pid: int) -> str:
-  """The identity of a process that had `pid` before the one that has it
-  now (started a tick earlier, and ended): the kernel reused the pid."""
-  where, _, started = processes.identity(pid).rpartition("/")
-  return f"{where}/{int(started) - 1}"
+from tests.conftest import earlier_identity
 
 
 def _ended_process() -> tuple[int, str]:
@@ -68,22 +62,32 @@ _NO_PID = 2**22 + 1
 @pytest.mark.parametrize(
   "recorded, comparable",
   [
-    ("another-boot/{namespace}/12345", False),
-    ("{boot}/pid:[1]/12345", False),
+    ("another-boot/{pids}/{clocks}/12345", False),
+    ("{boot}/pid:[1]/{clocks}/12345", False),
+    ("{boot}/{pids}/time:[1]/12345", False),
     ("", True),
   ],
-  ids=["another boot", "another pid namespace", "unknown"],
+  ids=[
+    "another boot",
+    "another pid namespace",
+    "another time namespace",
+    "unknown",
+  ],
 )
 def test_a_process_of_another_boot_or_namespace_is_never_judged_by_pid(
   recorded, comparable
 ):
   """A pid means nothing across a reboot, a container's pid namespace or a
-  host of the same name: there no pid that is gone proves an end; a record
-  of no identity (an earlier version's) is judged by its pid as before."""
-  boot, namespace, _ = processes.identity(os.getpid()).split("/")
-  recorded = recorded.format(boot=boot, namespace=namespace)
+  host of the same name, and a start time nothing across time namespaces
+  (/proc shifts it by the reader's): there no pid that is gone proves an
+  end; a record of no identity (an earlier version's) is judged by its pid
+  as before."""
+  where = processes.identity(os.getpid()).rpartition("/")[0]
+  boot, pids, clocks = where.split("/")
+  recorded = recorded.format(boot=boot, pids=pids, clocks=clocks)
   assert not processes.ended(_NO_PID, recorded)
   assert processes.comparable(recorded) == comparable
+  assert processes.ended(_NO_PID, f"{where}/12345")  # The same: gone.
 
 
 def test_a_live_process_whose_start_cannot_be_read_may_run(monkeypatch):

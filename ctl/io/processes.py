@@ -3,10 +3,11 @@
 A pid alone names a process only while it runs, only in one pid namespace
 (a container has its own) and only until the kernel hands it to another.
 A process's identity here is its pid's start time (in clock ticks since
-boot), its pid namespace and the kernel's boot id, read from /proc: two
-records of one identity name one process, and a record's process has ended
-for certain when, on the same boot and in the same pid namespace, its pid
-runs no process of that start time. Where /proc cannot say, nothing is
+boot), its pid namespace, its time namespace (which shifts the start times
+/proc shows) and the kernel's boot id, read from /proc: two records of one
+identity name one process, and a record's process has ended for certain
+when, on the same boot and in the same namespaces, its pid runs no process
+of that start time. Where /proc cannot say, nothing is
 certain ("" identity).
 """
 
@@ -39,7 +40,8 @@ def pid_alive(pid: int) -> bool:
 
 def identity(pid: int) -> str:
   """Process `pid`'s identity on this host ("" where /proc cannot say,
-  or where it names none): `<boot id>/<pid namespace>/<start time>`."""
+  or where it names none):
+  `<boot id>/<pid namespace>/<time namespace>/<start time>`."""
   started = _start_time(pid)
   where = _this_kernel_and_namespace()
   return f"{where}/{started}" if started and where else ""
@@ -48,11 +50,11 @@ def identity(pid: int) -> str:
 def ended(pid: int, recorded: str) -> bool:
   """Whether the process `recorded` (an `identity(pid)` read earlier, on
   some host) has ended for certain: recorded on this boot and in this pid
-  namespace, and its pid now runs no process of its start time (none, a
-  zombie, or another that reused the pid). False wherever it may run (a
+  and time namespaces, and its pid now runs no process of its start time
+  (none, a zombie, or another that reused the pid). False wherever it may run (a
   live pid whose start time cannot be read, as under /proc's hidepid)."""
   where, _, started = recorded.rpartition("/")
-  if not started or where != _this_kernel_and_namespace():
+  if not started or not where or where != _this_kernel_and_namespace():
     return False
   if not pid_alive(pid):
     return True
@@ -62,8 +64,8 @@ def ended(pid: int, recorded: str) -> bool:
 
 def comparable(recorded: str) -> bool:
   """Whether pids of the process `recorded` mean what they mean here (the
-  same boot and pid namespace), or it is unknown (""): a record written
-  before identities were, judged by its pid as then."""
+  same boot, pid and time namespaces), or it is unknown (""): a record
+  written before identities were, judged by its pid as then."""
   where, _, started = recorded.rpartition("/")
   return not started or where == _this_kernel_and_namespace()
 
@@ -80,9 +82,10 @@ def _start_time(pid: int) -> str:
 
 
 def _this_kernel_and_namespace() -> str:
-  """`<boot id>/<pid namespace>` of this process; "" where /proc cannot
-  say, or where its pids are not this namespace's (a host's /proc mounted
-  in a container)."""
+  """`<boot id>/<pid namespace>/<time namespace>` of this process ("-" for
+  a kernel without time namespaces); "" where /proc cannot say, or where
+  its pids are not this namespace's (a host's /proc mounted in a
+  container)."""
   try:
     with open("/proc/sys/kernel/random/boot_id") as f:
       boot = f.read().strip()
@@ -91,4 +94,10 @@ def _this_kernel_and_namespace() -> str:
       own_pid = int(f.read().split(b" ", 1)[0])
   except (OSError, ValueError):
     return ""
-  return f"{boot}/{namespace}" if own_pid == os.getpid() else ""
+  try:  # Start times in /proc are shifted by the reader's time namespace.
+    clocks = os.readlink("/proc/self/ns/time")
+  except FileNotFoundError:  # Linux before 5.6: none.
+    clocks = "-"
+  except OSError:
+    return ""
+  return f"{boot}/{namespace}/{clocks}" if own_pid == os.getpid() else ""

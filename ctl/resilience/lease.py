@@ -50,8 +50,10 @@ seen one renewal period and a half pass (`await_watch`), most of it spent
 loading TensorFlow; the take-over stops the watch. A record whose process
 has ended for certain (this host, boot and pid namespace, and its pid runs
 no process of its start time: a restart in place by `ctl-launch` or a node
-agent) is no live chief's, and is not watched: that restart waits for
-nothing.
+agent) is no live chief's: its renewal is not awaited, so that restart
+waits for nothing (the watch still ends it should the record change before
+its take-over). "No longer running" counts a pid that now runs another
+process (the kernel reused it).
 
 A record left half-written (empty, or JSON cut short: a trainer killed
 between creating the file and writing it) names no holder and is taken over
@@ -244,12 +246,10 @@ def _check(terms: Terms, *, judge: bool) -> None:
   mine = _me(terms.job, terms.stale_secs)
   if judge:
     _judge(found[0], mine, **dataclasses.asdict(terms))
-  if (
-    _same_job(found[0], mine)
-    and not terms.take_over
-    and not _ended_here(found[0], mine)
-  ):
-    _watches[terms.model_dir] = _watch(store, found, terms)
+  if _same_job(found[0], mine) and not terms.take_over:
+    _watches[terms.model_dir] = _watch(
+      store, found, terms, ended=_ended_here(found[0], mine)
+    )
 
 
 def _read_at_start(store, model_dir: str) -> tuple | None:
@@ -282,7 +282,7 @@ def _read_at_start(store, model_dir: str) -> tuple | None:
       time.sleep(1)
 
 
-def _watch(store, found: tuple, terms: Terms) -> _Watch:
+def _watch(store, found: tuple, terms: Terms, *, ended: bool) -> _Watch:
   """Watches the same-job lease `found` that `check_free` let pass, from a
   thread, until `_stop_watch`.
 
@@ -295,18 +295,23 @@ def _watch(store, found: tuple, terms: Terms) -> _Watch:
   `_PERIODS_AWAITED` renewal periods after the check, the watch is
   `spanned` (what `await_watch` waits for). A read that fails tells
   nothing: it neither ends the process nor spans the watch. Nothing is
-  written.
+  written. A record whose holder has `ended` for certain (`_ended_here`)
+  needs no renewal awaited: the watch is spanned at once, and still ends
+  this process should the record change before the take-over (another
+  chief of this job took the run meanwhile).
   """
   holder, token = found
   period = max(holder.renewal_period(terms.stale_secs), 0.1)
   every = min(period / 2, _WATCH_SECS)
   started = time.monotonic()
-  spans_at = started + _PERIODS_AWAITED * period
+  spans_at = started + (0 if ended else _PERIODS_AWAITED * period)
   watching = _Watch(
     stop=threading.Event(),
     spanned=threading.Event(),
     gives_up_at=started + min(_AWAIT_SECS, 3 * period + _WATCH_SECS),
   )
+  if ended:
+    watching.spanned.set()
 
   def watch() -> None:
     while not watching.stop.wait(every):
@@ -749,9 +754,9 @@ def _on_this_host(holder: Holder, mine: Holder) -> bool:
 
 def _ended_here(holder: Holder | Damaged, mine: Holder) -> bool:
   """Whether `holder` was a process of this host that has ended for
-  certain (`ctl.io.processes.ended`: this boot and pid namespace, and no
-  process of its start time runs its pid): a supervised restart in place,
-  whose predecessor can renew nothing, so its record needs no watch."""
+  certain (`ctl.io.processes.ended`: this boot and these namespaces, and
+  no process of its start time runs its pid): a supervised restart in
+  place, whose predecessor can renew nothing, so no renewal is awaited."""
   return (
     isinstance(holder, Holder)
     and holder.host == mine.host
