@@ -32,9 +32,9 @@ A value that is well formed but cannot be true of this process (a
 one warning and read as not given, so the run records what it can see.
 
 What a platform sets (TF_CONFIG, Vertex AI's variables, a Kubernetes pod's
-`CTL_JOBSET_*` from its manifest) is ctl.platform's. This module imports nothing else of
-`ctl` but its errors (nor absl), so every layer, and the system Python
-of `make container-check`, may use it.
+`CTL_JOBSET_*` from its manifest) is ctl.platform's. This module imports
+nothing else of `ctl` but its errors and `ctl.processes` (nor absl), so
+every layer, and the system Python of `make container-check`, may use it.
 """
 
 from collections.abc import Callable, Mapping
@@ -43,6 +43,7 @@ import math
 import os
 import time
 
+from ctl import processes
 from ctl.errors import UserError
 
 RESTART_COUNT = "CTL_RESTART_COUNT"
@@ -109,31 +110,12 @@ def attempt_start(environ: Mapping[str, str] = os.environ) -> float | None:
   if handed is None:
     return None
   now = time.time()
-  age = process_age()
+  age = processes.age()
   if age is not None and handed < now - age - _CLOCK_SLACK_SECS:
     return _untrue(ATTEMPT_START, handed, "before this process started")
   if handed > now + _CLOCK_SLACK_SECS:
     return _untrue(ATTEMPT_START, handed, "after now")
   return handed
-
-
-def process_age() -> float | None:
-  """Seconds since this process started, or None where /proc cannot say.
-
-  Read from /proc (Linux: the boot clock, to about 10 ms), so a step of the
-  wall clock changes nothing.
-  """
-  try:
-    with open("/proc/self/stat") as f:
-      stat = f.read()
-    with open("/proc/uptime") as f:
-      uptime = float(f.read().split()[0])
-    # Field 22 (starttime, in clock ticks after boot); the command name in
-    # field 2 may hold spaces, so count from its closing parenthesis.
-    ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
-    return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
-  except (OSError, ValueError, IndexError):
-    return None
 
 
 def _untrue(name: str, value: float, why: str) -> None:

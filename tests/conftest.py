@@ -20,9 +20,9 @@ import time
 import psutil
 import pytest
 
+from ctl import processes
 from ctl.checkpoint.tiers import node_tiers
 from ctl.distributed.ports import free_ports
-from ctl.io import processes
 from ctl.resilience import lease
 from ctl.telemetry import ledger_reader
 from ctl.testing import gcs_emulator as gcs_emulator_lib
@@ -231,7 +231,7 @@ held.release()
 
 
 def earlier_identity(pid: int) -> str:
-  """The identity (`ctl.io.processes.identity`) of a process that had `pid`
+  """The identity (`ctl.processes.identity`) of a process that had `pid`
   before the one that has it now (started a tick earlier, and ended): the
   kernel reused the pid."""
   where, _, started = processes.identity(pid).rpartition("/")

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from ctl import errors
-from ctl.io import processes
+from ctl import processes
 from ctl.resilience import lease
 from ctl.resilience import lease_store
 from ctl.testing.events import wait_for_event

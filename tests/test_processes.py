@@ -1,13 +1,15 @@
-"""ctl.io.processes: whether a pid runs, and which process a record names,
+"""ctl.processes: whether a pid runs, and which process a record names,
 across pid reuse, pid namespaces and reboots."""
 
 import os
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 
-from ctl.io import processes
+from ctl import processes
 from tests.conftest import earlier_identity
 
 
@@ -96,3 +98,10 @@ def test_a_live_process_whose_start_cannot_be_read_may_run(monkeypatch):
   recorded = earlier_identity(os.getppid())
   monkeypatch.setattr(processes, "_start_time", lambda pid: "")
   assert not processes.ended(os.getppid(), recorded)
+
+
+def test_this_process_age_is_the_time_since_its_start():
+  """`age` reads the start time from /proc, as the kernel keeps it: the
+  same as psutil's start time of this process, to its ticks' resolution."""
+  since_start = time.time() - psutil.Process().create_time()
+  assert abs(processes.age() - since_start) < 1.0

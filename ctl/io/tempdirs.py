@@ -17,8 +17,8 @@ import shutil
 import stat
 import tempfile
 
+from ctl import processes
 from ctl.errors import UserError
-from ctl.io import processes
 
 
 def private_root(name: str) -> str:

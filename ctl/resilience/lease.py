@@ -22,9 +22,9 @@ A lease may be taken over when it belongs to the same job (a restart by
 `ctl.launch`, which sets `CTL_JOB_ID`, or by Vertex AI, `CLOUD_ML_JOB_ID`),
 when its pid on this same host is gone (a SIGKILLed run on a laptop is
 reclaimed at once; "this host" is the host name and, where the record
-names its process, `ctl.io.processes.identity`, the same boot and pid
-namespace: a container beside this one or a node replaced under its name
-is another host), with `take_over=True` (`--take_over_lease`: an operator
+names its process, `ctl.processes.identity`, the same boot and pid and
+time namespaces: a container beside this one or a node replaced under its
+name is another host), with `take_over=True` (`--take_over_lease`: an operator
 who knows the holder is dead), or when it is stale. Stale is judged by the
 holder's own terms, recorded in the lease: not renewed for the holder's
 `stale_secs` (on the wall clock of the record, the only clock two hosts
@@ -76,10 +76,10 @@ import time
 from absl import logging
 
 from ctl import errors
+from ctl import processes
 from ctl.errors import Stalled
 from ctl.errors import UserError
 from ctl.io import fencing
-from ctl.io import processes
 from ctl.io import storage
 from ctl.resilience import lease_store
 from ctl.resilience.lease_store import LEASE_FILE
@@ -754,7 +754,7 @@ def _on_this_host(holder: Holder, mine: Holder) -> bool:
 
 def _ended_here(holder: Holder | Damaged, mine: Holder) -> bool:
   """Whether `holder` was a process of this host that has ended for
-  certain (`ctl.io.processes.ended`: this boot and these namespaces, and
+  certain (`ctl.processes.ended`: this boot and these namespaces, and
   no process of its start time runs its pid): a supervised restart in
   place, whose predecessor can renew nothing, so no renewal is awaited."""
   return (

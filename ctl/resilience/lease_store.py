@@ -51,7 +51,8 @@ class Holder:
     renew_secs: how often the holder renews it (0: a record written before
       it was recorded, whose holder renews every quarter of `stale_secs`).
     process: the holder's identity on its host
-      (`ctl.io.processes.identity`: boot, pid namespace, start time); ""
+      (`ctl.processes.identity`: boot, pid and time namespaces, start
+      time); ""
       where /proc could not say, or in a record written before it was
       recorded.
   """

@@ -59,6 +59,7 @@ from absl import logging
 
 from ctl import env
 from ctl import errors
+from ctl import processes
 from ctl.io import fencing
 from ctl.platform import jobset
 from ctl.telemetry import goodput
@@ -81,7 +82,7 @@ def process_age() -> float:
   handed = env.attempt_start()  # None too when it cannot be true.
   if handed is not None:
     return max(0.0, time.time() - handed)
-  age = env.process_age()
+  age = processes.age()
   return time.monotonic() - _IMPORTED if age is None else age
 
 

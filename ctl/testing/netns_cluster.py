@@ -43,7 +43,7 @@ import signal
 import subprocess
 import time
 
-from ctl.io import processes
+from ctl import processes
 from ctl.launch import reaper
 
 # Every namespace of a harness is named PREFIX<harness pid>-<suffix>.

@@ -29,8 +29,8 @@ import time
 from absl import logging
 
 from ctl import env
+from ctl import processes
 from ctl.checkpoint.tiers import local_tier
-from ctl.io import processes
 
 OWNER_FILE = "owner.json"  # The processes the tier lives for (`remove_stale`).
 # A tier with no owner recorded is removed once untouched for this long.

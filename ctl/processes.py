@@ -8,7 +8,8 @@ boot), its pid namespace, its time namespace (which shifts the start times
 identity name one process, and a record's process has ended for certain
 when, on the same boot and in the same namespaces, its pid runs no process
 of that start time. Where /proc cannot say, nothing is
-certain ("" identity).
+certain ("" identity). This process's age (`age`) is read from the same
+fields: the one reader of /proc's process stat in ctl.
 """
 
 import os
@@ -31,11 +32,8 @@ def pid_alive(pid: int) -> bool:
     return False
   except PermissionError:
     pass  # Someone else's process.
-  try:  # The state follows the command name, which may hold anything.
-    with open(f"/proc/{pid}/stat", "rb") as stat:
-      return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-  except (OSError, IndexError):
-    return True
+  fields = _stat_fields(pid)
+  return not fields or fields[0] != b"Z"  # Field 3, the state.
 
 
 def identity(pid: int) -> str:
@@ -70,15 +68,38 @@ def comparable(recorded: str) -> bool:
   return not started or where == _this_kernel_and_namespace()
 
 
-def _start_time(pid: int) -> str:
-  """Field 22 of /proc/<pid>/stat (the command name, field 2, may hold
-  anything, so count from its closing parenthesis); "" where unreadable."""
+def age() -> float | None:
+  """Seconds since this process started, or None where /proc cannot say.
+
+  Read from /proc (Linux: the boot clock, to about 10 ms), so a step of the
+  wall clock changes nothing.
+  """
+  started = _start_time("self")  # Not a pid: /proc may be a host's.
+  try:
+    with open("/proc/uptime") as f:
+      uptime = float(f.read().split()[0])
+    return max(0.0, uptime - int(started) / os.sysconf("SC_CLK_TCK"))
+  except (OSError, ValueError):  # "" start: unreadable.
+    return None
+
+
+def _start_time(pid: int | str) -> str:
+  """The start time of process `pid` ("self": this one), in clock ticks
+  after boot (field 22 of its stat); "" where unreadable."""
+  fields = _stat_fields(pid)
+  return fields[19].decode() if len(fields) > 19 else ""
+
+
+def _stat_fields(pid: int | str) -> list[bytes]:
+  """The fields of /proc/<pid>/stat (`pid` "self": this process's) from the
+  third on ([] where unreadable):
+  the command name, field 2, may hold anything, so they are counted from
+  its closing parenthesis."""
   try:
     with open(f"/proc/{pid}/stat", "rb") as f:
-      fields = f.read().rsplit(b")", 1)[1].split()
-    return fields[19].decode()
-  except (OSError, IndexError, ValueError):
-    return ""
+      return f.read().rsplit(b")", 1)[1].split()
+  except (OSError, IndexError):
+    return []
 
 
 def _this_kernel_and_namespace() -> str:
