@@ -83,6 +83,43 @@ def _fast_tier_starts_no_process():
   yield
 
 
+_STARTED_BEFORE_CALL = pytest.StashKey[set]()
+
+
+def _descendants() -> set:
+  """This process's descendants that still run (psutil processes, which
+  compare by pid and start time)."""
+  try:
+    return set(psutil.Process().children(recursive=True))
+  except psutil.Error:
+    return set()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+  """Notes the processes that run as a test's body starts."""
+  item.stash[_STARTED_BEFORE_CALL] = _descendants()
+  yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+  """Ends the processes a test's body started and left running, after its
+  fixtures' own clean-up: a failed test's paused trainer (SIGSTOP) held its
+  run's locks until the machine stopped, failing later tests on the same
+  url with an error of their own."""
+  del nextitem
+  yield
+  before = item.stash.get(_STARTED_BEFORE_CALL, None)
+  if before is None:
+    return
+  left = _descendants() - before
+  for process in left:
+    with contextlib.suppress(psutil.Error):
+      process.kill()
+  psutil.wait_procs(left, timeout=30)
+
+
 def _refuse_a_process(*args, **kwargs):
   del args, kwargs
   raise AssertionError(

@@ -367,6 +367,32 @@ def test_staging_dir_is_used_by_one_process_at_a_time(tmp_path):
   first.close()
 
 
+def test_a_default_staging_dir_in_use_gives_this_process_its_own(
+  tmp_path, monkeypatch
+):
+  """A trainer taking over a live holder's run on the same host (a paused
+  holder, `--take_over_lease`) found the url's default staging directory
+  locked and exited 2 after taking the lease: the lease, not the staging
+  directory, says who writes; a staging directory only has to be private."""
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+  (tmp_path / "tmp").mkdir()
+  fuse_root = tmp_path / "gcs"
+  (fuse_root / "bucket").mkdir(parents=True)
+  url = "gs://bucket/run"
+  holder = storage.open_location(url, fuse_root=str(fuse_root))
+  taker = storage.open_location(url, fuse_root=str(fuse_root))
+  assert taker.local_path != holder.local_path
+  for location in (holder, taker):
+    with open(os.path.join(location.local_path, "checkpoint"), "w") as f:
+      f.write(f'model_checkpoint_path: "{id(location)}"\n')
+    location.publish(commit_file="checkpoint")
+  with open(fuse_root / "bucket" / "run" / "checkpoint") as f:
+    assert str(id(taker)) in f.read()  # The later publish: the taker's.
+  taker.close()
+  holder.close()
+  assert not os.listdir(tmp_path / "tmp" / f"ctl-staging-{os.getuid()}")
+
+
 @pytest.mark.parametrize(
   "content",
   [b"not a state", b"\x00\xff binary", b""],

@@ -47,6 +47,10 @@ _CHECKPOINT_FILE = re.compile(r"(?P<prefix>.+)\.(index|data-\d+-of-\d+)")
 _Stamp = tuple[int, int]
 
 
+class StagingInUse(UserError):
+  """Another process holds the staging directory a mirror was given."""
+
+
 class Mirror:
   """Copies a local directory to a remote one and checkpoints back.
 
@@ -425,7 +429,7 @@ def _lock(directory: str):
     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
     handle.close()
-    raise UserError(
+    raise StagingInUse(
       f"The staging directory {directory} is in use by another process; "
       f"give each process its own staging_dir."
     ) from None

@@ -166,8 +166,9 @@ def open_location(
     staging_dir: The local directory for the fuse and gcsfs routes. The default
       is private to the user (see ctl.io.tempdirs), depends only on the url, so
       a process restarted after a crash finds it again, and is removed on
-      `close`. Processes on one machine that open the same url need distinct
-      ones.
+      `close`; where another live process holds it, this one gets a fresh
+      private directory instead. Processes on one machine that open the
+      same url need distinct given ones.
     retry_policy: Retries of transient Cloud Storage errors (default 10 min).
     read_only: This process only reads (a non-chief worker's checkpoints, an
       evaluator): nothing is published, and the staging directory is a fresh
@@ -179,7 +180,8 @@ def open_location(
 
   Raises:
     UserError: If `storage` is unknown, the bucket is not mounted on the fuse
-      route, the bucket cannot be written, or the staging directory is in use.
+      route, the bucket cannot be written, or the given staging directory is
+      in use.
   """
   _check_route(storage)
   parsed = _parse_cloud_url(url, fuse_root=fuse_root)
@@ -191,22 +193,38 @@ def open_location(
     _check_resolvable(url)  # TensorFlow's filesystem reaches the same host.
     return Location(url=url, local_path=gs_url)
   fs, remote_dir, is_transient = _remote(url, bucket, path, storage, fuse_root)
-  local_dir = staging_dir or _staging_dir(gs_url, read_only=read_only)
-  return Location(
+  local_dir, mirror = _staged(
+    staging_dir or _staging_dir(gs_url, read_only=read_only),
+    given=bool(staging_dir),
+    fs=fs,
+    remote_dir=remote_dir,
     url=url,
-    local_path=local_dir,
-    mirror=mirror_lib.Mirror(
-      fs=fs,
-      remote_dir=remote_dir,
-      url=url,
-      local_dir=local_dir,
-      retry_policy=retry_policy or retry.RetryPolicy(),
-      is_transient=is_transient,
-      read_only=read_only,
-      remove_on_close=not staging_dir,
-      fence=fence,
-    ),
+    retry_policy=retry_policy or retry.RetryPolicy(),
+    is_transient=is_transient,
+    read_only=read_only,
+    remove_on_close=not staging_dir,
+    fence=fence,
   )
+  return Location(url=url, local_path=local_dir, mirror=mirror)
+
+
+def _staged(
+  local_dir: str, *, given: bool, **terms
+) -> tuple[str, mirror_lib.Mirror]:
+  """(the staging directory, its mirror) for `local_dir`.
+
+  A default staging directory (not `given`) that another live process of
+  this host holds (a live holder that `--take_over_lease` takes the run
+  from) gives way to a fresh private one: the lease, not the staging
+  directory, says who may write.
+  """
+  try:
+    return local_dir, mirror_lib.Mirror(local_dir=local_dir, **terms)
+  except mirror_lib.StagingInUse:
+    if given:
+      raise
+  local_dir = tempdirs.scratch_dir("ctl_staging_")
+  return local_dir, mirror_lib.Mirror(local_dir=local_dir, **terms)
 
 
 def check_url(url: str, *, fuse_root: str = vertex_ai.FUSE_ROOT) -> None:
