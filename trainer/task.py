@@ -107,9 +107,11 @@ def _collector_paused():
 # heap's top; the mmap threshold fixed at the 32 MiB glibc's own rule stops
 # at), a 40-step digits run made 110,000 page faults, not 300,000, and spent
 # 0.8 s less CPU, 0.6 s of it in the kernel; its peak memory was 35 MB more
-# on 2 cores. Each of malloc's arenas (about one per busy thread) may keep
-# that much, so a host of many cores may keep more: set MALLOC_ARENA_MAX or
-# malloc's own terms there. (mallopt's parameters: M_TRIM_THRESHOLD,
+# on 2 cores. What it saves depends on the kernel: on another machine of
+# ours (Linux 6.18, 2026-12-07) the same run made 88,000 faults, not
+# 112,000, for about the same CPU. Each of malloc's arenas (about one per
+# busy thread) may keep that much, so a host of many cores may keep more:
+# set MALLOC_ARENA_MAX or malloc's own terms there. (mallopt's parameters: M_TRIM_THRESHOLD,
 # M_TOP_PAD, M_MMAP_THRESHOLD.)
 _MALLOC_TERMS = ((-1, 64 << 20), (-2, 64 << 20), (-3, 32 << 20))
 
