@@ -286,6 +286,44 @@ def test_report_renders_every_section_and_target(tmp_path):
     report_lib.section(title="bad", status="great")
 
 
+def test_a_chart_of_long_names_lays_out_every_label(tmp_path):
+  """A standard run's target name of 119 characters (`restart`'s, in `make
+  bench` of 2026-12-07) left no room for the labels: matplotlib gave up the
+  layout with a warning, and the chart came out with every label cut and
+  each panel's title over the one above."""
+  sections = {}
+  for index in range(12):
+    summary = stats.ratio(
+      name=f"cluster restart / spare restart {index}",
+      numerator="cluster",
+      denominator="spare",
+      numerator_values=[1.2, 1.3],
+      denominator_values=[1.0, 1.1],
+    )
+    sections[f"section_{index}"] = report_lib.section(
+      title="Goodput model (small CNN): checked against the killed runs, "
+      "then at a kill every 5 and 30 minutes",
+      rows=[
+        {
+          "name": f"agent + spare + local tier: model, a kill every {m} min",
+          "images_per_second": 90.0 + m,
+        }
+        for m in (5, 30)
+      ],
+      ratios=[summary],
+      targets=[
+        stats.verdict(
+          summary,
+          threshold=1.0,
+          name="a warm spare starts the restarted chief sooner than a new "
+          "process (to its first mark: no interpreter start, no imports)",
+        )
+      ],
+    )
+  report = report_lib.merge(report_lib.new_report({"cpu_count": 2}), sections)
+  chart.write(report, str(tmp_path / "chart.png"))  # A warning fails it.
+
+
 def test_latest_replaces_a_copy_and_leaves_no_temporary_link(tmp_path):
   """`latest` a directory (the copy made where links are not allowed): the
   next run's `latest` is a copy of it too, and the link that could not take

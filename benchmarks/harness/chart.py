@@ -17,6 +17,8 @@ from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 
 from benchmarks.harness import report as report_lib
 
+_LABEL_WIDTH = 45  # Characters in a line of an axis label.
+
 
 def write(report: Mapping[str, Any], path: str) -> str:
   """Writes the chart to `path` (PNG) and returns the path."""
@@ -29,7 +31,7 @@ def write(report: Mapping[str, Any], path: str) -> str:
   count = len(panels) + (1 if targets else 0)
   heights = [0.45 * max(len(_bars(body)), 2) + 1 for _, body in panels]
   if targets:
-    heights.append(0.45 * max(len(targets), 2) + 1)
+    heights.append(0.6 * max(len(targets), 2) + 1)  # Labels of 2-3 lines.
   figure, axes = plt.subplots(
     max(count, 1),
     1,
@@ -76,7 +78,7 @@ def _draw_section(axis, name, body) -> None:
     ecolor="black",
     capsize=3,
   )
-  axis.set_yticks(list(positions), [row["name"] for row in rows])
+  axis.set_yticks(list(positions), [_label(row["name"]) for row in rows])
   axis.invert_yaxis()
   axis.set_xlabel(key.replace("_", " "))
   axis.set_title(
@@ -108,12 +110,22 @@ def _draw_targets(axis, targets) -> None:
       color="black",
       linewidth=2,
     )
-  axis.set_yticks(positions, [f"{t['section']}: {t['name']}" for t in targets])
+  axis.set_yticks(
+    positions,
+    [_label(f"{t['section']}: {t['name']}") for t in targets],
+    fontsize=8,
+  )
   axis.invert_yaxis()
   axis.set_xlabel(
     "measured ratio (bar: median, whiskers: min-max; black tick: threshold)"
   )
   axis.set_title("Targets", fontsize=10)
+
+
+def _label(text: str) -> str:
+  """`text` in lines of at most `_LABEL_WIDTH` characters: a standard run's
+  names reach 120, which left a 9-inch figure no room for its axes."""
+  return textwrap.fill(text, _LABEL_WIDTH)
 
 
 def _short(value: float) -> str:
