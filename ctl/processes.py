@@ -7,9 +7,10 @@ boot), its pid namespace, its time namespace (which shifts the start times
 /proc shows) and the kernel's boot id, read from /proc: two records of one
 identity name one process, and a record's process has ended for certain
 when, on the same boot and in the same namespaces, its pid runs no process
-of that start time. Where /proc cannot say, nothing is
-certain ("" identity). This process's age (`age`) is read from the same
-fields: the one reader of /proc's process stat in ctl.
+of that start time. Where /proc cannot say, nothing is certain (""
+identity). A process's state (`state`) and this process's age (`age`) are
+read from the same fields: the one reader of /proc's process stat in ctl
+but the stall backstop's child, which imports nothing of ctl.
 """
 
 import os
@@ -32,8 +33,14 @@ def pid_alive(pid: int) -> bool:
     return False
   except PermissionError:
     pass  # Someone else's process.
+  return state(pid) != "Z"  # "" where /proc cannot say: it runs.
+
+
+def state(pid: int) -> str:
+  """Process `pid`'s state letter in /proc (R, S, T for stopped, Z for a
+  zombie, ...; field 3 of its stat); "" where unreadable."""
   fields = _stat_fields(pid)
-  return not fields or fields[0] != b"Z"  # Field 3, the state.
+  return fields[0].decode() if fields else ""
 
 
 def identity(pid: int) -> str:
@@ -49,8 +56,9 @@ def ended(pid: int, recorded: str) -> bool:
   """Whether the process `recorded` (an `identity(pid)` read earlier, on
   some host) has ended for certain: recorded on this boot and in this pid
   and time namespaces, and its pid now runs no process of its start time
-  (none, a zombie, or another that reused the pid). False wherever it may run (a
-  live pid whose start time cannot be read, as under /proc's hidepid)."""
+  (none, a zombie, or another that reused the pid). False wherever it may
+  run (a live pid whose start time cannot be read, as under /proc's
+  hidepid)."""
   where, _, started = recorded.rpartition("/")
   if not started or not where or where != _this_kernel_and_namespace():
     return False
@@ -92,9 +100,8 @@ def _start_time(pid: int | str) -> str:
 
 def _stat_fields(pid: int | str) -> list[bytes]:
   """The fields of /proc/<pid>/stat (`pid` "self": this process's) from the
-  third on ([] where unreadable):
-  the command name, field 2, may hold anything, so they are counted from
-  its closing parenthesis."""
+  third on ([] where unreadable): the command name, field 2, may hold
+  anything, so they are counted from its closing parenthesis."""
   try:
     with open(f"/proc/{pid}/stat", "rb") as f:
       return f.read().rsplit(b")", 1)[1].split()
@@ -111,8 +118,7 @@ def _this_kernel_and_namespace() -> str:
     with open("/proc/sys/kernel/random/boot_id") as f:
       boot = f.read().strip()
     namespace = os.readlink("/proc/self/ns/pid")
-    with open("/proc/self/stat", "rb") as f:
-      own_pid = int(f.read().split(b" ", 1)[0])
+    own_pid = int(os.readlink("/proc/self"))  # This pid as /proc counts.
   except (OSError, ValueError):
     return ""
   try:  # Start times in /proc are shifted by the reader's time namespace.

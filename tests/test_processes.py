@@ -2,6 +2,7 @@
 across pid reuse, pid namespaces and reboots."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -105,3 +106,21 @@ def test_this_process_age_is_the_time_since_its_start():
   same as psutil's start time of this process, to its ticks' resolution."""
   since_start = time.time() - psutil.Process().create_time()
   assert abs(processes.age() - since_start) < 1.0
+
+
+@pytest.mark.processes
+def test_a_stopped_process_is_in_state_t_and_a_gone_one_in_none():
+  child = subprocess.Popen(
+    [sys.executable, "-c", "import time; time.sleep(60)"]
+  )
+  try:
+    child.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 30
+    while processes.state(child.pid) != "T" and time.monotonic() < deadline:
+      time.sleep(0.05)
+    assert processes.state(child.pid) == "T"
+    assert processes.pid_alive(child.pid)  # Stopped still runs.
+  finally:
+    child.kill()
+    child.wait()
+  assert processes.state(child.pid) == ""

@@ -50,11 +50,9 @@ class Holder:
       the taker's then applies).
     renew_secs: how often the holder renews it (0: a record written before
       it was recorded, whose holder renews every quarter of `stale_secs`).
-    process: the holder's identity on its host
-      (`ctl.processes.identity`: boot, pid and time namespaces, start
-      time); ""
-      where /proc could not say, or in a record written before it was
-      recorded.
+    process: the holder's identity on its host (`ctl.processes.identity`:
+      boot, pid and time namespaces, start time); "" where /proc could not
+      say, or in a record written before it was recorded.
   """
 
   host: str

@@ -39,6 +39,7 @@ import threading
 import time
 import urllib.request
 
+from ctl import processes
 from ctl.distributed import ports
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
@@ -137,14 +138,12 @@ class GcsEmulator:
   def wait_until_frozen(self, *, timeout_s: float = 60.0) -> None:
     """Waits for a server started with `freeze_on_upload` to freeze."""
     deadline = time.monotonic() + timeout_s
-    with open(f"/proc/{self._process.pid}/stat", encoding="ascii") as stat:
-      while stat.read().rsplit(")", 1)[1].split()[0] != "T":
-        if time.monotonic() > deadline:
-          raise TimeoutError(
-            f"gcp-storage-emulator not frozen after {timeout_s} s."
-          )
-        time.sleep(0.1)
-        stat.seek(0)
+    while processes.state(self._process.pid) != "T":
+      if time.monotonic() > deadline:
+        raise TimeoutError(
+          f"gcp-storage-emulator not frozen after {timeout_s} s."
+        )
+      time.sleep(0.1)
 
   def resume(self) -> None:
     """Lets a frozen server go on (SIGCONT)."""
