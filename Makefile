@@ -36,7 +36,7 @@ demo: $(VENV)/.installed bytecode
 # The browser tests run once, in `make browser-check`, which installs the
 # browser they need.
 test: lint bytecode
-	$(PY) -m pytest -q -n 4 --dist loadfile --durations=20 -m "not browser"
+	$(PY) -m pytest -q -n 4 --dist loadfile --no-loadscope-reorder --durations=20 -m "not browser"
 
 # The fast tier, for a contributor's every change: the tests that start no
 # process (one that does fails here and belongs in the slow tier,

@@ -73,6 +73,43 @@ def pytest_configure(config):
   )
 
 
+# The modules that take longest in `make test`, longest first (each
+# module's wall time, 2026-12-07), handed out first: pytest-xdist hands the
+# modules out in the order collected (the Makefile's --no-loadscope-reorder).
+# Many of their tests wait (on stalls, emulators, peers) while the other
+# workers use the cores; handed out by their number of tests instead,
+# test_stalls (6 tests, 220 s, 60 CPU-s) came last and ran 40 s alone
+# (pytest 741-748 s; 652 s in this order, then test_wall_clock, not yet in
+# the list, ran 30 s alone).
+_LONGEST_FIRST = (
+  "test_stalls.py",
+  "test_checkpoint_tiers.py",
+  "test_errors.py",
+  "test_lease.py",
+  "test_trainer.py",
+  "test_benchmarks.py",
+  "test_cloud_storage_runs.py",
+  "test_any_model.py",
+  "test_fault_tolerance.py",
+  "test_actions.py",
+  "test_agent.py",
+  "test_watchdog.py",
+  "test_write_failures.py",
+  "test_export.py",
+  "test_wall_clock.py",
+  "test_examples.py",
+  "test_data.py",
+  "test_launcher.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+  """Puts the modules of `_LONGEST_FIRST` first, in its order; the others
+  keep theirs."""
+  rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+  items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _fast_tier_starts_no_process():
   """In the fast tier, every way to start a process (subprocess) fails;

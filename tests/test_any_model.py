@@ -35,8 +35,9 @@ def _serves_a_dict_request(model_dir) -> None:
 
 
 # Example, the step worker 1 kills itself at (the first loop boundary at or
-# after it, in the first attempt only), the checkpoint step it resumes from,
-# and a check of the uninterrupted run's outputs.
+# after it, in the first attempt only), the checkpoint step before it (the
+# restart resumes from one of the two, below), and a check of the
+# uninterrupted run's outputs.
 _EXAMPLES = [
   ("regression.py", 50, 40, None),
   ("dict_inputs.py", 70, 60, _serves_a_dict_request),
@@ -49,9 +50,9 @@ def _launch(example: str, model_dir, *, faults: str | None = None) -> dict:
   return launch_two_workers(f"examples/{example}", model_dir, faults=faults)
 
 
-@pytest.mark.parametrize("example,kill_at,resumed_from,check", _EXAMPLES)
+@pytest.mark.parametrize("example,kill_at,saved_before,check", _EXAMPLES)
 def test_an_example_killed_on_two_workers_ends_as_the_uninterrupted_run(
-  tmp_path, example, kill_at, resumed_from, check
+  tmp_path, example, kill_at, saved_before, check
 ):
   uninterrupted = _launch(example, tmp_path / "uninterrupted")
   if check:
@@ -67,7 +68,11 @@ def test_an_example_killed_on_two_workers_ends_as_the_uninterrupted_run(
   # The first attempt ended when its peer was killed, not done.
   assert [e["outcome"] for e in first if e["event"] == "end"] != ["done"]
   (restore,) = [e for e in second if e.get("phase") == "restore"]
-  assert restore["step"] == resumed_from
+  # The kill's own step was saved to the local tiers just before it, and
+  # that write is asynchronous (ctl.checkpoint.tiers.checkpoint_tiers): it
+  # is restored when its commit beat the kill, the step before it when not.
+  # Which one wins is the machine's timing, and both end identical (above).
+  assert restore["step"] in (saved_before, kill_at)
   summary = read_summary(str(killed_dir))
   assert summary["restarts"] == 1 and summary["final_step"] == 120
 

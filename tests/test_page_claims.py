@@ -45,6 +45,7 @@ EXTERNAL_FLAGS = {
   "only-binary",
   "python-version",
   "dist",
+  "no-loadscope-reorder",
   "check",
   # docker / podman build and run
   "build-arg",

@@ -145,13 +145,20 @@ print("done")
 
 
 def test_a_call_that_holds_the_gil_meets_the_c_backstop():
-  # sum() over a range runs in C without releasing the GIL: the Python
-  # thread cannot run; the backstop process has the stacks dumped, then
-  # kills the process.
+  # A C call that blocks for good without releasing the GIL (as a stuck
+  # collective may): a mutex locked twice, through ctypes.PyDLL, whose calls
+  # keep the GIL, so the Python thread cannot run; glibc's lock goes on
+  # waiting after the dump's signal. The backstop process has the stacks
+  # dumped, then kills the process.
   result = _run("""
+import ctypes
+libc = ctypes.PyDLL(None)
+mutex = ctypes.create_string_buffer(64)  # Bigger than a pthread_mutex_t.
+libc.pthread_mutex_init(mutex, None)
 with marks.phase(progress.TRAIN_LOOP):
   time.sleep(0.5)  # The watchdog re-arms the backstop every poll.
-  sum(range(10**13))
+  libc.pthread_mutex_lock(mutex)
+  libc.pthread_mutex_lock(mutex)
 """)
   assert result.returncode == -signal.SIGKILL, result.stderr
   assert "stall: the stall watchdog of process " in result.stderr

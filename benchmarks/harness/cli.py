@@ -21,6 +21,7 @@ from absl import flags
 from benchmarks.harness import markdown
 from benchmarks.harness import report as report_lib
 from benchmarks.harness import settings
+from ctl import teardown
 from ctl.errors import USER_ERROR_EXIT_CODE
 from ctl.errors import UserError
 from ctl.io import storage
@@ -140,6 +141,7 @@ def run_app(
 
   def main(argv):
     del argv  # Unused.
+    teardown.skip_final_collections()  # Every section runs TensorFlow.
     given = {} if progress is None else {"progress": progress}
     try:
       check_shared_flags()

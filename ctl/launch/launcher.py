@@ -65,6 +65,7 @@ import sys
 import uuid
 
 from ctl import errors
+from ctl import teardown
 from ctl.checkpoint.tiers import peer_tier
 from ctl.distributed import cluster
 from ctl.errors import USER_ERROR_EXIT_CODE
@@ -335,6 +336,8 @@ def _add_agent_flags(parser: errors.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
   """Entry point of `ctl-launch` and `python -m ctl.launch`; exits."""
+  # An agent imports TensorFlow to persist its dead worker's step.
+  teardown.skip_final_collections()
   try:
     code = run(_parse_args(sys.argv[1:] if argv is None else argv))
   except UserError as e:

@@ -56,6 +56,7 @@ import threading
 import time
 
 from ctl import env
+from ctl import teardown
 
 READY_LINE = "ctl.launch.spare: warm, waiting for a restart"
 # What the agent writes to the spare's stdin once the start beside it trains
@@ -181,6 +182,7 @@ class _HandOver(threading.Thread):
 def main(argv: list[str]) -> int:
   """`python -m ctl.launch.spare MODULE ARGS...`: warm up, wait, run MODULE."""
   module, *args = argv
+  teardown.skip_final_collections()  # It imports TensorFlow to warm up.
   started = os.getpriority(os.PRIO_PROCESS, 0)
   lowered = may_restore_priority()
   if lowered:
