@@ -12,9 +12,9 @@ handlers still run and the standard streams are flushed, but nothing alive
 at the end is finalized, as after `os._exit` (the memory goes back to the
 system with the process). A file left open and unflushed at the end loses
 what it buffered, so only a process whose every output is closed before it
-exits may ask for it: ctl's own entry points, never `ctl.run` in a user's
-script (a user's module-level file, closed only by the interpreter's
-teardown, would be cut short).
+exits may ask for it: ctl's own entry points (and the test suite's pytest
+processes), never `ctl.run` in a user's script (a user's module-level file,
+closed only by the interpreter's teardown, would be cut short).
 """
 
 import atexit
