@@ -6,6 +6,7 @@ and that every ratio and verdict follows from the measured numbers in the
 JSON itself.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -15,11 +16,13 @@ import subprocess
 import sys
 import textwrap
 
+from absl.testing import flagsaver
 import pytest
 
 from benchmarks import run_all
 from benchmarks.harness import budget as budget_lib
 from benchmarks.harness import chart
+from benchmarks.harness import cli
 from benchmarks.harness import machine
 from benchmarks.harness import markdown
 from benchmarks.harness import report as report_lib
@@ -662,6 +665,53 @@ def test_input_scale_over_its_budget_runs_one_round_and_says_so(tmp_path):
   assert all(
     len(row["records_per_second_per_round"]) == 1 for row in entry["rows"]
   )
+
+
+@contextlib.contextmanager
+def _flags_parsed():
+  """absl's flags read as parsed (their defaults, as an app's command line
+  without them), then as they were: unparsed, outside an app."""
+  parsed = cli.FLAGS.is_parsed()
+  cli.FLAGS.mark_as_parsed()
+  try:
+    yield
+  finally:
+    if not parsed:
+      cli.FLAGS.unparse_flags()
+
+
+@pytest.mark.parametrize(
+  "values,words",
+  [
+    (dict(repeats=0), "--repeats must be >= 1, got 0."),
+    (dict(time_budget_secs=-5.0), "--time_budget_secs must be 0 (no budget)"),
+    (dict(output="{tmp}/no/out.json"), "no directory {tmp}/no to write it in"),
+  ],
+  ids=["repeats", "budget", "output-dir"],
+)
+def test_every_app_refuses_bad_shared_flags_before_it_measures(
+  tmp_path, values, words
+):
+  """`run_app` checks these first and exits 2 with the sentence (one app's
+  process shows it end to end: test_errors' bad input)."""
+  values = {
+    k: v.format(tmp=tmp_path) if isinstance(v, str) else v
+    for k, v in values.items()
+  }
+  with _flags_parsed(), flagsaver.flagsaver(**values):
+    with pytest.raises(UserError) as e:
+      cli.check_shared_flags()
+  assert words.format(tmp=tmp_path) in str(e.value)
+  assert not os.path.exists(tmp_path / "no")  # No directory made.
+
+
+def test_throughput_refuses_a_variant_spec_it_cannot_read():
+  with pytest.raises(UserError, match="Bad steps 'x'"):
+    throughput_lib.run(
+      throughput_lib.Config(
+        **_TINY_THROUGHPUT, variants=("engine:x",), measure_peak=False
+      )
+    )
 
 
 def test_throughput_rejects_steps_that_do_not_fill_a_loop():
