@@ -182,7 +182,6 @@ class _HandOver(threading.Thread):
 def main(argv: list[str]) -> int:
   """`python -m ctl.launch.spare MODULE ARGS...`: warm up, wait, run MODULE."""
   module, *args = argv
-  teardown.skip_final_collections()  # It imports TensorFlow to warm up.
   started = os.getpriority(os.PRIO_PROCESS, 0)
   lowered = may_restore_priority()
   if lowered:
@@ -193,7 +192,8 @@ def main(argv: list[str]) -> int:
   print(READY_LINE, file=sys.stderr, flush=True)
   hand_over.join()
   environment = hand_over.environment
-  if environment is None:
+  if environment is None:  # Not needed: only TensorFlow's imports to drop.
+    teardown.skip_final_collections()
     return 0
   os.environ.clear()
   os.environ.update(environment)
