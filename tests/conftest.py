@@ -82,10 +82,9 @@ def pytest_configure(config):
 # module's wall time, 2026-12-07), handed out first: pytest-xdist hands the
 # modules out in the order collected (the Makefile's --no-loadscope-reorder).
 # Many of their tests wait (on stalls, emulators, peers) while the other
-# workers use the cores; handed out by their number of tests instead,
-# test_stalls (6 tests, 220 s, 60 CPU-s) came last and ran 40 s alone
-# (pytest 741-748 s; 652 s in this order, then test_wall_clock, not yet in
-# the list, ran 30 s alone).
+# workers use the cores; one handed out last runs alone while the cores sit
+# idle (test_stalls, by pytest-xdist's own order: 40 s). A module that takes
+# over a minute belongs here (docs/development.md, "Tests: two tiers").
 _LONGEST_FIRST = (
   "test_stalls.py",
   "test_checkpoint_tiers.py",
